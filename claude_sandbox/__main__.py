@@ -1,0 +1,61 @@
+"""Entry points. The launch path imports nothing it does not need.
+
+`_shadow`, `_jail_holder` and `_enter` are called by the shim, the jail and
+bwrap, never by a person; they are dispatched before argparse or any operator
+code is imported. Every SandboxError ends here, as one line and its status
+(DESIGN decision 13).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from .errors import EXIT_USAGE, SandboxError
+
+
+def _split_dashdash(argv: Sequence[str], what: str) -> tuple[list[str], list[str]]:
+    if "--" not in argv:
+        raise SandboxError(f"{what}: expected `--` before the program's arguments", EXIT_USAGE)
+    index = list(argv).index("--")
+    return list(argv[:index]), list(argv[index + 1:])
+
+
+def _internal(command: str, argv: list[str]) -> int:
+    import os
+
+    if command == "_shadow":
+        from . import shadow
+
+        before, after = _split_dashdash(argv, "_shadow")
+        if len(before) != 1:
+            raise SandboxError("_shadow: expected exactly one agent name", EXIT_USAGE)
+        return shadow.launch(shadow.Request(before[0], None, tuple(after)), os.environ)
+    if command == "_jail_holder":
+        from . import holder
+
+        return holder.main(argv)
+    if command == "_enter":
+        from . import enter
+
+        return enter.main(argv)
+    raise SandboxError(f"unknown internal command {command}", EXIT_USAGE)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0].startswith("_"):
+            return _internal(args[0], args[1:])
+        from . import cli
+
+        return cli.main(args)
+    except SandboxError as error:
+        sys.stderr.write(f"claude-sandbox: {error.message}\n")
+        return error.status
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""The whole bubblewrap command line, as a pure function (DESIGN decision 3).
+
+No other module adds a mount or a variable. bubblewrap applies its options in
+order, so the order below is part of the security model: a mask follows the
+bind it covers, an allow-write bind follows the masks it reaches through, and
+the identity binds come last so nothing can cover them. Each step carries the
+reason `claude-sandbox explain` prints beside it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from . import paths
+from .config import Config
+from .errors import EXIT_REFUSED, SandboxError
+from .hostfacts import HostFacts
+from .profiles import Profile
+
+# Container-engine and system-bus sockets: a socket on a read-only mount can
+# still be connected to, and any of these is root on the host.
+RUNTIME_SOCKETS = (
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/podman/podman.sock",
+    "/run/containerd/containerd.sock",
+    "/run/dbus/system_bus_socket",
+)
+# Per-user runtime and secret trees, masked with an empty tmpfs (checks 12, 13).
+MASKED_TREES = ("/run/user", "/run/secrets")
+# Dotfiles that hold credentials or reach the outer display (checks 14, 15).
+NULLED_DOTFILES = (".netrc", ".Xauthority", ".ICEauthority")
+# Under ~/.config only the forge CLIs' stores come back, read-only: gh aliases
+# can run shell commands, so the agent must not be able to rewrite them.
+FORGE_CONFIG = (".config/gh", ".config/glab-cli")
+BULK_HOME = (".local/share", ".cache")
+# Re-masked after the bulk bind: desktop URL handlers registered by the agent
+# would otherwise persist into the outer desktop session.
+BULK_MASKS = (".local/share/applications",)
+LOCAL_BIN_TOOLS = (".local/bin/uv", ".local/bin/uvx")
+AGENT_SHELL = "/bin/bash"
+# Passed through from the launching environment when set: terminal and locale.
+PASSED_THROUGH = ("TERM", "COLORTERM", "LANG", "LANGUAGE", "TZ", "NO_COLOR", "FORCE_COLOR",
+                  "COLUMNS", "LINES", "EDITOR", "VISUAL")
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One bubblewrap option (or a few that only make sense together) and why."""
+
+    args: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Extras:
+    """Per-launch inputs that are not host facts: fds and the jail's files."""
+
+    gitconfig_fd: int
+    seccomp_fd: int | None = None
+    resolv_conf: str | None = None  # the jail's generated resolv.conf
+    jailed: bool = False
+    enter_prefix: tuple[str, ...] = ()  # runs inside bwrap before the agent
+    # script(1) runs bwrap through $SHELL -c, so the environment handed to it says
+    # SHELL=/bin/sh and bwrap sets the agent's SHELL back itself.
+    via_script: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    ops: tuple[Op, ...]
+    env: tuple[tuple[str, str], ...]
+    command: tuple[str, ...]
+
+    def argv(self, bwrap: str) -> list[str]:
+        flat = [arg for op in self.ops for arg in op.args]
+        return [bwrap, *flat, "--", *self.command]
+
+    def environ(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+def optional_paths(profile: Profile, home: str) -> tuple[str, ...]:
+    """Every path whose existence changes the plan; hostfacts.probe checks them."""
+    in_home = (*FORGE_CONFIG, *BULK_HOME, *BULK_MASKS, *LOCAL_BIN_TOOLS)
+    return (
+        *RUNTIME_SOCKETS,
+        *MASKED_TREES,
+        *(os.path.join(home, rel) for rel in in_home),
+    )
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _home_ops(profile: Profile, config: Config, facts: HostFacts) -> list[Op]:
+    home, exists = facts.home, facts.existing
+    ops = [Op(("--tmpfs", home), "mask $HOME: only the allow-list below comes back (check 03)")]
+    if not config.no_forge:
+        for rel in FORGE_CONFIG:
+            path = os.path.join(home, rel)
+            if path in exists:
+                ops.append(Op(("--ro-bind", path, path),
+                              "forge CLI config, read-only: ~/.config is a strict allow-list"))
+    for rel in BULK_HOME:
+        path = os.path.join(home, rel)
+        if path in exists:
+            ops.append(Op(("--bind", path, path),
+                          "bulk-bound so tool caches and plugins work (credentials here are exposed)"))
+    for rel in profile.state_dirs:
+        path = os.path.join(home, rel)
+        ops.append(Op(("--bind", path, path), f"{profile.name}'s own state, read-write"))
+    for state in profile.state_files:
+        path = os.path.join(home, state.path)
+        ops.append(Op(("--bind", path, path), f"{profile.name}'s own state file, read-write"))
+    bound = [os.path.join(home, rel) for rel in profile.state_dirs]
+    bound += [path for path in (os.path.join(home, rel) for rel in BULK_HOME) if path in exists]
+    for rel in BULK_MASKS:
+        path = os.path.join(home, rel)
+        if path in exists:
+            ops.append(Op(("--tmpfs", path), "re-mask: desktop URL handlers must not persist"))
+    for rel in profile.masks:
+        path = os.path.join(home, rel)
+        if _under(os.path.dirname(path), bound):
+            ops.append(Op(("--tmpfs", path),
+                          f"re-mask {rel}: code there would run on {profile.name}'s next start"))
+    for rel in NULLED_DOTFILES:
+        path = os.path.join(home, rel)
+        ops.append(Op(("--ro-bind", "/dev/null", path), f"{rel} reads as empty (checks 14, 15)"))
+    for rel in LOCAL_BIN_TOOLS:
+        path = os.path.join(home, rel)
+        if path in exists:
+            ops.append(Op(("--ro-bind", path, path),
+                          "only uv and uvx come back from ~/.local/bin, read-only"))
+    return ops
+
+
+def _binary_ops(profile: Profile, facts: HostFacts) -> list[Op]:
+    ops: list[Op] = []
+    if facts.real_root != facts.real_binary:
+        ops.append(Op(("--ro-bind", facts.real_root, facts.real_root),
+                      f"{profile.name}'s package lives under $HOME: back, read-only"))
+    ops.append(Op(("--ro-bind", facts.real_binary, facts.real_binary),
+                  f"the real {profile.name} binary, read-only: it cannot rewrite itself"))
+    if profile.local_bin_alias:
+        alias = os.path.join(facts.home, ".local/bin", profile.name)
+        ops.append(Op(("--ro-bind", facts.real_binary, alias),
+                      f"the real {profile.name} at ~/.local/bin for its native-install checks"))
+    return ops
+
+
+def _guard_ops(facts: HostFacts, writable: Sequence[str]) -> list[Op]:
+    """DESIGN decision 12: entry points in writable PATH directories ahead of the shims."""
+    ops: list[Op] = []
+    for entry in facts.guard:
+        if not _under(entry.directory, writable):
+            continue
+        path = os.path.join(entry.directory, entry.name)
+        if entry.state == "other":
+            raise SandboxError(
+                f"{path} would shadow the sandbox's {entry.name} (it is ahead of "
+                f"{paths.SHIM_DIR} on PATH and writable inside); remove it",
+                EXIT_REFUSED,
+            )
+        ops.append(Op(("--ro-bind", "/dev/null", path),
+                      "entry-point guard: nothing planted here can shadow the shim (check 22)"))
+    return ops
+
+
+def build_ops(
+    profile: Profile,
+    config: Config,
+    facts: HostFacts,
+    workspace: str,
+    allow_write: Sequence[str],
+    extras: Extras,
+) -> tuple[Op, ...]:
+    ops: list[Op] = [
+        Op(("--unshare-pid",), "own pid namespace (check 07)"),
+        Op(("--unshare-ipc",), "own System V IPC (check 08)"),
+        Op(("--unshare-uts",), "own hostname namespace (check 09)"),
+        Op(("--unshare-cgroup-try",), "own cgroup view where the kernel allows it"),
+    ]
+    if extras.jailed and facts.uid != 0:
+        ops.append(Op(("--unshare-user", "--uid", str(facts.uid), "--gid", str(facts.gid)),
+                      "the jail's holder is root in its user namespace: map back to your uid"))
+    ops += [
+        Op(("--die-with-parent",), "the sandbox ends when its launcher does"),
+        Op(("--cap-drop", "ALL"), "no capabilities, even as root (check 06)"),
+        Op(("--ro-bind", "/", "/"),
+           "default deny by inversion: everything read-only, the outer /proc included "
+           "(a fresh procfs fails in rootless containers)"),
+        Op(("--dev", "/dev"), "a private /dev with only the basic devices (check 10)"),
+        Op(("--tmpfs", "/tmp"), "a private /tmp: IDE sockets stay outside (check 11)"),
+    ]
+    for tree in MASKED_TREES:
+        if tree in facts.existing:
+            ops.append(Op(("--tmpfs", tree), f"mask {tree} (checks 12, 13)"))
+    for sock in RUNTIME_SOCKETS:
+        if sock in facts.existing:
+            ops.append(Op(("--ro-bind", "/dev/null", sock),
+                          "a container-engine or system-bus socket is root on the host"))
+    ops += _home_ops(profile, config, facts)
+    ops += _binary_ops(profile, facts)
+    writable = [workspace, *allow_write]
+    if facts.agent_tmp:
+        ops.append(Op(("--bind", facts.agent_tmp, facts.agent_tmp),
+                      f"{profile.name}'s scratch directory, 0700, container-local"))
+        writable.append(facts.agent_tmp)
+    ops.append(Op(("--bind", workspace, workspace), "the workspace, writable (check 17)"))
+    for path in allow_write:
+        ops.append(Op(("--bind", path, path), "allow-write, after the masks it reaches through"))
+    writable += [os.path.join(facts.home, rel) for rel in (*BULK_HOME, *profile.state_dirs)]
+    ops += _guard_ops(facts, writable)
+    ops.append(Op(("--ro-bind", "/dev/null", paths.INSIDE_MARKER),
+                  "the nesting fact: a mount only the sandbox has (decision 7)"))
+    ops.append(Op(("--ro-bind-data", str(extras.gitconfig_fd), paths.GITCONFIG_INSIDE),
+                  "the curated gitconfig, read-only (check 16)"))
+    if extras.resolv_conf:
+        ops.append(Op(("--ro-bind", extras.resolv_conf, "/etc/resolv.conf"),
+                      "DNS through the jail's forwarder"))
+    ops.append(Op(("--chdir", facts.cwd), "start where you launched"))
+    if extras.via_script:
+        ops.append(Op(("--setenv", "SHELL", AGENT_SHELL),
+                      "script(1) needed SHELL=/bin/sh; the agent gets bash back"))
+    if extras.seccomp_fd is not None:
+        ops.append(Op(("--seccomp", str(extras.seccomp_fd)), "the seccomp filter (check 23)"))
+    return tuple(ops)
+
+
+def inner_path(facts: HostFacts) -> str:
+    """PATH inside: the caller's, with ~/.local/bin last, after system directories."""
+    local_bin = os.path.join(facts.home, ".local/bin")
+    entries = [entry for entry in facts.path if entry != local_bin] or list(paths.SYSTEM_DIRS)
+    return ":".join([*entries, local_bin])
+
+
+def build_env(
+    profile: Profile,
+    config: Config,
+    facts: HostFacts,
+    environ: Mapping[str, str],
+    extras: Extras,
+) -> tuple[tuple[str, str], ...]:
+    """The sandbox's whole environment: an allow-list, never the caller's copy."""
+    env: dict[str, str] = {
+        "HOME": facts.home,
+        "USER": facts.user,
+        "LOGNAME": facts.user,
+        "PATH": inner_path(facts),
+        "SHELL": AGENT_SHELL,
+    }
+    for name in PASSED_THROUGH:
+        if name in environ:
+            env[name] = environ[name]
+    for name, value in environ.items():
+        if name.startswith("LC_"):
+            env[name] = value
+    env.update({
+        "IS_SANDBOX": "1",
+        "IS_SANDBOX_AGENT": profile.name,
+        "GIT_CONFIG_GLOBAL": paths.GITCONFIG_INSIDE,
+        "GIT_CONFIG_SYSTEM": "/dev/null",
+    })
+    env.update(profile.env)
+    if profile.tmp_variable and facts.agent_tmp:
+        env[profile.tmp_variable] = facts.agent_tmp
+    for name in config.pass_env:
+        if name in environ:
+            env[name] = environ[name]
+    if extras.via_script:
+        env["SHELL"] = "/bin/sh"
+    return tuple(sorted(env.items()))
+
+
+def build(
+    profile: Profile,
+    config: Config,
+    facts: HostFacts,
+    workspace: str,
+    allow_write: Sequence[str],
+    extras: Extras,
+    command: Sequence[str],
+    environ: Mapping[str, str],
+) -> Plan:
+    return Plan(
+        ops=build_ops(profile, config, facts, workspace, allow_write, extras),
+        env=build_env(profile, config, facts, environ, extras),
+        command=(*extras.enter_prefix, *command),
+    )

@@ -1,0 +1,373 @@
+"""The operator's configuration: /etc/claude-sandbox.conf and CLAUDE_SANDBOX_* variables.
+
+Read from /etc only, never from the workspace (DESIGN decision 6): a file the
+agent can write must not widen its next launch. The keys and variables are the
+existing tool's (COMPAT.md) plus ours; unlike that tool we are strict: an
+unknown key, a malformed line, a relative path, a CIDR where an address is
+wanted or a port out of range refuses the launch naming FILE:LINE or the
+variable. Our own keys (hardening, max-pids, max-memory) have no variable:
+the launching environment cannot loosen them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .errors import EXIT_CONFIG, SandboxError
+
+
+class Kind(Enum):
+    PATH = "absolute path"
+    FLAG = "flag (bare, or = 1/0)"
+    PATHS = "list of absolute paths"
+    NAMES = "list of variable names"
+    ADDRESSES = "list of single IPv4 addresses"
+    PORTS = "list of ports 1-65535"
+    PORT = "port 1-65535, 0 for off"
+    LEVEL = "standard | harsh"
+    COUNT = "positive integer"
+    SIZE = "size in bytes, with an optional K, M or G suffix"
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    name: str
+    variable: str | None  # None: /etc only, the environment cannot set it
+    kind: Kind
+    default: str
+    meaning: str
+    per_agent: bool = False  # may be written `name.AGENT = value`
+
+
+# The schema, one row a key. docs/reference/configuration.md is rendered from it.
+KEYS: tuple[Key, ...] = (
+    Key("workspace-root", "CLAUDE_SANDBOX_WORKSPACE_ROOT", Kind.PATH, "$PWD",
+        "the writable root of the sandbox"),
+    Key("no-forge", "CLAUDE_SANDBOX_NO_FORGE", Kind.FLAG, "off",
+        "no gh/glab config binds and no forge credential helpers in the gitconfig"),
+    Key("allow-write", "CLAUDE_SANDBOX_ALLOW_WRITE", Kind.PATHS, "(none)",
+        "extra writable binds, applied after the masks they reach through"),
+    Key("pass-env", "CLAUDE_SANDBOX_PASS_ENV", Kind.NAMES, "(none)",
+        "variables let through the cleared environment (names only; the deny-list applies)"),
+    Key("egress-jail", "CLAUDE_SANDBOX_EGRESS_JAIL", Kind.FLAG, "on",
+        "the per-launch network namespace that reaches the internet but not private networks"),
+    Key("allow-ip", "CLAUDE_SANDBOX_ALLOW_IP", Kind.ADDRESSES, "(none)",
+        "single addresses reachable past the private-range blackholes"),
+    Key("local-port", "CLAUDE_SANDBOX_LOCAL_PORTS", Kind.PORTS, "(none)",
+        "relay from inside the jail to the container's 127.0.0.1:PORT"),
+    Key("local-model-port", "CLAUDE_SANDBOX_LOCAL_MODEL_PORT", Kind.PORT, "0",
+        "the same, for one local model server"),
+    Key("callback-port", "CLAUDE_SANDBOX_CALLBACK_PORTS", Kind.PORTS, "(none)",
+        "relay from the container's 127.0.0.1:PORT into the jail (browser login callbacks)"),
+    Key("hardening", None, Kind.LEVEL, "standard",
+        "kernel layers: standard, or harsh (no nested user namespaces, no exec where writable)",
+        per_agent=True),
+    Key("max-pids", None, Kind.COUNT, "(no cap)",
+        "the most processes the sandbox may hold", per_agent=True),
+    Key("max-memory", None, Kind.SIZE, "(no cap)",
+        "the most memory the sandbox may use", per_agent=True),
+)
+KEYS_BY_NAME = {key.name: key for key in KEYS}
+
+# Variables pass-env may never name: they redirect loaders, interpreters, shells
+# or git, carry the sandbox's own identity, or reach the outer desktop and IDE.
+DENIED_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TMPDIR",
+    "IS_SANDBOX", "IS_SANDBOX_AGENT", "CLAUDE_CODE_TMPDIR",
+    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH",
+    "NODE_OPTIONS", "NODE_PATH", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYOPT", "RUBYLIB",
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS",
+    "SSH_ASKPASS", "SSH_AUTH_SOCK", "GPG_AGENT_INFO",
+    "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS",
+    "XDG_RUNTIME_DIR", "VSCODE_IPC_HOOK_CLI", "VSCODE_GIT_IPC_HANDLE", "BROWSER",
+})
+DENIED_PREFIXES = ("LD_", "PYTHON", "GIT_CONFIG", "CLAUDE_SANDBOX_", "BASH_FUNC_", "DYLD_")
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SIZE = re.compile(r"([0-9]+)([KMG]?)\Z")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    workspace_root: str | None = None
+    no_forge: bool = False
+    allow_write: tuple[str, ...] = ()
+    pass_env: tuple[str, ...] = ()
+    egress_jail: bool = True
+    allow_ip: tuple[str, ...] = ()
+    local_ports: tuple[int, ...] = ()
+    callback_ports: tuple[int, ...] = ()
+    hardening: str = "standard"
+    max_pids: int | None = None
+    max_memory: int | None = None
+    # Where each non-default value came from ("FILE:LINE" or the variable).
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+
+def denied_reason(name: str) -> str | None:
+    """Why pass-env may not name `name`, or None when it may."""
+    if name in DENIED_NAMES:
+        return f"{name} is on the pass-env deny-list"
+    for prefix in DENIED_PREFIXES:
+        if name.startswith(prefix):
+            return f"{name} is on the pass-env deny-list ({prefix}*)"
+    return None
+
+
+def _path(text: str, where: str) -> str:
+    if not text.startswith("/"):
+        raise SandboxError(f"{where}: {text!r} is not an absolute path", EXIT_CONFIG)
+    if "\0" in text or "\n" in text:
+        raise SandboxError(f"{where}: the path holds a control character", EXIT_CONFIG)
+    return os.path.normpath(text)
+
+
+def _flag(text: str, where: str) -> bool:
+    lowered = text.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise SandboxError(f"{where}: {text!r} is not a flag value (1 or 0)", EXIT_CONFIG)
+
+
+def _name(text: str, where: str) -> str:
+    if not _NAME.match(text):
+        raise SandboxError(f"{where}: {text!r} is not a variable name", EXIT_CONFIG)
+    reason = denied_reason(text)
+    if reason:
+        raise SandboxError(f"{where}: {reason}", EXIT_CONFIG)
+    return text
+
+
+def _address(text: str, where: str) -> str:
+    try:
+        address = ipaddress.IPv4Address(text)
+    except ValueError:
+        raise SandboxError(
+            f"{where}: {text!r} is not a single IPv4 address (no CIDR, no names)", EXIT_CONFIG
+        ) from None
+    if address.is_unspecified or address.is_loopback or address.is_multicast:
+        raise SandboxError(f"{where}: {text} cannot be allowed through the jail", EXIT_CONFIG)
+    return str(address)
+
+
+def _port(text: str, where: str, *, zero_ok: bool = False) -> int:
+    if not text.isascii() or not text.isdigit():
+        raise SandboxError(f"{where}: {text!r} is not a port number", EXIT_CONFIG)
+    port = int(text)
+    if port == 0 and zero_ok:
+        return 0
+    if not 1 <= port <= 65535:
+        raise SandboxError(f"{where}: port {port} is outside 1-65535", EXIT_CONFIG)
+    return port
+
+
+def _level(text: str, where: str) -> str:
+    if text not in ("standard", "harsh"):
+        raise SandboxError(f"{where}: {text!r} is not standard or harsh", EXIT_CONFIG)
+    return text
+
+
+def _count(text: str, where: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise SandboxError(f"{where}: {text!r} is not a positive integer", EXIT_CONFIG)
+    return int(text)
+
+
+def _size(text: str, where: str) -> int:
+    match = _SIZE.match(text.upper()) if text.isascii() else None
+    if match is None or int(match.group(1)) < 1:
+        raise SandboxError(f"{where}: {text!r} is not a size such as 512M or 2G", EXIT_CONFIG)
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(2)]
+    return int(match.group(1)) * scale
+
+
+_SCALAR_PARSERS: dict[Kind, Callable[[str, str], object]] = {
+    Kind.PATH: _path,
+    Kind.FLAG: _flag,
+    Kind.PORT: lambda text, where: _port(text, where, zero_ok=True),
+    Kind.LEVEL: _level,
+    Kind.COUNT: _count,
+    Kind.SIZE: _size,
+}
+_ITEM_PARSERS: dict[Kind, Callable[[str, str], object]] = {
+    Kind.PATHS: _path,
+    Kind.NAMES: _name,
+    Kind.ADDRESSES: _address,
+    Kind.PORTS: _port,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    key: Key
+    agent: str | None
+    value: str | None  # None for a bare flag
+    where: str
+
+
+def _split_line(raw: str, where: str, agents: tuple[str, ...]) -> _Line | None:
+    text = raw.split("#", 1)[0].strip()
+    if not text:
+        return None
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    key_name, dot, agent = name.partition(".")
+    key = KEYS_BY_NAME.get(key_name)
+    if key is None or not re.fullmatch(r"[a-z-]+(\.[a-z0-9-]+)?", name):
+        raise SandboxError(f"{where}: unknown key {name!r}", EXIT_CONFIG)
+    if dot and not key.per_agent:
+        raise SandboxError(f"{where}: {key_name} cannot be set per agent", EXIT_CONFIG)
+    if dot and agent not in agents:
+        raise SandboxError(f"{where}: {agent!r} is not an agent ({', '.join(agents)})", EXIT_CONFIG)
+    if not sep:
+        if key.kind is not Kind.FLAG:
+            raise SandboxError(f"{where}: {key_name} needs a value (`{key_name} = ...`)", EXIT_CONFIG)
+        return _Line(key, agent or None, None, where)
+    value = value.strip()
+    if not value:
+        raise SandboxError(f"{where}: {key_name} has an empty value", EXIT_CONFIG)
+    return _Line(key, agent or None, value, where)
+
+
+def read_file(path: str) -> str | None:
+    """The file's text; None when it does not exist; a refusal when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SandboxError(f"{path}: cannot be read ({error})", EXIT_CONFIG) from None
+
+
+def parse(
+    text: str | None,
+    environ: Mapping[str, str],
+    *,
+    agent: str,
+    agents: tuple[str, ...],
+    path: str,
+) -> Config:
+    """The configuration for `agent`: the file's lines, then the environment.
+
+    Pure: the caller reads the file. Scalars: a variable already set wins over
+    the file. Lists: every line appends; the variable's items are added.
+    """
+    scalars: dict[str, object] = {}
+    lists: dict[str, list[object]] = {key.name: [] for key in KEYS if key.kind in _ITEM_PARSERS}
+    origins: dict[str, str] = {}
+    agent_specific: set[str] = set()
+    for number, raw in enumerate((text or "").splitlines(), start=1):
+        where = f"{path}:{number}"
+        line = _split_line(raw, where, agents)
+        if line is None:
+            continue
+        key = line.key
+        if line.agent is not None and line.agent != agent:
+            _parse_value(line)  # still validated: a typo for another agent is an error too
+            continue
+        if key.kind in _ITEM_PARSERS:
+            lists[key.name].append(_parse_value(line))
+        elif line.agent is None and key.name in agent_specific:
+            _parse_value(line)  # the per-agent line wins, whatever the order
+            continue
+        else:
+            scalars[key.name] = _parse_value(line)
+            if line.agent is not None:
+                agent_specific.add(key.name)
+        origins[key.name] = where
+
+    for key in KEYS:
+        if key.variable is None or key.variable not in environ:
+            continue
+        value = environ[key.variable]
+        where = f"${key.variable}"
+        if key.kind in _ITEM_PARSERS:
+            items = [item.strip() for item in re.split(r"[,\n]", value) if item.strip()]
+            lists[key.name].extend(_ITEM_PARSERS[key.kind](item, where) for item in items)
+        elif key.kind is Kind.FLAG and value == "":
+            continue
+        else:
+            scalars[key.name] = _SCALAR_PARSERS[key.kind](value.strip(), where)
+        origins[key.name] = where
+
+    return _assemble(scalars, lists, origins)
+
+
+def _parse_value(line: _Line) -> object:
+    if line.value is None:
+        return True
+    parser = _SCALAR_PARSERS.get(line.key.kind) or _ITEM_PARSERS[line.key.kind]
+    return parser(line.value, line.where)
+
+
+def _dedupe(items: list[object]) -> tuple[object, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def _assemble(
+    scalars: dict[str, object], lists: dict[str, list[object]], origins: dict[str, str]
+) -> Config:
+    local_ports = [int(str(port)) for port in lists["local-port"]]
+    model_port = int(str(scalars.get("local-model-port", 0)))
+    if model_port:
+        local_ports.append(model_port)
+    callback_ports = [int(str(port)) for port in lists["callback-port"]]
+    both = sorted(set(local_ports) & set(callback_ports))
+    if both:
+        where = origins.get("callback-port", "configuration")
+        raise SandboxError(
+            f"{where}: port {both[0]} is both a local-port and a callback-port", EXIT_CONFIG
+        )
+    root = scalars.get("workspace-root")
+    pids = scalars.get("max-pids")
+    memory = scalars.get("max-memory")
+    return Config(
+        workspace_root=str(root) if root is not None else None,
+        no_forge=bool(scalars.get("no-forge", False)),
+        allow_write=tuple(str(path) for path in _dedupe(lists["allow-write"])),
+        pass_env=tuple(str(name) for name in _dedupe(lists["pass-env"])),
+        egress_jail=bool(scalars.get("egress-jail", True)),
+        allow_ip=tuple(str(address) for address in _dedupe(lists["allow-ip"])),
+        local_ports=tuple(dict.fromkeys(local_ports)),
+        callback_ports=tuple(dict.fromkeys(callback_ports)),
+        hardening=str(scalars.get("hardening", "standard")),
+        max_pids=int(str(pids)) if pids is not None else None,
+        max_memory=int(str(memory)) if memory is not None else None,
+        origins=dict(origins),
+    )
+
+
+def load(environ: Mapping[str, str], *, agent: str, agents: tuple[str, ...], path: str) -> Config:
+    """Read `path` (absent means defaults) and parse it for `agent`."""
+    return parse(read_file(path), environ, agent=agent, agents=agents, path=path)
+
+
+DEFAULT_FILE = """\
+# /etc/claude-sandbox.conf: the operator's configuration for claude-sandbox.
+# One directive a line: `key = value`, or a bare `key` for a flag; `#` starts a
+# comment. Lists (allow-write, pass-env, allow-ip, local-port, callback-port)
+# take one item a line. An unknown key or a bad value refuses every launch,
+# naming this file and the line. `claude-sandbox explain` shows the result.
+#
+# workspace-root = /workspaces/project   # the writable root (default: $PWD)
+# no-forge                               # no gh/glab config, no credential helpers
+# allow-write = /srv/shared-cache        # an extra writable path
+# pass-env = ANTHROPIC_API_KEY           # let one variable through
+# egress-jail = 0                        # turn the network jail off (not advised)
+# allow-ip = 10.1.2.3                    # reach one private address
+# local-port = 11434                     # reach the container's 127.0.0.1:11434
+# callback-port = 54545                  # let a browser reach a login callback inside
+# hardening = standard                   # or harsh; per agent: hardening.codex = harsh
+# max-pids = 4096                        # cap processes
+# max-memory = 8G                        # cap memory
+"""

@@ -1,0 +1,32 @@
+"""The one error type that reaches a user, and the exit statuses it carries.
+
+Every condition we can name is raised as SandboxError where it is detected and
+printed once, at the boundary in __main__, as `claude-sandbox: MESSAGE`
+(DESIGN decision 13). Statuses follow sysexits(3) so scripts can tell a
+refusal from the agent's own failure.
+"""
+
+from __future__ import annotations
+
+EXIT_USAGE = 64  # bad command-line arguments
+EXIT_UNAVAILABLE = 69  # a host primitive is missing: bwrap, pasta, tun, user namespaces, ...
+EXIT_JAIL = 70  # the egress jail could not be built or does not match its plan
+EXIT_REFUSED = 77  # a policy refusal: workspace, entry-point guard, nesting
+EXIT_CONFIG = 78  # a configuration error, naming FILE:LINE or the variable
+
+EXIT_STATUSES: tuple[tuple[int, str], ...] = (
+    (EXIT_USAGE, "bad command-line arguments"),
+    (EXIT_UNAVAILABLE, "a host primitive the sandbox needs is missing"),
+    (EXIT_JAIL, "the egress jail could not be built or its read-back differs from the plan"),
+    (EXIT_REFUSED, "the launch was refused by policy (workspace, entry-point guard, nesting)"),
+    (EXIT_CONFIG, "the configuration is invalid (the message names FILE:LINE or the variable)"),
+)
+
+
+class SandboxError(Exception):
+    """A condition with a message a user can act on, and the status to exit with."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status

@@ -1,0 +1,52 @@
+"""Is this process already inside a claude-sandbox? Asked of the kernel, not the environment.
+
+IS_SANDBOX=1 is set inside, but any outer environment can forge it, and a
+forged variable must never make the shim run the real agent unwrapped
+(DESIGN decision 7). The facts used here are ones only the sandbox has
+together: a mount over the root-owned marker file (mounting needs privilege
+over the mount namespace, which an unprivileged user outside does not have),
+no effective capabilities, and no_new_privs.
+"""
+
+from __future__ import annotations
+
+from . import paths
+
+
+def _mount_points(mountinfo: str) -> set[str]:
+    points: set[str] = set()
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            # mountinfo escapes space, tab, newline and backslash as octal.
+            points.add(fields[4].encode().decode("unicode_escape"))
+    return points
+
+
+def _status_fields(status: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in status.splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value.strip()
+    return fields
+
+
+def facts_say_inside(mountinfo: str, status: str) -> bool:
+    """Pure: the decision from the text of /proc/self/mountinfo and /proc/self/status."""
+    fields = _status_fields(status)
+    return (
+        paths.INSIDE_MARKER in _mount_points(mountinfo)
+        and fields.get("NoNewPrivs") == "1"
+        and int(fields.get("CapEff", "1"), 16) == 0
+    )
+
+
+def inside_sandbox() -> bool:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            mountinfo = handle.read()
+        with open("/proc/self/status", encoding="utf-8", errors="replace") as handle:
+            status = handle.read()
+    except OSError:
+        return False
+    return facts_say_inside(mountinfo, status)

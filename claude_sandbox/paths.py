@@ -1,0 +1,67 @@
+"""Fixed locations, and the only way the launch path finds an external tool.
+
+The launch path never consults PATH (DESIGN decision 2): PATH is the caller's,
+and an agent can write to directories on it. Tools come from this fixed list
+of root-owned system directories instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import EXIT_UNAVAILABLE, SandboxError
+
+LIBEXEC = "/usr/libexec/claude-sandbox"
+CORE_VENV = f"{LIBEXEC}/venv"
+TOOLS_VENV = f"{LIBEXEC}/tools-venv"
+# The installer points LIBEXEC/real/NAME at each agent's real binary, off PATH.
+REAL_BIN_DIR = f"{LIBEXEC}/real"
+# Agents the installer fetched from the npm registry live under this prefix.
+AGENTS_PREFIX = f"{LIBEXEC}/agents"
+# An empty root-owned file; inside the sandbox a read-only bind covers it.
+# The mount is the nesting fact an outer environment cannot forge (decision 7).
+INSIDE_MARKER = f"{LIBEXEC}/inside"
+CONFIG_FILE = "/etc/claude-sandbox.conf"
+GITCONFIG_INSIDE = "/etc/claude-gitconfig"
+AGENT_TMP = "/var/tmp/claude-agent"
+SHIM_DIR = "/usr/local/bin"
+ENTRY_POINTS = ("claude", "codex", "pi", "claude-sandbox")
+
+SYSTEM_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
+
+# The running interpreter, by absolute path: the shim names it, and the jail
+# holder re-enters the core through it rather than through PATH.
+INTERPRETER = sys.executable
+
+_PACKAGES = {
+    "bwrap": "bubblewrap",
+    "unshare": "util-linux",
+    "script": "util-linux (bsdutils)",
+    "pasta": "passt",
+    "ip": "iproute2",
+    "ss": "iproute2",
+    "socat": "socat",
+    "git": "git",
+}
+
+
+def find_tool(name: str) -> str | None:
+    """The absolute path of `name` in the system directories, or None."""
+    for directory in SYSTEM_DIRS:
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def tool(name: str) -> str:
+    """The absolute path of `name`, or a refusal naming the package to install."""
+    found = find_tool(name)
+    if found is None:
+        package = _PACKAGES.get(name, name)
+        raise SandboxError(
+            f"{name} not found in {', '.join(SYSTEM_DIRS)}; install the {package} package",
+            EXIT_UNAVAILABLE,
+        )
+    return found

@@ -1,0 +1,185 @@
+"""The launch: guard, prepare, build, exec (the spine of seed 002).
+
+`_shadow NAME -- ARGS` lands here from the shim. Everything the sandbox will
+be is decided by bwrap.build from the profile, /etc's configuration and the
+host facts probed once; this module only orders the steps and owns the
+resources a launch opens (the gitconfig pipe, the jail).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from . import bwrap, config, gitconfig, guard, hostfacts, paths, profiles, workspace
+from .errors import SandboxError
+from .trace import Trace
+
+JAIL_OFF_WARNING = (
+    "claude-sandbox: warning: the egress jail is off (egress-jail = 0): the agent shares "
+    "this container's network, including private networks, cloud metadata and services on "
+    "127.0.0.1\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    agent: str
+    command: tuple[str, ...] | None  # None: the real agent with `args`
+    args: tuple[str, ...]
+
+
+def _has_terminal() -> bool:
+    """Whether the launch holds a terminal a sandboxed process could inject into."""
+    if any(os.isatty(fd) for fd in (0, 1, 2)):
+        return True
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
+def _pipe_with(data: bytes) -> int:
+    """A read end holding `data`, inheritable: bwrap copies it into the sandbox."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)  # a gitconfig is far below the pipe's 64 KiB
+    finally:
+        os.close(write_end)
+    os.set_inheritable(read_end, True)
+    return read_end
+
+
+def load_config(agent: str, environ: Mapping[str, str]) -> config.Config:
+    return config.load(environ, agent=agent, agents=profiles.AGENT_NAMES, path=paths.CONFIG_FILE)
+
+
+def resolve_writable(cfg: config.Config, facts_home: str, cwd: str) -> tuple[str, tuple[str, ...]]:
+    root = workspace.check_writable(cfg.workspace_root or cwd, facts_home, what="workspace")
+    extra = tuple(
+        workspace.check_writable(path, facts_home, what="allow-write path", directory=False)
+        for path in cfg.allow_write
+    )
+    return root, extra
+
+
+def launch(request: Request, environ: Mapping[str, str]) -> int:
+    """Run the request inside the sandbox; returns only in the jailed case, with its status."""
+    trace = Trace(environ.get("CLAUDE_SANDBOX_TRACE") == "1")
+    profile = profiles.get(request.agent)
+    if guard.inside_sandbox():
+        _exec_nested(profile, request, environ)
+    cfg = load_config(profile.name, environ)
+    trace.phase("config")
+
+    jail = None
+    if cfg.egress_jail:
+        from . import jail as jail_module  # only a jailed launch pays for it
+
+        jail_module.preflight()
+        jail = jail_module.start(jail_module.JailSettings(
+            allow_ip=cfg.allow_ip,
+            local_ports=cfg.local_ports,
+            callback_ports=cfg.callback_ports,
+            trace=trace.enabled,
+        ))
+        trace.phase("jail started")
+    else:
+        sys.stderr.write(JAIL_OFF_WARNING)
+    try:
+        argv, env, fds = _prepare(profile, cfg, request, environ, jail)
+        trace.phase("plan built")
+        if jail is None:
+            os.execve(argv[0], argv, env)
+        return jail.run(argv, env, fds)
+    finally:
+        if jail is not None:
+            jail.close()
+
+
+def _exec_nested(profile: profiles.Profile, request: Request, environ: Mapping[str, str]) -> None:
+    """Already inside a sandbox (a kernel fact): run the program as it is, no second jail."""
+    if request.command is not None:
+        program = request.command
+    else:
+        program = (hostfacts.real_binary(profile.name),
+                   *profiles.agent_args(profile, request.args))
+    try:
+        os.execve(program[0], list(program), dict(environ))
+    except OSError as error:
+        raise SandboxError(f"cannot run {program[0]}: {error.strerror}", 126) from None
+
+
+def _resolve_command(command: Sequence[str], path: str) -> str:
+    """argv[0] of a `shell` command, found on the inner PATH (it runs inside, not here)."""
+    name = command[0]
+    if "/" in name:
+        return name
+    for directory in path.split(":"):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise SandboxError(f"{name}: command not found on the sandbox's PATH", 127)
+
+
+def probe(profile: profiles.Profile, environ: Mapping[str, str], *, dry_run: bool
+          ) -> hostfacts.HostFacts:
+    return hostfacts.probe(
+        environ,
+        agent=profile.name,
+        wanted=lambda home: bwrap.optional_paths(profile, home),
+        tmp_base=None if dry_run else profile.tmp_dir,
+    )
+
+
+def plan_for(
+    profile: profiles.Profile,
+    cfg: config.Config,
+    request: Request,
+    facts: hostfacts.HostFacts,
+    environ: Mapping[str, str],
+    extras: bwrap.Extras,
+) -> bwrap.Plan:
+    root, extra = resolve_writable(cfg, facts.home, facts.cwd)
+    if request.command is None:
+        command: tuple[str, ...] = (facts.real_binary, *profiles.agent_args(profile, request.args))
+    else:
+        inner = bwrap.inner_path(facts)
+        command = (_resolve_command(request.command, inner), *request.command[1:])
+    return bwrap.build(profile, cfg, facts, root, extra, extras, command, environ)
+
+
+def _prepare(
+    profile: profiles.Profile,
+    cfg: config.Config,
+    request: Request,
+    environ: Mapping[str, str],
+    jail: object | None,
+) -> tuple[list[str], dict[str, str], tuple[int, ...]]:
+    bwrap_path = paths.tool("bwrap")
+    script = paths.tool("script") if _has_terminal() else None
+    facts = probe(profile, environ, dry_run=False)
+    text = gitconfig.render(
+        gitconfig.identity(facts.user, facts.home), gitconfig.forge_helpers(cfg.no_forge)
+    )
+    git_fd = _pipe_with(text.encode())
+    extras = bwrap.Extras(
+        gitconfig_fd=git_fd,
+        resolv_conf=getattr(jail, "resolv_conf", None),
+        jailed=jail is not None,
+        via_script=script is not None,
+    )
+    plan = plan_for(profile, cfg, request, facts, environ, extras)
+    hostfacts.prepare_state(
+        facts.home, profile.state_dirs, ((f.path, f.initial) for f in profile.state_files)
+    )
+    argv = plan.argv(bwrap_path)
+    if script is not None:
+        # script(1) gives the sandbox its own pty: TIOCSTI inside reaches that pty,
+        # never the outer terminal (decision 9). It runs bwrap through `$SHELL -c`.
+        argv = [script, "-q", "-e", "-c", "exec " + shlex.join(argv), "/dev/null"]
+    return argv, plan.environ(), (git_fd,)
