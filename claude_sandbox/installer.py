@@ -1,0 +1,452 @@
+"""Install, check and uninstall claude-sandbox on a Debian/Ubuntu host, as root.
+
+Standard library only: it runs before any venv exists. Every step compares
+what is there with what should be and says `changed` or `unchanged`, so a
+second run changes nothing and says so. `--check` prints the plan and writes
+nothing. Everything placed is root-owned and not group/world-writable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__, config, paths
+
+SOURCE = Path(__file__).resolve().parent
+# The numbered checks run inside the sandbox from a read-only copy under LIBEXEC.
+VERIFICATION_SOURCE = SOURCE.parent / "verification"
+VERIFICATION_DIR = f"{paths.LIBEXEC}/verification"
+APT_PACKAGES = (
+    "bubblewrap", "passt", "util-linux", "bsdutils", "iproute2", "socat", "git",
+    "python3", "python3-venv", "ca-certificates",
+)
+NPM_PACKAGES = {
+    "claude": "@anthropic-ai/claude-code",
+    "codex": "@openai/codex",
+    "pi": "@mariozechner/pi-coding-agent",
+}
+TOOLS_REQUIREMENTS = ("rich", "pytest", "pytest-testinfra", "pyroute2", "jinja2", "pyyaml")
+SYSTEM_PYTHON = "/usr/bin/python3"
+VENDOR_DIR = f"{paths.LIBEXEC}/vendor"
+STATE_FILE = f"{paths.LIBEXEC}/installed.json"
+SHIM_MARK = "# claude-sandbox shim"
+# Where an agent CLI installed before us may be found on PATH.
+SEARCH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def shim_text(name: str) -> str:
+    """The three-line shim. `bash -p` ignores BASH_ENV, SHELLOPTS and exported functions."""
+    target = "" if name == "claude-sandbox" else f"_shadow {name} -- "
+    return (
+        "#!/bin/bash -p\n"
+        f"{SHIM_MARK} for `{name}`: root-owned; runs it through the sandbox. Do not edit.\n"
+        f'exec {paths.CORE_VENV}/bin/python -I -m claude_sandbox {target}"$@"\n'
+    )
+
+
+class InstallError(Exception):
+    pass
+
+
+@dataclass
+class Report:
+    check: bool
+    changed: int = 0
+
+    def step(self, what: str, needed: bool, action: Callable[[], None]) -> None:
+        if not needed:
+            print(f"  unchanged  {what}")
+            return
+        self.changed += 1
+        if self.check:
+            print(f"  would      {what}")
+            return
+        action()
+        print(f"  changed    {what}")
+
+
+def _run(argv: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), check=True, text=True, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+
+def _write(path: str, text: str, mode: int) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".claude-sandbox.")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(temporary, mode)
+    os.chown(temporary, 0, 0)
+    os.replace(temporary, path)
+
+
+def _differs(path: str, text: str, mode: int) -> bool:
+    try:
+        with open(path) as handle:
+            same = handle.read() == text
+        info = os.lstat(path)
+    except OSError:
+        return True
+    return not same or (info.st_mode & 0o7777) != mode or info.st_uid != 0
+
+
+# ---------------------------------------------------------------- preconditions
+
+def userns_problem() -> str | None:
+    """Why unprivileged user namespaces do not work here, or None."""
+    unshare = paths.find_tool("unshare")
+    if unshare is None:
+        return "unshare is missing (install util-linux)"
+    probe = [unshare, "--user", "--map-root-user", "--net", "true"]
+    runuser = paths.find_tool("setpriv")
+    if os.getuid() == 0 and runuser:
+        probe = [runuser, "--reuid=65534", "--regid=65534", "--clear-groups", *probe]
+    result = subprocess.run(probe, capture_output=True, text=True, check=False)
+    if result.returncode == 0:
+        return None
+    detail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no reason given"
+    hints = []
+    for sysctl, bad in (("/proc/sys/user/max_user_namespaces", "0"),
+                        ("/proc/sys/kernel/unprivileged_userns_clone", "0")):
+        try:
+            if Path(sysctl).read_text().strip() == bad:
+                hints.append(f"{sysctl[10:].replace('/', '.')} is {bad}")
+        except OSError:
+            pass
+    hint = "; ".join(hints) or "the container runtime may block them (seccomp or no userns)"
+    return f"unprivileged user namespaces do not work ({detail}; {hint})"
+
+
+def apt_install(report: Report) -> None:
+    missing = [pkg for pkg in APT_PACKAGES if not _dpkg_installed(pkg)]
+    def action() -> None:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        _run(["apt-get", "update", "-qq"], env=env)
+        _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env)
+    report.step(f"system packages ({' '.join(missing) or 'all present'})", bool(missing), action)
+
+
+def _dpkg_installed(package: str) -> bool:
+    if shutil.which("dpkg-query") is None:
+        return True
+    result = subprocess.run(["dpkg-query", "-W", "-f", "${Status}", package],
+                            capture_output=True, text=True, check=False)
+    return result.stdout.endswith("installed") and "not-installed" not in result.stdout
+
+
+# ---------------------------------------------------------------- the core venv
+
+def _package_files(include_tools: bool) -> Iterator[tuple[Path, Path]]:
+    for source in sorted(SOURCE.rglob("*")):
+        relative = source.relative_to(SOURCE)
+        if "__pycache__" in relative.parts or source.is_dir():
+            continue
+        if not include_tools and relative.parts[0] == "tools":
+            continue
+        if source.suffix not in (".py", ".typed"):
+            continue
+        yield source, Path("claude_sandbox") / relative
+
+
+def _site_packages(venv: str) -> Path:
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    python = Path(venv) / "bin" / "python"
+    if python.exists():
+        out = subprocess.run([str(python), "-I", "-c",
+                              "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        return Path(out)
+    return Path(venv) / "lib" / version / "site-packages"
+
+
+def _dist_info(files: list[Path]) -> dict[str, str]:
+    """A minimal dist-info: the venv then holds exactly one distribution, ours."""
+    name = f"claude_sandbox-{__version__}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: claude-sandbox\nVersion: {__version__}\n"
+    record = [f"{path},," for path in (*map(str, files), f"{name}/METADATA",
+                                        f"{name}/INSTALLER", f"{name}/RECORD")]
+    return {
+        f"{name}/METADATA": metadata,
+        f"{name}/INSTALLER": "claude-sandbox-installer\n",
+        f"{name}/RECORD": "\n".join(record) + "\n",
+    }
+
+
+def install_package(report: Report, venv: str, *, include_tools: bool) -> None:
+    site = _site_packages(venv)
+    pairs = list(_package_files(include_tools))
+    wanted = {str(dest): src.read_text() for src, dest in pairs}
+    wanted.update(_dist_info([dest for _, dest in pairs]))
+    present = {
+        str(p.relative_to(site))
+        for p in site.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+        and p.relative_to(site).parts[0].startswith("claude_sandbox")
+    } if site.exists() else set()
+    stale = present - set(wanted)
+    differ = [rel for rel, text in wanted.items() if _differs(str(site / rel), text, 0o644)]
+
+    def action() -> None:
+        for rel in stale:
+            (site / rel).unlink()
+        for rel in differ:
+            _write(str(site / rel), wanted[rel], 0o644)
+        compileall.compile_dir(str(site / "claude_sandbox"), quiet=1,
+                               invalidation_mode=compileall.py_compile.PycInvalidationMode.CHECKED_HASH)
+    report.step(f"claude_sandbox {__version__} in {venv}", bool(stale or differ), action)
+
+
+def make_venv(report: Report, venv: str, *, with_pip: bool) -> None:
+    python = Path(venv) / "bin" / "python"
+    def action() -> None:
+        args = [SYSTEM_PYTHON, "-m", "venv"]
+        if not with_pip:
+            args.append("--without-pip")
+        _run([*args, venv])
+    report.step(f"venv {venv}", not python.exists(), action)
+
+
+def install_tools(report: Report) -> None:
+    make_venv(report, paths.TOOLS_VENV, with_pip=True)
+    pip = Path(paths.TOOLS_VENV) / "bin" / "pip"
+    have = set()
+    if pip.exists():
+        out = subprocess.run([str(pip), "list", "--format=json"], capture_output=True,
+                             text=True, check=False).stdout or "[]"
+        have = {entry["name"].lower() for entry in json.loads(out)}
+    missing = [req for req in TOOLS_REQUIREMENTS if req.lower() not in have]
+    report.step(f"operator tools ({' '.join(missing) or 'all present'})", bool(missing),
+                lambda: _run([str(pip), "install", "-q", *TOOLS_REQUIREMENTS]))
+    install_package(report, paths.TOOLS_VENV, include_tools=True)
+
+
+# ---------------------------------------------------------------- agents
+
+def _is_shim(path: str) -> bool:
+    try:
+        with open(path, errors="replace") as handle:
+            return SHIM_MARK in handle.read(512)
+    except OSError:
+        return False
+
+
+def vendor_binaries(name: str) -> list[str]:
+    """Every `name` on the standard PATH that is not our shim."""
+    found = []
+    for directory in SEARCH_DIRS:
+        path = os.path.join(directory, name)
+        if os.path.lexists(path) and not _is_shim(path) and os.path.realpath(path) not in found:
+            found.append(path)
+    return found
+
+
+def move_vendor(report: Report, name: str) -> None:
+    for path in vendor_binaries(name):
+        target = os.path.realpath(path)
+        record = os.path.join(VENDOR_DIR, f"{name}.json")
+
+        def action(path: str = path, target: str = target, record: str = record) -> None:
+            os.makedirs(VENDOR_DIR, mode=0o755, exist_ok=True)
+            kept = os.path.join(VENDOR_DIR, name)
+            if os.path.islink(path):
+                link = os.readlink(path)
+                os.unlink(path)
+            else:
+                shutil.move(path, kept)
+                link, target = "", kept
+            _write(record, json.dumps({"path": path, "link": link, "target": target}) + "\n",
+                   0o644)
+            _point_real(name, target)
+        report.step(f"move the vendor {name} at {path} off PATH (kept as {target})", True, action)
+
+
+def _point_real(name: str, target: str) -> None:
+    os.makedirs(paths.REAL_BIN_DIR, mode=0o755, exist_ok=True)
+    link = os.path.join(paths.REAL_BIN_DIR, name)
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(target, link)
+
+
+def npm_install(report: Report, names: Sequence[str]) -> None:
+    bin_dir = os.path.join(paths.AGENTS_PREFIX, "bin")
+    missing = [n for n in names if not os.path.exists(os.path.join(bin_dir, n))]
+    npm = shutil.which("npm", path="/usr/local/bin:/usr/bin:/bin")
+    def action() -> None:
+        if npm is None:
+            raise InstallError("npm is not installed; install Node.js >= 20 first")
+        _run([npm, "install", "-g", "--no-fund", "--no-audit", "--prefix", paths.AGENTS_PREFIX,
+              *(NPM_PACKAGES[n] for n in missing)])
+    report.step(f"agent CLIs from the npm registry ({' '.join(missing) or 'present'})",
+                bool(missing), action)
+
+
+def link_real(report: Report, name: str) -> None:
+    """Point LIBEXEC/real/NAME at the agent's real program, when we know one."""
+    link = os.path.join(paths.REAL_BIN_DIR, name)
+    ours = os.path.join(paths.AGENTS_PREFIX, "bin", name)
+    current = os.path.realpath(link) if os.path.lexists(link) else None
+    if current and os.path.exists(current):
+        print(f"  unchanged  {link} -> {current}")
+        return
+    if os.path.exists(ours) or report.check:
+        target = os.path.realpath(ours)
+        report.step(f"{link} -> {target}", True, lambda: _point_real(name, target))
+
+
+# ---------------------------------------------------------------- files
+
+def install_files(report: Report) -> None:
+    for name in paths.ENTRY_POINTS:
+        path = os.path.join(paths.SHIM_DIR, name)
+        text = shim_text(name)
+        report.step(f"shim {path}", _differs(path, text, 0o755),
+                    lambda path=path, text=text: _write(path, text, 0o755))
+    report.step(f"{paths.CONFIG_FILE} with commented defaults (kept when present)",
+                not os.path.exists(paths.CONFIG_FILE),
+                lambda: _write(paths.CONFIG_FILE, config.DEFAULT_FILE, 0o644))
+    # Mount points that bwrap covers inside the read-only root: it cannot create them there.
+    for mount_point in (paths.GITCONFIG_INSIDE, paths.INSIDE_MARKER):
+        report.step(f"mount point {mount_point}", _differs(mount_point, "", 0o644),
+                    lambda mount_point=mount_point: _write(mount_point, "", 0o644))
+
+
+def install_verification(report: Report) -> None:
+    if not VERIFICATION_SOURCE.is_dir():
+        print(f"  skipped    {VERIFICATION_DIR} (no verification/ beside the package)")
+        return
+    wanted = {
+        str(p.relative_to(VERIFICATION_SOURCE)): p.read_text()
+        for p in sorted(VERIFICATION_SOURCE.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and ".pytest_cache" not in p.parts
+    }
+    target = Path(VERIFICATION_DIR)
+    present = {str(p.relative_to(target)) for p in target.rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts} if target.exists() else set()
+    stale = present - set(wanted)
+    differ = [rel for rel, text in wanted.items() if _differs(str(target / rel), text, 0o644)]
+
+    def action() -> None:
+        for rel in stale:
+            (target / rel).unlink()
+        for rel in differ:
+            _write(str(target / rel), wanted[rel], 0o644)
+    report.step(f"verification checks in {VERIFICATION_DIR}", bool(stale or differ), action)
+
+
+def harden_tree(report: Report, root: str) -> None:
+    """Root-owned and not group/world-writable, all the way down."""
+    loose = []
+    for directory, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if not os.path.islink(path) and (info.st_uid != 0 or info.st_mode & 0o022):
+                loose.append(path)
+    def action() -> None:
+        for path in loose:
+            info = os.lstat(path)
+            os.chown(path, 0, 0)
+            os.chmod(path, info.st_mode & ~0o022 & 0o7777)
+    report.step(f"ownership and modes under {root} ({len(loose)} loose)", bool(loose), action)
+
+
+# ---------------------------------------------------------------- commands
+
+def install(options: argparse.Namespace) -> int:
+    report = Report(check=options.check)
+    print(f"claude-sandbox {__version__}: {'plan' if options.check else 'install'}")
+    if os.getuid() != 0:
+        raise InstallError("run the installer as root")
+    if not options.no_apt:
+        apt_install(report)
+    problem = userns_problem() if not report.check or paths.find_tool("unshare") else None
+    if problem:
+        raise InstallError(f"refusing to install: {problem}")
+    make_venv(report, paths.CORE_VENV, with_pip=False)
+    install_package(report, paths.CORE_VENV, include_tools=False)
+    if not options.no_tools:
+        install_tools(report)
+    install_files(report)
+    install_verification(report)
+    agents = [a for a in options.agents.split(",") if a] if options.agents else []
+    for name in ("claude", "codex", "pi"):
+        move_vendor(report, name)
+    if agents:
+        npm_install(report, agents)
+    for name in ("claude", "codex", "pi"):
+        link_real(report, name)
+    harden_tree(report, paths.LIBEXEC) if os.path.isdir(paths.LIBEXEC) else None
+    verb = "would change" if report.check else "changed"
+    print(f"{report.changed} step(s) {verb}" if report.changed else "nothing to change")
+    return 0
+
+
+def uninstall(options: argparse.Namespace) -> int:
+    report = Report(check=options.check)
+    if os.getuid() != 0:
+        raise InstallError("run the installer as root")
+    for name in paths.ENTRY_POINTS:
+        path = os.path.join(paths.SHIM_DIR, name)
+        report.step(f"remove shim {path}", _is_shim(path), lambda path=path: os.unlink(path))
+    for name in ("claude", "codex", "pi"):
+        record = os.path.join(VENDOR_DIR, f"{name}.json")
+        if os.path.exists(record):
+            data = json.loads(Path(record).read_text())
+            def restore(data: dict[str, str] = data) -> None:
+                if data["link"]:
+                    os.symlink(data["link"], data["path"])
+                else:
+                    shutil.move(data["target"], data["path"])
+            report.step(f"restore the vendor {name} at {data['path']}", True, restore)
+    for mount_point in (paths.GITCONFIG_INSIDE,):
+        report.step(f"remove {mount_point}", os.path.exists(mount_point),
+                    lambda mount_point=mount_point: os.unlink(mount_point))
+    report.step(f"remove {paths.LIBEXEC}", os.path.isdir(paths.LIBEXEC),
+                lambda: shutil.rmtree(paths.LIBEXEC))
+    print(f"{paths.CONFIG_FILE} is kept (the operator's); remove it by hand if unwanted")
+    print(f"{report.changed} step(s) changed" if report.changed else "nothing to change")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="install.sh",
+        description="Install claude-sandbox on this Debian/Ubuntu host (as root). "
+                    "Running it again changes nothing and says so.",
+    )
+    parser.add_argument("command", nargs="?", default="install", choices=("install", "uninstall"))
+    parser.add_argument("--check", action="store_true", help="print the plan; write nothing")
+    parser.add_argument("--agents", metavar="LIST", default="",
+                        help="also install these agent CLIs from the npm registry "
+                             "(comma-separated: claude,codex,pi)")
+    parser.add_argument("--no-apt", action="store_true", help="do not install system packages")
+    parser.add_argument("--no-tools", action="store_true",
+                        help="skip the operator tools venv (doctor, verify)")
+    options = parser.parse_args(argv)
+    for agent in filter(None, options.agents.split(",")):
+        if agent not in NPM_PACKAGES:
+            parser.error(f"unknown agent {agent!r} in --agents")
+    try:
+        return install(options) if options.command == "install" else uninstall(options)
+    except InstallError as error:
+        print(f"claude-sandbox install: {error}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as error:
+        print(f"claude-sandbox install: {' '.join(map(str, error.cmd))} failed "
+              f"(exit {error.returncode})", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

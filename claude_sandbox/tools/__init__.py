@@ -1,0 +1,1 @@
+"""The operator tier: doctor, verify, docs rendering. May import third-party packages."""
