@@ -1,0 +1,322 @@
+"""Resource caps: `max-pids`, `max-memory`, and core dumps off (DESIGN decision 10).
+
+Two mechanisms, chosen per launch by `plan_limits` from probed host facts:
+
+- a cgroup, made outside bwrap by the launcher: cgroup v2 where a delegated
+  subtree has the pids/memory controllers, else the v1 pids/memory
+  hierarchies where they are writable (root on a hybrid host). A cgroup caps
+  the whole sandbox, and it is the only cap that binds root: the kernel never
+  enforces RLIMIT_NPROC for the initial namespace's root user.
+- rlimits, set inside bwrap by `_enter` (enter.py): RLIMIT_NPROC counts the
+  tasks of one uid *per user namespace*, and bwrap gives the sandbox a fresh
+  one, so set inside it caps the sandbox, not every process of the user.
+  RLIMIT_DATA caps each process's private writable memory. RLIMIT_AS is never
+  used: V8 reserves tens of GiB of address space and dies under it.
+
+A cgroup must be removed after its last process is gone, so it needs a
+process that outlives the sandbox: the jailed launch's waiting parent, or
+`run_supervised` for an unjailed one. Directories are named after the
+launcher's PID, and every launch first sweeps the directories of launchers
+that are gone (a SIGKILLed parent cannot clean up after itself).
+
+Whatever cannot be enforced is refused (pids for root with no cgroup) or
+warned about in one stderr line (memory as a per-process cap only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import resource
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import EXIT_UNAVAILABLE, SandboxError
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+_NAME = "claude-sandbox-{pid}"
+_STALE = re.compile(r"claude-sandbox-(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupFacts:
+    """Writable cgroup directories the launcher may make children in ("" = none)."""
+
+    v2: str = ""  # a v2 directory whose subtree_control enables pids and memory
+    v1_pids: str = ""
+    v1_memory: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupWrite:
+    base: str  # the parent directory; the child is base/claude-sandbox-PID
+    file: str
+    value: str
+    optional: bool = False  # written only where the kernel has the file (swap accounting)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitPlan:
+    cgroup: tuple[CgroupWrite, ...]  # applied outside bwrap, before it starts
+    rlimits: tuple[tuple[int, int], ...]  # (RLIMIT_*, value), applied inside by _enter
+    warnings: tuple[str, ...]
+
+    @property
+    def needs_parent(self) -> bool:
+        """A cgroup is in the plan, so a process must wait to remove it."""
+        return bool(self.cgroup)
+
+
+def _own_cgroup(controller: str, proc_cgroup: str) -> str | None:
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
+
+
+def probe_cgroups(proc_cgroup: str | None = None) -> CgroupFacts:
+    """Find writable cgroup directories under this process's own cgroups."""
+    if proc_cgroup is None:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            proc_cgroup = f.read()
+
+    def usable(directory: str) -> str:
+        return directory if os.access(directory, os.W_OK | os.X_OK) else ""
+
+    v2 = ""
+    own = _own_cgroup("", proc_cgroup)
+    for mount in (CGROUP_ROOT, f"{CGROUP_ROOT}/unified"):
+        if own is None or not os.path.exists(f"{mount}/cgroup.controllers"):
+            continue
+        directory = os.path.normpath(mount + own)
+        try:
+            with open(f"{directory}/cgroup.subtree_control", encoding="utf-8") as f:
+                enabled = f.read().split()
+        except OSError:
+            continue
+        if "pids" in enabled and "memory" in enabled:
+            v2 = usable(directory)
+        break
+    v1 = {}
+    for controller in ("pids", "memory"):
+        own_v1 = _own_cgroup(controller, proc_cgroup)
+        hierarchy = f"{CGROUP_ROOT}/{controller}"
+        v1[controller] = (
+            usable(os.path.normpath(hierarchy + own_v1))
+            if own_v1 and os.path.exists(f"{hierarchy}/cgroup.procs")
+            else ""
+        )
+    return CgroupFacts(v2, v1["pids"], v1["memory"])
+
+
+def plan_limits(
+    max_pids: int | None, max_memory: int | None, facts: CgroupFacts, uid: int
+) -> LimitPlan:
+    """Pure: which mechanism enforces each cap, and what cannot be enforced."""
+    cgroup: list[CgroupWrite] = []
+    rlimits: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]  # always: no core files
+    warnings: list[str] = []
+    if max_pids is not None:
+        if facts.v2:
+            cgroup.append(CgroupWrite(facts.v2, "pids.max", str(max_pids)))
+        elif facts.v1_pids:
+            cgroup.append(CgroupWrite(facts.v1_pids, "pids.max", str(max_pids)))
+        elif uid == 0:
+            raise SandboxError(
+                "max-pids cannot be enforced: no writable pids cgroup, and the kernel "
+                "ignores RLIMIT_NPROC for root; unset max-pids or delegate a cgroup",
+                EXIT_UNAVAILABLE,
+            )
+        else:
+            rlimits.append((resource.RLIMIT_NPROC, max_pids))
+    if max_memory is not None:
+        if facts.v2:
+            cgroup.append(CgroupWrite(facts.v2, "memory.max", str(max_memory)))
+            cgroup.append(CgroupWrite(facts.v2, "memory.swap.max", "0", optional=True))
+        elif facts.v1_memory:
+            base, value = facts.v1_memory, str(max_memory)
+            cgroup.append(CgroupWrite(base, "memory.limit_in_bytes", value))
+            # Swap must not extend the cap; memsw is set after the plain limit
+            # because the kernel requires memsw >= limit at every step.
+            cgroup.append(CgroupWrite(base, "memory.memsw.limit_in_bytes", value, optional=True))
+        else:
+            rlimits.append((resource.RLIMIT_DATA, max_memory))
+            warnings.append(
+                "max-memory is enforced per process (RLIMIT_DATA), not for the whole "
+                "sandbox: no writable memory cgroup"
+            )
+    return LimitPlan(tuple(cgroup), tuple(rlimits), tuple(warnings))
+
+
+def apply_rlimits(rlimits: Sequence[tuple[int, int]]) -> None:
+    """Inside bwrap: soft = hard, so the agent (no CAP_SYS_RESOURCE) cannot raise them."""
+    for which, value in rlimits:
+        try:
+            resource.setrlimit(which, (value, value))
+        except (OSError, ValueError) as exc:
+            raise SandboxError(
+                f"cannot set rlimit {which} to {value}: {exc}", EXIT_UNAVAILABLE
+            ) from None
+
+
+# ------------------------------------------------------------------ cgroups
+@dataclass(frozen=True, slots=True)
+class Cgroup:
+    """The per-launch cgroup directories; one per hierarchy in the plan."""
+
+    dirs: tuple[str, ...]
+
+    def attach(self, pid: int) -> None:
+        """Move `pid` in; its later children follow. Do it before the sandbox forks."""
+        for directory in self.dirs:
+            _write(f"{directory}/cgroup.procs", str(pid))
+
+    def join(self) -> None:
+        self.attach(0)  # "0": the writing process itself (v1 and v2)
+
+    def remove(self, timeout: float = 2.0) -> list[str]:
+        """rmdir every directory; retry while exiting tasks drain. Returns leftovers."""
+        deadline = time.monotonic() + timeout
+        left = list(self.dirs)
+        while left:
+            for directory in list(left):
+                try:
+                    os.rmdir(directory)
+                    left.remove(directory)
+                except FileNotFoundError:
+                    left.remove(directory)
+                except OSError:
+                    pass
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        return left
+
+
+def _write(path: str, value: str) -> None:
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(value)
+    except OSError as exc:
+        raise SandboxError(
+            f"cannot write {value!r} to {path}: {exc.strerror}", EXIT_UNAVAILABLE
+        ) from None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(base: str) -> None:
+    """Remove directories whose launcher died without cleaning up (SIGKILL)."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        match = _STALE.fullmatch(name)
+        if match and not _pid_alive(int(match.group(1))):
+            # Still populated or already gone: a later launch retries.
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(base, name))
+
+
+def create(plan: LimitPlan, owner_pid: int | None = None) -> Cgroup | None:
+    """Make the per-launch cgroup(s) and write the caps; None when the plan has none.
+
+    `owner_pid` is the process that will remove them (the waiting parent).
+    """
+    if not plan.cgroup:
+        return None
+    name = _NAME.format(pid=owner_pid or os.getpid())
+    dirs: list[str] = []
+    made = Cgroup(())
+    try:
+        for write in plan.cgroup:
+            directory = os.path.join(write.base, name)
+            if directory not in dirs:
+                sweep_stale(write.base)
+                os.mkdir(directory, 0o755)
+                dirs.append(directory)
+                made = Cgroup(tuple(dirs))
+            target = f"{directory}/{write.file}"
+            if write.optional and not os.path.exists(target):
+                continue
+            _write(target, write.value)
+    except OSError as exc:
+        made.remove()
+        raise SandboxError(
+            f"cannot create cgroup {name}: {exc.strerror}", EXIT_UNAVAILABLE
+        ) from None
+    except SandboxError:
+        made.remove()
+        raise
+    return made
+
+
+def run_supervised(
+    argv: Sequence[str], env: Mapping[str, str], cgroup: Cgroup, pass_fds: Sequence[int] = ()
+) -> int:
+    """For an unjailed launch that needs a cgroup: fork, cap, exec, wait, clean up.
+
+    The parent stays in the terminal's foreground process group with the
+    child, so ^Z stops both and `fg` continues both; it ignores ^C and ^\\
+    (the child decides), forwards TERM and HUP, and is not dumpable (seed 000).
+    Returns the child's exit status in shell form.
+    """
+    import ctypes  # only on this path: the plain launch never pays for it
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    for fd in pass_fds:
+        os.set_inheritable(fd, True)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            cgroup.join()
+            os.execve(argv[0], list(argv), dict(env))
+        finally:
+            os._exit(127)
+    for fd in pass_fds:
+        os.close(fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            status = 0
+            break
+        except InterruptedError:
+            continue
+    cgroup.remove()
+    return os.waitstatus_to_exitcode(status) if status >= 0 else 1
+
+
+def describe(max_pids: int | None, max_memory: int | None, plan: LimitPlan) -> list[str]:
+    lines = ["resource caps: core dumps off (RLIMIT_CORE 0)"]
+    names = {resource.RLIMIT_NPROC: "RLIMIT_NPROC (this sandbox's user namespace)",
+             resource.RLIMIT_DATA: "RLIMIT_DATA (per process)"}  # fmt: skip
+    for write in plan.cgroup:
+        lines.append(f"  cgroup {write.base}/claude-sandbox-PID: {write.file} = {write.value}")
+    for which, value in plan.rlimits:
+        if which in names:
+            lines.append(f"  {names[which]} = {value}")
+    if max_pids is None:
+        lines.append("  max-pids: off")
+    if max_memory is None:
+        lines.append("  max-memory: off")
+    lines.extend(f"  WARNING: {w}" for w in plan.warnings)
+    return lines
