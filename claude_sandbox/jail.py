@@ -1,0 +1,631 @@
+"""The egress jail: a per-launch network namespace that reaches the internet
+and nothing private (DESIGN decision 8, seed 002 "Egress-jail mechanism").
+
+The order is the security argument, and every step fails closed:
+
+1. start(): an `unshare -rn` holder re-enters this package with the same
+   root-owned interpreter; as soon as its namespace exists (before its Python
+   has even started) pasta attaches to it from outside, where it has the
+   internet. The caller builds the bwrap command line meanwhile.
+2. run(): the holder reads what pasta configured, programs the routes in one
+   `ip -batch` call that ends by reading back every table and rule, switches
+   IPv6 off; the parent compares the read-back with the plan (routes.py) and
+   refuses on any difference. Only then do the inside relays start and the
+   holder exec the session, in the same namespace, with the terminal.
+3. The parent waits, ignoring INT/QUIT (they belong to the agent) and
+   forwarding TERM/HUP, then stops pasta, the relays and the holder and
+   removes the private directory.
+
+The namespace is owned by a user namespace above the sandbox's own, so the
+agent cannot change these routes (bwrap drops capabilities).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+from . import paths, relays, routes
+from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from .holder import ENCODING, ERRORS, recv_frame, send_frame
+
+# Flags shared with bench/bench_jail.py's floor, so the two measure the same
+# pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (FACTS).
+# -t/-u/-T/-U none: no port forwarding in either direction, which also
+# halves pasta's attach time. -4: the jail has no IPv6 to configure.
+PASTA_FLAGS: tuple[str, ...] = (
+    "--config-net",
+    "--no-map-gw",
+    "-4",
+    "-t", "none", "-u", "none", "-T", "none", "-U", "none",
+    "--dns-forward", routes.DNS_FORWARDER,
+    "-q",
+)  # fmt: skip
+PASTA_TIMEOUT = 10.0
+PASTA_ATTEMPTS = 3
+NETNS_TIMEOUT = 5.0
+_SESSION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+_PR_SET_DUMPABLE = 4
+_RESOLV_KEEP = ("search", "domain", "options")
+
+
+@dataclass(frozen=True, slots=True)
+class JailSettings:
+    allow_ip: tuple[str, ...]
+    local_ports: tuple[int, ...]
+    callback_ports: tuple[int, ...]
+    trace: bool
+
+
+# --- preflight ---------------------------------------------------------------
+
+
+def _check_tun() -> None:
+    fix = 'add "--device=/dev/net/tun" to runArgs in devcontainer.json'
+    try:
+        fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SandboxError(
+            f"egress jail: /dev/net/tun is missing; {fix}", EXIT_UNAVAILABLE
+        ) from None
+    except OSError as exc:
+        raise SandboxError(
+            f"egress jail: /dev/net/tun cannot be opened ({exc.strerror}); "
+            f"run `chmod 666 /dev/net/tun` as root, or {fix}",
+            EXIT_UNAVAILABLE,
+        ) from None
+    os.close(fd)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or "0")
+    except (OSError, ValueError):
+        return None
+
+
+def _check_userns() -> None:
+    """Refuse where the kernel or a sysctl disables unprivileged user namespaces.
+
+    These are the knobs we can read without creating a namespace; anything
+    else that refuses one shows up when the holder cannot start (run()).
+    """
+    fix = "enable unprivileged user namespaces"
+    if _read_int("/proc/sys/user/max_user_namespaces") == 0:
+        raise SandboxError(
+            f"egress jail: user namespaces are refused (user.max_user_namespaces = 0); {fix}",
+            EXIT_UNAVAILABLE,
+        )
+    if os.geteuid() != 0 and _read_int("/proc/sys/kernel/unprivileged_userns_clone") == 0:
+        raise SandboxError(
+            f"egress jail: user namespaces are refused "
+            f"(kernel.unprivileged_userns_clone = 0); {fix}",
+            EXIT_UNAVAILABLE,
+        )
+    if not os.path.exists("/proc/self/ns/user"):
+        raise SandboxError("egress jail: this kernel has no user namespaces", EXIT_UNAVAILABLE)
+
+
+def preflight(settings: JailSettings | None = None) -> None:
+    """Fail closed before anything starts: each missing primitive is one line."""
+    for name in ("unshare", "pasta", "ip"):
+        paths.tool(name)
+    if settings is not None and (settings.local_ports or settings.callback_ports):
+        paths.tool("socat")
+    _check_tun()
+    _check_userns()
+
+
+# --- the plan, for `claude-sandbox explain` ----------------------------------
+
+
+def explain_lines(allow_ip: Sequence[str] = ()) -> list[str]:
+    """The route plan for example addresses, without starting anything."""
+    return routes.explain_plan(allow_ip=allow_ip)
+
+
+# --- start -------------------------------------------------------------------
+
+
+def _private_dir() -> str:
+    # 0700 and unguessable: the unix sockets of the relays live here, and
+    # another user must not connect to them or plant files (no tempfile
+    # import: it costs milliseconds on the launch path).
+    for _ in range(16):
+        path = f"/tmp/claude-sandbox-jail.{os.getuid()}.{os.urandom(6).hex()}"
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise SandboxError("egress jail: cannot create a private directory in /tmp", EXIT_JAIL)
+
+
+def _write_resolv_conf(directory: str) -> str:
+    """resolv.conf naming pasta's forwarder; keeps search/domain/options.
+
+    pasta answers only queries sent to the forwarder address; queries to the
+    real resolver (inside blackholed 10/8 here) would time out (FACTS: pasta).
+    """
+    kept: list[str] = []
+    with contextlib.suppress(OSError), open("/etc/resolv.conf") as f:
+        kept = [
+            line.rstrip("\n") for line in f if line.split()[:1] and line.split()[0] in _RESOLV_KEEP
+        ]
+    path = os.path.join(directory, "resolv.conf")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"nameserver {routes.DNS_FORWARDER}\n")
+        out.writelines(line + "\n" for line in kept)
+    return path
+
+
+def _set_not_dumpable() -> None:
+    """The waiting parent holds the jail's control socket: keep same-user
+    processes (the agent included) out of its memory and descriptors (seed 000)."""
+    import ctypes  # only here: its import cost overlaps pasta's attach
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
+
+
+def start(settings: JailSettings) -> Jail:
+    """Start the holder and pasta's attach; return at once so the caller can
+    build its command line while pasta works."""
+    jail = Jail(settings)
+    try:
+        jail._start()
+    except BaseException:
+        jail.close()
+        raise
+    return jail
+
+
+class Jail:
+    """One launch's jail. Use run() once, or close() to abandon it."""
+
+    resolv_conf: str
+
+    def __init__(self, settings: JailSettings) -> None:
+        self.settings = settings
+        self.resolv_conf = ""
+        self._dir: str | None = None
+        self._sock: socket.socket | None = None
+        self._holder: subprocess.Popen[bytes] | None = None
+        self._pasta: subprocess.Popen[bytes] | None = None
+        self._pasta_pidfd: int | None = None
+        self._outside: list[tuple[relays.Relay, subprocess.Popen[bytes]]] = []
+        self._inside_pidfds: list[tuple[int, int]] = []
+        self._old_handlers: dict[int, signal.Handlers | int | Callable[..., object] | None] = {}
+        self._plan: routes.Plan | None = None
+        self._closed = False
+        self._t0 = time.perf_counter()
+        self._last = self._t0
+        self.warnings: list[str] = []
+
+    # -- helpers --
+
+    def _trace(self, phase: str) -> None:
+        if self.settings.trace:
+            now = time.perf_counter()
+            print(
+                f"claude-sandbox: jail: {phase}: {(now - self._last) * 1000:.1f} ms "
+                f"(total {(now - self._t0) * 1000:.1f} ms)",
+                file=sys.stderr,
+            )
+            self._last = now
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        print(f"claude-sandbox: warning: {message}", file=sys.stderr)
+
+    def _path(self, name: str) -> str:
+        assert self._dir is not None
+        return os.path.join(self._dir, name)
+
+    # -- start --
+
+    def _start(self) -> None:
+        self._install_signal_handlers()
+        self._dir = _private_dir()
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with theirs:
+            self._holder = subprocess.Popen(
+                [
+                    paths.tool("unshare"), "--user", "--map-root-user", "--net",
+                    paths.INTERPRETER, "-I", "-m", "claude_sandbox", "_jail_holder",
+                    "--fd", str(theirs.fileno()),
+                ],
+                pass_fds=(theirs.fileno(),),
+                close_fds=True,
+            )  # fmt: skip
+        self._trace("holder spawned")
+        self._wait_netns()
+        self._trace("holder namespace up")
+        self._spawn_pasta()
+        self._trace("pasta spawned")
+        # Everything below overlaps pasta's attach and the holder's start-up.
+        self.resolv_conf = _write_resolv_conf(self._dir)
+        _set_not_dumpable()
+        self._start_outside_relays()
+        self._trace("resolv.conf, not dumpable, outside relays")
+
+    def _install_signal_handlers(self) -> None:
+        for signum in _TERMINAL_SIGNALS:
+            # Ctrl-C and Ctrl-\ reach the whole foreground group; they are the
+            # agent's to handle. The parent must outlive them to tear down.
+            self._old_handlers[signum] = signal.signal(signum, signal.SIG_IGN)
+        for signum in _SESSION_SIGNALS:
+            self._old_handlers[signum] = signal.signal(signum, self._forward)
+
+    def _forward(self, signum: int, _frame: FrameType | None) -> None:
+        # Before the exec this ends the holder (default disposition) and so the
+        # launch; afterwards it reaches the session, whose end triggers teardown.
+        if self._holder is not None and self._holder.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._holder.pid, signum)
+
+    def _wait_netns(self) -> None:
+        # pasta cannot attach before the holder has its own namespace (setns
+        # EINVAL, FACTS: pasta) or before unshare has written the id maps.
+        assert self._holder is not None
+        pid = self._holder.pid
+        mine = os.readlink("/proc/self/ns/net")
+        # While a process is inside execve() its new mm is briefly not
+        # dumpable, and pasta (capabilities already dropped) then gets EACCES
+        # opening /proc/PID/ns/user. Waiting until unshare has exec'd the
+        # interpreter closes most of that window; _wait_pasta retries the rest.
+        interpreter = os.path.realpath(paths.INTERPRETER)
+        deadline = time.monotonic() + NETNS_TIMEOUT
+        while True:
+            try:
+                if (
+                    os.readlink(f"/proc/{pid}/ns/net") != mine
+                    and os.readlink(f"/proc/{pid}/exe") == interpreter
+                ):
+                    return
+            except OSError:
+                pass
+            if self._holder.poll() is not None:
+                raise SandboxError(
+                    "egress jail: cannot create a user and network namespace "
+                    "(unshare failed; are unprivileged user namespaces allowed?)",
+                    EXIT_UNAVAILABLE,
+                )
+            if time.monotonic() > deadline:
+                raise SandboxError("egress jail: the namespace holder did not start", EXIT_JAIL)
+            time.sleep(0.0002)
+
+    def _spawn_pasta(self) -> None:
+        assert self._holder is not None
+        argv = [paths.tool("pasta"), *PASTA_FLAGS, "-P", self._path("pasta.pid")]
+        if os.geteuid() == 0:
+            # As root pasta switches to nobody, who may not enter our namespace.
+            argv += ["--runas", f"{os.getuid()}:{os.getgid()}"]
+        argv.append(str(self._holder.pid))
+        log = os.open(
+            self._path("pasta.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+        )
+        try:
+            # pasta daemonises after configuring the namespace: this process's
+            # exit is the "attached" signal. Never on the terminal (decision 8).
+            self._pasta = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+                env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+            )
+        finally:
+            os.close(log)
+
+    def _start_outside_relays(self) -> None:
+        want = relays.plan_relays(
+            self.settings.local_ports, self.settings.callback_ports, self._dir or ""
+        )
+        if not want:
+            return
+        socat = paths.tool("socat")
+        for relay in want:
+            if relay.kind == "callback" and relays.port_taken(relay.port):
+                self._warn(
+                    f"callback-port {relay.port}: 127.0.0.1:{relay.port} is already in use; "
+                    "relay skipped"
+                )
+                continue
+            self._outside.append((relay, relays.spawn_outside(relay, socat)))
+
+    # -- run --
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = ()) -> int:
+        """Lock the routes, run the session, tear down; the session's status.
+
+        `fds` are descriptors the session must inherit at the same numbers
+        (bwrap's --seccomp FD, a gitconfig pipe): they travel to the holder
+        over the socketpair (SCM_RIGHTS), since it started before they existed.
+        """
+        return self._run(argv, env, fds, tamper=())
+
+    def _run(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        fds: Sequence[int],
+        tamper: Sequence[str],
+    ) -> int:
+        # `tamper` lets the real-namespace tests change a table between
+        # programming and read-back; run() always passes nothing.
+        try:
+            try:
+                self._wait_pasta()
+                self._lock_routes(tamper)
+                self._start_inside_relays()
+                self._exec(argv, env, fds)
+            except _HolderGone:
+                return self._holder_status()
+            self._trace("session started")
+            status = self._holder_status()
+            self._trace("session ended")
+            return status
+        finally:
+            self.close()
+            self._trace("teardown")
+
+    def _holder_status(self) -> int:
+        assert self._holder is not None
+        code = self._holder.wait()
+        return 128 - code if code < 0 else code
+
+    def _wait_pasta(self) -> None:
+        assert self._pasta is not None and self._holder is not None
+        for attempt in range(PASTA_ATTEMPTS):
+            try:
+                rc = self._pasta.wait(timeout=PASTA_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                raise SandboxError("egress jail: pasta did not attach in time", EXIT_JAIL) from None
+            if rc != 0 and self._holder.poll() is not None:
+                raise _HolderGone  # a signal ended the launch while pasta attached
+            if rc == 0 or "Permission denied" not in self._pasta_log():
+                break
+            # The exec window described in _wait_netns: try again.
+            self._trace(f"pasta attach retried (attempt {attempt + 1})")
+            self._spawn_pasta()
+        if rc != 0:
+            raise SandboxError(f"egress jail: pasta failed: {self._pasta_log()}", EXIT_JAIL)
+        try:
+            with open(self._path("pasta.pid")) as f:
+                pid = int(f.read().strip())
+            # A pidfd names this pasta and no later process with the same PID.
+            self._pasta_pidfd = os.pidfd_open(pid)
+        except (OSError, ValueError) as exc:
+            raise SandboxError(
+                f"egress jail: pasta left no usable pid file ({exc})", EXIT_JAIL
+            ) from None
+        self._trace("pasta attached")
+
+    def _pasta_log(self) -> str:
+        try:
+            with open(self._path("pasta.log"), errors="replace") as f:
+                lines = [line.strip() for line in f if line.strip()]
+        except OSError:
+            lines = []
+        useful = [line for line in lines if "syslog" not in line]
+        return useful[-1] if useful else "no message"
+
+    def _ask(self, fields: list[str]) -> list[str]:
+        assert self._sock is not None
+        try:
+            send_frame(self._sock, fields)
+            reply = recv_frame(self._sock)
+        except OSError:
+            reply = None
+        if reply is None:
+            raise _HolderGone
+        return reply
+
+    def _ip(self, args: list[str], stdin_text: str = "") -> tuple[int, str, str]:
+        reply = self._ask(["run", stdin_text, paths.tool("ip"), *args])
+        if reply[0] != "ok":
+            raise SandboxError(f"egress jail: {reply[1]}", EXIT_JAIL)
+        return int(reply[1]), reply[2], reply[3]
+
+    def _lock_routes(self, tamper: Sequence[str]) -> None:
+        rc, out, err = self._ip(["-j", "-4", "-batch", "-"], "addr show\nroute show table main\n")
+        docs = routes.parse_json_stream(out)
+        if rc != 0 or len(docs) != 2:
+            raise SandboxError(f"egress jail: cannot read the namespace: {err.strip()}", EXIT_JAIL)
+        facts = routes.parse_facts(docs[0], docs[1])
+        plan = routes.build_plan(facts, routes.DNS_FORWARDER, self.settings.allow_ip)
+        self._plan = plan
+        self._trace("namespace read, plan built")
+        v6 = self._ask(["ipv6off"])
+        if v6[0] == "ok" and v6[1]:
+            # Not fatal by itself: the read-back proves what IPv6 still holds.
+            self._trace(f"IPv6 not fully switched off ({v6[1]})")
+        # Programme and first read-back in one `ip` process: no window in
+        # which a route could change unseen between the two besides `tamper`.
+        script = plan.batch() + "".join(f"{t}\n" for t in tamper)
+        script += "route show table all\nrule show\n"
+        rc, out, err = self._ip(["-force", "-j", "-batch", "-"], script)
+        _, rules6, _ = self._ip(["-j", "-6", "rule", "show"])
+        failed = self._failed_rows(plan, routes.failed_lines(err), len(tamper), err)
+        readback = routes.parse_readback(out, rules6)
+        problems = routes.compare(plan, failed, readback)
+        if problems:
+            raise SandboxError(
+                "egress jail: the routes read back differ from the plan; refusing to launch: "
+                + "; ".join(problems[:5]),
+                EXIT_JAIL,
+            )
+        self._trace("routes programmed and verified")
+
+    def _failed_rows(self, plan: routes.Plan, lines: set[int], extra: int, err: str) -> set[int]:
+        """Map failed batch lines to plan rows; refuse when a required one failed.
+
+        Line 1 is the flush, lines 2.. are plan.routes, then `extra` tamper
+        lines, then the two read-back commands.
+        """
+        failed: set[int] = set()
+        last_row = len(plan.routes) + 1
+        for line in sorted(lines):
+            if line == 1 or line > last_row + extra:
+                raise SandboxError(
+                    f"egress jail: route programming failed ({err.strip()})", EXIT_JAIL
+                )
+            if line > last_row:
+                continue  # a test's tampering: the read-back must catch its effect
+            row = plan.routes[line - 2]
+            if row.required:
+                raise SandboxError(
+                    f"egress jail: cannot program `ip {row.command}` ({err.strip()})", EXIT_JAIL
+                )
+            failed.add(line - 2)
+            self._warn(f"egress jail: could not add `ip {row.command}` ({row.why}); skipped")
+        return failed
+
+    def _start_inside_relays(self) -> None:
+        if not self._outside:
+            return
+        socat = paths.tool("socat")
+        for relay, proc in self._outside:
+            if not relays.wait_ready(relay, proc):
+                self._warn(f"{relay.kind}-port {relay.port}: outside relay did not start")
+                continue
+            kind, where = relay.inside_listener()
+            reply = self._ask(["relay", kind, where, *relay.inside_argv(socat)])
+            if reply[0] != "ok":
+                self._warn(f"{relay.kind}-port {relay.port}: {reply[1]}")
+                continue
+            pid = int(reply[1])
+            with contextlib.suppress(OSError):
+                self._inside_pidfds.append((pid, os.pidfd_open(pid)))
+        self._trace("relays started")
+
+    def _exec(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int]) -> None:
+        assert self._sock is not None
+        fields = ["exec", str(len(argv)), *argv, str(len(fds)), *map(str, fds)]
+        fields += [f"{k}={v}" for k, v in env.items()]
+        payload = "\0".join(fields).encode(ENCODING, ERRORS)
+        frame = len(payload).to_bytes(4, "big") + payload
+        try:
+            # The descriptors ride on the frame's first byte.
+            sent = (
+                self._sock.sendmsg(
+                    [frame[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                )
+                if fds
+                else 0
+            )
+            self._sock.sendall(frame[sent:])
+            reply = recv_frame(self._sock)
+        except OSError:
+            raise _HolderGone from None
+        # EOF: the close-on-exec socket closed because the exec succeeded.
+        if reply is not None:
+            raise SandboxError(f"egress jail: {reply[1]}", EXIT_UNAVAILABLE)
+
+    # -- teardown --
+
+    def close(self) -> None:
+        """Stop everything this launch started and remove its files; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sock is not None:
+            self._sock.close()
+        if self._holder is not None:
+            if self._holder.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._holder.kill()
+            self._holder.wait()
+        if self._pasta is not None and self._pasta.poll() is None:
+            # Still attaching. Killing it now could race its fork into the
+            # background before the pid file exists; let it finish (it fails
+            # fast once the holder is gone) and end the daemon by pid file.
+            try:
+                self._pasta.wait(timeout=PASTA_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._pasta.pid, signal.SIGKILL)
+                self._pasta.wait()
+        if self._pasta_pidfd is None and self._dir is not None:
+            self._pasta_pidfd = _pidfd_from_file(self._path("pasta.pid"))
+        if self._pasta_pidfd is not None:
+            # pasta does not exit when the namespace dies (FACTS): end it.
+            _kill_pidfd(self._pasta_pidfd)
+            self._pasta_pidfd = None
+        for pid, pidfd in self._inside_pidfds:
+            # The session is gone, so a relay group still exists only if its
+            # leader (or a connection child) still runs: the pgid is then ours.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            _kill_pidfd(pidfd)
+        self._inside_pidfds.clear()
+        for _, proc in self._outside:
+            # Not yet reaped, so its pid (= its group) cannot have been reused.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        self._outside.clear()
+        if self._dir is not None:
+            _remove_dir(self._dir)
+            self._dir = None
+        for signum, handler in self._old_handlers.items():
+            signal.signal(signum, handler)
+        self._old_handlers.clear()
+
+    def plan_lines(self) -> list[str]:
+        """The plan this jail programmed (or the example plan before run())."""
+        if self._plan is None:
+            return explain_lines(self.settings.allow_ip)
+        return routes.plan_lines(self._plan)
+
+
+class _HolderGone(Exception):
+    """The holder closed the channel before the session started (a signal)."""
+
+
+def _pidfd_from_file(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            pid = int(f.read().strip())
+        pidfd = os.pidfd_open(pid)
+    except (OSError, ValueError):
+        return None
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+    except OSError:
+        comm = ""
+    # The pid file may be stale; only end a process that is pasta.
+    if not comm.startswith(("pasta", "passt")):
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+def _kill_pidfd(pidfd: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    os.close(pidfd)
+
+
+def _remove_dir(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+        os.rmdir(path)

@@ -1,0 +1,128 @@
+"""Loopback relays across the jail's wall: `local-port` and `callback-port`.
+
+The jail has its own 127.0.0.1, so an agent cannot reach the container's
+local services, and a browser outside cannot reach an OAuth callback
+listener inside. Each configured port gets a pair of socat processes joined
+by a unix socket in the launch's private 0700 directory; a unix path socket
+crosses network namespaces, and the directory's mode keeps other users off it.
+
+    local-port N:    jail 127.0.0.1:N -> socat -> DIR/l-N -> socat -> container 127.0.0.1:N
+    callback-port N: container 127.0.0.1:N -> socat -> DIR/c-N -> socat -> jail 127.0.0.1:N
+
+Each relay grants service access the jail otherwise denies, so relays exist
+only for ports the operator configured (seed 002, network-identity
+disclosure). Relays run in their own session with /dev/null as standard
+streams: a terminal's Ctrl-C must reach the agent, not a relay, and no relay
+may read or write the user's terminal (DESIGN decision 8).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+
+READY_TIMEOUT = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """One configured port and the two socat command lines that carry it."""
+
+    kind: str  # "local" or "callback"
+    port: int
+    path: str  # the unix socket in the private directory
+
+    def outside_argv(self, socat: str) -> list[str]:
+        if self.kind == "local":
+            return [socat, f"UNIX-LISTEN:{self.path},fork", f"TCP4:127.0.0.1:{self.port}"]
+        return [
+            socat,
+            f"TCP4-LISTEN:{self.port},bind=127.0.0.1,reuseaddr,fork",
+            f"UNIX-CONNECT:{self.path}",
+        ]
+
+    def inside_argv(self, socat: str) -> list[str]:
+        if self.kind == "local":
+            return [
+                socat,
+                f"TCP4-LISTEN:{self.port},bind=127.0.0.1,reuseaddr,fork",
+                f"UNIX-CONNECT:{self.path}",
+            ]
+        return [socat, f"UNIX-LISTEN:{self.path},fork", f"TCP4:127.0.0.1:{self.port}"]
+
+    def inside_listener(self) -> tuple[str, str]:
+        """What the inside socat listens on, for the holder's readiness check."""
+        if self.kind == "local":
+            return ("tcp", str(self.port))
+        return ("unix", self.path)
+
+    def outside_listener(self) -> tuple[str, str]:
+        if self.kind == "local":
+            return ("unix", self.path)
+        return ("tcp", str(self.port))
+
+
+def plan_relays(
+    local_ports: tuple[int, ...], callback_ports: tuple[int, ...], directory: str
+) -> tuple[Relay, ...]:
+    return tuple(
+        [Relay("local", p, os.path.join(directory, f"l-{p}")) for p in local_ports]
+        + [Relay("callback", p, os.path.join(directory, f"c-{p}")) for p in callback_ports]
+    )
+
+
+def port_taken(port: int) -> bool:
+    """Whether the container's 127.0.0.1:port is already bound by someone else."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # The same option socat's `reuseaddr` sets, so a TIME_WAIT socket
+        # does not count as taken.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return True
+        raise
+    finally:
+        probe.close()
+    return False
+
+
+def listening(kind: str, where: str) -> bool:
+    """Whether this namespace has a listener on the unix path or 127.0.0.1:port."""
+    if kind == "unix":
+        return os.path.exists(where)
+    want = f"0100007F:{int(where):04X}"
+    with open("/proc/net/tcp") as f:
+        return any(
+            fields[1] == want and fields[3] == "0A"
+            for fields in (line.split() for line in f)
+            if len(fields) > 3
+        )
+
+
+def spawn_outside(relay: Relay, socat: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        relay.outside_argv(socat),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+    )
+
+
+def wait_ready(relay: Relay, proc: subprocess.Popen[bytes]) -> bool:
+    """Wait until the outside socat listens; False if it died or never did."""
+    kind, where = relay.outside_listener()
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not listening(kind, where):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
