@@ -1,0 +1,207 @@
+"""The pure argv builder over a matrix of hosts and configurations; order is asserted."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from claude_sandbox import bwrap, paths, profiles
+from claude_sandbox.config import Config
+from claude_sandbox.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.hostfacts import GuardEntry, HostFacts
+
+HOME_ROOT = "/root"
+HOME_USER = "/home/dev"
+
+
+def facts(*, uid: int = 1000, existing: tuple[str, ...] = (), guard: tuple[GuardEntry, ...] = (),
+          agent: str = "claude", real: str | None = None, root: str | None = None) -> HostFacts:
+    home = HOME_ROOT if uid == 0 else HOME_USER
+    real = real or f"/usr/libexec/claude-sandbox/agents/bin/{agent}"
+    return HostFacts(
+        uid=uid, gid=uid, user="root" if uid == 0 else "dev", home=home,
+        cwd="/work/project", path=("/usr/local/bin", "/usr/bin", "/bin"),
+        existing=frozenset(existing), real_binary=real, real_root=root or real,
+        guard=guard, agent_tmp="/var/tmp/claude-agent" if agent == "claude" else None,
+    )
+
+
+def build(profile_name: str = "claude", cfg: Config | None = None, host: HostFacts | None = None,
+          allow_write: tuple[str, ...] = (), extras: bwrap.Extras | None = None,
+          environ: dict[str, str] | None = None) -> bwrap.Plan:
+    profile = profiles.get(profile_name)
+    host = host or facts(agent=profile_name)
+    return bwrap.build(
+        profile, cfg or Config(), host, "/work/project", allow_write,
+        extras or bwrap.Extras(gitconfig_fd=5), ("/real/agent",), environ or {},
+    )
+
+
+def flat(plan: bwrap.Plan) -> list[str]:
+    return plan.argv("/usr/bin/bwrap")
+
+
+def index_of(argv: list[str], *sequence: str) -> int:
+    for i in range(len(argv) - len(sequence) + 1):
+        if tuple(argv[i:i + len(sequence)]) == sequence:
+            return i
+    raise AssertionError(f"{sequence} not in argv")
+
+
+def assert_order(argv: list[str], *sequences: tuple[str, ...]) -> None:
+    positions = [index_of(argv, *seq) for seq in sequences]
+    assert positions == sorted(positions), list(zip(sequences, positions, strict=True))
+
+
+ALL_EXISTING = (
+    f"{HOME_USER}/.config/gh", f"{HOME_USER}/.config/glab-cli", f"{HOME_USER}/.local/share",
+    f"{HOME_USER}/.cache", f"{HOME_USER}/.local/share/applications", f"{HOME_USER}/.local/bin/uv",
+    f"{HOME_USER}/.local/bin/uvx", "/run/user", "/run/secrets", "/run/docker.sock",
+)
+
+
+@pytest.mark.parametrize(
+    ("uid", "no_forge", "jailed", "profile_name"),
+    list(itertools.product((0, 1000), (False, True), (False, True), profiles.AGENT_NAMES)),
+)
+def test_matrix_skeleton_and_order(uid: int, no_forge: bool, jailed: bool, profile_name: str) -> None:
+    home = HOME_ROOT if uid == 0 else HOME_USER
+    existing = tuple(p.replace(HOME_USER, home) for p in ALL_EXISTING)
+    host = facts(uid=uid, existing=existing, agent=profile_name)
+    extras = bwrap.Extras(gitconfig_fd=5, seccomp_fd=6, jailed=jailed,
+                          resolv_conf="/tmp/j/resolv.conf" if jailed else None)
+    argv = flat(build(profile_name, Config(no_forge=no_forge), host, ("/srv/cache",), extras))
+
+    assert argv[0] == "/usr/bin/bwrap"
+    for option in ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"):
+        assert option in argv
+    assert "--clearenv" not in argv and "--setenv" not in argv  # values never on a command line
+    assert "--new-session" not in argv  # it breaks job control in a TUI (decision 9)
+    assert "--unshare-net" not in argv  # the network is the jail's (or the container's)
+    assert_order(
+        argv,
+        ("--cap-drop", "ALL"),
+        ("--ro-bind", "/", "/"),
+        ("--dev", "/dev"),
+        ("--tmpfs", "/tmp"),
+        ("--tmpfs", "/run/user"),
+        ("--tmpfs", "/run/secrets"),
+        ("--ro-bind", "/dev/null", "/run/docker.sock"),
+        ("--tmpfs", home),
+        ("--bind", f"{home}/.local/share", f"{home}/.local/share"),
+        ("--tmpfs", f"{home}/.local/share/applications"),
+        ("--ro-bind", "/dev/null", f"{home}/.netrc"),
+        ("--bind", "/work/project", "/work/project"),
+        ("--bind", "/srv/cache", "/srv/cache"),
+        ("--ro-bind", "/dev/null", paths.INSIDE_MARKER),
+        ("--ro-bind-data", "5", paths.GITCONFIG_INSIDE),
+        ("--seccomp", "6"),
+        ("--", "/real/agent"),
+    )
+    forge = ("--ro-bind", f"{home}/.config/gh", f"{home}/.config/gh")
+    if no_forge:
+        assert f"{home}/.config/gh" not in argv
+    else:
+        assert_order(argv, ("--tmpfs", home), forge, ("--bind", "/work/project", "/work/project"))
+    user_map = ("--unshare-user", "--uid", str(uid), "--gid", str(uid))
+    if jailed and uid != 0:
+        assert_order(argv, user_map, ("--ro-bind", "/", "/"))
+    else:
+        assert "--unshare-user" not in argv
+    if jailed:
+        assert_order(argv, ("--ro-bind", "/tmp/j/resolv.conf", "/etc/resolv.conf"), ("--seccomp", "6"))
+    else:
+        assert "/etc/resolv.conf" not in argv
+
+
+def test_profile_state_binds_precede_their_masks() -> None:
+    argv = flat(build("codex", host=facts(agent="codex")))
+    assert_order(argv, ("--bind", f"{HOME_USER}/.codex", f"{HOME_USER}/.codex"),
+                 ("--tmpfs", f"{HOME_USER}/.codex/packages"))
+    argv = flat(build("claude", host=facts(existing=(f"{HOME_USER}/.local/share",))))
+    assert_order(argv, ("--bind", f"{HOME_USER}/.local/share", f"{HOME_USER}/.local/share"),
+                 ("--tmpfs", f"{HOME_USER}/.local/share/claude"))
+
+
+def test_each_profile_binds_only_its_own_state() -> None:
+    for profile in profiles.PROFILES:
+        argv = flat(build(profile.name, host=facts(agent=profile.name)))
+        for other in profiles.PROFILES:
+            for rel in other.state_dirs:
+                present = f"{HOME_USER}/{rel}" in argv
+                assert present == (other is profile), (profile.name, rel)
+
+
+def test_missing_optional_dirs_are_not_bound() -> None:
+    argv = flat(build(host=facts(existing=())))
+    for rel in (".config/gh", ".local/share", ".cache", ".local/bin/uv"):
+        assert f"{HOME_USER}/{rel}" not in argv
+    assert "/run/user" not in argv and "/run/docker.sock" not in argv
+    # The claude mask sits under ~/.local/share, which is not bound: nothing to re-mask.
+    assert f"{HOME_USER}/.local/share/claude" not in argv
+
+
+def test_real_binary_is_bound_read_only_and_its_package_when_under_home() -> None:
+    real = f"{HOME_USER}/.npm-global/lib/node_modules/@openai/codex/bin/codex.js"
+    root = f"{HOME_USER}/.npm-global/lib/node_modules/@openai/codex"
+    argv = flat(build("codex", host=facts(agent="codex", real=real, root=root)))
+    assert_order(argv, ("--tmpfs", HOME_USER), ("--ro-bind", root, root), ("--ro-bind", real, real))
+    claude = flat(build("claude"))
+    real_claude = "/usr/libexec/claude-sandbox/agents/bin/claude"
+    assert_order(claude, ("--ro-bind", real_claude, real_claude),
+                 ("--ro-bind", real_claude, f"{HOME_USER}/.local/bin/claude"))
+
+
+def test_environment_is_an_allow_list() -> None:
+    environ = {"TERM": "xterm", "LC_ALL": "C", "ANTHROPIC_API_KEY": "k", "AWS_SECRET": "s",
+               "GH_TOKEN": "t", "DISPLAY": ":0", "SSH_AUTH_SOCK": "/x", "PATH": "/evil"}
+    env = build(cfg=Config(pass_env=("ANTHROPIC_API_KEY", "NOT_SET")), environ=environ).environ()
+    assert env["IS_SANDBOX"] == "1" and env["IS_SANDBOX_AGENT"] == "claude"
+    assert env["GIT_CONFIG_GLOBAL"] == paths.GITCONFIG_INSIDE
+    assert env["GIT_CONFIG_SYSTEM"] == "/dev/null"
+    assert env["HOME"] == HOME_USER and env["TERM"] == "xterm" and env["LC_ALL"] == "C"
+    assert env["ANTHROPIC_API_KEY"] == "k"
+    assert env["CLAUDE_CODE_TMPDIR"] == "/var/tmp/claude-agent"
+    for name in ("AWS_SECRET", "GH_TOKEN", "DISPLAY", "SSH_AUTH_SOCK", "NOT_SET"):
+        assert name not in env
+    assert env["PATH"].endswith(f":{HOME_USER}/.local/bin")  # appended, never first
+
+
+def test_script_gets_sh_and_bwrap_sets_the_agent_shell_back() -> None:
+    plan = build(extras=bwrap.Extras(gitconfig_fd=5, via_script=True))
+    assert plan.environ()["SHELL"] == "/bin/sh"
+    assert_order(flat(plan), ("--setenv", "SHELL", "/bin/bash"), ("--", "/real/agent"))
+
+
+def test_entry_point_guard_binds_devnull_in_writable_dirs_ahead_of_shims() -> None:
+    guard = (
+        GuardEntry("/work/project/node_modules/.bin", "claude", "absent"),
+        GuardEntry("/work/project/node_modules/.bin", "codex", "placeholder"),
+        GuardEntry("/opt/readonly/bin", "claude", "absent"),  # not writable inside: no bind
+    )
+    argv = flat(build(host=facts(guard=guard)))
+    assert_order(argv, ("--bind", "/work/project", "/work/project"),
+                 ("--ro-bind", "/dev/null", "/work/project/node_modules/.bin/claude"),
+                 ("--ro-bind", "/dev/null", "/work/project/node_modules/.bin/codex"))
+    assert "/opt/readonly/bin/claude" not in argv
+
+
+def test_entry_point_guard_refuses_a_real_program() -> None:
+    guard = (GuardEntry("/work/project/bin", "claude", "other"),)
+    with pytest.raises(SandboxError) as caught:
+        build(host=facts(guard=guard))
+    assert caught.value.status == EXIT_REFUSED
+    assert "/work/project/bin/claude would shadow" in caught.value.message
+
+
+def test_every_op_has_a_reason() -> None:
+    for op in build(host=facts(existing=ALL_EXISTING)).ops:
+        assert op.reason and op.args[0].startswith("--")
+
+
+def test_agent_args_strip_and_inject() -> None:
+    claude = profiles.get("claude")
+    assert profiles.agent_args(claude, ("--chrome", "-p", "hi")) == ("--no-chrome", "-p", "hi")
+    assert profiles.agent_args(claude, ("--no-chrome",)) == ("--no-chrome",)
+    assert profiles.agent_args(profiles.get("codex"), ("--chrome",)) == ("--chrome",)

@@ -1,0 +1,179 @@
+"""The configuration parser: strict, naming FILE:LINE or the variable, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from claude_sandbox import config
+from claude_sandbox.errors import EXIT_CONFIG, SandboxError
+
+AGENTS = ("claude", "codex", "pi")
+PATH = "/etc/claude-sandbox.conf"
+
+
+def parse(text: str, environ: dict[str, str] | None = None, agent: str = "claude") -> config.Config:
+    return config.parse(text, environ or {}, agent=agent, agents=AGENTS, path=PATH)
+
+
+def refusal(text: str, environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(SandboxError) as caught:
+        parse(text, environ)
+    assert caught.value.status == EXIT_CONFIG
+    return caught.value.message
+
+
+def test_defaults() -> None:
+    cfg = parse("")
+    assert cfg.egress_jail is True
+    assert cfg.hardening == "standard"
+    assert (cfg.allow_write, cfg.pass_env, cfg.allow_ip) == ((), (), ())
+    assert cfg.workspace_root is None and cfg.max_pids is None
+
+
+def test_every_key_parses() -> None:
+    cfg = parse("""
+        # comment
+        workspace-root = /srv/project
+        no-forge
+        allow-write = /srv/cache
+        allow-write = /srv/other   # trailing comment
+        pass-env = ANTHROPIC_API_KEY
+        egress-jail = 0
+        allow-ip = 10.1.2.3
+        local-port = 11434
+        local-model-port = 8080
+        callback-port = 54545
+        hardening = harsh
+        max-pids = 512
+        max-memory = 2G
+    """)
+    assert cfg.workspace_root == "/srv/project"
+    assert cfg.no_forge is True
+    assert cfg.allow_write == ("/srv/cache", "/srv/other")
+    assert cfg.pass_env == ("ANTHROPIC_API_KEY",)
+    assert cfg.egress_jail is False
+    assert cfg.allow_ip == ("10.1.2.3",)
+    assert cfg.local_ports == (11434, 8080)
+    assert cfg.callback_ports == (54545,)
+    assert cfg.hardening == "harsh"
+    assert cfg.max_pids == 512
+    assert cfg.max_memory == 2 << 30
+    assert cfg.origins["hardening"] == f"{PATH}:13"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("bogus = 1", "unknown key 'bogus'"),
+        ("workspace-root = relative/path", "is not an absolute path"),
+        ("allow-write = ./x", "is not an absolute path"),
+        ("allow-ip = 10.0.0.0/8", "not a single IPv4 address"),
+        ("allow-ip = example.com", "not a single IPv4 address"),
+        ("allow-ip = 127.0.0.1", "cannot be allowed"),
+        ("local-port = 0", "outside 1-65535"),
+        ("local-port = 65536", "outside 1-65535"),
+        ("callback-port = -1", "not a port number"),
+        ("local-model-port = http", "not a port number"),
+        ("egress-jail = maybe", "not a flag value"),
+        ("hardening = paranoid", "not standard or harsh"),
+        ("max-pids = 0", "not a positive integer"),
+        ("max-memory = lots", "not a size"),
+        ("workspace-root", "needs a value"),
+        ("allow-write =", "has an empty value"),
+        ("pass-env = 1BAD", "is not a variable name"),
+        ("hardening.gemini = harsh", "'gemini' is not an agent"),
+        ("allow-ip.codex = 10.1.1.1", "cannot be set per agent"),
+        ("= value", "unknown key ''"),
+    ],
+)
+def test_bad_lines_name_file_and_line(line: str, expected: str) -> None:
+    message = refusal(f"# first line\n{line}\n")
+    assert message.startswith(f"{PATH}:2: ")
+    assert expected in message
+
+
+def test_port_both_local_and_callback() -> None:
+    assert "both a local-port and a callback-port" in refusal("local-port = 9000\ncallback-port = 9000")
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(config.DENIED_NAMES)
+    + ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "GIT_CONFIG_GLOBAL",
+       "GIT_CONFIG_SYSTEM", "CLAUDE_SANDBOX_EGRESS_JAIL", "DYLD_INSERT_LIBRARIES"],
+)
+def test_every_denied_pass_env_name_is_refused(name: str) -> None:
+    assert "deny-list" in refusal(f"pass-env = {name}")
+    message = refusal("", {"CLAUDE_SANDBOX_PASS_ENV": f"OK_NAME,{name}"})
+    assert message.startswith("$CLAUDE_SANDBOX_PASS_ENV: ") and "deny-list" in message
+
+
+def test_environment_wins_for_scalars_and_adds_to_lists() -> None:
+    cfg = parse(
+        "egress-jail = 1\nallow-write = /a\n",
+        {"CLAUDE_SANDBOX_EGRESS_JAIL": "0", "CLAUDE_SANDBOX_ALLOW_WRITE": "/b,/c\n/d"},
+    )
+    assert cfg.egress_jail is False
+    assert cfg.allow_write == ("/a", "/b", "/c", "/d")
+    assert cfg.origins["egress-jail"] == "$CLAUDE_SANDBOX_EGRESS_JAIL"
+
+
+def test_bad_variable_is_named() -> None:
+    message = refusal("", {"CLAUDE_SANDBOX_ALLOW_IP": "10.0.0.1/32"})
+    assert message.startswith("$CLAUDE_SANDBOX_ALLOW_IP: ")
+
+
+def test_our_keys_cannot_come_from_the_environment() -> None:
+    # hardening has no variable: the launching environment cannot loosen it.
+    cfg = parse("hardening = harsh", {"CLAUDE_SANDBOX_HARDENING": "standard"})
+    assert cfg.hardening == "harsh"
+
+
+def test_per_agent_value_wins_whatever_the_order() -> None:
+    text_a = "hardening.codex = harsh\nhardening = standard\n"
+    text_b = "hardening = standard\nhardening.codex = harsh\n"
+    for text in (text_a, text_b):
+        assert parse(text, agent="codex").hardening == "harsh"
+        assert parse(text, agent="claude").hardening == "standard"
+
+
+def test_unreadable_file_refuses(tmp_path: pytest.TempPathFactory) -> None:
+    directory = str(tmp_path)
+    with pytest.raises(SandboxError) as caught:
+        config.read_file(directory)  # a directory cannot be read as a file
+    assert caught.value.status == EXIT_CONFIG and directory in caught.value.message
+    assert config.read_file(directory + "/absent") is None
+
+
+def test_the_commented_default_file_parses_to_defaults() -> None:
+    assert parse(config.DEFAULT_FILE) == config.Config()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=200))
+def test_fuzz_any_text_parses_or_refuses_cleanly(text: str) -> None:
+    try:
+        parse(text)
+    except SandboxError as error:
+        assert error.status == EXIT_CONFIG
+        assert error.message.startswith(f"{PATH}:")
+
+
+_line = st.one_of(
+    st.builds(lambda k, v: f"{k} = {v}", st.sampled_from([k.name for k in config.KEYS]),
+              st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)),
+    st.sampled_from([k.name for k in config.KEYS]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_line, max_size=8), st.dictionaries(
+    st.sampled_from([k.variable for k in config.KEYS if k.variable]), st.text(max_size=30)))
+def test_fuzz_keys_with_random_values(lines: list[str], environ: dict[str, str]) -> None:
+    try:
+        parse("\n".join(lines), environ)
+    except SandboxError as error:
+        assert error.status == EXIT_CONFIG
+        assert error.message.startswith((f"{PATH}:", "$", "configuration"))

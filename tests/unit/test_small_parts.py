@@ -1,0 +1,81 @@
+"""Pure pieces of the launch core: workspace rules, the nesting fact, the gitconfig."""
+
+from __future__ import annotations
+
+import pytest
+
+from claude_sandbox import gitconfig, guard, paths, workspace
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/", "root directory"),
+        ("/home/dev", "your home directory"),
+        ("/home", "contains your home directory"),
+        ("/etc", "under /etc"),
+        ("/etc/nginx", "under /etc"),
+        ("/usr/local/src", "under /usr"),
+        ("/proc/1", "under /proc"),
+        ("/sys", "under /sys"),
+        ("/dev/shm", "under /dev"),
+        ("/run/user/1000", "under /run"),
+        ("/boot", "under /boot"),
+    ],
+)
+def test_forbidden_workspaces(path: str, reason: str) -> None:
+    found = workspace.forbidden_reason(path, "/home/dev")
+    assert found is not None and reason in found
+
+
+@pytest.mark.parametrize("path", ["/home/dev/project", "/workspaces/app", "/tmp/x", "/srv"])
+def test_allowed_workspaces(path: str) -> None:
+    assert workspace.forbidden_reason(path, "/home/dev") is None
+
+
+def test_a_symlink_into_a_forbidden_tree_is_refused(tmp_path: pytest.TempPathFactory) -> None:
+    link = f"{tmp_path}/looks-harmless"
+    import os
+
+    os.symlink("/etc", link)
+    from claude_sandbox.errors import EXIT_REFUSED, SandboxError
+
+    with pytest.raises(SandboxError) as caught:
+        workspace.check_writable(link, "/home/dev", what="workspace")
+    assert caught.value.status == EXIT_REFUSED
+    assert "resolves to /etc" in caught.value.message
+
+
+MOUNTINFO = (
+    "22 1 0:21 / / ro,relatime - overlay overlay rw\n"
+    f"40 22 0:5 /null {paths.INSIDE_MARKER} ro,nosuid - devtmpfs udev rw\n"
+)
+STATUS_IN = "Name:\tsh\nNoNewPrivs:\t1\nCapEff:\t0000000000000000\n"
+
+
+def test_nesting_fact_needs_all_three() -> None:
+    assert guard.facts_say_inside(MOUNTINFO, STATUS_IN)
+    assert not guard.facts_say_inside(MOUNTINFO.splitlines()[0], STATUS_IN)  # no marker mount
+    assert not guard.facts_say_inside(MOUNTINFO, STATUS_IN.replace("NoNewPrivs:\t1", "NoNewPrivs:\t0"))
+    assert not guard.facts_say_inside(MOUNTINFO, STATUS_IN.replace("0000000000000000", "000001ffffffffff"))
+
+
+def test_the_environment_plays_no_part() -> None:
+    # The decision reads /proc only: a forged IS_SANDBOX=1 cannot change it.
+    import inspect
+
+    source = inspect.getsource(guard)
+    assert "os.environ" not in source and "getenv" not in source
+
+
+def test_gitconfig_quotes_values_and_resets_helpers() -> None:
+    text = gitconfig.render(gitconfig.Identity('A "B" \\C', "a@b"), {"github.com": "/usr/bin/gh"})
+    assert '\tname = "A \\"B\\" \\\\C"' in text
+    assert '[credential "https://github.com"]\n\thelper =\n\thelper = "!/usr/bin/gh auth git-credential"' in text
+    assert "insteadOf = git@github.com:" in text
+
+
+def test_no_forge_means_no_helpers() -> None:
+    assert gitconfig.forge_helpers(no_forge=True) == {}
+    text = gitconfig.render(gitconfig.Identity("a", "b"), {})
+    assert "credential" not in text
