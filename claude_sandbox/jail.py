@@ -57,6 +57,9 @@ _SESSION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
 _PR_SET_DUMPABLE = 4
 _RESOLV_KEEP = ("search", "domain", "options")
+# Every table and every policy rule; run once per family, since the family of
+# a "default" or blackhole route is not in `ip`'s text.
+READBACK = "route show table all\nrule show\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,11 +462,11 @@ class Jail:
         # Programme and first read-back in one `ip` process: no window in
         # which a route could change unseen between the two besides `tamper`.
         script = plan.batch() + "".join(f"{t}\n" for t in tamper)
-        script += "route show table all\nrule show\n"
-        rc, out, err = self._ip(["-force", "-j", "-batch", "-"], script)
-        _, rules6, _ = self._ip(["-j", "-6", "rule", "show"])
+        script += READBACK
+        _, out4, err = self._ip(["-4", "-force", "-j", "-batch", "-"], script)
+        _, out6, _ = self._ip(["-6", "-j", "-batch", "-"], READBACK)
         failed = self._failed_rows(plan, routes.failed_lines(err), len(tamper), err)
-        readback = routes.parse_readback(out, rules6)
+        readback = routes.parse_readback(out4, out6)
         problems = routes.compare(plan, failed, readback)
         if problems:
             raise SandboxError(

@@ -59,9 +59,9 @@ EXPECTED_RULES_V6: tuple[tuple[int, str], ...] = ((0, "local"), (32766, "main"))
 
 # IPv6 is switched off in the jail; where that fails, only these may remain.
 _V6_HARMLESS = (
-    ipaddress.ip_network("fe80::/10"),  # link-local: reaches only pasta's tap
-    ipaddress.ip_network("ff00::/8"),  # multicast, link scope in practice
-    ipaddress.ip_network("::1/128"),  # the namespace's own loopback
+    ipaddress.IPv6Network("fe80::/10"),  # link-local: reaches only pasta's tap
+    ipaddress.IPv6Network("ff00::/8"),  # multicast, link scope in practice
+    ipaddress.IPv6Network("::1/128"),  # the namespace's own loopback
 )
 
 
@@ -141,8 +141,9 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class Readback:
-    routes: tuple[Route, ...]
+    routes_v4: tuple[Route, ...]
     rules_v4: tuple[Rule, ...]
+    routes_v6: tuple[Route, ...]
     rules_v6: tuple[Rule, ...]
 
 
@@ -327,9 +328,12 @@ def _normalise_dst(dst: str, family: int) -> str:
     if dst == "default":
         return "0.0.0.0/0" if family == 4 else "::/0"
     try:
-        return str(ipaddress.ip_network(dst, strict=False))
+        net = ipaddress.ip_network(dst, strict=False)
     except ValueError as exc:
         raise _fail(f"bad destination {dst!r}") from exc
+    if net.version != family:
+        raise _fail(f"IPv{net.version} destination {dst!r} in the IPv{family} table")
+    return str(net)
 
 
 _ROUTE_KEYS = frozenset(
@@ -337,14 +341,17 @@ _ROUTE_KEYS = frozenset(
 )
 
 
-def parse_route(obj: object) -> Route:
-    """One element of `ip -j route show table all`, normalised."""
+def parse_route(obj: object, family: int = 4) -> Route:
+    """One element of `ip -j -4|-6 route show table all`, normalised.
+
+    The family comes from the command, never from the text: "default" or a
+    blackhole says nothing about which family it belongs to.
+    """
     if not isinstance(obj, dict):
         raise _fail("route is not an object")
     dst = _str(obj, "dst", None)
     if dst is None:
         raise _fail("route without destination")
-    family = 6 if ":" in dst else 4
     flags = obj.get("flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise _fail("flags are not a list of strings")
@@ -395,22 +402,26 @@ def _list(doc: object, what: str) -> list[object]:
     return doc
 
 
-def parse_readback(routes_and_rules: str, rules_v6: str) -> Readback:
-    """Parse `ip -j -batch` of (route show table all, rule show) and `ip -j -6 rule`."""
-    docs = parse_json_stream(routes_and_rules)
-    v6 = parse_json_stream(rules_v6)
-    if len(docs) != 2 or len(v6) != 1:
-        raise _fail("wrong number of documents")
-    return Readback(
-        routes=tuple(parse_route(r) for r in _list(docs[0], "routes")),
-        rules_v4=tuple(parse_rule(r) for r in _list(docs[1], "rules")),
-        rules_v6=tuple(parse_rule(r) for r in _list(v6[0], "IPv6 rules")),
+def _family_docs(text: str, family: int) -> tuple[tuple[Route, ...], tuple[Rule, ...]]:
+    docs = parse_json_stream(text)
+    if len(docs) != 2:
+        raise _fail(f"IPv{family}: wrong number of documents")
+    return (
+        tuple(parse_route(r, family) for r in _list(docs[0], "routes")),
+        tuple(parse_rule(r) for r in _list(docs[1], "rules")),
     )
 
 
+def parse_readback(v4: str, v6: str) -> Readback:
+    """Parse `ip -j -4` and `ip -j -6` output of (route show table all, rule show)."""
+    routes_v4, rules_v4 = _family_docs(v4, 4)
+    routes_v6, rules_v6 = _family_docs(v6, 6)
+    return Readback(routes_v4, rules_v4, routes_v6, rules_v6)
+
+
 def _v6_harmless(route: Route) -> bool:
-    net = ipaddress.ip_network(route.dst)
-    return any(net.subnet_of(h) for h in _V6_HARMLESS if net.version == h.version)  # type: ignore[arg-type]
+    net = ipaddress.IPv6Network(route.dst)
+    return route.gateway is None and any(net.subnet_of(h) for h in _V6_HARMLESS)
 
 
 def compare(plan: Plan, failed: Iterable[int], readback: Readback) -> list[str]:
@@ -422,9 +433,9 @@ def compare(plan: Plan, failed: Iterable[int], readback: Readback) -> list[str]:
     skip = set(failed)
     want = [r.expect for i, r in enumerate(plan.routes) if i not in skip] + list(plan.local)
     problems: list[str] = []
-    have_v4 = [r for r in readback.routes if ":" not in r.dst]
-    for r in readback.routes:
-        if ":" in r.dst and not (_v6_harmless(r) and r.gateway is None):
+    have_v4 = list(readback.routes_v4)
+    for r in readback.routes_v6:
+        if not _v6_harmless(r):
             problems.append(f"IPv6 route {r.dst} ({r.type}, table {r.table})")
     for r in sorted(set(have_v4) - set(want), key=repr):
         problems.append(f"unplanned route {r.type} {r.dst} table {r.table}: {r}")
@@ -471,10 +482,10 @@ def parse_facts(addr_doc: object, route_doc: object) -> NetFacts:
             addresses.append(Address(dev, local, plen, "LOOPBACK" in flags))
     gateway = iface = None
     copied: list[str] = []
-    for r in (parse_route(o) for o in _list(route_doc, "routes")):
+    for r in (parse_route(o, 4) for o in _list(route_doc, "routes")):
         if r.dst == "0.0.0.0/0" and r.gateway and r.dev:
             gateway, iface = r.gateway, r.dev
-        elif ":" not in r.dst:
+        else:
             copied.append(r.dst)
     if gateway is None or iface is None:
         raise SandboxError("egress jail: pasta configured no IPv4 default route", EXIT_JAIL)
