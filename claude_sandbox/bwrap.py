@@ -129,7 +129,8 @@ def _home_ops(profile: Profile, config: Config, facts: HostFacts) -> list[Op]:
                           f"re-mask {rel}: code there would run on {profile.name}'s next start"))
     for rel in NULLED_DOTFILES:
         path = os.path.join(home, rel)
-        ops.append(Op(("--ro-bind", "/dev/null", path), f"{rel} reads as empty (checks 14, 15)"))
+        ops.append(Op(("--ro-bind", paths.EMPTY_FILE, path),
+                      f"{rel} reads as empty (checks 14, 15)"))
     for rel in LOCAL_BIN_TOOLS:
         path = os.path.join(home, rel)
         if path in exists:

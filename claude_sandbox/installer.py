@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, config, paths
+from . import __version__, config, integrity, paths
 
 SOURCE = Path(__file__).resolve().parent
 # The numbered checks run inside the sandbox from a read-only copy under LIBEXEC.
@@ -319,6 +319,8 @@ def install_files(report: Report) -> None:
     for mount_point in (paths.GITCONFIG_INSIDE, paths.INSIDE_MARKER):
         report.step(f"mount point {mount_point}", _differs(mount_point, "", 0o644),
                     lambda mount_point=mount_point: _write(mount_point, "", 0o644))
+    report.step(f"empty file {paths.EMPTY_FILE}", _differs(paths.EMPTY_FILE, "", 0o444),
+                lambda: _write(paths.EMPTY_FILE, "", 0o444))
 
 
 def install_verification(report: Report) -> None:
@@ -361,6 +363,101 @@ def harden_tree(report: Report, root: str) -> None:
     report.step(f"ownership and modes under {root} ({len(loose)} loose)", bool(loose), action)
 
 
+# ---------------------------------------------------------------- the integrity guard
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def _integrity_state() -> dict[str, list[str] | bool]:
+    try:
+        data = json.loads(Path(integrity.STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def install_hooks(report: Report) -> None:
+    for hook in integrity.HOOKS:
+        path, text = integrity.hook_path(hook), integrity.hook_text(hook)
+        report.step(f"{hook.event} hook {path}", _differs(path, text, 0o755),
+                    lambda path=path, text=text: _write(path, text, 0o755))
+
+
+def install_managed_settings(report: Report) -> None:
+    """Merge our policy into Claude Code's managed settings; an administrator's keys stay."""
+    path = integrity.MANAGED_SETTINGS
+    text = _read(path)
+    existing = integrity.parse_settings(text or "")
+    if existing is None:
+        print(f"  warning    {path} is not a JSON object we can parse: left alone, so the "
+              "Claude Code prompt gate and auto-update policy are NOT installed")
+        return
+    merged, added = integrity.merge_settings(existing)
+    state = _integrity_state()
+    owned = sorted({*state.get("env_added", []), *added})  # type: ignore[misc]
+    created = bool(state.get("created_settings", text is None))
+    wanted_state = json.dumps({"env_added": owned, "created_settings": created}) + "\n"
+    wanted = integrity.settings_text(merged)
+    # Rewrite only when our policy is missing: an administrator's formatting survives.
+    needed = text is None or merged != existing or _differs(path, text, 0o644)
+    report.step(f"Claude Code managed settings {path} (prompt gate, session check, "
+                "auto-update off)", needed, lambda: _write(path, wanted, 0o644))
+    report.step(f"integrity record {integrity.STATE_FILE}",
+                _differs(integrity.STATE_FILE, wanted_state, 0o644),
+                lambda: _write(integrity.STATE_FILE, wanted_state, 0o644))
+
+
+def install_codex_config(report: Report) -> None:
+    path = integrity.CODEX_MANAGED_CONFIG
+    text = _read(path) or ""
+    merged = integrity.codex_merge(text)
+    if merged is None:
+        print(f"  warning    {path} is not TOML we can parse: left alone, so the codex "
+              "update check is NOT turned off")
+        return
+    report.step(f"codex managed config {path} (update check off)",
+                _differs(path, merged, 0o644), lambda: _write(path, merged, 0o644))
+
+
+def install_integrity(report: Report) -> None:
+    install_hooks(report)
+    install_managed_settings(report)
+    install_codex_config(report)
+
+
+def uninstall_integrity(report: Report) -> None:
+    """Take out what install_integrity put in; the administrator's own settings stay."""
+    path = integrity.MANAGED_SETTINGS
+    text = _read(path)
+    existing = integrity.parse_settings(text or "") if text is not None else None
+    state = _integrity_state()
+    if existing is not None:
+        added = tuple(state.get("env_added", ()))  # type: ignore[arg-type]
+        remaining = integrity.unmerge_settings(existing, added)
+        if not remaining and state.get("created_settings", False):
+            report.step(f"remove {path} (it held only our policy)", True,
+                        lambda: os.unlink(path))
+        else:
+            wanted = integrity.settings_text(remaining)
+            report.step(f"our policy out of {path} (the rest kept)", remaining != existing,
+                        lambda: _write(path, wanted, 0o644))
+    codex = integrity.CODEX_MANAGED_CONFIG
+    codex_text = _read(codex)
+    if codex_text is not None:
+        rest = integrity.codex_unmerge(codex_text)
+        if rest.strip():
+            report.step(f"our block out of {codex} (the rest kept)", rest != codex_text,
+                        lambda: _write(codex, rest, 0o644))
+        else:
+            report.step(f"remove {codex} (it held only our block)", True,
+                        lambda: os.unlink(codex))
+
+
 # ---------------------------------------------------------------- commands
 
 def install(options: argparse.Namespace) -> int:
@@ -379,6 +476,7 @@ def install(options: argparse.Namespace) -> int:
         install_tools(report)
     install_files(report)
     install_verification(report)
+    install_integrity(report)
     agents = [a for a in options.agents.split(",") if a] if options.agents else []
     for name in ("claude", "codex", "pi"):
         move_vendor(report, name)
@@ -409,6 +507,7 @@ def uninstall(options: argparse.Namespace) -> int:
                 else:
                     shutil.move(data["target"], data["path"])
             report.step(f"restore the vendor {name} at {data['path']}", True, restore)
+    uninstall_integrity(report)
     for mount_point in (paths.GITCONFIG_INSIDE,):
         report.step(f"remove {mount_point}", os.path.exists(mount_point),
                     lambda mount_point=mount_point: os.unlink(mount_point))

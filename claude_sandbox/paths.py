@@ -22,6 +22,9 @@ AGENTS_PREFIX = f"{LIBEXEC}/agents"
 # An empty root-owned file; inside the sandbox a read-only bind covers it.
 # The mount is the nesting fact an outer environment cannot forge (decision 7).
 INSIDE_MARKER = f"{LIBEXEC}/inside"
+# An empty root-owned file, 0444: what masked dotfiles read as. (/dev/null would
+# not do: bwrap binds are nodev, so a bound device node cannot even be opened.)
+EMPTY_FILE = f"{LIBEXEC}/empty"
 CONFIG_FILE = "/etc/claude-sandbox.conf"
 GITCONFIG_INSIDE = "/etc/claude-gitconfig"
 AGENT_TMP = "/var/tmp/claude-agent"

@@ -91,7 +91,7 @@ def test_matrix_skeleton_and_order(uid: int, no_forge: bool, jailed: bool, profi
         ("--tmpfs", home),
         ("--bind", f"{home}/.local/share", f"{home}/.local/share"),
         ("--tmpfs", f"{home}/.local/share/applications"),
-        ("--ro-bind", "/dev/null", f"{home}/.netrc"),
+        ("--ro-bind", paths.EMPTY_FILE, f"{home}/.netrc"),
         ("--bind", "/work/project", "/work/project"),
         ("--bind", "/srv/cache", "/srv/cache"),
         ("--ro-bind", "/dev/null", paths.INSIDE_MARKER),
