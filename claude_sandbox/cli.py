@@ -132,7 +132,7 @@ def explain(agent: str) -> str:
     for key, where in sorted(cfg.origins.items()):
         lines.append(f"#   {key} from {where}")
     lines.append(f"{paths.find_tool('bwrap') or 'bwrap'} \\")
-    width = max(len(shlex.join(op.args)) for op in plan.ops)
+    width = min(48, max(len(shlex.join(op.args)) for op in plan.ops))
     for op in plan.ops:
         lines.append(f"  {shlex.join(op.args):<{width}}  # {op.reason}")
     lines.append(f"  -- {shlex.join(plan.command)}")

@@ -1,0 +1,222 @@
+"""Real launches through the installed shims: what the sandbox holds, proved from inside."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from .conftest import Launcher
+
+pytestmark = pytest.mark.integration
+
+CORE_VENV = "/usr/libexec/claude-sandbox/venv"
+CONFIG = "/etc/claude-sandbox.conf"
+
+
+@pytest.fixture
+def planted(launcher: Launcher) -> Iterator[dict[str, str]]:
+    """Credentials and an IDE socket where a careless sandbox would expose them."""
+    home = launcher.home
+    files = {
+        "ssh": f"{home}/.ssh/id_rsa",
+        "aws": f"{home}/.aws/credentials",
+        "other": f"{home}/.config/other/token",
+        "runsecret": "/run/secrets/x",
+    }
+    created = []
+    for path in files.values():
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            os.makedirs(directory)
+            created.append(directory)
+        with open(path, "w") as handle:
+            handle.write("TOP-SECRET-" + path)
+        os.chown(path, launcher.uid, launcher.uid)
+        if path.startswith(home):
+            os.chown(directory, launcher.uid, launcher.uid)
+    sock_path = f"/tmp/vscode-ipc-{secrets.token_hex(4)}.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(sock_path)
+    server.listen(1)
+    os.chmod(sock_path, 0o777)
+    files["ide"] = sock_path
+    try:
+        yield files
+    finally:
+        server.close()
+        os.unlink(sock_path)
+        for path in list(files.values())[:4]:
+            os.unlink(path)
+        for directory in reversed(created):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def probe(launcher: Launcher, probe_copy: str, reads: list[str], writes: list[str],
+          secret: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    token = secrets.token_hex(6)
+    secret_file = os.path.join(launcher.workspace, "secret")
+    with open(secret_file, "w") as handle:
+        handle.write(secret)
+    os.chmod(secret_file, 0o644)
+    result = launcher.shell("/usr/bin/python3", probe_copy, token, secret_file, *reads, "--",
+                            *writes,
+                            env={"SUPER_SECRET": secret, **(env or {})})
+    assert result.returncode == 0, result.stderr
+    report: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
+    report["token"] = token
+    return report
+
+
+def test_the_sandbox_holds_only_what_it_should(launcher: Launcher, probe_copy: str,
+                                               planted: dict[str, str]) -> None:
+    secret = "s3cr3t-" + secrets.token_hex(8)
+    home = launcher.home
+    outside_dirs = [home, f"{home}/.ssh", "/tmp", "/var/tmp", "/etc", "/opt",
+                    os.path.dirname(launcher.workspace) + "/..", CORE_VENV, "/usr/local/bin"]
+    report = probe(
+        launcher, probe_copy,
+        reads=[planted["ssh"], planted["aws"], planted["other"], planted["runsecret"],
+               f"{home}/.netrc", f"{home}/.Xauthority"],
+        writes=[launcher.workspace, *outside_dirs, planted["ide"]],
+        secret=secret,
+    )
+    # $HOME holds only the allow-list (check 03).
+    allowed = {".claude", ".claude.json", ".local", ".cache", ".config",
+               ".netrc", ".Xauthority", ".ICEauthority"}
+    assert set(report["home"]) <= allowed, report["home"]
+    assert report["config_dir"] in (None, [], ["gh"], ["glab-cli"], ["gh", "glab-cli"])
+    # Planted credentials are unreachable; the nulled dotfiles read empty.
+    reads = report["read"]
+    for name in ("ssh", "aws", "other", "runsecret"):
+        assert reads[planted[name]].startswith("error:ENOENT"), (name, reads[planted[name]])
+    assert reads[f"{home}/.netrc"] == "read:" and reads[f"{home}/.Xauthority"] == "read:"
+    # The IDE socket in /tmp is not there (check 11).
+    assert report["sockets"][planted["ide"]] == "error:ENOENT"
+    assert not any(name.startswith("vscode-ipc") for name in report["tmp"])
+    # The secret in the launching environment is not inside, nor readable through /proc.
+    assert "SUPER_SECRET" not in report["env"]
+    assert secret not in json.dumps(report["env"])
+    assert report["proc_leaks"] == []
+    assert report["env"]["IS_SANDBOX"] == "1"
+    # No capabilities, no new privileges (checks 06, 02); a nested pid namespace (07).
+    assert int(report["CapEff"], 16) == 0
+    assert report["NoNewPrivs"] == "1"
+    assert len(report["NSpid"].split()) >= 2
+    # The workspace is writable and the write lands outside; nothing else persists.
+    assert report["write"][launcher.workspace] == "written"
+    assert os.path.exists(os.path.join(launcher.workspace, f".probe-{report['token']}"))
+    for directory in outside_dirs:
+        leftover = os.path.join(directory, f".probe-{report['token']}")
+        assert not os.path.exists(leftover), f"a write inside reached {leftover}"
+    # The config and the core venv are read-only inside.
+    assert report["write"][CORE_VENV] == "error:EROFS"
+    assert report["write"]["/etc"] == "error:EROFS"
+
+
+def test_config_file_is_read_only_inside(launcher: Launcher) -> None:
+    result = launcher.shell("/bin/sh", "-c", f"echo 'egress-jail = 0' >> {CONFIG}")
+    assert result.returncode != 0
+    # The mount itself is read-only, whoever asks (as root, too: no capability can remount).
+    flags = launcher.shell(
+        "/usr/bin/python3", "-c",
+        f"import os; print([os.statvfs(p).f_flag & os.ST_RDONLY for p in ('{CONFIG}', "
+        f"'{CORE_VENV}/lib', '/usr/local/bin/claude')])",
+    )
+    assert flags.stdout.strip() == "[1, 1, 1]", flags.stderr
+
+
+def test_allow_write_is_writable_and_nothing_beside_it(launcher: Launcher) -> None:
+    extra = f"{launcher.workspace}-extra"
+    os.mkdir(extra)
+    os.chown(extra, launcher.uid, launcher.uid)
+    try:
+        result = launcher.shell(
+            "/bin/sh", "-c", f"touch {extra}/ok && touch /srv/nope",
+            env={"CLAUDE_SANDBOX_ALLOW_WRITE": extra},
+        )
+        assert os.path.exists(f"{extra}/ok")
+        assert result.returncode != 0 and not os.path.exists("/srv/nope")
+    finally:
+        shutil.rmtree(extra)
+
+
+@pytest.mark.parametrize("where", ["/", "HOME", "/etc"])
+def test_launching_from_a_forbidden_directory_refuses(launcher: Launcher, where: str) -> None:
+    cwd = launcher.home if where == "HOME" else where
+    result = launcher.run(["/usr/local/bin/claude", "--version"], cwd=cwd)
+    assert result.returncode == 77
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("claude-sandbox: refusing to make ")
+    assert "Traceback" not in result.stderr
+
+
+def test_shell_exit_status_is_the_commands(launcher: Launcher) -> None:
+    assert launcher.shell("/bin/sh", "-c", "exit 7").returncode == 7
+    assert launcher.shell("/bin/sh", "-c", "kill -TERM $$").returncode == 128 + 15
+
+
+def test_git_works_inside_with_the_curated_config(launcher: Launcher) -> None:
+    result = launcher.shell(
+        "/bin/sh", "-c",
+        "git config user.email && git config --show-origin --list | cut -f1 | sort -u && "
+        "git init -q repo && cd repo && git commit -q --allow-empty -m x && echo committed",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "committed" in result.stdout
+    origins = {line for line in result.stdout.splitlines() if line.startswith("file:")}
+    assert origins <= {"file:/etc/claude-gitconfig", "file:.git/config"}, origins
+
+
+def test_a_broken_config_refuses_with_file_and_line(launcher: Launcher) -> None:
+    result = launcher.shell("true", env={"CLAUDE_SANDBOX_ALLOW_IP": "10.0.0.0/8"})
+    assert result.returncode == 78
+    assert result.stderr.strip() == (
+        "claude-sandbox: $CLAUDE_SANDBOX_ALLOW_IP: '10.0.0.0/8' is not a single IPv4 "
+        "address (no CIDR, no names)"
+    )
+
+
+def test_the_jail_off_warning_is_said_once(launcher: Launcher) -> None:
+    result = launcher.shell("true")
+    assert result.stderr.count("the egress jail is off") == 1
+
+
+def test_terminal_launch_goes_through_script(launcher: Launcher) -> None:
+    """With a terminal, the sandbox gets its own pty from script(1) (decision 9)."""
+    inner = "readlink /proc/self/fd/0"
+    command = ["script", "-qec",
+               f"tty; /usr/local/bin/claude-sandbox shell -- sh -c '{inner}'", "/dev/null"]
+    result = launcher.run(command)
+    assert result.returncode == 0, result.stderr
+    ptys = [line.strip("\x00\r ") for line in result.stdout.splitlines() if "/dev/pts/" in line]
+    assert len(ptys) == 2, result.stdout
+    outer, inside = ptys
+    assert outer != inside, "the sandbox holds the launching terminal itself"
+
+
+def test_explain_lists_every_option_with_a_reason(launcher: Launcher) -> None:
+    result = launcher.run(["/usr/local/bin/claude-sandbox", "explain", "--agent", "codex"])
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines()
+             if line.startswith("  --") and not line.startswith("  -- ")]
+    assert lines and all("  # " in line for line in lines)
+    assert any(f"--tmpfs {launcher.home}" in line for line in lines)
+
+
+def test_no_sandbox_process_outlives_the_launch(launcher: Launcher) -> None:
+    marker = "cs-leak-" + secrets.token_hex(4)
+    launcher.shell("/bin/sh", "-c", f"sleep 300 & exec -a {marker} sleep 0.1")
+    survivors = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    lingering = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True)
+    assert survivors.stdout == ""
+    # The backgrounded sleep died with the sandbox's pid namespace.
+    for pid in lingering.stdout.split():
+        with open(f"/proc/{pid}/status") as handle:
+            assert launcher.user == "root" or f"Uid:\t{launcher.uid}" not in handle.read()
