@@ -7,8 +7,11 @@ and execs the agent. The seccomp filter is already in force (bwrap loaded it
 before exec), and everything here is inherited by the agent and every
 descendant, none of it removable.
 
-It runs at every launch, so it imports little: `landlock` (ctypes) and
-`resource`; `limits` is not imported here.
+It runs at every launch in a fresh interpreter, so it imports little:
+`landlock` (ctypes), `resource`, `collections`. Not `typing`, not
+`dataclasses` (about 35 ms together on this machine, more than everything
+else `_enter` does); the launcher-side half (KernelSettings, enter_argv,
+describe) lives in limits.py and is re-exported lazily below.
 """
 
 from __future__ import annotations
@@ -16,46 +19,34 @@ from __future__ import annotations
 import os
 import resource
 import sys
-from dataclasses import dataclass
-from typing import NoReturn
+from collections import namedtuple
 
 from . import landlock
 from .errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
 
+TYPE_CHECKING = False  # typing and dataclasses cost ~35 ms at every launch: not here
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
 LEVELS = ("standard", "harsh")
 
-
-@dataclass(frozen=True, slots=True)
-class KernelSettings:
-    """What `_enter` applies inside the sandbox.
-
-    `max_pids` / `max_memory` are the caps left to rlimits: None where a
-    cgroup outside already enforces the cap (limits.plan_limits decides), or
-    where the cap is off.
-    """
-
-    level: str = "standard"
-    max_pids: int | None = None  # RLIMIT_NPROC, counted in the sandbox's user namespace
-    max_memory: int | None = None  # RLIMIT_DATA, per process
-    writable: tuple[str, ...] = ()  # paths the sandbox can write (harsh: no EXECUTE there)
-    exec_files: tuple[str, ...] = ()  # read-only binds inside writable trees that must run
+# The parsed options: the same field names as limits.KernelSettings.
+Entry = namedtuple("Entry", "level max_pids max_memory writable exec_files")
 
 
-def enter_argv(settings: KernelSettings) -> list[str]:
-    """Pure: the arguments between `_enter` and `--`."""
-    args = ["--level", settings.level]
-    if settings.max_pids is not None:
-        args += ["--nproc", str(settings.max_pids)]
-    if settings.max_memory is not None:
-        args += ["--data", str(settings.max_memory)]
-    for path in settings.writable:
-        args += ["--writable", path]
-    for path in settings.exec_files:
-        args += ["--exec-file", path]
-    return args
+def __getattr__(name: str) -> Any:
+    # The launcher-side half (KernelSettings, enter_argv, describe) lives in
+    # limits.py, which runs outside the sandbox where dataclasses are loaded.
+    names = {"KernelSettings": "KernelSettings", "enter_argv": "enter_argv",
+             "describe": "describe_kernel"}  # fmt: skip
+    if name in names:
+        from . import limits
+
+        return getattr(limits, names[name])
+    raise AttributeError(name)
 
 
-def parse(argv: list[str]) -> tuple[KernelSettings, list[str]]:
+def parse(argv: list[str]) -> tuple[Entry, list[str]]:
     """Inverse of `enter_argv` plus the agent argv after `--`."""
     if "--" not in argv:
         raise SandboxError("_enter: missing `--` before the agent's argv", EXIT_USAGE)
@@ -84,10 +75,10 @@ def parse(argv: list[str]) -> tuple[KernelSettings, list[str]]:
             raise SandboxError(f"_enter: bad option {flag} {value!r}", EXIT_USAGE) from None
     if not agent or not agent[0].startswith("/"):
         raise SandboxError("_enter: the agent must be named by absolute path", EXIT_USAGE)
-    return KernelSettings(level, nproc, data, tuple(writable), tuple(exec_files)), agent
+    return Entry(level, nproc, data, tuple(writable), tuple(exec_files)), agent
 
 
-def apply_rlimits(settings: KernelSettings) -> None:
+def apply_rlimits(settings: Entry) -> None:
     # Soft = hard: with every capability dropped the agent cannot raise them.
     caps = [(resource.RLIMIT_CORE, 0)]  # no core files: they would hold the agent's secrets
     if settings.max_pids is not None:
@@ -114,14 +105,3 @@ def main(argv: list[str]) -> NoReturn:
         os.execv(agent[0], agent)
     except OSError as exc:
         raise SandboxError(f"cannot run {agent[0]}: {exc.strerror}", EXIT_UNAVAILABLE) from None
-
-
-def describe(settings: KernelSettings) -> list[str]:
-    """The in-sandbox layers, for `claude-sandbox explain`."""
-    lines = landlock.describe(settings.level)
-    lines.append("rlimits inside: RLIMIT_CORE 0")
-    if settings.max_pids is not None:
-        lines.append(f"  RLIMIT_NPROC {settings.max_pids} (this sandbox's user namespace)")
-    if settings.max_memory is not None:
-        lines.append(f"  RLIMIT_DATA {settings.max_memory} (per process)")
-    return lines

@@ -25,10 +25,13 @@ import ctypes
 import os
 import posixpath
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections import namedtuple
 
 from .errors import EXIT_UNAVAILABLE, SandboxError
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~10 ms per launch
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
 
 # Syscall numbers are the same on x86_64 and aarch64 (the unified table).
 _SYS_CREATE_RULESET = 444
@@ -81,14 +84,11 @@ def abi_version() -> int:
 
 
 # ------------------------------------------------------------ pure planning
-@dataclass(frozen=True, slots=True)
-class Mount:
-    """One line of /proc/self/mountinfo, the fields this layer needs."""
-
-    dev: str  # "major:minor"
-    root: str  # the path inside its file system that is mounted
-    mountpoint: str
-    readonly: bool
+# Records are namedtuples, not dataclasses, on purpose: this module runs in
+# `_enter` at every launch, and importing dataclasses (inspect, ast, re...)
+# costs more than all of Landlock (bench/bench_layers.py).
+#   dev: "major:minor"; root: the path inside its file system that is mounted.
+Mount = namedtuple("Mount", "dev root mountpoint readonly")
 
 
 def _unescape(field: str) -> str:
@@ -194,10 +194,8 @@ def writable_elsewhere(path: str, mounts: Sequence[Mount], visible: Sequence[Mou
     return any(not m.readonly and m.dev == here.dev and _within(fs_path, m.root) for m in mounts)
 
 
-@dataclass(frozen=True, slots=True)
-class ExecPlan:
-    roots: tuple[str, ...]
-    refused: tuple[str, ...]  # would-be grants that are writable through another mount
+# roots: EXECUTE grants; refused: would-be grants writable through another mount.
+ExecPlan = namedtuple("ExecPlan", "roots refused")
 
 
 def plan_exec(

@@ -320,3 +320,60 @@ def describe(max_pids: int | None, max_memory: int | None, plan: LimitPlan) -> l
         lines.append("  max-memory: off")
     lines.extend(f"  WARNING: {w}" for w in plan.warnings)
     return lines
+
+
+# ------------------------------------------------- the `_enter` hand-off
+@dataclass(frozen=True, slots=True)
+class KernelSettings:
+    """What `_enter` applies inside the sandbox (enter.py parses it back).
+
+    `max_pids` / `max_memory` are the caps left to rlimits: None where a
+    cgroup outside enforces the cap (see `kernel_settings`), or where it is off.
+    """
+
+    level: str = "standard"
+    max_pids: int | None = None  # RLIMIT_NPROC, counted in the sandbox's user namespace
+    max_memory: int | None = None  # RLIMIT_DATA, per process
+    writable: tuple[str, ...] = ()  # paths the sandbox can write (harsh: no EXECUTE there)
+    exec_files: tuple[str, ...] = ()  # read-only binds inside writable trees that must run
+
+
+def kernel_settings(
+    level: str, plan: LimitPlan, writable: Sequence[str] = (), exec_files: Sequence[str] = ()
+) -> KernelSettings:
+    """The settings for `_enter` that go with `plan`."""
+    rl = dict(plan.rlimits)
+    return KernelSettings(
+        level,
+        rl.get(resource.RLIMIT_NPROC),
+        rl.get(resource.RLIMIT_DATA),
+        tuple(writable),
+        tuple(exec_files),
+    )
+
+
+def enter_argv(settings: KernelSettings) -> list[str]:
+    """Pure: the arguments between `_enter` and `--`."""
+    args = ["--level", settings.level]
+    if settings.max_pids is not None:
+        args += ["--nproc", str(settings.max_pids)]
+    if settings.max_memory is not None:
+        args += ["--data", str(settings.max_memory)]
+    for path in settings.writable:
+        args += ["--writable", path]
+    for path in settings.exec_files:
+        args += ["--exec-file", path]
+    return args
+
+
+def describe_kernel(settings: KernelSettings) -> list[str]:
+    """The in-sandbox layers, for `claude-sandbox explain`."""
+    from . import landlock
+
+    lines = landlock.describe(settings.level)
+    lines.append("rlimits inside: RLIMIT_CORE 0")
+    if settings.max_pids is not None:
+        lines.append(f"  RLIMIT_NPROC {settings.max_pids} (this sandbox's user namespace)")
+    if settings.max_memory is not None:
+        lines.append(f"  RLIMIT_DATA {settings.max_memory} (per process)")
+    return lines
