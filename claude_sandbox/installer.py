@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import functools
 import json
 import os
+import py_compile
 import shutil
 import subprocess
 import sys
@@ -202,7 +204,7 @@ def install_package(report: Report, venv: str, *, include_tools: bool) -> None:
         for rel in differ:
             _write(str(site / rel), wanted[rel], 0o644)
         compileall.compile_dir(str(site / "claude_sandbox"), quiet=1,
-                               invalidation_mode=compileall.py_compile.PycInvalidationMode.CHECKED_HASH)
+                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
     report.step(f"claude_sandbox {__version__} in {venv}", bool(stale or differ), action)
 
 
@@ -216,6 +218,10 @@ def make_venv(report: Report, venv: str, *, with_pip: bool) -> None:
     report.step(f"venv {venv}", not python.exists(), action)
 
 
+def _pip_install(pip: str) -> None:
+    _run([pip, "install", "-q", *TOOLS_REQUIREMENTS])
+
+
 def install_tools(report: Report) -> None:
     make_venv(report, paths.TOOLS_VENV, with_pip=True)
     pip = Path(paths.TOOLS_VENV) / "bin" / "pip"
@@ -226,7 +232,7 @@ def install_tools(report: Report) -> None:
         have = {entry["name"].lower() for entry in json.loads(out)}
     missing = [req for req in TOOLS_REQUIREMENTS if req.lower() not in have]
     report.step(f"operator tools ({' '.join(missing) or 'all present'})", bool(missing),
-                lambda: _run([str(pip), "install", "-q", *TOOLS_REQUIREMENTS]))
+                functools.partial(_pip_install, str(pip)))
     install_package(report, paths.TOOLS_VENV, include_tools=True)
 
 
@@ -311,14 +317,14 @@ def install_files(report: Report) -> None:
         path = os.path.join(paths.SHIM_DIR, name)
         text = shim_text(name)
         report.step(f"shim {path}", _differs(path, text, 0o755),
-                    lambda path=path, text=text: _write(path, text, 0o755))
+                    functools.partial(_write, path, text, 0o755))
     report.step(f"{paths.CONFIG_FILE} with commented defaults (kept when present)",
                 not os.path.exists(paths.CONFIG_FILE),
                 lambda: _write(paths.CONFIG_FILE, config.DEFAULT_FILE, 0o644))
     # Mount points that bwrap covers inside the read-only root: it cannot create them there.
     for mount_point in (paths.GITCONFIG_INSIDE, paths.INSIDE_MARKER):
         report.step(f"mount point {mount_point}", _differs(mount_point, "", 0o644),
-                    lambda mount_point=mount_point: _write(mount_point, "", 0o644))
+                    functools.partial(_write, mount_point, "", 0o644))
     report.step(f"empty file {paths.EMPTY_FILE}", _differs(paths.EMPTY_FILE, "", 0o444),
                 lambda: _write(paths.EMPTY_FILE, "", 0o444))
 
@@ -343,6 +349,8 @@ def install_verification(report: Report) -> None:
             (target / rel).unlink()
         for rel in differ:
             _write(str(target / rel), wanted[rel], 0o644)
+        # Byte-compiled now, as root: inside the sandbox the tree is read-only.
+        compileall.compile_dir(str(target), quiet=1)
     report.step(f"verification checks in {VERIFICATION_DIR}", bool(stale or differ), action)
 
 
@@ -385,7 +393,7 @@ def install_hooks(report: Report) -> None:
     for hook in integrity.HOOKS:
         path, text = integrity.hook_path(hook), integrity.hook_text(hook)
         report.step(f"{hook.event} hook {path}", _differs(path, text, 0o755),
-                    lambda path=path, text=text: _write(path, text, 0o755))
+                    functools.partial(_write, path, text, 0o755))
 
 
 def install_managed_settings(report: Report) -> None:
@@ -496,7 +504,7 @@ def uninstall(options: argparse.Namespace) -> int:
         raise InstallError("run the installer as root")
     for name in paths.ENTRY_POINTS:
         path = os.path.join(paths.SHIM_DIR, name)
-        report.step(f"remove shim {path}", _is_shim(path), lambda path=path: os.unlink(path))
+        report.step(f"remove shim {path}", _is_shim(path), functools.partial(os.unlink, path))
     for name in ("claude", "codex", "pi"):
         record = os.path.join(VENDOR_DIR, f"{name}.json")
         if os.path.exists(record):
@@ -510,10 +518,14 @@ def uninstall(options: argparse.Namespace) -> int:
     uninstall_integrity(report)
     for mount_point in (paths.GITCONFIG_INSIDE,):
         report.step(f"remove {mount_point}", os.path.exists(mount_point),
-                    lambda mount_point=mount_point: os.unlink(mount_point))
+                    functools.partial(os.unlink, mount_point))
     report.step(f"remove {paths.LIBEXEC}", os.path.isdir(paths.LIBEXEC),
                 lambda: shutil.rmtree(paths.LIBEXEC))
-    print(f"{paths.CONFIG_FILE} is kept (the operator's); remove it by hand if unwanted")
+    if _read(paths.CONFIG_FILE) == config.DEFAULT_FILE:
+        report.step(f"remove {paths.CONFIG_FILE} (the untouched default)", True,
+                    lambda: os.unlink(paths.CONFIG_FILE))
+    elif os.path.exists(paths.CONFIG_FILE):
+        print(f"  kept       {paths.CONFIG_FILE} (edited by the operator; remove it by hand)")
     print(f"{report.changed} step(s) changed" if report.changed else "nothing to change")
     return 0
 

@@ -1,0 +1,135 @@
+"""The managed-settings and codex merges: foreign keys kept, idempotent, reversible (pure)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from claude_sandbox import integrity
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=10,
+)
+ADMIN_HOOK = {"type": "command", "command": "/opt/corp/audit-prompt"}
+SETTINGS = st.dictionaries(st.text(max_size=10), JSON_VALUES, max_size=5)
+
+
+def _admin_settings(extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **extra,
+        "permissions": {"deny": ["Read(./.env)"]},
+        "env": {"HTTPS_PROXY": "http://proxy.corp:3128"},
+        "hooks": {"UserPromptSubmit": [{"hooks": [ADMIN_HOOK]}],
+                  "PreToolUse": [{"matcher": "Bash", "hooks": [ADMIN_HOOK]}]},
+    }
+
+
+def _our_commands(settings: dict[str, Any], event: str) -> list[str]:
+    return [h["command"] for g in settings["hooks"][event] for h in g["hooks"]
+            if h["command"].startswith(integrity.HOOKS_DIR)]
+
+
+def test_merge_into_nothing_installs_the_policy() -> None:
+    merged, added = integrity.merge_settings({})
+    assert merged["env"] == {"DISABLE_AUTOUPDATER": "1"}
+    assert added == ("DISABLE_AUTOUPDATER",)
+    assert _our_commands(merged, "UserPromptSubmit") == [f"{integrity.HOOKS_DIR}/prompt-gate"]
+    assert _our_commands(merged, "SessionStart") == [f"{integrity.HOOKS_DIR}/session-start"]
+
+
+def test_merge_keeps_the_administrators_policy() -> None:
+    admin = _admin_settings({"companyAnnouncements": ["hi"]})
+    merged, _ = integrity.merge_settings(admin)
+    assert merged["permissions"] == admin["permissions"]
+    assert merged["companyAnnouncements"] == ["hi"]
+    assert merged["env"]["HTTPS_PROXY"] == "http://proxy.corp:3128"
+    assert merged["hooks"]["PreToolUse"] == admin["hooks"]["PreToolUse"]
+    assert merged["hooks"]["UserPromptSubmit"][0] == {"hooks": [ADMIN_HOOK]}
+    assert len(_our_commands(merged, "UserPromptSubmit")) == 1
+
+
+def test_an_administrators_own_autoupdater_key_is_not_claimed() -> None:
+    merged, added = integrity.merge_settings({"env": {"DISABLE_AUTOUPDATER": "1"}})
+    assert added == ()
+    assert integrity.unmerge_settings(merged, added) == {"env": {"DISABLE_AUTOUPDATER": "1"}}
+
+
+@given(SETTINGS)
+def test_merge_is_idempotent_and_keeps_foreign_keys(existing: dict[str, Any]) -> None:
+    once, _ = integrity.merge_settings(existing)
+    twice, added_again = integrity.merge_settings(once)
+    assert twice == once
+    assert added_again == ()
+    for key, value in existing.items():
+        if key not in ("env", "hooks"):
+            assert once[key] == value
+    # What we write is JSON that reads back the same.
+    assert json.loads(integrity.settings_text(once)) == once
+
+
+@given(SETTINGS)
+def test_unmerge_takes_out_exactly_ours(existing: dict[str, Any]) -> None:
+    merged, added = integrity.merge_settings(existing)
+    restored = integrity.unmerge_settings(merged, added)
+    for key, value in existing.items():
+        if key not in ("env", "hooks"):
+            assert restored[key] == value
+    assert "DISABLE_AUTOUPDATER" not in restored.get("env", {}) or "DISABLE_AUTOUPDATER" in (
+        existing.get("env") if isinstance(existing.get("env"), dict) else {})
+    hooks = restored.get("hooks", {})
+    for groups in hooks.values():
+        for group in groups:
+            if isinstance(group, dict):
+                assert not any(integrity.HOOKS_DIR in json.dumps(h) for h in group["hooks"])
+
+
+def test_unmerge_of_the_administrators_file_restores_it() -> None:
+    admin = _admin_settings({})
+    merged, added = integrity.merge_settings(admin)
+    assert integrity.unmerge_settings(merged, added) == admin
+
+
+def test_unparseable_settings_are_refused() -> None:
+    assert integrity.parse_settings("{ not json") is None
+    assert integrity.parse_settings("[1, 2]") is None
+    assert integrity.parse_settings("") == {}
+
+
+def test_codex_block_goes_first_and_is_idempotent() -> None:
+    admin = 'model = "o4"\n[mcp_servers.x]\ncommand = "y"\n'
+    merged = integrity.codex_merge(admin)
+    assert merged is not None
+    document = tomllib.loads(merged)
+    assert document["check_for_update_on_startup"] is False
+    assert document["mcp_servers"] == {"x": {"command": "y"}}
+    assert integrity.codex_merge(merged) == merged
+    assert integrity.codex_unmerge(merged) == admin
+
+
+def test_codex_keeps_an_administrators_own_update_setting() -> None:
+    admin = "check_for_update_on_startup = true\n"
+    assert integrity.codex_merge(admin) == admin
+
+
+def test_codex_leaves_broken_toml_alone() -> None:
+    assert integrity.codex_merge("this is = = not toml") is None
+
+
+@given(st.dictionaries(st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True),
+                       st.integers() | st.booleans(), max_size=4))
+def test_codex_merge_round_trips(values: dict[str, Any]) -> None:
+    values.pop("check_for_update_on_startup", None)
+    text = "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+    merged = integrity.codex_merge(text)
+    assert merged is not None
+    assert integrity.codex_merge(merged) == merged
+    assert integrity.codex_unmerge(merged) == text
+    assert tomllib.loads(merged) == {**values, "check_for_update_on_startup": False}
