@@ -152,7 +152,7 @@ def _explain_layers(cfg: object) -> list[str]:
         try:
             from . import jail
 
-            lines += [f"  {line}" for line in jail.explain_plan(cfg)]
+            lines += [f"  {line}" for line in jail.explain_lines(getattr(cfg, "allow_ip", ()))]
         except (ImportError, AttributeError):
             lines.append("  (route plan unavailable)")
     else:
