@@ -25,8 +25,10 @@ from __future__ import annotations
 import array
 import contextlib
 import os
+import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -53,6 +55,7 @@ PASTA_FLAGS: tuple[str, ...] = (
 PASTA_TIMEOUT = 10.0
 PASTA_ATTEMPTS = 3
 NETNS_TIMEOUT = 5.0
+KILL_WAIT = 2.0
 _SESSION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
 _PR_SET_DUMPABLE = 4
@@ -87,7 +90,15 @@ def _check_tun() -> None:
             f"run `chmod 666 /dev/net/tun` as root, or {fix}",
             EXIT_UNAVAILABLE,
         ) from None
-    os.close(fd)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    # A bind of /dev/null or a file over the node opens fine but is no tun.
+    if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != 10 or os.minor(st.st_rdev) != 200:
+        raise SandboxError(
+            f"egress jail: /dev/net/tun is not the tun device (10:200); {fix}", EXIT_UNAVAILABLE
+        )
 
 
 def _read_int(path: str) -> int | None:
@@ -217,6 +228,9 @@ class Jail:
         self._t0 = time.perf_counter()
         self._last = self._t0
         self.warnings: list[str] = []
+        # Every process this launch started (holder, pasta's daemon, relays),
+        # for leak checks and the benchmark's resident-memory figures.
+        self.started: dict[str, int] = {}
 
     # -- helpers --
 
@@ -233,6 +247,10 @@ class Jail:
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
         print(f"claude-sandbox: warning: {message}", file=sys.stderr)
+
+    @property
+    def private_dir(self) -> str | None:
+        return self._dir
 
     def _path(self, name: str) -> str:
         assert self._dir is not None
@@ -254,6 +272,7 @@ class Jail:
                 pass_fds=(theirs.fileno(),),
                 close_fds=True,
             )  # fmt: skip
+        self.started["holder"] = self._holder.pid
         self._trace("holder spawned")
         self._wait_netns()
         self._trace("holder namespace up")
@@ -350,7 +369,9 @@ class Jail:
                     "relay skipped"
                 )
                 continue
-            self._outside.append((relay, relays.spawn_outside(relay, socat)))
+            proc = relays.spawn_outside(relay, socat)
+            self.started[f"outside-relay-{relay.kind}-{relay.port}"] = proc.pid
+            self._outside.append((relay, proc))
 
     # -- run --
 
@@ -414,6 +435,7 @@ class Jail:
                 pid = int(f.read().strip())
             # A pidfd names this pasta and no later process with the same PID.
             self._pasta_pidfd = os.pidfd_open(pid)
+            self.started["pasta"] = pid
         except (OSError, ValueError) as exc:
             raise SandboxError(
                 f"egress jail: pasta left no usable pid file ({exc})", EXIT_JAIL
@@ -514,6 +536,7 @@ class Jail:
                 self._warn(f"{relay.kind}-port {relay.port}: {reply[1]}")
                 continue
             pid = int(reply[1])
+            self.started[f"inside-relay-{relay.kind}-{relay.port}"] = pid
             with contextlib.suppress(OSError):
                 self._inside_pidfds.append((pid, os.pidfd_open(pid)))
         self._trace("relays started")
@@ -621,8 +644,15 @@ def _pidfd_from_file(path: str) -> int | None:
 
 
 def _kill_pidfd(pidfd: int) -> None:
+    """SIGKILL through a pidfd and wait until the process has exited.
+
+    Waiting makes "no process outlives a launch" true when run() returns,
+    not some milliseconds later. A pidfd polls readable once the process
+    has exited, even when it is not our child (pasta's daemon is not).
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    select.select([pidfd], [], [], KILL_WAIT)
     os.close(pidfd)
 
 

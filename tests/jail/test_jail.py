@@ -1,0 +1,330 @@
+"""The egress jail in real namespaces: containment, egress, read-back, relays, teardown."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from claude_sandbox import jail
+from claude_sandbox.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+
+from .conftest import PROBE, SYSTEM_PY, LoopbackServer, PrivateNet, jail_available
+
+pytestmark = [
+    pytest.mark.jail,
+    pytest.mark.skipif(jail_available() is not None, reason=str(jail_available())),
+]
+
+
+def _settings(
+    allow_ip: Sequence[str] = (), local: Sequence[int] = (), callback: Sequence[int] = ()
+) -> jail.JailSettings:
+    return jail.JailSettings(tuple(allow_ip), tuple(local), tuple(callback), trace=False)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def assert_torn_down(j: jail.Jail, private_dir: str | None) -> None:
+    for name, pid in j.started.items():
+        assert not _alive(pid), f"{name} ({pid}) outlived the launch"
+    assert private_dir is None or not os.path.exists(private_dir)
+
+
+def launch(
+    settings: jail.JailSettings, argv: Sequence[str], tmp_path: os.PathLike[str]
+) -> tuple[int, str, jail.Jail]:
+    """Run argv jailed, its stdout captured in a file; check nothing is left."""
+    out = os.path.join(tmp_path, f"out-{time.monotonic_ns()}")
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
+    saved = os.dup(1)
+    try:
+        os.dup2(fd, 1)  # the holder, and so the session, inherits this stdout
+        j = jail.start(settings)
+        private_dir = j.private_dir
+        status = j.run(list(argv), {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(fd)
+    assert_torn_down(j, private_dir)
+    with open(out) as f:
+        return status, f.read(), j
+
+
+def probe(
+    settings: jail.JailSettings, targets: Sequence[str], tmp_path: os.PathLike[str]
+) -> dict[str, str]:
+    status, out, _ = launch(settings, [SYSTEM_PY, "-c", PROBE, *targets], tmp_path)
+    assert status == 0, out
+    return {line.split()[0]: line.split()[1] for line in out.splitlines()}
+
+
+def _gateway() -> str:
+    out = subprocess.run(["ip", "-4", "route", "show", "default"], capture_output=True, text=True)
+    return out.stdout.split()[2]
+
+
+def test_private_hosts_and_container_loopback_are_unreachable(
+    private_net: PrivateNet, loopback_server: LoopbackServer, tmp_path: os.PathLike[str]
+) -> None:
+    p10, p192 = private_net.private10, private_net.private192
+    targets = [
+        f"{p10.address}:{p10.port}",
+        f"{p192.address}:{p192.port}",
+        f"127.0.0.1:{loopback_server.port}",
+        # pasta maps the gateway to the host's loopback unless --no-map-gw.
+        f"{_gateway()}:{loopback_server.port}",
+    ]
+    # Outside the jail the private hosts answer: the test network works.
+    outside = subprocess.run(
+        [sys.executable, "-c", PROBE, *targets[:3]], capture_output=True, text=True, check=True
+    ).stdout
+    assert outside.count("connected") == 3, outside
+    results = probe(_settings(), targets, tmp_path)
+    assert results == dict.fromkeys(targets, "refused"), results
+
+
+def test_allow_ip_opens_exactly_that_host(
+    private_net: PrivateNet, tmp_path: os.PathLike[str]
+) -> None:
+    p10, p192 = private_net.private10, private_net.private192
+    targets = [f"{p10.address}:{p10.port}", f"{p192.address}:{p192.port}"]
+    results = probe(_settings(allow_ip=[p10.address]), targets, tmp_path)
+    assert results == {targets[0]: "connected", targets[1]: "refused"}
+
+
+EGRESS = """
+import socket, urllib.request
+print("resolved", socket.getaddrinfo("pypi.org", 443)[0][4][0])
+with urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=20) as r:
+    print("status", r.status)
+"""
+
+
+def test_real_egress_and_dns_through_the_forwarder(tmp_path: os.PathLike[str]) -> None:
+    out = os.path.join(tmp_path, "egress")
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
+    saved = os.dup(1)
+    os.dup2(fd, 1)
+    j = jail.start(_settings())
+    # The resolv.conf the caller binds over /etc/resolv.conf inside bwrap.
+    with open(j.resolv_conf) as f:
+        assert f.readline().strip() == "nameserver 169.254.1.53"
+    argv = [
+        "/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        "--ro-bind", j.resolv_conf, "/etc/resolv.conf", SYSTEM_PY, "-c", EGRESS,
+    ]  # fmt: skip
+    try:
+        status = j.run(argv, {"PATH": "/usr/bin:/bin"})
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(fd)
+    with open(out) as f:
+        text = f.read()
+    assert status == 0, text
+    assert "status 200" in text
+
+
+def test_readback_matches_and_a_tampered_table_refuses(tmp_path: os.PathLike[str]) -> None:
+    marker = os.path.join(tmp_path, "ran")
+    argv = ["/usr/bin/touch", marker]
+    status, _, j = launch(_settings(), argv, tmp_path)
+    assert status == 0 and os.path.exists(marker)
+    assert any("route add default via" in line for line in j.plan_lines())
+    os.unlink(marker)
+    for tamper in (
+        "route add blackhole 198.51.100.0/24",  # an unplanned route in main
+        "route add default via 0.0.0.0 dev lo table 100",  # a route in another table
+        "rule add from all lookup 100 priority 100",  # a policy rule
+        "route del 10.0.0.0/8",  # a planned block removed
+    ):
+        j = jail.start(_settings())
+        private_dir = j.private_dir
+        with pytest.raises(SandboxError) as info:
+            j._run(argv, {}, (), tamper=(tamper,))
+        assert info.value.status == EXIT_JAIL, tamper
+        assert not os.path.exists(marker), f"the command ran despite {tamper}"
+        assert_torn_down(j, private_dir)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+CALLBACK = """
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
+open(sys.argv[2], "w").close()
+c, _ = s.accept(); c.sendall(b"inside"); c.close()
+"""
+
+
+def test_local_and_callback_relays_work_both_ways(
+    loopback_server: LoopbackServer, tmp_path: os.PathLike[str]
+) -> None:
+    # local-port: the jail reaches the container's 127.0.0.1:PORT, only that one.
+    other = LoopbackServer()
+    try:
+        settings = _settings(local=[loopback_server.port])
+        targets = [f"127.0.0.1:{loopback_server.port}", f"127.0.0.1:{other.port}"]
+        assert probe(settings, targets, tmp_path) == {
+            targets[0]: "connected",
+            targets[1]: "refused",
+        }
+    finally:
+        other.close()
+
+    # callback-port: a browser outside reaches a listener inside.
+    port = _free_port()
+    ready = os.path.join(tmp_path, "ready")
+    got: list[bytes] = []
+
+    def browser() -> None:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            got.append(c.recv(6))
+
+    t = threading.Thread(target=browser)
+    t.start()
+    status, _, _ = launch(
+        _settings(callback=[port]), [SYSTEM_PY, "-c", CALLBACK, str(port), ready], tmp_path
+    )
+    t.join(30)
+    assert status == 0 and got == [b"inside"]
+
+
+def test_taken_callback_port_warns_and_is_skipped(tmp_path: os.PathLike[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        status, _, j = launch(_settings(callback=[port]), ["/bin/true"], tmp_path)
+    assert status == 0
+    assert any(f"callback-port {port}" in w and "in use" in w for w in j.warnings)
+
+
+def test_session_status_follows_shell_convention(tmp_path: os.PathLike[str]) -> None:
+    assert launch(_settings(), ["/bin/sh", "-c", "exit 7"], tmp_path)[0] == 7
+    assert launch(_settings(), ["/bin/sh", "-c", "kill -KILL $$"], tmp_path)[0] == 137
+
+
+def test_descriptors_reach_the_session(tmp_path: os.PathLike[str]) -> None:
+    r, w = os.pipe()
+    os.write(w, b"gitconfig")
+    os.close(w)
+    os.set_inheritable(r, True)
+    j = jail.start(_settings())
+    out = os.path.join(tmp_path, "fdout")
+    status = j.run(
+        ["/bin/sh", "-c", f"cat /dev/fd/{r} > {out}"], {"PATH": "/usr/bin:/bin"}, fds=(r,)
+    )
+    os.close(r)
+    assert status == 0
+    with open(out) as f:
+        assert f.read() == "gitconfig"
+
+
+# --- preflight refusals, each in a throw-away mount or user namespace -----------
+
+PREFLIGHT = """
+import sys
+from claude_sandbox import jail
+from claude_sandbox.errors import SandboxError
+try:
+    jail.preflight()
+    j = jail.start(jail.JailSettings((), (), (), False))
+    j.run(["/usr/bin/touch", sys.argv[1]], {})
+except SandboxError as e:
+    print(e.status, e.message)
+"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "expect"),
+    [
+        ("mount -t tmpfs none /dev/net", "/dev/net/tun is missing"),
+        ("mount --bind /dev/null /dev/net/tun", "/dev/net/tun is not the tun device"),
+        ("mount --bind /dev/null /usr/bin/pasta", "pasta not found"),
+    ],
+)
+def test_preflight_refuses_in_one_line(setup: str, expect: str, tmp_path: os.PathLike[str]) -> None:
+    marker = os.path.join(tmp_path, "ran")
+    # A private mount namespace: the mask disappears with the process.
+    script = f'{setup} && exec "$0" -c "$1" "$2"'
+    out = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+         sys.executable, PREFLIGHT, marker],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out.startswith(f"{EXIT_UNAVAILABLE} "), out
+    assert expect in out and len(out.strip().splitlines()) == 1
+    assert not os.path.exists(marker)
+
+
+def test_refused_user_namespaces_stop_the_launch(tmp_path: os.PathLike[str]) -> None:
+    marker = os.path.join(tmp_path, "ran")
+    for check_sysctl in (True, False):
+        # In a fresh user namespace, user.max_user_namespaces = 0 refuses
+        # nested ones there and nowhere else.
+        script = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -c "$1" "$2"'
+        code = PREFLIGHT if check_sysctl else PREFLIGHT.replace("jail.preflight()", "pass")
+        out = subprocess.run(
+            ["unshare", "-U", "-r", "sh", "-c", script, sys.executable, code, marker],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert out.startswith(f"{EXIT_UNAVAILABLE} ") and "user" in out, out
+        assert not os.path.exists(marker)
+
+
+PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+SBX_PROBE = "id -u; ip -4 route | grep -c blackhole"
+
+
+def test_sbxuser_launch(tmp_path: os.PathLike[str]) -> None:
+    """The jail as an unprivileged user: contained, and torn down."""
+    venv = "/tmp/claude-sandbox-test-sbxuser-venv"
+    if subprocess.run(["id", "sbxuser"], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "-m", "sbxuser"], check=True)
+    if not os.path.exists(venv):
+        subprocess.run([SYSTEM_PY, "-m", "venv", "--without-pip", venv], check=True)
+        site = subprocess.run(
+            [f"{venv}/bin/python", "-c", PURELIB],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        package = os.path.dirname(jail.__file__)
+        with contextlib.suppress(FileExistsError):
+            os.symlink(package, os.path.join(site, "claude_sandbox"))
+    code = (
+        "from claude_sandbox import jail\n"
+        "j = jail.start(jail.JailSettings((), (), (), False))\n"
+        "d = j.private_dir\n"
+        f"rc = j.run(['/bin/sh', '-c', {SBX_PROBE!r}], {{'PATH': '/usr/bin:/bin:/usr/sbin'}})\n"
+        "import os; print('rc', rc, 'dir-left', os.path.exists(d), sorted(j.started))\n"
+    )  # fmt: skip
+    out = subprocess.run(
+        ["su", "sbxuser", "-s", "/bin/sh", "-c", f'cd /tmp && {venv}/bin/python -I -c "$0"', code],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = out.stdout.split()
+    assert "rc 0 dir-left False" in out.stdout, out.stdout + out.stderr
+    assert lines[0] == "0"  # root inside the holder's namespace (bwrap maps it back)
+    assert int(lines[1]) >= 7  # the block list is there
