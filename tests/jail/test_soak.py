@@ -1,0 +1,112 @@
+"""Many jailed launches, two at a time, with and without signals: nothing leaks.
+
+CLAUDE_SANDBOX_SOAK sets the number of launches per round (default 20; the
+acceptance run uses 200). Leak checks look only at what these launches
+started: their private directories, and any process whose command line
+names one (pasta's pid file, the relays' sockets) or whose pid they reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from .conftest import jail_available
+
+pytestmark = [
+    pytest.mark.jail,
+    pytest.mark.slow,
+    pytest.mark.skipif(jail_available() is not None, reason=str(jail_available())),
+]
+
+COUNT = int(os.environ.get("CLAUDE_SANDBOX_SOAK", "20"))
+
+LAUNCHER = """
+import json, sys
+from claude_sandbox import jail
+j = jail.start(jail.JailSettings((), (), (sys.argv[2:3] and (int(sys.argv[2]),)) or (), False))
+print(json.dumps({"dir": j.private_dir}), flush=True)
+rc = j.run(["/bin/sh", "-c", sys.argv[1]], {"PATH": "/usr/bin:/bin"})
+print(json.dumps({"rc": rc, "started": j.started}), flush=True)
+"""
+
+
+def _processes_naming(path: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if path.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _one(index: int, signum: int | None) -> tuple[int, str, dict[str, int]]:
+    command = "sleep 2" if signum else "true"
+    port = str(20000 + index % 20000) if index % 5 == 0 else ""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, command, *([port] if port else [])],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own group: a simulated Ctrl-C hits only this launch
+        text=True,
+    )
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline() or "{}")
+    if signum is not None:
+        time.sleep(random.uniform(0, 0.3))
+        if signum == signal.SIGKILL:
+            # The agent is killed, not the launcher: its pid is the holder's.
+            children = subprocess.run(
+                ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
+            ).stdout.split()
+            for child in children:
+                os.kill(int(child), signal.SIGKILL)
+        elif signum == signal.SIGINT:
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does to the foreground group
+        else:
+            os.kill(proc.pid, signum)
+    out, _ = proc.communicate(timeout=60)
+    last = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    return proc.returncode, first.get("dir", ""), last.get("started", {})
+
+
+def _soak(signals: list[int | None]) -> None:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(_one, range(len(signals)), signals))
+    for (rc, private_dir, started), signum in zip(results, signals, strict=True):
+        assert private_dir, f"launch with {signum} reported no private dir"
+        assert rc == 0, f"launcher failed with {signum}: {rc}"
+        assert not os.path.exists(private_dir), f"{private_dir} left behind"
+        assert not _processes_naming(private_dir), f"process naming {private_dir} left"
+        for name, pid in started.items():
+            assert not _alive(pid), f"{name} {pid} left after {signum}"
+
+
+def test_many_launches_two_at_a_time() -> None:
+    _soak([None] * COUNT)
+
+
+def test_many_launches_with_signals_at_random_moments() -> None:
+    choices = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
+    _soak([random.choice(choices) for _ in range(COUNT)])
