@@ -92,6 +92,40 @@ def optional_paths(profile: Profile, home: str) -> tuple[str, ...]:
     )
 
 
+def _proc_op(facts: HostFacts) -> Op:
+    """A fresh procfs where the kernel allows one; else the outer /proc, read-only.
+
+    A fresh procfs shows only the sandbox's processes and lets a non-root agent
+    build its own nested sandbox (codex writes /proc/self/uid_map). Container
+    runtimes mask parts of /proc, and the kernel then refuses a new procfs: the
+    outer one stays, read-only, with other processes' environ and fds closed by
+    the user namespace and --cap-drop ALL (checks 33, 34).
+    """
+    if facts.proc_mountable:
+        return Op(("--proc", "/proc"), "a fresh procfs: only the sandbox's own processes")
+    return Op(("--ro-bind", "/proc", "/proc"),
+              "the outer /proc, read-only (this host masks parts of /proc: no fresh procfs)")
+
+
+def writable_targets(ops: Sequence[Op]) -> tuple[str, ...]:
+    """Every path the plan makes writable inside: read-write binds and tmpfs mounts."""
+    targets = ["/dev/shm"]  # bwrap's private /dev holds a writable shm directory
+    for op in ops:
+        if op.args[0] == "--bind":
+            targets.append(op.args[2])
+        elif op.args[0] == "--tmpfs":
+            targets.append(op.args[1])
+    return tuple(dict.fromkeys(targets))
+
+
+def exec_targets(ops: Sequence[Op]) -> tuple[str, ...]:
+    """Read-only binds of programs (the agent, uv, uvx) that may sit inside writable trees."""
+    return tuple(op.args[2] for op in ops
+                 if op.args[0] == "--ro-bind" and op.args[1] not in ("/dev/null", paths.EMPTY_FILE)
+                 and op.args[1] != "/" and op.args[2] not in ("/proc", "/etc/resolv.conf")
+                 and not op.args[2].startswith(("/run/", "/var/run/")))
+
+
 def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
@@ -191,9 +225,8 @@ def build_ops(
     ops += [
         Op(("--die-with-parent",), "the sandbox ends when its launcher does"),
         Op(("--cap-drop", "ALL"), "no capabilities, even as root (check 06)"),
-        Op(("--ro-bind", "/", "/"),
-           "default deny by inversion: everything read-only, the outer /proc included "
-           "(a fresh procfs fails in rootless containers)"),
+        Op(("--ro-bind", "/", "/"), "default deny by inversion: everything read-only"),
+        _proc_op(facts),
         Op(("--dev", "/dev"), "a private /dev with only the basic devices (check 10)"),
         Op(("--tmpfs", "/tmp"), "a private /tmp: IDE sockets stay outside (check 11)"),
     ]

@@ -38,6 +38,9 @@ class HostFacts:
     real_root: str  # what must be visible for it to run: the file, or its npm package
     guard: tuple[GuardEntry, ...]
     agent_tmp: str | None  # the profile's scratch directory, prepared, or None
+    # A fresh procfs can be mounted: nothing is mounted over parts of /proc. Container
+    # runtimes mask /proc/kcore and friends, and the kernel then refuses a new procfs.
+    proc_mountable: bool = False
 
 
 def _entry_state(path: str) -> str:
@@ -78,6 +81,23 @@ def real_binary(agent: str) -> str:
             EXIT_UNAVAILABLE,
         )
     return resolved
+
+
+def proc_mountable(mountinfo: str) -> bool:
+    """Pure: whether /proc has no submounts (binfmt_misc aside), so bwrap --proc works."""
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4 and fields[4].startswith("/proc/") and "binfmt_misc" not in fields[4]:
+            return False
+    return True
+
+
+def _read_mountinfo() -> str:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return "0 0 0:0 / /proc/unknown ro - none none ro"  # unknown: keep the outer /proc
 
 
 def install_root(binary: str, home: str) -> str:
@@ -166,4 +186,5 @@ def probe(
         real_root=install_root(binary, home),
         guard=guard_entries(path_entries),
         agent_tmp=agent_tmp_dir(tmp_base, uid) if tmp_base else None,
+        proc_mountable=proc_mountable(_read_mountinfo()),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import functools
+import io
 import json
 import os
 import py_compile
@@ -18,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -284,16 +285,35 @@ def _point_real(name: str, target: str) -> None:
     os.symlink(target, link)
 
 
-def npm_install(report: Report, names: Sequence[str]) -> None:
+def _installed_version(name: str) -> str | None:
+    manifest = Path(paths.AGENTS_PREFIX, "lib", "node_modules", NPM_PACKAGES[name], "package.json")
+    try:
+        version = json.loads(manifest.read_text()).get("version")
+    except (OSError, ValueError):
+        return None
+    return version if isinstance(version, str) else None
+
+
+def npm_install(report: Report, names: Sequence[str],
+                versions: Mapping[str, str] | None = None) -> None:
+    """Install the agents' npm packages; a pinned version that differs is reinstalled."""
+    versions = versions or {}
     bin_dir = os.path.join(paths.AGENTS_PREFIX, "bin")
-    missing = [n for n in names if not os.path.exists(os.path.join(bin_dir, n))]
+    missing = [n for n in names if not os.path.exists(os.path.join(bin_dir, n))
+               or (versions.get(n) not in (None, "", "latest")
+                   and _installed_version(n) != versions[n])]
     npm = shutil.which("npm", path="/usr/local/bin:/usr/bin:/bin")
+
+    def spec(name: str) -> str:
+        version = versions.get(name, "")
+        return f"{NPM_PACKAGES[name]}@{version}" if version else NPM_PACKAGES[name]
+
     def action() -> None:
         if npm is None:
             raise InstallError("npm is not installed; install Node.js >= 20 first")
         _run([npm, "install", "-g", "--no-fund", "--no-audit", "--prefix", paths.AGENTS_PREFIX,
-              *(NPM_PACKAGES[n] for n in missing)])
-    report.step(f"agent CLIs from the npm registry ({' '.join(missing) or 'present'})",
+              *(spec(n) for n in missing)])
+    report.step(f"agent CLIs from the npm registry ({' '.join(map(spec, missing)) or 'present'})",
                 bool(missing), action)
 
 
@@ -468,6 +488,11 @@ def uninstall_integrity(report: Report) -> None:
 
 # ---------------------------------------------------------------- commands
 
+def _versions(spec: str) -> dict[str, str]:
+    pairs = (pair.partition("=") for pair in spec.split(",") if pair)
+    return {name: "" if version == "latest" else version.strip() for name, _, version in pairs}
+
+
 def install(options: argparse.Namespace) -> int:
     report = Report(check=options.check)
     print(f"claude-sandbox {__version__}: {'plan' if options.check else 'install'}")
@@ -475,7 +500,10 @@ def install(options: argparse.Namespace) -> int:
         raise InstallError("run the installer as root")
     if not options.no_apt:
         apt_install(report)
-    problem = userns_problem() if not report.check or paths.find_tool("unshare") else None
+    # An image build runs in the builder's sandbox, not where the image will run:
+    # there the probe says nothing about the host, and doctor checks it at run time.
+    probe = not options.no_host_check and (not report.check or paths.find_tool("unshare"))
+    problem = userns_problem() if probe else None
     if problem:
         raise InstallError(f"refusing to install: {problem}")
     make_venv(report, paths.CORE_VENV, with_pip=False)
@@ -489,7 +517,7 @@ def install(options: argparse.Namespace) -> int:
     for name in ("claude", "codex", "pi"):
         move_vendor(report, name)
     if agents:
-        npm_install(report, agents)
+        npm_install(report, agents, _versions(options.agent_versions))
     for name in ("claude", "codex", "pi"):
         link_real(report, name)
     harden_tree(report, paths.LIBEXEC) if os.path.isdir(paths.LIBEXEC) else None
@@ -541,13 +569,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--agents", metavar="LIST", default="",
                         help="also install these agent CLIs from the npm registry "
                              "(comma-separated: claude,codex,pi)")
+    parser.add_argument("--agent-versions", metavar="LIST", default="",
+                        help="pin npm versions for --agents (comma-separated NAME=VERSION, "
+                             "e.g. claude=2.1.197,codex=0.171.0; default: latest)")
+    parser.add_argument("--no-host-check", action="store_true",
+                        help="skip the user-namespace probe (for image builds, which do not "
+                             "run where the image will)")
     parser.add_argument("--no-apt", action="store_true", help="do not install system packages")
     parser.add_argument("--no-tools", action="store_true",
                         help="skip the operator tools venv (doctor, verify)")
     options = parser.parse_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # Steps interleave with apt/pip/npm output; unbuffered lines keep build logs in order.
+        sys.stdout.reconfigure(line_buffering=True)
     for agent in filter(None, options.agents.split(",")):
         if agent not in NPM_PACKAGES:
             parser.error(f"unknown agent {agent!r} in --agents")
+    for pair in filter(None, options.agent_versions.split(",")):
+        name, equals, version = pair.partition("=")
+        if not equals or name not in NPM_PACKAGES or not version.strip():
+            parser.error(f"bad --agent-versions entry {pair!r} (want NAME=VERSION)")
     try:
         return install(options) if options.command == "install" else uninstall(options)
     except InstallError as error:

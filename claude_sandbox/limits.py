@@ -178,6 +178,13 @@ class Cgroup:
     def join(self) -> None:
         self.attach(0)  # "0": the writing process itself (v1 and v2)
 
+    def leave(self) -> None:
+        """Move the writing process back to the parent cgroup, so the child can be removed."""
+        for directory in self.dirs:
+            with contextlib.suppress(OSError):
+                with open(f"{os.path.dirname(directory)}/cgroup.procs", "w") as handle:
+                    handle.write("0")
+
     def remove(self, timeout: float = 2.0) -> list[str]:
         """rmdir every directory; retry while exiting tasks drain. Returns leftovers."""
         deadline = time.monotonic() + timeout

@@ -8,13 +8,14 @@ resources a launch opens (the gitconfig pipe, the jail).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from . import bwrap, config, gitconfig, guard, hostfacts, paths, profiles, workspace
+from . import bwrap, config, gitconfig, guard, hostfacts, limits, paths, profiles, seccomp, workspace
 from .errors import SandboxError
 from .trace import Trace
 
@@ -68,43 +69,59 @@ def resolve_writable(cfg: config.Config, facts_home: str, cwd: str) -> tuple[str
 
 
 def launch(request: Request, environ: Mapping[str, str]) -> int:
-    """Run the request inside the sandbox; returns only in the jailed case, with its status."""
+    """Run the request inside the sandbox; returns only when a parent must wait, with its status."""
     trace = Trace(environ.get("CLAUDE_SANDBOX_TRACE") == "1")
     profile = profiles.get(request.agent)
     if guard.inside_sandbox():
         _exec_nested(profile, request, environ)
     cfg = load_config(profile.name, environ)
+    limit_plan = limits.plan_limits(cfg.max_pids, cfg.max_memory, limits.probe_cgroups(),
+                                    os.getuid())
+    for warning in limit_plan.warnings:
+        sys.stderr.write(f"claude-sandbox: warning: {warning}\n")
     trace.phase("config")
 
+    cgroup = limits.create(limit_plan)  # None unless a cap needs one
     jail = None
-    if cfg.egress_jail:
-        from . import jail as jail_module  # only a jailed launch pays for it
-
-        jail_module.preflight()
-        jail = jail_module.start(jail_module.JailSettings(
-            allow_ip=cfg.allow_ip,
-            local_ports=cfg.local_ports,
-            callback_ports=cfg.callback_ports,
-            trace=trace.enabled,
-        ))
-        trace.phase("jail started")
-    else:
-        sys.stderr.write(JAIL_OFF_WARNING)
     try:
-        argv, env, fds = _prepare(profile, cfg, request, environ, jail)
+        if cfg.egress_jail:
+            from . import jail as jail_module  # only a jailed launch pays for it
+
+            settings = jail_module.JailSettings(
+                allow_ip=cfg.allow_ip,
+                local_ports=cfg.local_ports,
+                callback_ports=cfg.callback_ports,
+                trace=trace.enabled,
+            )
+            jail_module.preflight(settings)
+            if cgroup is not None:
+                cgroup.join()  # the holder and everything it starts inherit the caps
+            # Started first: the holder and pasta attach while the plan is built.
+            jail = jail_module.start(settings)
+            trace.phase("jail started")
+        else:
+            sys.stderr.write(JAIL_OFF_WARNING)
+        argv, env, fds = _prepare(profile, cfg, limit_plan, request, environ, jail)
         trace.phase("plan built")
-        if jail is None:
-            os.execve(argv[0], argv, env)
-        return jail.run(argv, env, fds)
+        if jail is not None:
+            return jail.run(argv, env, fds)
+        if cgroup is not None:
+            return limits.run_supervised(argv, env, cgroup, pass_fds=fds)
+        os.execve(argv[0], argv, env)
+        raise AssertionError("execve returned")  # pragma: no cover
     finally:
         if jail is not None:
             jail.close()
+        if cgroup is not None:
+            cgroup.leave()
+            cgroup.remove()
 
 
 def _exec_nested(profile: profiles.Profile, request: Request, environ: Mapping[str, str]) -> None:
     """Already inside a sandbox (a kernel fact): run the program as it is, no second jail."""
     if request.command is not None:
-        program = request.command
+        path = environ.get("PATH", ":".join(paths.SYSTEM_DIRS))
+        program = (_resolve_command(request.command, path), *request.command[1:])
     else:
         program = (hostfacts.real_binary(profile.name),
                    *profiles.agent_args(profile, request.args))
@@ -156,6 +173,7 @@ def plan_for(
 def _prepare(
     profile: profiles.Profile,
     cfg: config.Config,
+    limit_plan: limits.LimitPlan,
     request: Request,
     environ: Mapping[str, str],
     jail: object | None,
@@ -167,13 +185,15 @@ def _prepare(
         gitconfig.identity(facts.user, facts.home), gitconfig.forge_helpers(cfg.no_forge)
     )
     git_fd = _pipe_with(text.encode())
+    seccomp_fd = seccomp.filter_fd(cfg.hardening)
     extras = bwrap.Extras(
         gitconfig_fd=git_fd,
+        seccomp_fd=seccomp_fd,
         resolv_conf=getattr(jail, "resolv_conf", None),
         jailed=jail is not None,
         via_script=script is not None,
     )
-    plan = plan_for(profile, cfg, request, facts, environ, extras)
+    plan = with_enter(plan_for(profile, cfg, request, facts, environ, extras), cfg, limit_plan)
     hostfacts.prepare_state(
         facts.home, profile.state_dirs, ((f.path, f.initial) for f in profile.state_files)
     )
@@ -182,4 +202,18 @@ def _prepare(
         # script(1) gives the sandbox its own pty: TIOCSTI inside reaches that pty,
         # never the outer terminal (decision 9). It runs bwrap through `$SHELL -c`.
         argv = [script, "-q", "-e", "-c", "exec " + shlex.join(argv), "/dev/null"]
-    return argv, plan.environ(), (git_fd,)
+    return argv, plan.environ(), (git_fd, seccomp_fd)
+
+
+def with_enter(plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPlan) -> bwrap.Plan:
+    """Put `_enter` (Landlock, in-sandbox rlimits) between bwrap and the program.
+
+    Landlock must be entered inside bwrap (a process already in a domain cannot
+    run bwrap), so the last step inside is the same isolated interpreter.
+    """
+    kernel = limits.kernel_settings(
+        cfg.hardening, limit_plan, bwrap.writable_targets(plan.ops), bwrap.exec_targets(plan.ops)
+    )
+    prefix = (paths.INTERPRETER, "-I", "-m", "claude_sandbox", "_enter",
+              *limits.enter_argv(kernel), "--")
+    return dataclasses.replace(plan, command=(*prefix, *plan.command))

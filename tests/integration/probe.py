@@ -86,6 +86,7 @@ def main() -> None:
         "CapEff": status.get("CapEff"),
         "NoNewPrivs": status.get("NoNewPrivs"),
         "NSpid": status.get("NSpid"),
+        "pidns": os.readlink("/proc/self/ns/pid"),
         "read": {path: _readable(path) for path in read_paths},
         "write": {path: _try_write(path, token) for path in write_dirs},
         "sockets": {path: _connect_unix(path) for path in sockets},

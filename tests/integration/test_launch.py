@@ -108,7 +108,8 @@ def test_the_sandbox_holds_only_what_it_should(launcher: Launcher, probe_copy: s
     # No capabilities, no new privileges (checks 06, 02); a nested pid namespace (07).
     assert int(report["CapEff"], 16) == 0
     assert report["NoNewPrivs"] == "1"
-    assert len(report["NSpid"].split()) >= 2
+    # A fresh procfs shows one NSpid level; the namespace itself is what differs.
+    assert len(report["NSpid"].split()) >= 2 or report["pidns"] != os.readlink("/proc/self/ns/pid")
     # The workspace is writable and the write lands outside; nothing else persists.
     assert report["write"][launcher.workspace] == "written"
     assert os.path.exists(os.path.join(launcher.workspace, f".probe-{report['token']}"))
