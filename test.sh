@@ -1,0 +1,42 @@
+#!/bin/bash
+# Run the whole test suite on this machine, as root: installs claude-sandbox (with the
+# agent CLIs from the npm registry), prepares what the tests need, then runs pytest.
+#   sudo ./test.sh [PYTEST ARGS...]
+set -euo pipefail
+cd "$(dirname "$0")"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "test.sh: run as root (the tests launch sandboxes as root and as a test user)" >&2
+  exit 1
+fi
+
+# The product itself, exactly as a user installs it.
+./install.sh --agents claude,codex,pi
+
+# What only the tests need: a compiler for the seccomp probes, the tun device that
+# container runtimes give with --device /dev/net/tun, and an unprivileged user.
+if ! command -v gcc >/dev/null || ! command -v setpriv >/dev/null; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev util-linux
+fi
+if [ ! -c /dev/net/tun ]; then
+  mkdir -p /dev/net && mknod /dev/net/tun c 10 200
+fi
+chmod 666 /dev/net/tun
+id sbxuser >/dev/null 2>&1 || useradd -m -s /bin/bash sbxuser
+
+venv=${CLAUDE_SANDBOX_TEST_VENV:-/var/tmp/claude-sandbox-test-venv}
+[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+"$venv/bin/pip" install -q -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+
+"$venv/bin/ruff" check claude_sandbox tests bench
+"$venv/bin/mypy" claude_sandbox
+
+set +e
+"$venv/bin/python" -m pytest "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "test.sh: pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit "$status"
