@@ -1,0 +1,49 @@
+"""The adversarial suite's outside half: confirm from outside what the inside planted.
+
+An attempt that writes somewhere records the exact path it wrote in its row
+("planted"); only the outside can tell whether that write survived the
+sandbox. `confirm` checks each path, removes it, and turns the row into the
+final verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmed:
+    number: str
+    outcome: str
+    detail: str
+
+
+def confirm(rows: Iterable[Mapping[str, Any]], facts: Mapping[str, Any]) -> list[Confirmed]:
+    results = []
+    for row in rows:
+        planted = row.get("planted")
+        if not planted or row.get("outcome") == "FAIL":
+            continue
+        survivors = [path for path in planted if os.path.lexists(path)]
+        for path in survivors:
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+        detail = str(row.get("detail", ""))
+        if not survivors:
+            results.append(Confirmed(row["id"], "PASS", f"{detail}; nothing persisted outside"))
+        elif detail.startswith("EXPOSED"):
+            results.append(Confirmed(row["id"], "SKIP",
+                                     f"{detail}; confirmed outside: {', '.join(survivors)}"))
+        else:
+            results.append(Confirmed(row["id"], "FAIL",
+                                     f"persisted outside: {', '.join(survivors)}"))
+    del facts
+    return results

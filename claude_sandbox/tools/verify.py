@@ -1,0 +1,456 @@
+"""`claude-sandbox verify`: run the numbered checks inside the real sandbox.
+
+The runner stays outside. It plants what the checks look for (a canary in an
+outer process's environment, GH_TOKEN/OPENAI_API_KEY/DISPLAY in the launch
+environment, a listener on the outer 127.0.0.1, an abstract socket, a socket
+in the outer /tmp), writes the outside facts to a JSON file in a private
+temporary workspace, and launches pytest there through the real shim, so the
+checks see exactly what an agent sees. Secrets never ride on a command line:
+the inside gets only the canary's prefix and hash. pytest writes its report
+into the same workspace; the runner adds the checks only the outside can
+judge (27, 35), renders the table and exits 1 on any FAIL or ESCAPED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from claude_sandbox import config as config_module
+from claude_sandbox import hostfacts, paths, profiles
+
+INSTALLED_CHECKS = f"{paths.LIBEXEC}/verification"
+TOOLS_PYTHON = f"{paths.TOOLS_VENV}/bin/python"
+SHIM = f"{paths.SHIM_DIR}/claude-sandbox"
+CANARY_PREFIX = "csbx-canary-"
+LAUNCH_TIMEOUT = 600
+FAILING = ("FAIL", "ESCAPED")
+# Variables the runner plants in the launch environment: none may reach inside.
+PLANTED = ("GH_TOKEN", "OPENAI_API_KEY", "DISPLAY", "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK",
+           "CSBX_CANARY")
+# Paths whose outer st_dev the checks compare with the inside one: equal means
+# a write there lands on the outer file system.
+HOME_PATHS = (
+    "", ".bashrc", ".profile", ".bash_profile", ".zshrc", ".gitconfig", ".npmrc", ".ssh",
+    ".config", ".config/gh", ".config/glab-cli", ".config/autostart", ".config/systemd",
+    ".config/git", ".local", ".local/bin", ".local/share", ".local/share/applications",
+    ".local/share/claude", ".local/share/uv", ".local/share/uv/tools", ".local/share/pipx",
+    ".local/share/nvim", ".cache", ".cache/pre-commit", ".claude", ".codex",
+    ".codex/packages", ".pi",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    id: str
+    name: str
+    outcome: str  # PASS FAIL SKIP | BLOCKED ESCAPED EXPOSED
+    detail: str
+    kind: str = "check"
+
+
+@dataclass(slots=True)
+class Fixtures:
+    """What the runner plants outside for one run; `close` removes all of it."""
+
+    workdir: str
+    decoy: subprocess.Popen[bytes] | None = None
+    sockets: list[socket.socket] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    shm_id: int | None = None
+
+    def close(self) -> None:
+        if self.decoy is not None:
+            self.decoy.kill()
+            self.decoy.wait()
+        for sock in self.sockets:
+            sock.close()
+        for path in self.files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if self.shm_id is not None:
+            _libc().shmctl(self.shm_id, 0, None)  # IPC_RMID
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def load_catalogue(directory: str) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(Path(directory, "checks.yaml").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def _nameservers() -> list[str]:
+    try:
+        text = Path("/etc/resolv.conf").read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return [line.split()[1] for line in text.splitlines()
+            if line.startswith("nameserver") and len(line.split()) > 1]
+
+
+def _outer_tty_rdev() -> int | None:
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            if os.isatty(fd):
+                return os.fstat(fd).st_rdev
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_rdev
+    finally:
+        os.close(fd)
+
+
+def _dns_forwarder() -> str:
+    try:
+        from claude_sandbox import routes
+
+        return str(routes.DNS_FORWARDER)
+    except ImportError:  # the jail is not installed yet; its documented address
+        return "169.254.1.53"
+
+
+def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
+    """Start the outer fixtures; returns them, their facts and the planted variables."""
+    fixtures = Fixtures(workdir)
+    canary = CANARY_PREFIX + secrets.token_hex(16)
+    planted = {"GH_TOKEN": canary, "OPENAI_API_KEY": canary, "DISPLAY": ":97",
+               "AWS_SECRET_ACCESS_KEY": canary, "SSH_AUTH_SOCK": "/tmp/csbx-agent.sock",
+               "CSBX_CANARY": canary}
+    # An outer process whose environment holds the secret, like the user's shell.
+    sleep = shutil.which("sleep", path="/usr/bin:/bin") or "/bin/sleep"
+    fixtures.decoy = subprocess.Popen([sleep, "3600"], env={"PATH": "/usr/bin:/bin", **planted},
+                                      stdin=subprocess.DEVNULL)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    abstract_name = f"csbx-verify-{secrets.token_hex(6)}"
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract.bind("\0" + abstract_name)
+    abstract.listen(8)
+    fixtures.sockets += [listener, abstract]
+    tmp_socket = f"/tmp/vscode-ipc-csbx-{secrets.token_hex(6)}.sock"
+    try:
+        ide = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ide.bind(tmp_socket)
+        fixtures.sockets.append(ide)
+        fixtures.files.append(tmp_socket)
+    except OSError:
+        tmp_socket = ""
+    shm_key = secrets.randbelow(1 << 30) + 1
+    shm_id = _libc().shmget(shm_key, 4096, 0o1000 | 0o600)  # IPC_CREAT
+    fixtures.shm_id = shm_id if shm_id >= 0 else None
+    facts = {
+        "decoy_pid": fixtures.decoy.pid,
+        "runner_pid": os.getpid(),
+        "canary_prefix": CANARY_PREFIX,
+        "canary_sha256": hashlib.sha256(canary.encode()).hexdigest(),
+        "loopback_port": listener.getsockname()[1],
+        "abstract_socket": abstract_name,
+        "outer_tmp_socket": tmp_socket,
+        "shm_key": shm_key if fixtures.shm_id is not None else None,
+    }
+    return fixtures, facts, planted
+
+
+def outer_devs(paths_: Sequence[str]) -> dict[str, int]:
+    devs = {}
+    for path in paths_:
+        with contextlib.suppress(OSError):
+            devs[path] = os.stat(path).st_dev
+    return devs
+
+
+def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The facts only the outside knows, for the checks inside."""
+    cfg = config_module.load(environ, agent=agent, agents=profiles.AGENT_NAMES,
+                             path=paths.CONFIG_FILE)
+    home = hostfacts.probe(environ, agent=agent, wanted=lambda _home: (), tmp_base=None).home \
+        if os.path.exists(os.path.join(paths.REAL_BIN_DIR, agent)) \
+        else os.path.realpath(os.path.expanduser("~"))
+    path_entries = [p for p in environ.get("PATH", "").split(":") if p]
+    watched = ["/dev", "/tmp", "/var/tmp", "/workspaces", os.path.dirname(workdir), "/etc",
+               paths.SHIM_DIR, *path_entries,
+               *(os.path.join(home, rel) if rel else home for rel in HOME_PATHS)]
+    from claude_sandbox import bwrap
+
+    real = os.path.realpath(os.path.join(paths.REAL_BIN_DIR, agent))
+    return {
+        "agent": agent,
+        "uid": os.getuid(),
+        "home": home,
+        "workspace": os.path.realpath(workdir),
+        "workdir": workdir,
+        "path": path_entries,
+        "ipc_ns": os.readlink("/proc/self/ns/ipc"),
+        "uts_ns": os.readlink("/proc/self/ns/uts"),
+        "net_ns": os.readlink("/proc/self/ns/net"),
+        "pid_ns": os.readlink("/proc/self/ns/pid"),
+        "outer_devs": outer_devs(watched),
+        "outer_tty_rdev": _outer_tty_rdev(),
+        "outer_nameservers": _nameservers(),
+        "dns_forwarder": _dns_forwarder(),
+        "egress_jail": cfg.egress_jail,
+        "allow_write": list(cfg.allow_write),
+        "pass_env": list(cfg.pass_env),
+        "max_pids": cfg.max_pids,
+        "max_memory": cfg.max_memory,
+        "real_binary": real,
+        "runtime_sockets": [s for s in bwrap.RUNTIME_SOCKETS if os.path.exists(s)],
+    }
+
+
+def shim_prefix(agent: str) -> list[str]:
+    return [SHIM, "shell", "--agent", agent, "--"]
+
+
+def _inside_argv(prefix: Sequence[str], directory: str, workdir: str, adversarial: bool
+                 ) -> list[str]:
+    tests = [os.path.join(directory, "test_checks.py")]
+    if adversarial:
+        tests.append(os.path.join(directory, "test_adversarial.py"))
+    return [*prefix, TOOLS_PYTHON, "-I", "-B", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            "--rootdir", directory, "-c", os.path.join(directory, "pytest.ini"), *tests,
+            "--csbx-facts", os.path.join(workdir, "facts.json"),
+            "--csbx-report", os.path.join(workdir, "report.json")]
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    status: int
+    output: str
+    rows: tuple[dict[str, Any], ...] | None  # None: no report came back
+
+
+def launch(prefix: Sequence[str], directory: str, workdir: str, environ: Mapping[str, str],
+           adversarial: bool) -> Launch:
+    argv = _inside_argv(prefix, directory, workdir, adversarial)
+    process = subprocess.Popen(argv, cwd=workdir, env=dict(environ), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    late = Path(workdir, "late.json")
+    late.with_suffix(".part").write_text(json.dumps({"launcher_pid": process.pid}))
+    late.with_suffix(".part").replace(late)
+    try:
+        output, _ = process.communicate(timeout=LAUNCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+    report = Path(workdir, "report.json")
+    rows = None
+    if report.exists():
+        rows = tuple(json.loads(report.read_text(encoding="utf-8"))["rows"])
+    return Launch(process.returncode, output.decode(errors="replace"), rows)
+
+
+def _adversarial_outcome(row: dict[str, Any]) -> tuple[str, str]:
+    detail = str(row.get("detail", ""))
+    if row["outcome"] == "PASS":
+        return "BLOCKED", detail
+    if row["outcome"] == "FAIL":
+        return "ESCAPED", detail
+    if detail.startswith("EXPOSED"):
+        return "EXPOSED", detail.removeprefix("EXPOSED").lstrip(": ")
+    return "SKIP", detail
+
+
+def merge(catalogue: dict[str, Any], inside: Launch, outside: Sequence[Any],
+          adversarial: bool) -> list[Row]:
+    by_id: dict[str, dict[str, Any]] = {}
+    for row in inside.rows or ():
+        by_id.setdefault(row["id"], row)  # a parametrised check: its first failure wins
+        if row["outcome"] == "FAIL":
+            by_id[row["id"]] = row
+    for result in outside:
+        by_id[result.number] = {"outcome": result.outcome, "detail": result.detail}
+    missing = "the sandbox did not start" if inside.rows is None else "not run (no result)"
+    rows = []
+    for check in catalogue["checks"]:
+        got = by_id.get(check["number"])
+        if got is None:
+            rows.append(Row(check["number"], check["name"], "FAIL", missing))
+        else:
+            rows.append(Row(check["number"], check["name"], got["outcome"], got["detail"]))
+    if adversarial:
+        for attempt in catalogue.get("adversarial", []):
+            got = by_id.get(attempt["id"])
+            if got is None:
+                rows.append(Row(attempt["id"], attempt["name"], "ESCAPED"
+                                if inside.rows is not None else "FAIL", missing, "adversarial"))
+            else:
+                outcome, detail = _adversarial_outcome(got)
+                rows.append(Row(attempt["id"], attempt["name"], outcome, detail, "adversarial"))
+    return rows
+
+
+@contextlib.contextmanager
+def workspace() -> Iterator[str]:
+    # A directory of our own, 0700: it becomes the sandbox's writable root and
+    # carries the facts in and the report out.
+    workdir = tempfile.mkdtemp(prefix="claude-sandbox-verify-", dir="/tmp")
+    try:
+        yield os.path.realpath(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
+              prefix: Sequence[str] | None = None, adversarial: bool = False,
+              environ: Mapping[str, str] | None = None, outside_checks: bool = True
+              ) -> tuple[list[Row], Launch]:
+    """Run the catalogue for `agent`; `prefix` runs a command inside (default: the shim)."""
+    sys.path.insert(0, directory)
+    import outside as outside_module  # verification/outside.py
+
+    sys.path.remove(directory)
+    base_env = dict(os.environ if environ is None else environ)
+    catalogue = load_catalogue(directory)
+    with workspace() as workdir:
+        fixtures, planted_facts, planted_env = plant(workdir)
+        try:
+            facts = {**gather(agent, workdir, base_env), **planted_facts}
+            Path(workdir, "facts.json").write_text(json.dumps(facts, indent=1))
+            results = []
+            if outside_checks:
+                results.append(outside_module.check_27_workspace_refusal(
+                    SHIM, agent, facts["home"], workdir, base_env))
+            before = outside_module.snapshot()
+            inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
+                            {**base_env, **planted_env}, adversarial)
+            if outside_checks:
+                results.append(outside_module.check_35_no_leftovers(
+                    before, ignore=[workdir, *fixtures.files]))
+            else:
+                results.append(outside_module.Result("27", "SKIP", "outside checks not run"))
+                results.append(outside_module.Result("35", "SKIP", "outside checks not run"))
+            results += post_checks(inside, facts)
+        finally:
+            fixtures.close()
+    return merge(catalogue, inside, results, adversarial), inside
+
+
+def post_checks(inside: Launch, facts: Mapping[str, Any]) -> list[Any]:
+    """Adversarial plants confirmed from outside (they only count when they persisted)."""
+    from claude_sandbox.tools import adversarial
+
+    return adversarial.confirm(inside.rows or (), facts)
+
+
+# ------------------------------------------------------------------ output
+
+def render_plain(rows: Sequence[Row]) -> str:
+    checks = [r for r in rows if r.kind == "check"]
+    attempts = [r for r in rows if r.kind == "adversarial"]
+    lines = [f"claude-sandbox verify: {len(checks)} checks"]
+    for row in checks:
+        tail = f" \u2014 {row.detail}" if row.outcome != "PASS" and row.detail else ""
+        lines.append(f"[{row.outcome}] {row.id} {row.name}{tail}")
+    if attempts:
+        lines.append(f"adversarial: {len(attempts)} attempts")
+        for row in attempts:
+            lines.append(f"[{row.outcome}] {row.id} {row.name} \u2014 {row.detail}")
+    passed = sum(r.outcome == "PASS" for r in checks)
+    failed = sum(r.outcome == "FAIL" for r in checks)
+    skipped = sum(r.outcome == "SKIP" for r in checks)
+    summary = f"Summary: {passed} PASS / {failed} FAIL"
+    if skipped:
+        summary += f" ({skipped} SKIP)"
+    if attempts:
+        escaped = sum(r.outcome == "ESCAPED" for r in attempts)
+        blocked = sum(r.outcome == "BLOCKED" for r in attempts)
+        summary += f"; adversarial {blocked} BLOCKED / {escaped} ESCAPED"
+    lines.append(summary)
+    return "\n".join(lines)
+
+
+def render_rich(rows: Sequence[Row], agent: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    colours = {"PASS": "green", "BLOCKED": "green", "FAIL": "bold red", "ESCAPED": "bold red",
+               "SKIP": "yellow", "EXPOSED": "yellow"}
+    table = Table(title=f"claude-sandbox verify: {agent}")
+    for column in ("#", "check", "result", "detail"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        colour = colours.get(row.outcome, "")
+        table.add_row(row.id, row.name, f"[{colour}]{row.outcome}[/]", row.detail)
+    Console().print(table)
+    print(render_plain(rows).splitlines()[-1])
+
+
+def write_junit(path: str, rows: Sequence[Row], agent: str) -> None:
+    failures = sum(r.outcome in FAILING for r in rows)
+    skipped = sum(r.outcome in ("SKIP", "EXPOSED") for r in rows)
+    cases = []
+    for row in rows:
+        name = quoteattr(f"{row.id} {row.name}")
+        body = ""
+        if row.outcome in FAILING:
+            body = f"<failure message={quoteattr(row.detail)}>{escape(row.detail)}</failure>"
+        elif row.outcome in ("SKIP", "EXPOSED"):
+            body = f"<skipped message={quoteattr(row.outcome + ': ' + row.detail)}/>"
+        cases.append(f'  <testcase classname="claude-sandbox.{agent}" name={name}>{body}'
+                     "</testcase>")
+    xml = (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="claude-sandbox verify '
+           f'{agent}" tests="{len(rows)}" failures="{failures}" skipped="{skipped}">\n'
+           + "\n".join(cases) + "\n</testsuite>\n")
+    Path(path).write_text(xml, encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="claude-sandbox verify", description=__doc__.split("\n")[0])
+    parser.add_argument("--agent", default=os.environ.get("CLAUDE_SANDBOX_AGENT", "claude"),
+                        choices=profiles.AGENT_NAMES)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--junit", metavar="FILE")
+    parser.add_argument("--plain", action="store_true")
+    parser.add_argument("--adversarial", action="store_true")
+    options = parser.parse_args(argv)
+    if not os.path.isfile(os.path.join(INSTALLED_CHECKS, "checks.yaml")):
+        print(f"claude-sandbox: no checks at {INSTALLED_CHECKS}; re-run the installer",
+              file=sys.stderr)
+        return 69
+    try:
+        rows, inside = run_suite(options.agent, adversarial=options.adversarial)
+    except Exception as error:  # a nameable failure of the runner itself, not a check
+        print(f"claude-sandbox: verify could not run: {error}", file=sys.stderr)
+        return 70
+    if inside.rows is None:
+        tail = "\n".join(inside.output.strip().splitlines()[-15:])
+        print(f"claude-sandbox: the sandbox did not start (exit {inside.status}):\n{tail}",
+              file=sys.stderr)
+    if options.junit:
+        write_junit(options.junit, rows, options.agent)
+    if options.json:
+        print(json.dumps({"agent": options.agent, "rows": [asdict(r) for r in rows]}, indent=1))
+    elif options.plain:
+        print(render_plain(rows))
+    else:
+        render_rich(rows, options.agent)
+    return 1 if any(r.outcome in FAILING for r in rows) or inside.rows is None else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

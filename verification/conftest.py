@@ -1,0 +1,84 @@
+"""Plumbing for the numbered checks and the adversarial suite.
+
+The runner (claude_sandbox/tools/verify.py) gathers facts outside the sandbox
+(namespace ids, the launcher's PID, a planted canary's hash, never a secret
+on a command line) into a JSON file in the run's workspace, launches pytest
+inside, and reads back the JSON report this conftest writes: one row per
+check with PASS/FAIL/SKIP and its detail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+import probes
+
+_ROWS: list[dict[str, str]] = []
+_ID = re.compile(r"test_(a?\d+)_")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("claude-sandbox")
+    group.addoption("--csbx-facts", default="", help="JSON facts gathered outside the sandbox")
+    group.addoption("--csbx-report", default="", help="where to write the JSON report")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    probes.load_facts(config.getoption("--csbx-facts"))
+
+
+@pytest.fixture(scope="session")
+def facts() -> probes.Facts:
+    return probes.FACTS
+
+
+@pytest.fixture(scope="session")
+def host():  # type: ignore[no-untyped-def]
+    import testinfra
+
+    return testinfra.get_host("local://")
+
+
+def _detail(report: pytest.TestReport) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        text = crash.message if crash is not None else str(report.longrepr)
+        # The first line of an AssertionError message is the detail; pytest's own
+        # introspection below it is for someone debugging, not for the table.
+        first = text.splitlines()[0] if text else "failed"
+        return first.removeprefix("AssertionError: ").removeprefix("Failed: ")
+    for name, value in report.user_properties:
+        if name == "detail":
+            return str(value)
+    return ""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    name = report.nodeid.split("::")[-1]
+    match = _ID.match(name)
+    if match is None:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[report.outcome]
+        row = {"id": match.group(1).upper(), "test": name, "outcome": outcome,
+               "detail": _detail(report)}
+        for key, value in report.user_properties:
+            if key == "planted":
+                row.setdefault("planted", []).extend(value)
+        _ROWS.append(row)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = session.config.getoption("--csbx-report")
+    if not path:
+        return
+    temporary = f"{path}.part"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump({"rows": _ROWS}, handle, indent=1)
+    os.replace(temporary, path)

@@ -1,0 +1,293 @@
+"""Small probes the checks share: facts from outside, /proc parsing, write attempts.
+
+Every probe that could change something is built so it changes nothing on
+success either: a file is opened for append and closed without a byte
+written; a directory gets an O_EXCL probe file that is removed at once.
+That matters because the same checks are also run outside any sandbox, by
+the tests that prove each check can fail.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import platform
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+CATALOGUE = yaml.safe_load((HERE / "checks.yaml").read_text(encoding="utf-8"))
+LAYERS: dict[str, str] = CATALOGUE.get("layers", {})
+
+
+class Facts(dict):  # type: ignore[type-arg]
+    """The runner's facts: attribute access, and a clear failure for a missing one."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+FACTS = Facts()
+
+
+def load_facts(path: str) -> None:
+    FACTS.clear()
+    if path:
+        FACTS.update(json.loads(Path(path).read_text(encoding="utf-8")))
+    FACTS.setdefault("workdir", os.path.dirname(path) if path else "")
+
+
+def later_fact(name: str, timeout: float = 10.0) -> Any:
+    """A fact the runner can only know after the launch (the launcher's PID)."""
+    path = Path(FACTS.get("workdir", "")) / "late.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))[name]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.05)
+    pytest.fail(f"the runner never wrote {path} with {name}")
+
+
+# ------------------------------------------------------------------ outcomes
+
+def note(request: pytest.FixtureRequest | None, text: str) -> None:
+    """A PASS with a stated detail, e.g. "jail disabled by the operator"."""
+    if request is not None:
+        request.node.user_properties.append(("detail", text))
+
+
+def layer_absent(layer: str, what: str) -> None:
+    """A layer is not in this sandbox: SKIP while it is still being wired, else FAIL."""
+    if LAYERS.get(layer) == "pending":
+        pytest.skip(f"not built yet: {what} (the {layer} layer is pending)")
+    pytest.fail(f"{what}: the {layer} layer is missing")
+
+
+def jail_on(request: pytest.FixtureRequest) -> bool:
+    """Whether the jail checks apply; PASS with a note when the operator turned it off."""
+    if not FACTS.get("egress_jail", True):
+        note(request, "jail disabled by the operator")
+        return False
+    if FACTS.get("net_ns") and ns_id("net") == FACTS["net_ns"]:
+        layer_absent("jail", "the sandbox shares the launcher's network namespace")
+    return True
+
+
+# ------------------------------------------------------------------ /proc
+
+def status() -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value.strip()
+    return fields
+
+
+def initial_environ() -> dict[str, str]:
+    """The environment this process was started with (pytest adds its own later)."""
+    raw = Path("/proc/self/environ").read_bytes()
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        if item:
+            name, _, value = item.decode(errors="replace").partition("=")
+            env[name] = value
+    return env
+
+
+def ns_id(kind: str) -> str:
+    return os.readlink(f"/proc/self/ns/{kind}")
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    point: str
+    fstype: str
+    options: frozenset[str]
+    root: str
+
+    @property
+    def readonly(self) -> bool:
+        return "ro" in self.options
+
+
+def _unescape(text: str) -> str:
+    return text.encode().decode("unicode_escape")
+
+
+def mounts() -> list[Mount]:
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split(" ")
+        fstype = right.split(" ")[0]
+        found.append(Mount(_unescape(fields[4]), fstype, frozenset(fields[5].split(",")),
+                           _unescape(fields[3])))
+    return found
+
+
+def mount_at(path: str) -> Mount | None:
+    """The topmost mount whose mount point is exactly `path`."""
+    hits = [m for m in mounts() if m.point == path]
+    return hits[-1] if hits else None
+
+
+def mount_of(path: str) -> Mount:
+    """The mount that holds `path` (longest mount-point prefix, last wins)."""
+    real = os.path.realpath(path)
+    best: Mount | None = None
+    for m in mounts():
+        if real == m.point or real.startswith(m.point.rstrip("/") + "/") or m.point == "/":
+            if best is None or len(m.point) >= len(best.point):
+                best = m
+    assert best is not None
+    return best
+
+
+# ------------------------------------------------------------------ write attempts
+
+def root_uids() -> frozenset[int]:
+    """The uids the outer root shows as here: 0, or the overflow uid where 0 is unmapped.
+
+    Reading uid_map is not enough under nested user namespaces (its second column
+    is relative to the parent namespace), so /usr, root-owned on every host we
+    support, is the reference.
+    """
+    reference = os.stat("/usr").st_uid
+    if reference == os.getuid() and reference != 0:
+        return frozenset({0})  # the user owns /usr: nothing can be called root-owned
+    return frozenset({0, reference})
+
+
+def writable(path: str) -> tuple[bool, str]:
+    """Whether `path` can be written, without changing it. Returns (writable, evidence)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False, f"{path}: absent"
+    try:
+        if stat.S_ISDIR(info.st_mode):
+            probe = os.path.join(path, f".csbx-probe-{os.getpid()}")
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.close(fd)
+            os.unlink(probe)
+            return True, f"created and removed a file in {path}"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
+        os.close(fd)
+        return True, f"opened {path} for writing"
+    except OSError as error:
+        return False, f"{path}: {errno.errorcode.get(error.errno or 0, error.errno)}"
+
+
+def outer_dev(path: str) -> int | None:
+    """st_dev of `path` as the runner saw it outside, when it gathered it."""
+    value = FACTS.get("outer_devs", {}).get(path)
+    return int(value) if value is not None else None
+
+
+def persists_outside(path: str) -> bool:
+    """Whether a write at `path` would land on the outer file system (not a private tmpfs)."""
+    try:
+        inside = os.stat(path).st_dev
+    except OSError:
+        return False
+    outside = outer_dev(path)
+    return outside is not None and outside == inside
+
+
+# ------------------------------------------------------------------ syscalls
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+SYSCALLS = {
+    "x86_64": {"ioctl": 16, "ptrace": 101, "keyctl": 250, "perf_event_open": 298,
+               "open_by_handle_at": 304, "process_vm_readv": 310, "bpf": 321,
+               "userfaultfd": 323, "io_uring_setup": 425, "pidfd_open": 434,
+               "pidfd_getfd": 438, "setns": 308, "kexec_load": 246, "init_module": 175,
+               "landlock_create_ruleset": 444, "sethostname": 170, "mount": 165,
+               "umount2": 166, "unshare": 272, "chroot": 161, "add_key": 248,
+               "request_key": 249, "finit_module": 313, "pivot_root": 155},
+    "aarch64": {"ioctl": 29, "ptrace": 117, "keyctl": 219, "perf_event_open": 241,
+                "open_by_handle_at": 265, "process_vm_readv": 270, "bpf": 280,
+                "userfaultfd": 282, "io_uring_setup": 425, "pidfd_open": 434,
+                "pidfd_getfd": 438, "setns": 268, "kexec_load": 104, "init_module": 105,
+                "landlock_create_ruleset": 444, "sethostname": 161, "mount": 40,
+                "umount2": 39, "unshare": 97, "chroot": 51, "add_key": 217,
+                "request_key": 218, "finit_module": 273, "pivot_root": 41},
+}
+
+
+def syscall(name: str, *args: int) -> tuple[int, int]:
+    """(return value, errno) of a raw system call; args are plain integers."""
+    table = SYSCALLS.get(platform.machine())
+    if table is None:
+        pytest.skip(f"no system-call table for {platform.machine()}")
+    ctypes.set_errno(0)
+    ret = int(_libc.syscall(ctypes.c_long(table[name]), *[ctypes.c_long(a) for a in args]))
+    return ret, ctypes.get_errno() if ret < 0 else 0
+
+
+def errname(number: int) -> str:
+    return errno.errorcode.get(number, str(number)) if number else "success"
+
+
+def landlock_abi() -> int:
+    ret, _ = syscall("landlock_create_ruleset", 0, 0, 1)
+    return max(ret, 0)
+
+
+def seccomp_mode() -> int:
+    return int(status().get("Seccomp", "0"))
+
+
+# ------------------------------------------------------------------ routes
+
+def iproute():  # type: ignore[no-untyped-def]
+    from pyroute2 import IPRoute
+
+    return IPRoute()
+
+
+def route_get(ipr: Any, address: str) -> str:
+    """How the kernel would route `address`: "unicast via GW dev N", or the refusal."""
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    try:
+        answer = ipr.route("get", dst=address)
+    except NetlinkError as error:
+        return f"refused ({errname(error.code)})"
+    msg = answer[0]
+    kinds = {1: "unicast", 2: "local", 6: "blackhole", 7: "unreachable", 8: "prohibit"}
+    kind = kinds.get(msg["type"], f"type {msg['type']}")
+    gateway = msg.get_attr("RTA_GATEWAY")
+    return f"{kind} via {gateway}" if gateway else kind
+
+
+def forwardable(verdict: str) -> bool:
+    return verdict.startswith("unicast")
+
+
+def default_gateway(ipr: Any) -> str | None:
+    for route in ipr.get_routes():
+        if route["dst_len"] == 0 and route["type"] == 1 and route.get_attr("RTA_GATEWAY"):
+            return str(route.get_attr("RTA_GATEWAY"))
+    return None
+
+
+def walk(root: str) -> Iterator[str]:
+    for directory, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            yield os.path.join(directory, name)

@@ -1,0 +1,752 @@
+"""The numbered checks that run inside the sandbox (catalogue: checks.yaml).
+
+Each test is named test_NN_<name>; its first assertion message is the detail
+the table prints on FAIL. A check skips only with a stated reason.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import resource
+import shutil
+import socket
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from probes import (
+    FACTS,
+    default_gateway,
+    errname,
+    forwardable,
+    initial_environ,
+    iproute,
+    jail_on,
+    landlock_abi,
+    later_fact,
+    layer_absent,
+    mount_at,
+    note,
+    ns_id,
+    outer_dev,
+    persists_outside,
+    root_uids,
+    route_get,
+    seccomp_mode,
+    status,
+    syscall,
+    walk,
+    writable,
+)
+
+from claude_sandbox import bwrap, installer, paths, profiles
+
+LIBEXEC = paths.LIBEXEC
+CORE_PYTHON = f"{paths.CORE_VENV}/bin/python"
+
+
+def _agent() -> profiles.Profile:
+    return profiles.get(FACTS.get("agent", "claude"))
+
+
+def _home() -> str:
+    return str(FACTS.get("home") or os.path.expanduser("~"))
+
+
+# ------------------------------------------------------------------ 01-22 (COMPAT.md)
+
+def test_01_is_sandbox() -> None:
+    env = initial_environ()
+    assert env.get("IS_SANDBOX") == "1", f"IS_SANDBOX={env.get('IS_SANDBOX', '')!r}"
+    assert env.get("IS_SANDBOX_AGENT") == _agent().name, \
+        f"IS_SANDBOX_AGENT={env.get('IS_SANDBOX_AGENT', '')!r}"
+
+
+def test_02_no_new_privs() -> None:
+    value = status().get("NoNewPrivs")
+    assert value == "1", f"NoNewPrivs: {value}"
+
+
+def test_03_home_allow_list() -> None:
+    profile = _agent()
+    own = {rel.split("/")[0] for rel in profile.state_dirs}
+    own |= {state.path.split("/")[0] for state in profile.state_files}
+    allowed = {".cache", ".config", ".local", ".gitconfig", *bwrap.NULLED_DOTFILES, *own}
+    home = _home()
+    present = set(os.listdir(home))
+    extra = sorted(present - allowed)
+    assert not extra, f"$HOME holds {', '.join(extra)}"
+    others = set()
+    for other in profiles.PROFILES:
+        if other.name != profile.name:
+            others |= {rel.split("/")[0] for rel in other.state_dirs}
+            others |= {state.path for state in other.state_files}
+    leaked = sorted((others - own) & present)
+    assert not leaked, f"another agent's state is visible: {', '.join(leaked)}"
+    config = os.path.join(home, ".config")
+    if os.path.isdir(config):
+        stray = sorted(set(os.listdir(config)) - {"gh", "glab-cli"})
+        assert not stray, f"~/.config holds {', '.join(stray)}"
+
+
+def test_04_tokens_scrubbed() -> None:
+    env = initial_environ()
+    for name in ("GH_TOKEN", "OPENAI_API_KEY"):
+        assert not env.get(name), f"{name} is set inside"
+
+
+def test_05_display_scrubbed() -> None:
+    assert not initial_environ().get("DISPLAY"), "DISPLAY is set inside"
+
+
+def test_06_no_effective_caps() -> None:
+    value = status().get("CapEff", "?")
+    assert value.strip("0") == "", f"CapEff: {value}"
+
+
+def fresh_procfs() -> bool:
+    """/proc is the sandbox's own procfs (bwrap --proc), not the outer one read-only."""
+    outer = FACTS.get("pid_ns")
+    return len(status().get("NSpid", "").split()) == 1 and bool(outer) and ns_id("pid") != outer
+
+
+def test_07_pid_namespace(request: pytest.FixtureRequest) -> None:
+    nspid = status().get("NSpid", "").split()
+    if fresh_procfs():
+        # A fresh procfs numbers from the sandbox's own namespace: one NSpid entry,
+        # and the namespace itself differs from the launcher's.
+        note(request, f"own procfs; pid namespace {ns_id('pid')}")
+        return
+    assert len(nspid) >= 2, f"NSpid: {' '.join(nspid)} (no nested pid namespace)"
+
+
+@pytest.mark.parametrize("kind", ["ipc"])
+def test_08_ipc_namespace(kind: str) -> None:
+    outer = FACTS.get(f"{kind}_ns")
+    assert outer, f"the runner did not record the outer {kind} namespace"
+    assert ns_id(kind) != outer, f"{kind} namespace is the launcher's ({outer})"
+
+
+@pytest.mark.parametrize("kind", ["uts"])
+def test_09_uts_namespace(kind: str) -> None:
+    outer = FACTS.get(f"{kind}_ns")
+    assert outer, f"the runner did not record the outer {kind} namespace"
+    assert ns_id(kind) != outer, f"{kind} namespace is the launcher's ({outer})"
+
+
+BASIC_DEV = {"null", "zero", "full", "random", "urandom", "tty", "console", "pts", "ptmx",
+             "shm", "mqueue", "fd", "stdin", "stdout", "stderr", "core"}
+
+
+def test_10_private_dev(host) -> None:  # type: ignore[no-untyped-def]
+    mount = mount_at("/dev")
+    assert mount is not None and mount.fstype in ("tmpfs", "devtmpfs"), \
+        f"/dev is not a mount of its own ({mount.fstype if mount else 'no mount'})"
+    outer = outer_dev("/dev")
+    assert outer is None or os.stat("/dev").st_dev != outer, "/dev is the outer /dev"
+    extra = sorted(set(os.listdir("/dev")) - BASIC_DEV)
+    assert not extra, f"/dev holds {', '.join(extra)}"
+    for name in os.listdir("/dev"):
+        assert not host.file(f"/dev/{name}").is_directory or name in BASIC_DEV
+        info = os.lstat(f"/dev/{name}")
+        assert not stat.S_ISBLK(info.st_mode), f"/dev/{name} is a block device"
+
+
+def test_11_private_tmp() -> None:
+    mount = mount_at("/tmp")
+    assert mount is not None and mount.fstype == "tmpfs", "/tmp is not a tmpfs of its own"
+    outer = outer_dev("/tmp")
+    assert outer is None or os.stat("/tmp").st_dev != outer, "/tmp is the outer /tmp"
+    sockets = glob.glob("/tmp/vscode-ipc-*.sock") + glob.glob("/tmp/vscode-git-*.sock")
+    assert not sockets, f"IDE sockets visible: {', '.join(sockets)}"
+    planted = FACTS.get("outer_tmp_socket")
+    if planted:
+        assert not os.path.lexists(planted), f"the outer {planted} is visible"
+
+
+def _absent_or_empty_tmpfs(path: str, request: pytest.FixtureRequest) -> None:
+    if not os.path.lexists(path):
+        note(request, f"{path} absent")
+        return
+    mount = mount_at(path)
+    assert mount is not None and mount.fstype == "tmpfs", f"{path} is not a masking tmpfs"
+    entries = os.listdir(path)
+    assert not entries, f"{path} holds {', '.join(sorted(entries))}"
+
+
+def test_12_run_user_masked(request: pytest.FixtureRequest) -> None:
+    _absent_or_empty_tmpfs("/run/user", request)
+
+
+def test_13_run_secrets_masked(request: pytest.FixtureRequest) -> None:
+    _absent_or_empty_tmpfs("/run/secrets", request)
+
+
+def _nulled(name: str) -> None:
+    path = os.path.join(_home(), name)
+    assert os.path.lexists(path), f"{path} is not bound (absent)"
+    with open(path, "rb") as handle:
+        data = handle.read(64)
+    assert data == b"", f"{path} is not empty"
+    mount = mount_at(path)
+    assert mount is not None and mount.readonly, f"{path} is not a read-only bind"
+
+
+def test_14_netrc_empty() -> None:
+    _nulled(".netrc")
+
+
+def test_15_xauthority_empty() -> None:
+    _nulled(".Xauthority")
+
+
+def test_16_curated_gitconfig() -> None:
+    env = initial_environ()
+    assert env.get("GIT_CONFIG_GLOBAL") == paths.GITCONFIG_INSIDE, \
+        f"GIT_CONFIG_GLOBAL={env.get('GIT_CONFIG_GLOBAL', '')!r}"
+    git = shutil.which("git", path="/usr/bin:/bin")
+    assert git, "git is not installed"
+    result = subprocess.run([git, "config", "user.email"], capture_output=True, text=True,
+                            check=False, env=env)
+    assert result.returncode == 0 and result.stdout.strip(), "git config user.email has no answer"
+
+
+def test_17_workspace_scope(request: pytest.FixtureRequest) -> None:
+    cwd = os.path.realpath(os.getcwd())
+    expected = FACTS.get("workspace") or cwd
+    assert cwd == expected, f"started in {cwd}, launched from {expected}"
+    mount = mount_at(cwd)
+    assert mount is not None and not mount.readonly, f"{cwd} is not a writable mount of its own"
+    parent = os.path.dirname(cwd)
+    for path in dict.fromkeys([parent, "/workspaces"]):
+        if path in FACTS.get("allow_write", ()) or path == cwd:
+            continue
+        can, _ = writable(path)
+        assert not (can and persists_outside(path)), f"{path} is writable through to the outside"
+    note(request, f"writable root {cwd}")
+
+
+def test_18_shim_and_etc_config(host, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    found = shutil.which("claude", path=initial_environ().get("PATH", ""))
+    shim = os.path.join(paths.SHIM_DIR, "claude")
+    assert found == shim, f"claude on PATH is {found}"
+    handle = host.file(shim)
+    assert handle.content_string == installer.shim_text("claude"), f"{shim} is not the shim"
+    assert handle.uid in root_uids() and handle.mode == 0o755, f"{shim} is not root-owned 0755"
+    # Plant a configuration in the workspace that would refuse every launch if
+    # it were read, and ask the installed core which file it reads.
+    cwd = os.getcwd()
+    planted = [os.path.join(cwd, name) for name in ("claude-sandbox.conf", ".claude-sandbox.conf")]
+    probe = ("import os; from claude_sandbox import paths, shadow; "
+             "shadow.load_config('claude', {}); print(paths.CONFIG_FILE)")
+    try:
+        for path in planted:
+            Path(path).write_text("this is not a key\n")
+        result = subprocess.run([CORE_PYTHON, "-I", "-c", probe], capture_output=True,
+                                text=True, check=False, cwd=cwd)
+    finally:
+        for path in planted:
+            Path(path).unlink(missing_ok=True)
+    assert result.returncode == 0, f"the core read a planted file: {result.stderr.strip()[-200:]}"
+    assert result.stdout.strip() == "/etc/claude-sandbox.conf", \
+        f"the core reads {result.stdout.strip()}"
+
+
+BLACKHOLES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+
+
+def test_19_jail_routes(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    with iproute() as ipr:
+        routes = ipr.get_routes()
+    holes = {f"{r.get_attr('RTA_DST')}/{r['dst_len']}" for r in routes if r["type"] == 6}
+    missing = [cidr for cidr in BLACKHOLES if cidr not in holes]
+    assert not missing, f"partial programming: no blackhole for {', '.join(missing)}"
+    defaults = [r for r in routes if r["dst_len"] == 0 and r["type"] == 1
+                and r.get_attr("RTA_TABLE") == 254]
+    assert defaults, "no default route"
+
+
+def test_20_jail_behaviour(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    import ipaddress
+
+    with iproute() as ipr:
+        targets = ["10.0.0.1", "10.255.255.53", "172.16.0.1", "192.168.1.1", "100.64.0.1"]
+        for addr in ipr.get_addr(family=socket.AF_INET):
+            if addr.get_attr("IFA_LABEL") != "lo":
+                net = ipaddress.ip_network(f"{addr.get_attr('IFA_ADDRESS')}/{addr['prefixlen']}",
+                                           strict=False)
+                targets.append(str(net.network_address))
+        leaks = [f"{t} ({v})" for t in targets if forwardable(v := route_get(ipr, t))]
+        gateway = default_gateway(ipr)
+        assert gateway, "no gateway"
+        verdict = route_get(ipr, gateway)
+    assert not leaks, f"forwardable: {', '.join(leaks)}"
+    assert forwardable(verdict), f"the gateway {gateway} is {verdict}"
+
+
+def test_21_codex_package_mask(request: pytest.FixtureRequest) -> None:
+    if _agent().name != "codex":
+        note(request, f"not codex ({_agent().name})")
+        return
+    path = os.path.join(_home(), ".codex/packages")
+    if not os.path.lexists(path):
+        note(request, f"{path} absent")
+        return
+    mount = mount_at(path)
+    assert mount is not None, f"{path} is not masked"
+    assert not os.listdir(path), f"{path} is not empty"
+
+
+def _guarded_dirs() -> list[str]:
+    dirs = []
+    for directory in FACTS.get("path", []):
+        if directory == paths.SHIM_DIR:
+            break
+        if directory.startswith("/") and os.path.isdir(directory) and writable(directory)[0]:
+            dirs.append(directory)
+    return list(dict.fromkeys(dirs))
+
+
+def test_22_entry_point_guard(request: pytest.FixtureRequest) -> None:
+    null = os.stat("/dev/null").st_rdev
+    dirs = _guarded_dirs()
+    for directory in dirs:
+        for name in paths.ENTRY_POINTS:
+            path = os.path.join(directory, name)
+            assert os.path.lexists(path), f"{path} is not guarded (absent, so it can be planted)"
+            info = os.stat(path)
+            assert stat.S_ISCHR(info.st_mode) and info.st_rdev == null, f"{path} is not /dev/null"
+            mount = mount_at(path)
+            assert mount is not None and mount.readonly, f"{path} is not a read-only bind"
+    note(request, f"guarded: {', '.join(dirs)}" if dirs
+         else "no writable PATH directory ahead of /usr/local/bin")
+
+
+# ------------------------------------------------------------------ 23+ (ours)
+
+TIOCSTI = 0x5412
+HIGH_JUNK = 1 << 32
+
+
+def _seccomp_probes() -> list[tuple[str, tuple[int, ...]]]:
+    read_end, write_end = os.pipe()
+    # Arguments chosen so the kernel itself would fail without harm (no such
+    # pid, bad fd, bad pointer): only the filter answers EPERM.
+    far = 0x3FFFFFFF
+    probes = [
+        ("ptrace", (16, far, 0, 0)),  # PTRACE_ATTACH to no such pid
+        ("process_vm_readv", (far, 0, 0, 0, 0, 0)),
+        ("pidfd_getfd", (-1, 0, 0)),
+        ("bpf", (-1, 0, 0)),
+        ("perf_event_open", (0, 0, -1, -1, 0)),
+        ("keyctl", (9999, 0, 0, 0, 0)),
+        ("userfaultfd", (-1,)),
+        ("io_uring_setup", (0, 0)),
+        ("open_by_handle_at", (-1, 0, 0)),
+        ("ioctl", (write_end, TIOCSTI, 0)),
+        ("ioctl", (write_end, TIOCSTI | HIGH_JUNK, 0)),
+    ]
+    os.close(read_end)
+    return probes
+
+
+def test_23_seccomp_filter(request: pytest.FixtureRequest) -> None:
+    if seccomp_mode() != 2:
+        layer_absent("seccomp", f"Seccomp: {seccomp_mode()} in /proc/self/status")
+    failures = []
+    for name, args in _seccomp_probes():
+        _, err = syscall(name, *args)
+        if err != 1:  # EPERM
+            failures.append(f"{name} -> {errname(err)}")
+    assert not failures, f"not refused: {', '.join(failures)}"
+    note(request, "Seccomp 2; every probe EPERM")
+
+
+def test_24_landlock_domain(request: pytest.FixtureRequest) -> None:
+    abi = landlock_abi()
+    if abi < 6:
+        pytest.skip(f"the kernel's Landlock ABI is {abi}: no signal/abstract-socket scoping")
+    # Outer processes are not in the sandbox's pid namespace, so kill() cannot
+    # name them; pid 1 here is bwrap's init, which runs outside the Landlock
+    # domain (_enter enters it just before the agent): the scope must stop it.
+    try:
+        os.kill(1, 0)
+        layer_absent("landlock", "kill(1, 0) on bwrap's init, outside the domain, succeeded")
+    except PermissionError:
+        pass
+    evidence = "no outer abstract socket"
+    name = FACTS.get("abstract_socket")
+    if name:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2)
+            try:
+                sock.connect("\0" + name)
+                pytest.fail(f"connected to the outer abstract socket @{name}")
+            except OSError as error:
+                evidence = f"abstract socket {errname(error.errno or 0)}"
+    note(request, f"ABI {abi}; kill EPERM; {evidence}")
+
+
+def _cgroup_limit(name: str) -> int | None:
+    try:
+        line = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for entry in line:
+        _, controllers, rel = entry.split(":", 2)
+        for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+            path = Path(base + rel) / name
+            if path.exists():
+                text = path.read_text().strip()
+                return None if text == "max" else int(text)
+        del controllers
+    return None
+
+
+def test_25_resource_caps(request: pytest.FixtureRequest) -> None:
+    core = resource.getrlimit(resource.RLIMIT_CORE)
+    if core != (0, 0):
+        layer_absent("limits", f"RLIMIT_CORE is {core}")
+    wanted_pids = FACTS.get("max_pids")
+    if wanted_pids:
+        nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+        cgroup = _cgroup_limit("pids.max")
+        capped = [v for v in (nproc, cgroup) if v not in (None, resource.RLIM_INFINITY)]
+        assert capped and min(capped) <= wanted_pids, f"max-pids {wanted_pids} not in force"
+    wanted_memory = FACTS.get("max_memory")
+    if wanted_memory:
+        data = resource.getrlimit(resource.RLIMIT_DATA)[0]
+        cgroup = _cgroup_limit("memory.max")
+        capped = [v for v in (data, cgroup) if v not in (None, resource.RLIM_INFINITY)]
+        assert capped and min(capped) <= wanted_memory, f"max-memory {wanted_memory} not in force"
+    note(request, "RLIMIT_CORE 0")
+
+
+def _core_site() -> str:
+    found = glob.glob(f"{paths.CORE_VENV}/lib/python3*/site-packages")
+    assert len(found) == 1, f"no single site-packages under {paths.CORE_VENV}"
+    return found[0]
+
+
+def test_26_launch_venv_purity(host) -> None:  # type: ignore[no-untyped-def]
+    site = _core_site()
+    dists = sorted(name for name in os.listdir(site) if name.endswith((".dist-info", ".egg-info")))
+    assert len(dists) == 1 and dists[0].startswith("claude_sandbox-"), \
+        f"distributions: {', '.join(dists) or 'none'}"
+    pth = [p for p in walk(site) if p.endswith(".pth")]
+    assert not pth, f".pth file: {pth[0]}"
+    roots = root_uids()
+    for path in [paths.CORE_VENV, *walk(paths.CORE_VENV)]:
+        if os.path.islink(path):
+            continue
+        handle = host.file(path)
+        assert handle.uid in roots, f"{path} is owned by uid {handle.uid}"
+        assert not handle.mode & 0o022, f"{path} is group/world-writable ({oct(handle.mode)})"
+    for path in (site, os.path.join(site, "claude_sandbox"),
+                 os.path.join(site, "claude_sandbox", "__init__.py")):
+        can, evidence = writable(path)
+        assert not can, f"writable inside: {evidence}"
+
+
+def test_28_ipv6_off(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    if not os.path.exists("/proc/net/if_inet6"):
+        note(request, "IPv6 is off in the jail")
+        return
+    import ipaddress
+
+    harmless = [ipaddress.ip_network(n) for n in ("fe80::/10", "ff00::/8", "::1/128")]
+    with iproute() as ipr:
+        addresses = [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6)]
+        routes = [f"{r.get_attr('RTA_DST') or '::'}/{r['dst_len']}"
+                  for r in ipr.get_routes(family=socket.AF_INET6)
+                  if r["type"] == 1]
+    bad = [a for a in addresses if not any(ipaddress.ip_address(a) in n for n in harmless)]
+    assert not bad, f"global IPv6 address: {', '.join(bad)}"
+    stray = [r for r in routes
+             if not any(ipaddress.ip_network(r, strict=False).subnet_of(n) for n in harmless)]
+    assert not stray, f"IPv6 route: {', '.join(stray)}"
+
+
+METADATA = ("169.254.169.254", "168.63.129.16", "100.100.100.200")
+
+
+def test_29_metadata_unreachable(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    with iproute() as ipr:
+        leaks = [f"{a} ({v})" for a in METADATA if forwardable(v := route_get(ipr, a))]
+    assert not leaks, f"forwardable: {', '.join(leaks)}"
+
+
+def _connects(address: str, port: int) -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.5)
+        try:
+            sock.connect((address, port))
+        except OSError as error:
+            return errname(error.errno or 0) if error.errno else "timed out"
+    return None
+
+
+def test_30_host_loopback_closed(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    port = int(FACTS["loopback_port"])
+    targets = ["127.0.0.1"]
+    with iproute() as ipr:
+        gateway = default_gateway(ipr)
+    if gateway:
+        targets.append(gateway)
+    reached = [t for t in targets if _connects(t, port) is None]
+    assert not reached, f"the outer 127.0.0.1:{port} answered at {', '.join(reached)}"
+
+
+def _nameservers(text: str) -> list[str]:
+    return [line.split()[1] for line in text.splitlines()
+            if line.startswith("nameserver") and len(line.split()) > 1]
+
+
+def test_31_dns_through_forwarder(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    forwarder = FACTS.get("dns_forwarder")
+    servers = _nameservers(Path("/etc/resolv.conf").read_text())
+    assert servers == [forwarder], f"resolv.conf names {', '.join(servers) or 'nothing'}"
+    with iproute() as ipr:
+        verdict = route_get(ipr, forwarder)
+        assert forwardable(verdict), f"the forwarder {forwarder} is {verdict}"
+        import ipaddress
+
+        private = [s for s in FACTS.get("outer_nameservers", [])
+                   if ipaddress.ip_address(s).is_private and not ipaddress.ip_address(s).is_loopback]
+        leaks = [s for s in private if forwardable(route_get(ipr, s))]
+    assert not leaks, f"the outer resolver is reachable directly: {', '.join(leaks)}"
+
+
+def test_32_readonly_uv_and_agent(request: pytest.FixtureRequest) -> None:
+    binary = FACTS.get("real_binary") or os.path.realpath(
+        os.path.join(paths.REAL_BIN_DIR, _agent().name))
+    targets = [binary]
+    local_bin = os.path.join(_home(), ".local/bin")
+    targets += [p for p in (os.path.join(local_bin, n) for n in ("uv", "uvx", _agent().name))
+                if os.path.lexists(p)]
+    for path in targets:
+        can, evidence = writable(path)
+        assert not can, f"writable inside: {evidence}"
+    assert not persists_outside(local_bin), "~/.local/bin is the outer directory"
+    note(request, f"read-only: {', '.join(targets)}")
+
+
+def _proc_opened(pid: int) -> list[str]:
+    """What of an outer process's /proc entry opens (each needs ptrace-read access)."""
+    opened = []
+    for entry in ("environ", "mem"):
+        try:
+            with open(f"/proc/{pid}/{entry}", "rb") as handle:
+                if entry == "environ":
+                    handle.read(1)
+            opened.append(entry)
+        except OSError:
+            pass
+    for entry in ("root", "cwd"):
+        try:
+            os.listdir(f"/proc/{pid}/{entry}")
+            opened.append(entry)
+        except OSError:
+            pass
+    try:
+        # Listing fd/ needs only the directory's mode; following an entry needs access.
+        for fd in os.listdir(f"/proc/{pid}/fd")[:3]:
+            os.readlink(f"/proc/{pid}/fd/{fd}")
+            opened.append("fd")
+            break
+    except OSError:
+        pass
+    return opened
+
+
+def outer_pids() -> list[int]:
+    """Processes outside the sandbox's pid namespace (one NSpid entry in the outer procfs)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{name}/status").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("NSpid:") and len(line.split()) == 2:
+                found.append(int(name))
+    return found
+
+
+def test_33_outer_proc_closed(request: pytest.FixtureRequest) -> None:
+    if fresh_procfs():
+        note(request, "own procfs: no outer process is visible")
+        return
+    pids = {"decoy": int(FACTS["decoy_pid"]), "launcher": int(later_fact("launcher_pid"))}
+    opened = [f"{who} {entry}" for who, pid in pids.items() for entry in _proc_opened(pid)]
+    assert not opened, f"readable: {', '.join(opened)}"
+    others = [f"{pid} {', '.join(got)}" for pid in outer_pids() if (got := _proc_opened(pid))]
+    assert not others, f"outer processes open: {'; '.join(others[:4])}"
+    note(request, f"closed: the launcher, a decoy holding a secret, every outer process")
+
+
+def test_34_readonly_config() -> None:
+    targets = [paths.CONFIG_FILE, *(os.path.join(paths.SHIM_DIR, n) for n in paths.ENTRY_POINTS),
+               f"{paths.CORE_VENV}/bin", _core_site(), f"{LIBEXEC}/verification",
+               f"{LIBEXEC}/real", LIBEXEC]
+    for path in targets:
+        can, evidence = writable(path)
+        assert not can, f"writable inside: {evidence}"
+
+
+def test_36_engine_sockets_masked(request: pytest.FixtureRequest) -> None:
+    null = os.stat("/dev/null").st_rdev
+    outer = FACTS.get("runtime_sockets", [])
+    for path in bwrap.RUNTIME_SOCKETS:
+        if not os.path.lexists(path):
+            continue
+        info = os.stat(path)
+        assert stat.S_ISCHR(info.st_mode) and info.st_rdev == null, f"{path} is not masked"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(path)
+                pytest.fail(f"connected to {path}")
+            except OSError:
+                pass
+    note(request, f"masked: {', '.join(outer)}" if outer else "no engine socket on this host")
+
+
+def test_37_environment_allow_list() -> None:
+    profile = _agent()
+    allowed = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "IS_SANDBOX", "IS_SANDBOX_AGENT",
+               "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", *bwrap.PASSED_THROUGH,
+               *(name for name, _ in profile.env), *FACTS.get("pass_env", []),
+               # set by the shells between bwrap and the program (script(1) runs sh -c)
+               "PWD", "OLDPWD", "SHLVL", "_"}
+    if profile.tmp_variable:
+        allowed.add(profile.tmp_variable)
+    env = initial_environ()
+    extra = sorted(n for n in env if n not in allowed and not n.startswith("LC_"))
+    assert not extra, f"not on the allow-list: {', '.join(extra)}"
+    prefix = FACTS.get("canary_prefix", "csbx-canary-")
+    carrying = sorted(n for n, v in env.items() if prefix in v)
+    assert not carrying, f"the planted canary rides in {', '.join(carrying)}"
+
+
+def test_38_capability_sets_empty(request: pytest.FixtureRequest) -> None:
+    fields = status()
+    # CapBnd stays full under bwrap as root; NoNewPrivs (check 02) is what stops
+    # uid 0 regaining capabilities on execve, so the bounding set is only noted.
+    names = ["CapPrm", "CapInh", "CapAmb"]
+    held = [f"{n} {fields.get(n)}" for n in names if fields.get(n, "0").strip("0")]
+    assert not held, f"capabilities held: {', '.join(held)}"
+    note(request, f"CapBnd {fields.get('CapBnd')}")
+
+
+def test_39_forge_config_readonly(request: pytest.FixtureRequest) -> None:
+    present = []
+    for rel in bwrap.FORGE_CONFIG:
+        path = os.path.join(_home(), rel)
+        if os.path.isdir(path):
+            present.append(path)
+            can, evidence = writable(path)
+            assert not can, f"writable inside: {evidence}"
+    note(request, f"read-only: {', '.join(present)}" if present else "no forge config here")
+
+
+def test_40_persistence_masks(request: pytest.FixtureRequest) -> None:
+    home = _home()
+    masked = []
+    for rel in (*bwrap.BULK_MASKS, *_agent().masks):
+        path = os.path.join(home, rel)
+        if not persists_outside(os.path.dirname(path)):
+            continue  # the parent is not bound back: nothing to re-mask
+        if not os.path.lexists(path):
+            # Absent inside under a bound parent: the agent could create it and it would persist.
+            pytest.fail(f"{path} is not masked (absent under a bound parent)")
+        mount = mount_at(path)
+        assert mount is not None and mount.fstype == "tmpfs", f"{path} is not masked"
+        assert not os.listdir(path), f"{path} is not empty"
+        masked.append(path)
+    note(request, f"masked: {', '.join(masked)}" if masked else "no bound parent to re-mask")
+
+
+def test_41_nesting_marker() -> None:
+    mount = mount_at(paths.INSIDE_MARKER)
+    assert mount is not None and mount.readonly, f"{paths.INSIDE_MARKER} is not a read-only mount"
+    result = subprocess.run(
+        [CORE_PYTHON, "-I", "-c", "from claude_sandbox import guard; print(guard.inside_sandbox())"],
+        capture_output=True, text=True, check=False)
+    assert result.stdout.strip() == "True", f"the core's guard says {result.stdout.strip()!r}"
+
+
+def test_42_gitconfig_readonly() -> None:
+    can, evidence = writable(paths.GITCONFIG_INSIDE)
+    assert not can, f"writable inside: {evidence}"
+    system = initial_environ().get("GIT_CONFIG_SYSTEM")
+    assert system == "/dev/null", f"GIT_CONFIG_SYSTEM={system!r}"
+
+
+def test_43_local_bin_last(request: pytest.FixtureRequest) -> None:
+    entries = [e for e in initial_environ().get("PATH", "").split(":") if e]
+    local_bin = os.path.join(_home(), ".local/bin")
+    assert entries and entries[-1] == local_bin, f"PATH ends with {entries[-1] if entries else ''}"
+    workspace = FACTS.get("workspace") or os.getcwd()
+    risky = []
+    for entry in entries:
+        if entry in ("/usr/bin", "/bin"):
+            break
+        inside_workspace = entry == workspace or entry.startswith(workspace.rstrip("/") + "/")
+        if os.path.isdir(entry) and writable(entry)[0] and persists_outside(entry) \
+                and not inside_workspace:
+            risky.append(entry)
+    assert not risky, f"writable and persistent ahead of /usr/bin: {', '.join(risky)}"
+
+
+def test_44_agent_tmp_private(request: pytest.FixtureRequest) -> None:
+    profile = _agent()
+    if not profile.tmp_variable:
+        note(request, f"{profile.name} has no scratch directory")
+        return
+    path = initial_environ().get(profile.tmp_variable, "")
+    assert path, f"{profile.tmp_variable} is not set"
+    info = os.stat(path)
+    assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700, \
+        f"{path} is {oct(stat.S_IMODE(info.st_mode))}"
+    assert info.st_uid == os.getuid(), f"{path} is owned by uid {info.st_uid}"
+
+
+def test_45_terminal_isolated(request: pytest.FixtureRequest) -> None:
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError as error:
+        note(request, f"no controlling terminal ({errname(error.errno or 0)})")
+        return
+    try:
+        rdev = os.fstat(fd).st_rdev
+    finally:
+        os.close(fd)
+    outer = FACTS.get("outer_tty_rdev")
+    if outer is None or rdev != int(outer):
+        note(request, "the sandbox has its own terminal")
+        return
+    read_end, write_end = os.pipe()
+    try:
+        _, err = syscall("ioctl", write_end, TIOCSTI, 0)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert err == 1, "the sandbox holds the launching terminal and TIOCSTI is not refused"
+    note(request, "TIOCSTI refused by seccomp")
+
