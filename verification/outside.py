@@ -27,7 +27,7 @@ class Result:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     processes: frozenset[tuple[int, str]]
-    mounts: int
+    mounts: frozenset[str]
     temp_entries: frozenset[str]
 
 
@@ -55,7 +55,7 @@ def _temp_entries() -> frozenset[str]:
 
 def snapshot() -> Snapshot:
     with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-        mounts = len(handle.read().splitlines())
+        mounts = frozenset(line.split(" ")[4] for line in handle.read().splitlines())
     return Snapshot(_processes(), mounts, _temp_entries())
 
 
@@ -68,11 +68,13 @@ def check_35_no_leftovers(before: Snapshot, ignore: Sequence[str], settle: float
                        if comm in WATCHED_COMMS)
         temps = sorted(path for path in after.temp_entries - before.temp_entries
                        if path not in ignore and ("claude" in path or "csbx" in path))
-        mounts = after.mounts - before.mounts
+        # Other launches on a shared host mount things too: only ours count.
+        mounts = sorted(m for m in after.mounts - before.mounts
+                        if "claude" in m or "csbx" in m or any(m.startswith(p) for p in ignore))
         if not (procs or temps or mounts) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    left = procs + temps + ([f"{mounts} mount(s)"] if mounts else [])
+    left = procs + temps + [f"mount {m}" for m in mounts]
     if left:
         return Result("35", "FAIL", f"left behind: {', '.join(left)}")
     return Result("35", "PASS", "no process, mount or temporary file left")

@@ -1,0 +1,278 @@
+"""`claude-sandbox doctor`: every host fact the sandbox needs, a row each, with its fix.
+
+The rows are a table (ROWS): a name, whether the launch needs it, and a
+probe that returns ok/detail/fix. Probes only read (a user-namespace probe
+starts `unshare -rn true` and waits for it); nothing here changes the host.
+Exit 0 only when every required row is ok.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from claude_sandbox import config, hostfacts, installer, paths, profiles
+from claude_sandbox.errors import SandboxError
+
+TUN = "/dev/net/tun"
+TUN_RDEV = os.makedev(10, 200)
+RUNTIME_FIX = 'add "--device=/dev/net/tun" to runArgs in devcontainer.json'
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    name: str
+    required: bool
+    probe: Callable[[], Finding]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    name: str
+    required: bool
+    ok: bool
+    detail: str
+    fix: str
+
+
+def _tool(name: str, package: str) -> Finding:
+    found = paths.find_tool(name)
+    if found is None:
+        return Finding(False, f"{name} not found in {', '.join(paths.SYSTEM_DIRS)}",
+                       f"apt-get install {package}")
+    return Finding(True, found)
+
+
+def bwrap_row() -> Finding:
+    finding = _tool("bwrap", "bubblewrap")
+    if not finding.ok:
+        return finding
+    info = os.stat(finding.detail)
+    if info.st_mode & stat.S_ISUID:
+        return Finding(False, f"{finding.detail} is setuid (the sandbox expects user namespaces)",
+                       f"chmod u-s {finding.detail}")
+    return finding
+
+
+def userns_row() -> Finding:
+    problem = installer.userns_problem()
+    if problem:
+        return Finding(False, problem, "sysctl -w kernel.unprivileged_userns_clone=1 and "
+                       "user.max_user_namespaces>0, or run the container without a seccomp "
+                       "profile that blocks unshare")
+    return Finding(True, "unprivileged user + network namespaces work")
+
+
+def tun_row() -> Finding:
+    try:
+        info = os.stat(TUN)
+    except FileNotFoundError:
+        return Finding(False, f"{TUN} is missing", RUNTIME_FIX)
+    if not stat.S_ISCHR(info.st_mode) or info.st_rdev != TUN_RDEV:
+        return Finding(False, f"{TUN} is not the tun device (10:200)", RUNTIME_FIX)
+    if stat.S_IMODE(info.st_mode) & 0o006 != 0o006:
+        return Finding(False, f"{TUN} is {oct(stat.S_IMODE(info.st_mode))}: rootless pasta "
+                       "needs it world read-write", f"chmod 666 {TUN}")
+    return Finding(True, f"{TUN} 10:200 mode {oct(stat.S_IMODE(info.st_mode))}")
+
+
+def pasta_row() -> Finding:
+    finding = _tool("pasta", "passt")
+    if not finding.ok:
+        return finding
+    result = subprocess.run([finding.detail, "--version"], capture_output=True, text=True,
+                            check=False, timeout=10)
+    version = (result.stdout or result.stderr).strip().splitlines()
+    text = version[0] if version else "installed (no --version output)"
+    # Known quirks of Debian 12's 0.0~git20230309 (FACTS): it does not exit with
+    # its namespace (the jail ends it by -P pidfile) and needs --no-map-gw.
+    return Finding(True, f"{finding.detail}: {text} (quirks handled: no exit with the "
+                   "namespace, gateway mapped to host loopback unless --no-map-gw)")
+
+
+def landlock_row() -> Finding:
+    from claude_sandbox import landlock
+
+    abi = landlock.abi_version()
+    if abi == 0:
+        return Finding(False, "Landlock is absent or disabled",
+                       "boot with lsm=...,landlock (CONFIG_SECURITY_LANDLOCK=y)")
+    if abi < 6:
+        return Finding(True, f"ABI {abi}: no signal/abstract-socket scoping (needs 6)")
+    return Finding(True, f"ABI {abi}")
+
+
+def seccomp_row() -> Finding:
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError as error:
+        return Finding(False, f"cannot read /proc/self/status: {error}")
+    if "Seccomp:" not in text:
+        return Finding(False, "the kernel has no seccomp (no Seccomp: in /proc/self/status)",
+                       "a kernel built with CONFIG_SECCOMP_FILTER")
+    return Finding(True, "seccomp filters supported")
+
+
+def cgroup_row() -> Finding:
+    try:
+        from claude_sandbox import limits
+
+        facts = limits.probe_cgroups() if hasattr(limits, "probe_cgroups") else None
+    except Exception as error:  # the limits layer is still being wired
+        return Finding(False, f"cannot probe cgroups: {error}")
+    if facts is None:
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists() or \
+            Path("/sys/fs/cgroup/unified/cgroup.controllers").exists()
+        return Finding(v2, "cgroup v2 present" if v2 else "no cgroup v2",
+                       "" if v2 else "max-pids falls back to RLIMIT_NPROC")
+    usable = [name for name in ("v2", "v1_pids", "v1_memory") if getattr(facts, name, "")]
+    if not usable:
+        return Finding(False, "no delegated cgroup: max-pids/max-memory fall back to rlimits",
+                       "delegate a cgroup v2 subtree with the pids and memory controllers")
+    return Finding(True, f"delegated: {', '.join(usable)}")
+
+
+def shims_row() -> Finding:
+    bad = []
+    for name in paths.ENTRY_POINTS:
+        path = os.path.join(paths.SHIM_DIR, name)
+        try:
+            info = os.lstat(path)
+            text = Path(path).read_text()
+        except OSError:
+            bad.append(f"{path} missing")
+            continue
+        if text != installer.shim_text(name):
+            bad.append(f"{path} differs from the shim")
+        elif info.st_uid != 0 or stat.S_IMODE(info.st_mode) != 0o755 or stat.S_ISLNK(info.st_mode):
+            bad.append(f"{path} is not a root-owned 0755 file")
+    if bad:
+        return Finding(False, "; ".join(bad), "re-run the installer (./install.sh) as root")
+    return Finding(True, f"{len(paths.ENTRY_POINTS)} shims match installer.shim_text")
+
+
+def venv_row() -> Finding:
+    sites = list(Path(paths.CORE_VENV).glob("lib/python3*/site-packages"))
+    if len(sites) != 1:
+        return Finding(False, f"no single site-packages in {paths.CORE_VENV}",
+                       "re-run the installer as root")
+    site = sites[0]
+    dists = sorted(p.name for p in site.iterdir() if p.name.endswith((".dist-info", ".egg-info")))
+    problems = []
+    if len(dists) != 1 or not dists[0].startswith("claude_sandbox-"):
+        problems.append(f"distributions: {', '.join(dists) or 'none'}")
+    problems += [f"{p} runs code at start" for p in site.rglob("*.pth")]
+    for path in [Path(paths.CORE_VENV), *Path(paths.CORE_VENV).rglob("*")]:
+        if path.is_symlink():
+            continue
+        info = path.lstat()
+        if info.st_uid != 0 or info.st_mode & 0o022:
+            problems.append(f"{path} is not root-owned or is group/world-writable")
+            break
+    if problems:
+        return Finding(False, "; ".join(problems[:3]),
+                       f"rm -rf {paths.CORE_VENV} and re-run the installer as root")
+    return Finding(True, f"{dists[0]} only, no .pth, root-owned")
+
+
+def guard_row() -> Finding:
+    entries = hostfacts.guard_entries(p for p in os.environ.get("PATH", "").split(":") if p)
+    others = [f"{e.directory}/{e.name}" for e in entries if e.state == "other"]
+    if others:
+        return Finding(False, f"ahead of {paths.SHIM_DIR} on PATH: {', '.join(others)}",
+                       f"remove them, or put {paths.SHIM_DIR} first on PATH")
+    dirs = sorted({e.directory for e in entries})
+    return Finding(True, f"nothing shadows the shims ({len(dirs)} directories ahead checked)")
+
+
+def config_row() -> Finding:
+    try:
+        cfg = config.load(os.environ, agent="claude", agents=profiles.AGENT_NAMES,
+                          path=paths.CONFIG_FILE)
+    except SandboxError as error:
+        return Finding(False, error.message, f"fix the line named in {paths.CONFIG_FILE}")
+    jail = "on" if cfg.egress_jail else "OFF"
+    return Finding(True, f"{paths.CONFIG_FILE} parses (egress jail {jail})")
+
+
+def agent_row(name: str) -> Callable[[], Finding]:
+    def probe() -> Finding:
+        try:
+            binary = hostfacts.real_binary(name)
+        except SandboxError as error:
+            return Finding(False, error.message,
+                           f"./install.sh --agents {name} (or point {paths.REAL_BIN_DIR}/{name} "
+                           "at it)")
+        return Finding(True, binary)
+    return probe
+
+
+ROWS: tuple[Row, ...] = (
+    Row("bubblewrap", True, bwrap_row),
+    Row("user namespaces", True, userns_row),
+    Row("/dev/net/tun", True, tun_row),
+    Row("pasta", True, pasta_row),
+    Row("unshare", True, lambda: _tool("unshare", "util-linux")),
+    Row("script", False, lambda: _tool("script", "bsdutils")),
+    Row("Landlock", False, landlock_row),
+    Row("seccomp", True, seccomp_row),
+    Row("cgroup delegation", False, cgroup_row),
+    Row("shims intact", True, shims_row),
+    Row("core venv purity", True, venv_row),
+    Row("entry-point guard", True, guard_row),
+    Row("configuration", True, config_row),
+    *(Row(f"agent {name}", False, agent_row(name)) for name in profiles.AGENT_NAMES),
+)
+
+
+def run(rows: Sequence[Row] = ROWS) -> list[Result]:
+    results = []
+    for row in rows:
+        try:
+            finding = row.probe()
+        except Exception as error:  # a probe that breaks is a failing row, not a traceback
+            finding = Finding(False, f"probe failed: {error}")
+        results.append(Result(row.name, row.required, finding.ok, finding.detail, finding.fix))
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="claude-sandbox doctor")
+    parser.add_argument("--json", action="store_true")
+    options = parser.parse_args(argv)
+    results = run()
+    healthy = all(r.ok for r in results if r.required)
+    if options.json:
+        print(json.dumps({"ok": healthy, "rows": [asdict(r) for r in results]}, indent=1))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="claude-sandbox doctor")
+        for column in ("check", "", "detail", "fix"):
+            table.add_column(column, overflow="fold")
+        for r in results:
+            mark = "[green]ok[/]" if r.ok else ("[bold red]FAIL[/]" if r.required
+                                                else "[yellow]warn[/]")
+            table.add_row(r.name, mark, r.detail, r.fix)
+        Console().print(table)
+        print("ok" if healthy else "not ready: fix the FAIL rows above")
+    return 0 if healthy else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
