@@ -291,3 +291,34 @@ def walk(root: str) -> Iterator[str]:
     for directory, dirs, files in os.walk(root):
         for name in (*dirs, *files):
             yield os.path.join(directory, name)
+
+
+def fresh_procfs() -> bool:
+    """/proc is the sandbox's own procfs (bwrap --proc), not the outer one read-only."""
+    outer = FACTS.get("pid_ns")
+    return len(status().get("NSpid", "").split()) == 1 and bool(outer) and ns_id("pid") != outer
+
+
+def outer_pids() -> list[int]:
+    """Processes outside the sandbox's pid namespace (one NSpid entry in the outer procfs)."""
+    if fresh_procfs():
+        return []
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{name}/status").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("NSpid:") and len(line.split()) == 2:
+                found.append(int(name))
+    return found
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"

@@ -21,6 +21,8 @@ from probes import (
     default_gateway,
     errname,
     forwardable,
+    fresh_procfs,
+    outer_pids,
     initial_environ,
     iproute,
     jail_on,
@@ -104,12 +106,6 @@ def test_05_display_scrubbed() -> None:
 def test_06_no_effective_caps() -> None:
     value = status().get("CapEff", "?")
     assert value.strip("0") == "", f"CapEff: {value}"
-
-
-def fresh_procfs() -> bool:
-    """/proc is the sandbox's own procfs (bwrap --proc), not the outer one read-only."""
-    outer = FACTS.get("pid_ns")
-    return len(status().get("NSpid", "").split()) == 1 and bool(outer) and ns_id("pid") != outer
 
 
 def test_07_pid_namespace(request: pytest.FixtureRequest) -> None:
@@ -571,22 +567,6 @@ def _proc_opened(pid: int) -> list[str]:
     except OSError:
         pass
     return opened
-
-
-def outer_pids() -> list[int]:
-    """Processes outside the sandbox's pid namespace (one NSpid entry in the outer procfs)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{name}/status").read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("NSpid:") and len(line.split()) == 2:
-                found.append(int(name))
-    return found
 
 
 def test_33_outer_proc_closed(request: pytest.FixtureRequest) -> None:

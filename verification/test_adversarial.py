@@ -1,0 +1,577 @@
+"""The adversarial suite: fixed escape attempts, each BLOCKED or ESCAPED with evidence.
+
+pytest outcomes map to verdicts (conftest.py / tools/verify.py): pass is
+BLOCKED, fail is ESCAPED, a skip whose reason starts "EXPOSED" is a
+documented exposure (the workspace is writable by design; the operator
+turned the jail off), any other skip names why it could not be attempted.
+Attempts never do harm when they succeed: files are opened and closed
+without a byte written, a traced process is detached at once, signals are 0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import socket
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from probes import (
+    FACTS,
+    comm,
+    default_gateway,
+    errname,
+    fresh_procfs,
+    iproute,
+    later_fact,
+    layer_absent,
+    note,
+    outer_pids,
+    persists_outside,
+    seccomp_mode,
+    status,
+    syscall,
+    writable,
+)
+
+from claude_sandbox import bwrap, paths
+
+Req = pytest.FixtureRequest
+
+
+def _home() -> str:
+    return str(FACTS.get("home") or os.path.expanduser("~"))
+
+
+def _blocked(request: Req, evidence: str) -> None:
+    note(request, evidence)
+
+
+def _outer_or_blocked(request: Req) -> list[int]:
+    pids = outer_pids()
+    if not pids:
+        _blocked(request, "own procfs: no outer process is visible"
+                 if fresh_procfs() else "no outer process visible")
+    return pids
+
+
+def _jail_exposed() -> None:
+    if not FACTS.get("egress_jail", True):
+        pytest.skip("EXPOSED: jail disabled by the operator (the container's network is shared)")
+
+
+# ------------------------------------------------------------------ other processes
+
+def test_a01_proc_environ_of_outer(request: Req) -> None:
+    opened = []
+    for pid in _outer_or_blocked(request):
+        try:
+            Path(f"/proc/{pid}/environ").read_bytes()
+            opened.append(f"{pid} ({comm(pid)})")
+        except OSError:
+            pass
+    if opened:
+        pytest.fail(f"read environ of {', '.join(opened[:5])}")
+    _blocked(request, "environ of every visible outer process refused")
+
+
+def test_a02_recover_planted_secret(request: Req) -> None:
+    prefix = FACTS.get("canary_prefix", "csbx-canary-")
+    wanted = FACTS.get("canary_sha256")
+    pattern = re.compile(re.escape(prefix).encode() + rb"[0-9a-f]{32}")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        for entry in ("environ", "cmdline"):
+            try:
+                data = Path(f"/proc/{name}/{entry}").read_bytes()
+            except OSError:
+                continue
+            for match in pattern.findall(data):
+                if hashlib.sha256(match).hexdigest() == wanted:
+                    pytest.fail(f"recovered the secret from /proc/{name}/{entry}")
+    for path in ("/proc/self/environ",):
+        assert prefix.encode() not in Path(path).read_bytes()
+    _blocked(request, "the canary is in no readable environ or cmdline")
+
+
+def test_a03_reopen_outer_fds(request: Req) -> None:
+    got = []
+    for pid in _outer_or_blocked(request):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd")[:4]:
+                os.close(os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK))
+                got.append(f"{pid}/fd/{fd} ({comm(pid)})")
+                break
+        except OSError:
+            continue
+    if got:
+        pytest.fail(f"reopened {', '.join(got[:5])}")
+    _blocked(request, "no outer descriptor could be reopened")
+
+
+def test_a04_proc_root_traversal(request: Req) -> None:
+    got = []
+    for pid in _outer_or_blocked(request):
+        try:
+            entries = os.listdir(f"/proc/{pid}/root{_home()}")
+            can, _ = writable(f"/proc/{pid}/root{_home()}")
+            got.append(f"/proc/{pid}/root ({comm(pid)}): outer $HOME "
+                       f"{'WRITABLE' if can else 'readable'}, {len(entries)} entries")
+        except OSError:
+            continue
+    if got:
+        pytest.fail("; ".join(got[:3]))
+    _blocked(request, "/proc/PID/root of every outer process refused")
+
+
+def test_a05_proc_mem(request: Req) -> None:
+    got = []
+    for pid in [*_outer_or_blocked(request), 1]:
+        try:
+            os.close(os.open(f"/proc/{pid}/mem", os.O_RDONLY))
+            if pid != 1 or seccomp_mode() == 2:
+                got.append(f"{pid} ({comm(pid)})")
+        except OSError:
+            continue
+    if got:
+        pytest.fail(f"opened mem of {', '.join(got)}")
+    _blocked(request, "mem of outer processes and bwrap's init refused")
+
+
+def _ptrace_pid1() -> tuple[int, int]:
+    ret, err = syscall("ptrace", 0x4206, 1, 0, 0)  # PTRACE_SEIZE: does not stop the target
+    if ret == 0:
+        syscall("ptrace", 17, 1, 0, 0)  # PTRACE_DETACH at once
+    return ret, err
+
+
+def test_a06_ptrace_init(request: Req) -> None:
+    # bwrap's init (pid 1 here) runs outside the seccomp filter and the Landlock
+    # domain: tracing it would be a way out of both layers.
+    ret, err = _ptrace_pid1()
+    if ret == 0:
+        pytest.fail("PTRACE_SEIZE on bwrap's init succeeded (detached at once)")
+    _blocked(request, f"PTRACE_SEIZE pid 1: {errname(err)}")
+
+
+def test_a07_process_vm_readv(request: Req) -> None:
+    buf = ctypes.create_string_buffer(8)
+    local = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), 8)
+    remote = (ctypes.c_void_p * 2)(0x400000, 8)
+    ret, err = syscall("process_vm_readv", 1, ctypes.addressof(local), 1,
+                       ctypes.addressof(remote), 1, 0)
+    if ret >= 0 or err == 14:  # EFAULT: the kernel let us in and only the address was wrong
+        pytest.fail(f"process_vm_readv on bwrap's init reached its memory ({errname(err)})")
+    _blocked(request, f"process_vm_readv pid 1: {errname(err)}")
+
+
+def test_a08_pidfd_getfd(request: Req) -> None:
+    pidfd, err = syscall("pidfd_open", 1, 0)
+    if pidfd < 0:
+        _blocked(request, f"pidfd_open pid 1: {errname(err)}")
+        return
+    try:
+        stolen, err = syscall("pidfd_getfd", pidfd, 0, 0)
+        if stolen >= 0:
+            os.close(stolen)
+            pytest.fail("pidfd_getfd took a descriptor from bwrap's init")
+    finally:
+        os.close(pidfd)
+    _blocked(request, f"pidfd_getfd: {errname(err)}")
+
+
+def test_a09_signal_outside(request: Req) -> None:
+    try:
+        os.kill(1, 0)
+    except PermissionError:
+        _blocked(request, "kill(1, 0): EPERM (Landlock signal scope)")
+        return
+    if landlock_wanted():
+        layer_absent("landlock", "kill(1, 0) on bwrap's init succeeded")
+    pytest.fail("kill(1, 0) on bwrap's init succeeded")
+
+
+def landlock_wanted() -> bool:
+    ret, _ = syscall("landlock_create_ruleset", 0, 0, 1)
+    return ret >= 6
+
+
+def test_a10_abstract_socket_outside(request: Req) -> None:
+    name = FACTS.get("abstract_socket")
+    if not name:
+        pytest.skip("the runner made no abstract socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        try:
+            sock.connect("\0" + name)
+        except OSError as error:
+            _blocked(request, f"connect @{name}: {errname(error.errno or 0)}")
+            return
+    if not FACTS.get("egress_jail", True) and not landlock_wanted():
+        pytest.skip("EXPOSED: jail off and no Landlock scope: abstract sockets are shared")
+    pytest.fail(f"connected to the outer abstract socket @{name}")
+
+
+def test_a11_sysv_ipc_outside(request: Req) -> None:
+    key = FACTS.get("shm_key")
+    if not key:
+        pytest.skip("the runner could not create a SysV segment")
+    libc = ctypes.CDLL(None, use_errno=True)
+    ident = libc.shmget(int(key), 0, 0)
+    if ident >= 0:
+        pytest.fail(f"found the outer SysV segment {key:#x}")
+    _blocked(request, f"shmget({key:#x}): {errname(ctypes.get_errno())}")
+
+
+# ------------------------------------------------------------------ network
+
+def _connect(address: str, port: int) -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.5)
+        try:
+            sock.connect((address, port))
+        except OSError as error:
+            return errname(error.errno or 0) if error.errno else "timed out"
+    return None
+
+
+def test_a12_host_loopback(request: Req) -> None:
+    port = int(FACTS["loopback_port"])
+    refused = _connect("127.0.0.1", port)
+    if refused is None:
+        _jail_exposed()
+        pytest.fail(f"reached the outer 127.0.0.1:{port}")
+    _blocked(request, f"127.0.0.1:{port}: {refused}")
+
+
+def test_a13_host_loopback_via_gateway(request: Req) -> None:
+    _jail_exposed()
+    port = int(FACTS["loopback_port"])
+    with iproute() as ipr:
+        gateway = default_gateway(ipr)
+    if gateway is None:
+        _blocked(request, "no gateway")
+        return
+    refused = _connect(gateway, port)
+    if refused is None:
+        pytest.fail(f"reached the outer 127.0.0.1:{port} through the gateway {gateway}")
+    _blocked(request, f"{gateway}:{port}: {refused}")
+
+
+def test_a14_metadata_service(request: Req) -> None:
+    _jail_exposed()
+    reached = [a for a in ("169.254.169.254", "168.63.129.16", "100.100.100.200")
+               if _connect(a, 80) is None]
+    if reached:
+        pytest.fail(f"metadata reached: {', '.join(reached)}")
+    _blocked(request, "no metadata address answers")
+
+
+def test_a15_private_resolver_direct(request: Req) -> None:
+    _jail_exposed()
+    servers = [s for s in FACTS.get("outer_nameservers", []) if not s.startswith("127.")]
+    reached = [s for s in servers if _connect(s, 53) is None]
+    if reached:
+        pytest.fail(f"the outer resolver answered directly: {', '.join(reached)}")
+    _blocked(request, f"outer resolvers unreachable: {', '.join(servers) or 'none'}")
+
+
+def test_a16_container_engine_socket(request: Req) -> None:
+    candidates = (*bwrap.RUNTIME_SOCKETS, f"/run/user/{os.getuid()}/docker.sock",
+                  f"/run/user/{os.getuid()}/podman/podman.sock")
+    reached = []
+    for path in candidates:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(path)
+                reached.append(path)
+            except OSError:
+                continue
+    if reached:
+        pytest.fail(f"connected to {', '.join(reached)}")
+    _blocked(request, "no engine or system-bus socket connects")
+
+
+def test_a17_outer_tmp_socket(request: Req) -> None:
+    path = FACTS.get("outer_tmp_socket")
+    if not path:
+        pytest.skip("the runner could not make a socket in the outer /tmp")
+    if os.path.exists(path):
+        pytest.fail(f"{path} from the outer /tmp is visible")
+    _blocked(request, f"{path} not visible")
+
+
+# ------------------------------------------------------------------ privilege and kernel
+
+def test_a18_setuid_binaries(request: Req) -> None:
+    found = [str(p) for d in ("/usr/bin", "/bin", "/usr/sbin", "/usr/lib/dbus-1.0")
+             if os.path.isdir(d) for p in Path(d).iterdir()
+             if p.is_file() and p.stat().st_mode & stat.S_ISUID]
+    if status().get("NoNewPrivs") != "1":
+        pytest.fail(f"NoNewPrivs is off and {len(found)} setuid binaries exist")
+    mount = "/usr/bin/mount" if os.path.exists("/usr/bin/mount") else "/bin/mount"
+    result = subprocess.run([mount, "-t", "tmpfs", "none", "/tmp"], capture_output=True,
+                            text=True, check=False)
+    if result.returncode == 0:
+        pytest.fail("the setuid mount(8) mounted a tmpfs")
+    _blocked(request, f"NoNewPrivs 1; {len(found)} setuid files gain nothing; mount(8) refused")
+
+
+def test_a19_unmount_a_mask(request: Req) -> None:
+    target = os.path.join(_home(), ".netrc")
+    ret, err = syscall("umount2", int(ctypes.addressof(ctypes.create_string_buffer(
+        target.encode()))), 2)
+    if ret == 0:
+        pytest.fail(f"unmounted the mask over {target}")
+    _blocked(request, f"umount {target}: {errname(err)}")
+
+
+def test_a20_peel_mask_in_nested_userns(request: Req) -> None:
+    unshare = "/usr/bin/unshare"
+    home = _home()
+    script = f"umount -l {home}/.netrc 2>/dev/null || exit 3; wc -c < {home}/.netrc"
+    result = subprocess.run([unshare, "-Urm", "sh", "-c", script], capture_output=True,
+                            text=True, check=False)
+    if result.returncode == 0 and result.stdout.strip() not in ("", "0"):
+        pytest.fail(f"a nested namespace peeled the mask: ~/.netrc has {result.stdout.strip()} "
+                    "bytes")
+    how = "nested user namespaces refused" if result.returncode not in (0, 3) else \
+        "the mask is locked to the sandbox's namespace"
+    _blocked(request, f"{how} (exit {result.returncode})")
+
+
+def test_a21_mount_syscall(request: Req) -> None:
+    result = subprocess.run(["/usr/bin/python3", "-I", "-c", (
+        "import ctypes,os;l=ctypes.CDLL(None,use_errno=True);"
+        "r=l.mount(b'none',b'/tmp',b'tmpfs',0,None);print(r,ctypes.get_errno())")],
+        capture_output=True, text=True, check=False)
+    ret, _, err = result.stdout.strip().partition(" ")
+    if ret == "0":
+        pytest.fail("mount(2) of a tmpfs succeeded")
+    _blocked(request, f"mount(2): {errname(int(err or 0))}")
+
+
+def test_a22_kernel_interfaces(request: Req) -> None:
+    # Opened for writing and closed without a byte written: opening is the breach.
+    targets = ["/proc/sysrq-trigger", "/proc/sys/kernel/core_pattern",
+               "/proc/sys/kernel/modprobe", "/proc/sys/vm/drop_caches",
+               "/sys/kernel/uevent_helper", "/sys/fs/cgroup/cgroup.procs",
+               "/sys/kernel/mm/transparent_hugepage/enabled"]  # hostname is per uts namespace
+    opened = [path for path in targets if os.path.exists(path) and writable(path)[0]]
+    if opened:
+        pytest.fail(f"opened for writing: {', '.join(opened)}")
+    _blocked(request, "every kernel knob refused writing")
+
+
+def test_a23_device_nodes(request: Req) -> None:
+    path = f"/dev/shm/csbx-mem-{os.getpid()}"
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 1))
+    except OSError as error:
+        present = [d for d in ("/dev/mem", "/dev/kmem", "/dev/port", "/dev/kmsg", "/dev/sda",
+                               "/dev/net/tun") if os.path.exists(d)]
+        if present:
+            pytest.fail(f"outer devices visible: {', '.join(present)}")
+        _blocked(request, f"mknod /dev/mem: {errname(error.errno or 0)}; no raw devices")
+        return
+    try:
+        with open(path, "rb") as handle:
+            handle.read(1)
+        pytest.fail("made and read a /dev/mem node")
+    except OSError as error:
+        _blocked(request, f"made a node but it does not open ({errname(error.errno or 0)})")
+    finally:
+        os.unlink(path)
+
+
+def test_a24_kernel_attack_surface(request: Req) -> None:
+    if seccomp_mode() != 2:
+        layer_absent("seccomp", "no seccomp filter")
+    probes = {"bpf": (-1, 0, 0), "perf_event_open": (0, 0, -1, -1, 0),
+              "keyctl": (0, -3, 0, 0, 0), "userfaultfd": (0,), "io_uring_setup": (1, 0),
+              "open_by_handle_at": (-1, 0, 0), "kexec_load": (0, 0, 0, 0),
+              "init_module": (0, 0, 0)}
+    reached = [f"{n} {errname(e)}" for n, a in probes.items() if (e := syscall(n, *a)[1]) != 1]
+    if reached:
+        pytest.fail(f"reached the kernel: {', '.join(reached)}")
+    _blocked(request, f"{len(probes)} interfaces: EPERM from the filter")
+
+
+def test_a25_tiocsti_outer_terminal(request: Req) -> None:
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError as error:
+        _blocked(request, f"no controlling terminal ({errname(error.errno or 0)})")
+        return
+    try:
+        same = FACTS.get("outer_tty_rdev") == os.fstat(fd).st_rdev
+    finally:
+        os.close(fd)
+    read_end, write_end = os.pipe()
+    _, err = syscall("ioctl", write_end, 0x5412, 0)  # TIOCSTI on a pipe: nothing is injected
+    os.close(read_end)
+    os.close(write_end)
+    if same and err != 1:
+        pytest.fail("the sandbox holds the launching terminal and TIOCSTI is not filtered")
+    _blocked(request, "own pty" if not same else "TIOCSTI refused by seccomp")
+
+
+def test_a26_hostname(request: Req) -> None:
+    name = b"csbx"
+    ret, err = syscall("sethostname", ctypes.addressof(ctypes.create_string_buffer(name)), 4)
+    if ret == 0:
+        if FACTS.get("uts_ns") == os.readlink("/proc/self/ns/uts"):
+            pytest.fail("changed the outer hostname")
+        _blocked(request, "sethostname changed only the sandbox's own uts namespace")
+        return
+    _blocked(request, f"sethostname: {errname(err)}")
+
+
+# ------------------------------------------------------------------ persistence outside
+
+def _persistent_writes(paths_: list[str]) -> list[str]:
+    hits = []
+    for path in paths_:
+        probe = path
+        while not os.path.lexists(probe) and probe != "/":
+            probe = os.path.dirname(probe)
+        if writable(probe)[0] and persists_outside(probe):
+            hits.append(path)
+    return hits
+
+
+def _plant_attempt(request: Req, rels: list[str], what: str) -> None:
+    home = _home()
+    hits = _persistent_writes([os.path.join(home, rel) for rel in rels])
+    if hits:
+        pytest.fail(f"{what}: writes persist outside at {', '.join(hits)}")
+    _blocked(request, f"{what}: writes land on a private tmpfs or are refused")
+
+
+def test_a27_shell_startup_files(request: Req) -> None:
+    _plant_attempt(request, [".bashrc", ".profile", ".bash_profile", ".zshrc"],
+                   "shell start-up files")
+
+
+def test_a28_gitconfig(request: Req) -> None:
+    _plant_attempt(request, [".gitconfig", ".config/git"], "the user's gitconfig")
+
+
+def test_a29_forge_cli_config(request: Req) -> None:
+    _plant_attempt(request, [".config/gh", ".config/glab-cli"], "gh/glab config (aliases run code)")
+
+
+def test_a30_desktop_entries(request: Req) -> None:
+    _plant_attempt(request, [".local/share/applications", ".config/autostart",
+                             ".config/systemd"], "desktop entries, autostart, user units")
+
+
+def test_a31_ssh_and_local_bin(request: Req) -> None:
+    _plant_attempt(request, [".ssh", ".local/bin", ".npmrc"], "ssh keys, ~/.local/bin, .npmrc")
+
+
+def test_a32_path_dir_ahead(request: Req) -> None:
+    workspace = FACTS.get("workspace") or os.getcwd()
+    ahead = []
+    for entry in FACTS.get("path", []):
+        if entry in ("/usr/bin", "/bin"):
+            break
+        ahead.append(entry)
+    hits = _persistent_writes([e for e in ahead if os.path.isdir(e)])
+    outside = [h for h in hits if not (h == workspace or h.startswith(workspace + "/"))]
+    if outside:
+        pytest.fail(f"a command planted in {', '.join(outside)} would shadow the host's")
+    if hits:
+        pytest.skip(f"EXPOSED: PATH entries inside the workspace are writable: {', '.join(hits)}")
+    _blocked(request, f"{len(ahead)} PATH directories ahead of /usr/bin: none writable outside")
+
+
+def test_a33_git_hooks_in_workspace(request: Req) -> None:
+    hooks = Path(os.getcwd(), ".git", "hooks")
+    hooks.mkdir(parents=True, exist_ok=True)
+    hook = hooks / "pre-commit"
+    hook.write_text("#!/bin/sh\necho planted by claude-sandbox verify\n")
+    hook.chmod(0o755)
+    request.node.user_properties.append(("planted", [str(hook)]))
+    pytest.skip("EXPOSED: the workspace is writable by design: .git/hooks, Makefiles, "
+                ".envrc, .vscode/tasks.json and .venv/bin there run when the host uses them; "
+                "review the workspace before running its code outside")
+
+
+def test_a34_host_run_code_in_bulk_binds(request: Req) -> None:
+    home = _home()
+    code_dirs = [".local/share/uv/tools", ".local/share/pipx", ".local/share/nvim",
+                 ".cache/pre-commit"]
+    hits = _persistent_writes([os.path.join(home, rel) for rel in code_dirs
+                               if os.path.isdir(os.path.join(home, rel))])
+    if hits:
+        pytest.fail(f"host-run code is writable and persists: {', '.join(hits)}")
+    bulk = _persistent_writes([os.path.join(home, rel) for rel in bwrap.BULK_HOME])
+    if bulk:
+        pytest.skip(f"EXPOSED: {', '.join(bulk)} bulk-bound read-write by design; no host-run "
+                    "code found there on this host (uv tools, pipx, nvim, pre-commit)")
+    _blocked(request, "~/.local/share and ~/.cache are not bound on this host")
+
+
+def test_a35_other_agent_binary_cache(request: Req) -> None:
+    path = os.path.join(_home(), ".local/share/claude")
+    hits = _persistent_writes([path])
+    if hits:
+        pytest.fail(f"{FACTS.get('agent')} can rewrite claude's binary cache at {path}")
+    _blocked(request, f"{path}: masked or not bound")
+
+
+# ------------------------------------------------------------------ the next launch
+
+def test_a36_widen_config(request: Req) -> None:
+    targets = [paths.CONFIG_FILE, "/etc", *(os.path.join(paths.SHIM_DIR, n)
+                                            for n in paths.ENTRY_POINTS),
+               paths.CORE_VENV, f"{paths.LIBEXEC}/real", "/etc/claude-code",
+               "/etc/claude-code/managed-settings.json", "/etc/codex"]
+    hits = [t for t in targets if os.path.exists(t) and writable(t)[0]]
+    if hits:
+        pytest.fail(f"writable: {', '.join(hits)}")
+    _blocked(request, "configuration, shims, core and managed settings are read-only")
+
+
+def test_a37_config_in_workspace(request: Req) -> None:
+    cwd = os.getcwd()
+    planted = [os.path.join(cwd, n) for n in ("claude-sandbox.conf", ".claude-sandbox.conf")]
+    for path in planted:
+        Path(path).write_text("allow-write = /\negress-jail = 0\n")
+    request.node.user_properties.append(("planted", planted))
+    result = subprocess.run(
+        [f"{paths.CORE_VENV}/bin/python", "-I", "-c",
+         "from claude_sandbox import shadow; c = shadow.load_config('claude', {}); "
+         "print(c.allow_write)"], capture_output=True, text=True, check=False, cwd=cwd)
+    if "'/'" in result.stdout:
+        pytest.fail("the core read allow-write = / from the workspace")
+    pytest.skip("EXPOSED: the planted files stay in the workspace, but the core ignores "
+                f"them (allow-write read: {result.stdout.strip() or result.stderr.strip()})")
+
+
+def test_a38_rewrite_agent_binary(request: Req) -> None:
+    real = FACTS.get("real_binary") or os.path.realpath(
+        os.path.join(paths.REAL_BIN_DIR, FACTS.get("agent", "claude")))
+    can, evidence = writable(real)
+    if can:
+        pytest.fail(evidence)
+    _blocked(request, evidence)
+
+
+def test_a39_launcher_environ(request: Req) -> None:
+    pid = int(later_fact("launcher_pid"))
+    if fresh_procfs():
+        _blocked(request, "own procfs: the launcher is not visible")
+        return
+    try:
+        Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError as error:
+        _blocked(request, f"/proc/{pid}/environ: {errname(error.errno or 0)}")
+        return
+    pytest.fail(f"read the launcher's environ (/proc/{pid}/environ)")
