@@ -59,27 +59,30 @@ def render(identity: Identity, helpers: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _git_value(git: str, key: str, home: str) -> str | None:
+def _git_identity(git: str, home: str) -> dict[str, str]:
+    """user.name and user.email from the user's global config, in one git call."""
     try:
         result = subprocess.run(
-            [git, "config", "--global", "--get", key],
+            [git, "config", "--global", "-z", "--get-regexp", r"^user\.(name|email)$"],
             capture_output=True, text=True, timeout=5, check=False,
             env={"HOME": home, "PATH": "/usr/bin:/bin"},
         )
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    value = result.stdout.strip()
-    if result.returncode != 0 or not value or "\n" in value:
-        return None
-    return value
+        return {}
+    found: dict[str, str] = {}
+    for record in result.stdout.split("\0"):
+        key, _, value = record.partition("\n")
+        if value and "\n" not in value:
+            found[key] = value  # the last one wins, as in git
+    return found
 
 
 def identity(user: str, home: str) -> Identity:
     """The launching user's git identity, or git's own fallback guess."""
     git = paths.find_tool("git")
-    name = _git_value(git, "user.name", home) if git else None
-    email = _git_value(git, "user.email", home) if git else None
-    return Identity(name or user, email or f"{user}@{socket.gethostname()}")
+    found = _git_identity(git, home) if git else {}
+    return Identity(found.get("user.name") or user,
+                    found.get("user.email") or f"{user}@{socket.gethostname()}")
 
 
 def forge_helpers(no_forge: bool) -> dict[str, str]:
