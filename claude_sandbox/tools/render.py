@@ -1,0 +1,108 @@
+"""Render docs/reference/{verification-checks,configuration,mounts}.md from the code.
+
+The pages are committed; `--check` renders into memory and fails, naming the
+page, when a committed one differs (tests/verification/test_render.py runs it).
+The mounts page renders bwrap.build_ops over a fixed, representative HostFacts
+so it does not depend on the machine that renders it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from claude_sandbox import bwrap, config, paths, profiles
+from claude_sandbox.hostfacts import GuardEntry, HostFacts
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATES = REPO / "docs" / "templates"
+REFERENCE = REPO / "docs" / "reference"
+HOME = "/home/dev"
+WORKSPACE = "/workspaces/project"
+FACTS_NOTE = (f"uid 1000, $HOME {HOME}, launched in {WORKSPACE}, with ~/.config/gh, "
+              "~/.local/share, ~/.cache, uv, /run/user and the docker socket present, "
+              "a user venv ahead of /usr/local/bin, the egress jail on")
+
+
+def representative_facts(profile: profiles.Profile) -> HostFacts:
+    existing = frozenset({
+        "/var/run/docker.sock", "/run/user",
+        *(f"{HOME}/{rel}" for rel in (".config/gh", ".local/share", ".cache",
+                                       ".local/share/applications", ".local/bin/uv",
+                                       ".local/bin/uvx")),
+    })
+    binary = f"{paths.AGENTS_PREFIX}/bin/{profile.name}"
+    guard = tuple(GuardEntry(f"{HOME}/.cache/venv/bin", name, "absent")
+                  for name in paths.ENTRY_POINTS)
+    return HostFacts(
+        uid=1000, gid=1000, user="dev", home=HOME, cwd=WORKSPACE,
+        path=(f"{HOME}/.cache/venv/bin", "/usr/local/bin", "/usr/bin", "/bin"),
+        existing=existing, real_binary=binary, real_root=binary, guard=guard,
+        agent_tmp=profile.tmp_dir,
+    )
+
+
+def _cell(text: object) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=False, autoescape=False)
+    env.filters["cell"] = _cell
+    return env
+
+
+def pages() -> dict[str, str]:
+    import yaml
+
+    env = _environment()
+    catalogue = yaml.safe_load((REPO / "verification" / "checks.yaml").read_text())
+    plans = []
+    for profile in profiles.PROFILES:
+        extras = bwrap.Extras(gitconfig_fd=3, seccomp_fd=4, resolv_conf="JAIL/resolv.conf",
+                              jailed=True)
+        ops = bwrap.build_ops(profile, config.Config(), representative_facts(profile),
+                              WORKSPACE, (), extras)
+        plans.append((profile.name, ops))
+    return {
+        "verification-checks.md": env.get_template("verification-checks.md.j2").render(
+            checks=catalogue["checks"], adversarial=catalogue.get("adversarial", []),
+            layers=catalogue.get("layers", {})),
+        "configuration.md": env.get_template("configuration.md.j2").render(
+            keys=config.KEYS, denied_names=sorted(config.DENIED_NAMES),
+            denied_prefixes=config.DENIED_PREFIXES, config_file=paths.CONFIG_FILE),
+        "mounts.md": env.get_template("mounts.md.j2").render(plans=plans, facts_note=FACTS_NOTE),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m claude_sandbox.tools.render")
+    parser.add_argument("--check", action="store_true",
+                        help="fail when a committed page differs from its rendering")
+    options = parser.parse_args(argv)
+    drift = []
+    for name, text in pages().items():
+        target = REFERENCE / name
+        if options.check:
+            current = target.read_text() if target.exists() else None
+            if current != text:
+                drift.append(str(target.relative_to(REPO)))
+        else:
+            REFERENCE.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+    if drift:
+        print(f"render: out of date (run python -m claude_sandbox.tools.render): "
+              f"{', '.join(drift)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

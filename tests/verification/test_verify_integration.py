@@ -1,0 +1,145 @@
+"""`verify` passes on the installed sandbox, and each check can fail.
+
+These launch real sandboxes: they take the shared namespace lock and run only
+where claude-sandbox is installed. The egress jail is switched off with
+CLAUDE_SANDBOX_EGRESS_JAIL=0 until it lands (checks 19, 20, 28-31 then PASS
+with "jail disabled by the operator"); remove that once the jail is in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LOCK = "/tmp/claude-sandbox-ns.lock"
+SHIM = "/usr/local/bin/claude-sandbox"
+TOOLS_PYTHON = "/usr/libexec/claude-sandbox/tools-venv/bin/python"
+JAIL_OFF = {"CLAUDE_SANDBOX_EGRESS_JAIL": "0"}
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not os.path.exists(SHIM) or not os.path.exists(TOOLS_PYTHON),
+                       reason="claude-sandbox is not installed here"),
+]
+
+
+def _verify(agent: str, user: str | None = None, *extra: str) -> tuple[int, dict]:
+    argv = [SHIM, "verify", "--json", "--agent", agent, *extra]
+    if user:
+        argv = ["runuser", "-u", user, "--", "env", *(f"{k}={v}" for k, v in JAIL_OFF.items()),
+                *argv]
+    result = subprocess.run(["flock", LOCK, *argv], capture_output=True, text=True,
+                            check=False, cwd="/tmp", env={**os.environ, **JAIL_OFF},
+                            timeout=600)
+    return result.returncode, json.loads(result.stdout or "{}")
+
+
+def _failures(report: dict) -> list[str]:
+    return [f"{r['id']} {r['detail']}" for r in report.get("rows", [])
+            if r["outcome"] in ("FAIL", "ESCAPED")]
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_verify_passes_as_root(agent: str) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root")
+    status, report = _verify(agent)
+    assert status == 0 and not _failures(report), _failures(report)
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_verify_passes_as_sbxuser(agent: str) -> None:
+    if os.getuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root to switch to sbxuser")
+    subprocess.run(["id", "sbxuser"], check=False, capture_output=True).returncode == 0 or \
+        subprocess.run(["useradd", "-m", "sbxuser"], check=True)
+    status, report = _verify(agent, "sbxuser")
+    assert status == 0 and not _failures(report), _failures(report)
+
+
+# ------------------------------------------------------------------ each check can fail
+
+def _run_with(prefix: list[str]) -> dict[str, tuple[str, str]]:
+    """Run the checks (from the repo) inside `prefix`, a sandbox we build ourselves."""
+    sys.path.insert(0, str(REPO))
+    from claude_sandbox.tools import verify
+
+    rows, _ = verify.run_suite("claude", directory=str(REPO / "verification"), prefix=prefix,
+                               environ={**os.environ, **JAIL_OFF}, outside_checks=False)
+    return {r.id: (r.outcome, r.detail) for r in rows}
+
+
+def _bwrap(*drop: str) -> list[str]:
+    home = os.path.expanduser("~")
+    ops = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+           "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+           "--tmpfs", "/tmp", "--tmpfs", home,
+           "--ro-bind", "/dev/null", f"{home}/.netrc",
+           "--ro-bind", "/dev/null", f"{home}/.Xauthority",
+           "--setenv", "IS_SANDBOX", "1", "--setenv", "IS_SANDBOX_AGENT", "claude"]
+    for option in drop:
+        index = ops.index(option)
+        width = {"--cap-drop": 2, "--tmpfs": 2}.get(option, 1)
+        del ops[index:index + width]
+    return ["flock", LOCK, "bwrap", *ops, "--bind", "{WORKDIR}", "{WORKDIR}", "--"]
+
+
+@pytest.fixture()
+def weakened(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A prefix whose {WORKDIR} is filled in with the run's workspace."""
+    from claude_sandbox.tools import verify
+
+    real_launch = verify.launch
+
+    def launch(prefix, directory, workdir, environ, adversarial):  # type: ignore[no-untyped-def]
+        prefix = [workdir if p == "{WORKDIR}" else p for p in prefix]
+        return real_launch(prefix, directory, workdir, environ, adversarial)
+
+    monkeypatch.setattr(verify, "launch", launch)
+    return _bwrap
+
+
+@pytest.mark.parametrize(("drop", "check"), [
+    ("--cap-drop", "06"),
+    ("--unshare-ipc", "08"),
+    ("--unshare-uts", "09"),
+    ("--unshare-pid", "07"),
+])
+def test_a_weakened_sandbox_fails_the_check(weakened, drop: str, check: str) -> None:  # type: ignore[no-untyped-def]
+    if os.getuid() != 0:
+        pytest.skip("--cap-drop is meaningful as root")
+    results = _run_with(weakened(drop))
+    assert results[check][0] == "FAIL", results[check]
+
+
+def test_a_writable_venv_bind_fails_purity(weakened) -> None:  # type: ignore[no-untyped-def]
+    prefix = weakened()
+    prefix[-1:-1] = ["--bind", "/usr/libexec/claude-sandbox/venv",
+                     "/usr/libexec/claude-sandbox/venv"]
+    results = _run_with(prefix)
+    assert results["26"][0] == "FAIL", results["26"]
+    assert results["34"][0] == "FAIL", results["34"]
+
+
+def test_a_missing_mask_fails(weakened) -> None:  # type: ignore[no-untyped-def]
+    prefix = weakened()
+    home = os.path.expanduser("~")
+    index = prefix.index(f"{home}/.netrc")
+    del prefix[index - 2:index + 1]
+    results = _run_with(prefix)
+    assert results["14"][0] == "FAIL", results["14"]
+
+
+def test_outside_any_sandbox_most_checks_fail() -> None:
+    results = _run_with([])
+    failed = {n for n, (outcome, _) in results.items() if outcome == "FAIL"}
+    for number in ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "14",
+                   "15", "16", "17", "41"):
+        assert number in failed, (number, results[number])
