@@ -18,7 +18,7 @@ def _split_dashdash(argv: Sequence[str], what: str) -> tuple[list[str], list[str
     if "--" not in argv:
         raise SandboxError(f"{what}: expected `--` before the program's arguments", EXIT_USAGE)
     index = list(argv).index("--")
-    return list(argv[:index]), list(argv[index + 1:])
+    return list(argv[:index]), list(argv[index + 1 :])
 
 
 def _internal(command: str, argv: list[str]) -> int:

@@ -42,8 +42,19 @@ BULK_MASKS = (".local/share/applications",)
 LOCAL_BIN_TOOLS = (".local/bin/uv", ".local/bin/uvx")
 AGENT_SHELL = "/bin/bash"
 # Passed through from the launching environment when set: terminal and locale.
-PASSED_THROUGH = ("TERM", "COLORTERM", "LANG", "LANGUAGE", "TZ", "NO_COLOR", "FORCE_COLOR",
-                  "COLUMNS", "LINES", "EDITOR", "VISUAL")
+PASSED_THROUGH = (
+    "TERM",
+    "COLORTERM",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "COLUMNS",
+    "LINES",
+    "EDITOR",
+    "VISUAL",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +114,10 @@ def _proc_op(facts: HostFacts) -> Op:
     """
     if facts.proc_mountable:
         return Op(("--proc", "/proc"), "a fresh procfs: only the sandbox's own processes")
-    return Op(("--ro-bind", "/proc", "/proc"),
-              "the outer /proc, read-only (this host masks parts of /proc: no fresh procfs)")
+    return Op(
+        ("--ro-bind", "/proc", "/proc"),
+        "the outer /proc, read-only (this host masks parts of /proc: no fresh procfs)",
+    )
 
 
 def writable_targets(ops: Sequence[Op]) -> tuple[str, ...]:
@@ -120,10 +133,15 @@ def writable_targets(ops: Sequence[Op]) -> tuple[str, ...]:
 
 def exec_targets(ops: Sequence[Op]) -> tuple[str, ...]:
     """Read-only binds of programs (the agent, uv, uvx) that may sit inside writable trees."""
-    return tuple(op.args[2] for op in ops
-                 if op.args[0] == "--ro-bind" and op.args[1] not in ("/dev/null", paths.EMPTY_FILE)
-                 and op.args[1] != "/" and op.args[2] not in ("/proc", "/etc/resolv.conf")
-                 and not op.args[2].startswith(("/run/", "/var/run/")))
+    return tuple(
+        op.args[2]
+        for op in ops
+        if op.args[0] == "--ro-bind"
+        and op.args[1] not in ("/dev/null", paths.EMPTY_FILE)
+        and op.args[1] != "/"
+        and op.args[2] not in ("/proc", "/etc/resolv.conf")
+        and not op.args[2].startswith(("/run/", "/var/run/"))
+    )
 
 
 def _under(path: str, roots: Sequence[str]) -> bool:
@@ -137,13 +155,21 @@ def _home_ops(profile: Profile, config: Config, facts: HostFacts) -> list[Op]:
         for rel in FORGE_CONFIG:
             path = os.path.join(home, rel)
             if path in exists:
-                ops.append(Op(("--ro-bind", path, path),
-                              "forge CLI config, read-only: ~/.config is a strict allow-list"))
+                ops.append(
+                    Op(
+                        ("--ro-bind", path, path),
+                        "forge CLI config, read-only: ~/.config is a strict allow-list",
+                    )
+                )
     for rel in BULK_HOME:
         path = os.path.join(home, rel)
         if path in exists:
-            ops.append(Op(("--bind", path, path),
-                          "bulk-bound so tool caches and plugins work (credentials here are exposed)"))
+            ops.append(
+                Op(
+                    ("--bind", path, path),
+                    "bulk-bound so tool caches and plugins work (credentials here are exposed)",
+                )
+            )
     for rel in profile.state_dirs:
         path = os.path.join(home, rel)
         ops.append(Op(("--bind", path, path), f"{profile.name}'s own state, read-write"))
@@ -159,31 +185,52 @@ def _home_ops(profile: Profile, config: Config, facts: HostFacts) -> list[Op]:
     for rel in profile.masks:
         path = os.path.join(home, rel)
         if _under(os.path.dirname(path), bound):
-            ops.append(Op(("--tmpfs", path),
-                          f"re-mask {rel}: code there would run on {profile.name}'s next start"))
+            ops.append(
+                Op(
+                    ("--tmpfs", path),
+                    f"re-mask {rel}: code there would run on {profile.name}'s next start",
+                )
+            )
     for rel in NULLED_DOTFILES:
         path = os.path.join(home, rel)
-        ops.append(Op(("--ro-bind", paths.EMPTY_FILE, path),
-                      f"{rel} reads as empty (checks 14, 15)"))
+        ops.append(
+            Op(("--ro-bind", paths.EMPTY_FILE, path), f"{rel} reads as empty (checks 14, 15)")
+        )
     for rel in LOCAL_BIN_TOOLS:
         path = os.path.join(home, rel)
         if path in exists:
-            ops.append(Op(("--ro-bind", path, path),
-                          "only uv and uvx come back from ~/.local/bin, read-only"))
+            ops.append(
+                Op(
+                    ("--ro-bind", path, path),
+                    "only uv and uvx come back from ~/.local/bin, read-only",
+                )
+            )
     return ops
 
 
 def _binary_ops(profile: Profile, facts: HostFacts) -> list[Op]:
     ops: list[Op] = []
     if facts.real_root != facts.real_binary:
-        ops.append(Op(("--ro-bind", facts.real_root, facts.real_root),
-                      f"{profile.name}'s package lives under $HOME: back, read-only"))
-    ops.append(Op(("--ro-bind", facts.real_binary, facts.real_binary),
-                  f"the real {profile.name} binary, read-only: it cannot rewrite itself"))
+        ops.append(
+            Op(
+                ("--ro-bind", facts.real_root, facts.real_root),
+                f"{profile.name}'s package lives under $HOME: back, read-only",
+            )
+        )
+    ops.append(
+        Op(
+            ("--ro-bind", facts.real_binary, facts.real_binary),
+            f"the real {profile.name} binary, read-only: it cannot rewrite itself",
+        )
+    )
     if profile.local_bin_alias:
         alias = os.path.join(facts.home, ".local/bin", profile.name)
-        ops.append(Op(("--ro-bind", facts.real_binary, alias),
-                      f"the real {profile.name} at ~/.local/bin for its native-install checks"))
+        ops.append(
+            Op(
+                ("--ro-bind", facts.real_binary, alias),
+                f"the real {profile.name} at ~/.local/bin for its native-install checks",
+            )
+        )
     return ops
 
 
@@ -200,8 +247,12 @@ def _guard_ops(facts: HostFacts, writable: Sequence[str]) -> list[Op]:
                 f"{paths.SHIM_DIR} on PATH and writable inside); remove it",
                 EXIT_REFUSED,
             )
-        ops.append(Op(("--ro-bind", "/dev/null", path),
-                      "entry-point guard: nothing planted here can shadow the shim (check 22)"))
+        ops.append(
+            Op(
+                ("--ro-bind", "/dev/null", path),
+                "entry-point guard: nothing planted here can shadow the shim (check 22)",
+            )
+        )
     return ops
 
 
@@ -220,8 +271,12 @@ def build_ops(
         Op(("--unshare-cgroup-try",), "own cgroup view where the kernel allows it"),
     ]
     if extras.jailed and facts.uid != 0:
-        ops.append(Op(("--unshare-user", "--uid", str(facts.uid), "--gid", str(facts.gid)),
-                      "the jail's holder is root in its user namespace: map back to your uid"))
+        ops.append(
+            Op(
+                ("--unshare-user", "--uid", str(facts.uid), "--gid", str(facts.gid)),
+                "the jail's holder is root in its user namespace: map back to your uid",
+            )
+        )
     ops += [
         Op(("--die-with-parent",), "the sandbox ends when its launcher does"),
         Op(("--cap-drop", "ALL"), "no capabilities, even as root (check 06)"),
@@ -235,31 +290,55 @@ def build_ops(
             ops.append(Op(("--tmpfs", tree), f"mask {tree} (checks 12, 13)"))
     for sock in RUNTIME_SOCKETS:
         if sock in facts.existing:
-            ops.append(Op(("--ro-bind", "/dev/null", sock),
-                          "a container-engine or system-bus socket is root on the host"))
+            ops.append(
+                Op(
+                    ("--ro-bind", "/dev/null", sock),
+                    "a container-engine or system-bus socket is root on the host",
+                )
+            )
     ops += _home_ops(profile, config, facts)
     ops += _binary_ops(profile, facts)
     writable = [workspace, *allow_write]
     if facts.agent_tmp:
-        ops.append(Op(("--bind", facts.agent_tmp, facts.agent_tmp),
-                      f"{profile.name}'s scratch directory, 0700, container-local"))
+        ops.append(
+            Op(
+                ("--bind", facts.agent_tmp, facts.agent_tmp),
+                f"{profile.name}'s scratch directory, 0700, container-local",
+            )
+        )
         writable.append(facts.agent_tmp)
     ops.append(Op(("--bind", workspace, workspace), "the workspace, writable (check 17)"))
     for path in allow_write:
         ops.append(Op(("--bind", path, path), "allow-write, after the masks it reaches through"))
     writable += [os.path.join(facts.home, rel) for rel in (*BULK_HOME, *profile.state_dirs)]
     ops += _guard_ops(facts, writable)
-    ops.append(Op(("--ro-bind", "/dev/null", paths.INSIDE_MARKER),
-                  "the nesting fact: a mount only the sandbox has (decision 7)"))
-    ops.append(Op(("--ro-bind-data", str(extras.gitconfig_fd), paths.GITCONFIG_INSIDE),
-                  "the curated gitconfig, read-only (check 16)"))
+    ops.append(
+        Op(
+            ("--ro-bind", "/dev/null", paths.INSIDE_MARKER),
+            "the nesting fact: a mount only the sandbox has (decision 7)",
+        )
+    )
+    ops.append(
+        Op(
+            ("--ro-bind-data", str(extras.gitconfig_fd), paths.GITCONFIG_INSIDE),
+            "the curated gitconfig, read-only (check 16)",
+        )
+    )
     if extras.resolv_conf:
-        ops.append(Op(("--ro-bind", extras.resolv_conf, "/etc/resolv.conf"),
-                      "DNS through the jail's forwarder"))
+        ops.append(
+            Op(
+                ("--ro-bind", extras.resolv_conf, "/etc/resolv.conf"),
+                "DNS through the jail's forwarder",
+            )
+        )
     ops.append(Op(("--chdir", facts.cwd), "start where you launched"))
     if extras.via_script:
-        ops.append(Op(("--setenv", "SHELL", AGENT_SHELL),
-                      "script(1) needed SHELL=/bin/sh; the agent gets bash back"))
+        ops.append(
+            Op(
+                ("--setenv", "SHELL", AGENT_SHELL),
+                "script(1) needed SHELL=/bin/sh; the agent gets bash back",
+            )
+        )
     if extras.seccomp_fd is not None:
         ops.append(Op(("--seccomp", str(extras.seccomp_fd)), "the seccomp filter (check 23)"))
     return tuple(ops)
@@ -293,12 +372,14 @@ def build_env(
     for name, value in environ.items():
         if name.startswith("LC_"):
             env[name] = value
-    env.update({
-        "IS_SANDBOX": "1",
-        "IS_SANDBOX_AGENT": profile.name,
-        "GIT_CONFIG_GLOBAL": paths.GITCONFIG_INSIDE,
-        "GIT_CONFIG_SYSTEM": "/dev/null",
-    })
+    env.update(
+        {
+            "IS_SANDBOX": "1",
+            "IS_SANDBOX_AGENT": profile.name,
+            "GIT_CONFIG_GLOBAL": paths.GITCONFIG_INSIDE,
+            "GIT_CONFIG_SYSTEM": "/dev/null",
+        }
+    )
     env.update(profile.env)
     if profile.tmp_variable and facts.agent_tmp:
         env[profile.tmp_variable] = facts.agent_tmp

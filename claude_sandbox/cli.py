@@ -16,9 +16,11 @@ A launch-time sandbox for AI coding agents. `claude`, `codex` and `pi` run
 their real program inside bubblewrap and a per-launch network namespace;
 this command inspects and exercises that sandbox."""
 
-EPILOG = "exit statuses of claude-sandbox itself:\n" + "\n".join(
-    f"  {status}  {meaning}" for status, meaning in EXIT_STATUSES
-) + "\nOtherwise the status is the program's own (128+N when a signal N ended it)."
+EPILOG = (
+    "exit statuses of claude-sandbox itself:\n"
+    + "\n".join(f"  {status}  {meaning}" for status, meaning in EXIT_STATUSES)
+    + "\nOtherwise the status is the program's own (128+N when a signal N ended it)."
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,53 +34,68 @@ def _agent_default() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="claude-sandbox", description=DESCRIPTION, epilog=EPILOG,
+        prog="claude-sandbox",
+        description=DESCRIPTION,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    agent_help = f"the agent profile: {', '.join(profiles.AGENT_NAMES)} " \
-                 "(default: $CLAUDE_SANDBOX_AGENT or claude)"
+    agent_help = (
+        f"the agent profile: {', '.join(profiles.AGENT_NAMES)} "
+        "(default: $CLAUDE_SANDBOX_AGENT or claude)"
+    )
 
     shell = sub.add_parser(
-        "shell", help="run a command inside the sandbox an agent would get",
+        "shell",
+        help="run a command inside the sandbox an agent would get",
         description="Run CMD (default: bash) inside exactly the sandbox AGENT would get: "
-                    "the same mounts, environment, kernel layers and egress jail. Exits with "
-                    "CMD's status.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "the same mounts, environment, kernel layers and egress jail. Exits with "
+        "CMD's status.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shell.add_argument("--agent", default=None, help=agent_help)
-    shell.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
-                       help="the command to run (default: bash)")
+    shell.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD [ARGS...]",
+        help="the command to run (default: bash)",
+    )
 
     explain = sub.add_parser(
-        "explain", help="print the sandbox's command line with the reason for each part",
+        "explain",
+        help="print the sandbox's command line with the reason for each part",
         description="Print the bubblewrap command line an agent's launch would use, one mount "
-                    "or setting per line with the reason it is there, then the environment "
-                    "(pass-env values hidden) and the egress jail's route plan. Starts nothing.",
+        "or setting per line with the reason it is there, then the environment "
+        "(pass-env values hidden) and the egress jail's route plan. Starts nothing.",
     )
     explain.add_argument("--agent", default=None, help=agent_help)
 
     sub.add_parser("version", help="print the version", description="Print the version.")
 
     doctor = sub.add_parser(
-        "doctor", help="check that this host can run the sandbox, with fixes",
+        "doctor",
+        help="check that this host can run the sandbox, with fixes",
         description="Check every host fact the sandbox needs and print a row each, with the "
-                    "fix for each failing row. Exit 0 only when every required row is ok.",
+        "fix for each failing row. Exit 0 only when every required row is ok.",
     )
     doctor.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     verify = sub.add_parser(
-        "verify", help="run the numbered verification checks inside the real sandbox",
+        "verify",
+        help="run the numbered verification checks inside the real sandbox",
         description="Launch through the real shim and profile (no model), run the numbered "
-                    "checks inside, print PASS/FAIL/SKIP for each. Exit non-zero on any FAIL.",
+        "checks inside, print PASS/FAIL/SKIP for each. Exit non-zero on any FAIL.",
     )
     verify.add_argument("--agent", default=None, help=agent_help)
     verify.add_argument("--json", action="store_true", help="print JSON")
     verify.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
-    verify.add_argument("--plain", action="store_true",
-                        help="the plain-text form: [PASS] NN name, then a summary")
-    verify.add_argument("--adversarial", action="store_true",
-                        help="also run the fixed escape attempts")
+    verify.add_argument(
+        "--plain", action="store_true", help="the plain-text form: [PASS] NN name, then a summary"
+    )
+    verify.add_argument(
+        "--adversarial", action="store_true", help="also run the fixed escape attempts"
+    )
     return parser
 
 
@@ -123,12 +140,19 @@ def explain(agent: str) -> str:
     profile = profiles.get(agent)
     cfg = shadow.load_config(profile.name, os.environ)
     facts = shadow.probe(profile, os.environ, dry_run=True)
-    extras = bwrap.Extras(gitconfig_fd=3, seccomp_fd=None, jailed=cfg.egress_jail,
-                          resolv_conf="JAIL/resolv.conf" if cfg.egress_jail else None)
-    plan = shadow.plan_for(profile, cfg, shadow.Request(profile.name, None, ()),
-                           facts, os.environ, extras)
-    lines = [f"# claude-sandbox {__version__}: the sandbox for {profile.name}",
-             f"# configuration: {paths.CONFIG_FILE}"]
+    extras = bwrap.Extras(
+        gitconfig_fd=3,
+        seccomp_fd=None,
+        jailed=cfg.egress_jail,
+        resolv_conf="JAIL/resolv.conf" if cfg.egress_jail else None,
+    )
+    plan = shadow.plan_for(
+        profile, cfg, shadow.Request(profile.name, None, ()), facts, os.environ, extras
+    )
+    lines = [
+        f"# claude-sandbox {__version__}: the sandbox for {profile.name}",
+        f"# configuration: {paths.CONFIG_FILE}",
+    ]
     for key, where in sorted(cfg.origins.items()):
         lines.append(f"#   {key} from {where}")
     lines.append(f"{paths.find_tool('bwrap') or 'bwrap'} \\")

@@ -46,46 +46,145 @@ class Key:
 
 # The schema, one row a key. docs/reference/configuration.md is rendered from it.
 KEYS: tuple[Key, ...] = (
-    Key("workspace-root", "CLAUDE_SANDBOX_WORKSPACE_ROOT", Kind.PATH, "$PWD",
-        "the writable root of the sandbox"),
-    Key("no-forge", "CLAUDE_SANDBOX_NO_FORGE", Kind.FLAG, "off",
-        "no gh/glab config binds and no forge credential helpers in the gitconfig"),
-    Key("allow-write", "CLAUDE_SANDBOX_ALLOW_WRITE", Kind.PATHS, "(none)",
-        "extra writable binds, applied after the masks they reach through"),
-    Key("pass-env", "CLAUDE_SANDBOX_PASS_ENV", Kind.NAMES, "(none)",
-        "variables let through the cleared environment (names only; the deny-list applies)"),
-    Key("egress-jail", "CLAUDE_SANDBOX_EGRESS_JAIL", Kind.FLAG, "on",
-        "the per-launch network namespace that reaches the internet but not private networks"),
-    Key("allow-ip", "CLAUDE_SANDBOX_ALLOW_IP", Kind.ADDRESSES, "(none)",
-        "single addresses reachable past the private-range blackholes"),
-    Key("local-port", "CLAUDE_SANDBOX_LOCAL_PORTS", Kind.PORTS, "(none)",
-        "relay from inside the jail to the container's 127.0.0.1:PORT"),
-    Key("local-model-port", "CLAUDE_SANDBOX_LOCAL_MODEL_PORT", Kind.PORT, "0",
-        "the same, for one local model server"),
-    Key("callback-port", "CLAUDE_SANDBOX_CALLBACK_PORTS", Kind.PORTS, "(none)",
-        "relay from the container's 127.0.0.1:PORT into the jail (browser login callbacks)"),
-    Key("hardening", None, Kind.LEVEL, "standard",
+    Key(
+        "workspace-root",
+        "CLAUDE_SANDBOX_WORKSPACE_ROOT",
+        Kind.PATH,
+        "$PWD",
+        "the writable root of the sandbox",
+    ),
+    Key(
+        "no-forge",
+        "CLAUDE_SANDBOX_NO_FORGE",
+        Kind.FLAG,
+        "off",
+        "no gh/glab config binds and no forge credential helpers in the gitconfig",
+    ),
+    Key(
+        "allow-write",
+        "CLAUDE_SANDBOX_ALLOW_WRITE",
+        Kind.PATHS,
+        "(none)",
+        "extra writable binds, applied after the masks they reach through",
+    ),
+    Key(
+        "pass-env",
+        "CLAUDE_SANDBOX_PASS_ENV",
+        Kind.NAMES,
+        "(none)",
+        "variables let through the cleared environment (names only; the deny-list applies)",
+    ),
+    Key(
+        "egress-jail",
+        "CLAUDE_SANDBOX_EGRESS_JAIL",
+        Kind.FLAG,
+        "on",
+        "the per-launch network namespace that reaches the internet but not private networks",
+    ),
+    Key(
+        "allow-ip",
+        "CLAUDE_SANDBOX_ALLOW_IP",
+        Kind.ADDRESSES,
+        "(none)",
+        "single addresses reachable past the private-range blackholes",
+    ),
+    Key(
+        "local-port",
+        "CLAUDE_SANDBOX_LOCAL_PORTS",
+        Kind.PORTS,
+        "(none)",
+        "relay from inside the jail to the container's 127.0.0.1:PORT",
+    ),
+    Key(
+        "local-model-port",
+        "CLAUDE_SANDBOX_LOCAL_MODEL_PORT",
+        Kind.PORT,
+        "0",
+        "the same, for one local model server",
+    ),
+    Key(
+        "callback-port",
+        "CLAUDE_SANDBOX_CALLBACK_PORTS",
+        Kind.PORTS,
+        "(none)",
+        "relay from the container's 127.0.0.1:PORT into the jail (browser login callbacks)",
+    ),
+    Key(
+        "hardening",
+        None,
+        Kind.LEVEL,
+        "standard",
         "kernel layers: standard, or harsh (no nested user namespaces, no exec where writable)",
-        per_agent=True),
-    Key("max-pids", None, Kind.COUNT, "(no cap)",
-        "the most processes the sandbox may hold", per_agent=True),
-    Key("max-memory", None, Kind.SIZE, "(no cap)",
-        "the most memory the sandbox may use", per_agent=True),
+        per_agent=True,
+    ),
+    Key(
+        "max-pids",
+        None,
+        Kind.COUNT,
+        "(no cap)",
+        "the most processes the sandbox may hold",
+        per_agent=True,
+    ),
+    Key(
+        "max-memory",
+        None,
+        Kind.SIZE,
+        "(no cap)",
+        "the most memory the sandbox may use",
+        per_agent=True,
+    ),
 )
 KEYS_BY_NAME = {key.name: key for key in KEYS}
 
 # Variables pass-env may never name: they redirect loaders, interpreters, shells
 # or git, carry the sandbox's own identity, or reach the outer desktop and IDE.
-DENIED_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TMPDIR",
-    "IS_SANDBOX", "IS_SANDBOX_AGENT", "CLAUDE_CODE_TMPDIR",
-    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH",
-    "NODE_OPTIONS", "NODE_PATH", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYOPT", "RUBYLIB",
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS",
-    "SSH_ASKPASS", "SSH_AUTH_SOCK", "GPG_AGENT_INFO",
-    "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS",
-    "XDG_RUNTIME_DIR", "VSCODE_IPC_HOOK_CLI", "VSCODE_GIT_IPC_HANDLE", "BROWSER",
-})
+DENIED_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "PWD",
+        "OLDPWD",
+        "TMPDIR",
+        "IS_SANDBOX",
+        "IS_SANDBOX_AGENT",
+        "CLAUDE_CODE_TMPDIR",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "PROMPT_COMMAND",
+        "IFS",
+        "CDPATH",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PERL5LIB",
+        "PERL5OPT",
+        "PERLLIB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_EXEC_PATH",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_ASKPASS",
+        "SSH_ASKPASS",
+        "SSH_AUTH_SOCK",
+        "GPG_AGENT_INFO",
+        "DISPLAY",
+        "WAYLAND_DISPLAY",
+        "XAUTHORITY",
+        "DBUS_SESSION_BUS_ADDRESS",
+        "XDG_RUNTIME_DIR",
+        "VSCODE_IPC_HOOK_CLI",
+        "VSCODE_GIT_IPC_HANDLE",
+        "BROWSER",
+    }
+)
 DENIED_PREFIXES = ("LD_", "PYTHON", "GIT_CONFIG", "CLAUDE_SANDBOX_", "BASH_FUNC_", "DYLD_")
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -230,7 +329,9 @@ def _split_line(raw: str, where: str, agents: tuple[str, ...]) -> _Line | None:
         raise SandboxError(f"{where}: {agent!r} is not an agent ({', '.join(agents)})", EXIT_CONFIG)
     if not sep:
         if key.kind is not Kind.FLAG:
-            raise SandboxError(f"{where}: {key_name} needs a value (`{key_name} = ...`)", EXIT_CONFIG)
+            raise SandboxError(
+                f"{where}: {key_name} needs a value (`{key_name} = ...`)", EXIT_CONFIG
+            )
         return _Line(key, agent or None, None, where)
     value = value.strip()
     if not value:

@@ -64,7 +64,10 @@ def _git_identity(git: str, home: str) -> dict[str, str]:
     try:
         result = subprocess.run(
             [git, "config", "--global", "-z", "--get-regexp", r"^user\.(name|email)$"],
-            capture_output=True, text=True, timeout=5, check=False,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
             env={"HOME": home, "PATH": "/usr/bin:/bin"},
         )
     except (OSError, subprocess.TimeoutExpired):
@@ -81,8 +84,9 @@ def identity(user: str, home: str) -> Identity:
     """The launching user's git identity, or git's own fallback guess."""
     git = paths.find_tool("git")
     found = _git_identity(git, home) if git else {}
-    return Identity(found.get("user.name") or user,
-                    found.get("user.email") or f"{user}@{socket.gethostname()}")
+    return Identity(
+        found.get("user.name") or user, found.get("user.email") or f"{user}@{socket.gethostname()}"
+    )
 
 
 def forge_helpers(no_forge: bool) -> dict[str, str]:

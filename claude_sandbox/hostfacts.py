@@ -6,6 +6,7 @@ facts injected), so bwrap.py can be tested over a matrix without a sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import stat
@@ -118,10 +119,8 @@ def install_root(binary: str, home: str) -> str:
 
 def ensure_private_dir(path: str, uid: int) -> None:
     """Create `path` 0700 for `uid`, or refuse when what is there is not that."""
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
         raise SandboxError(

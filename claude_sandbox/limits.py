@@ -181,9 +181,9 @@ class Cgroup:
     def leave(self) -> None:
         """Move the writing process back to the parent cgroup, so the child can be removed."""
         for directory in self.dirs:
-            with contextlib.suppress(OSError):
-                with open(f"{os.path.dirname(directory)}/cgroup.procs", "w") as handle:
-                    handle.write("0")
+            procs = f"{os.path.dirname(directory)}/cgroup.procs"
+            with contextlib.suppress(OSError), open(procs, "w") as handle:
+                handle.write("0")
 
     def remove(self, timeout: float = 2.0) -> list[str]:
         """rmdir every directory; retry while exiting tasks drain. Returns leftovers."""

@@ -15,7 +15,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from . import bwrap, config, gitconfig, guard, hostfacts, limits, paths, profiles, seccomp, workspace
+from . import (
+    bwrap,
+    config,
+    gitconfig,
+    guard,
+    hostfacts,
+    limits,
+    paths,
+    profiles,
+    seccomp,
+    workspace,
+)
 from .errors import SandboxError
 from .trace import Trace
 
@@ -75,8 +86,9 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     if guard.inside_sandbox():
         _exec_nested(profile, request, environ)
     cfg = load_config(profile.name, environ)
-    limit_plan = limits.plan_limits(cfg.max_pids, cfg.max_memory, limits.probe_cgroups(),
-                                    os.getuid())
+    limit_plan = limits.plan_limits(
+        cfg.max_pids, cfg.max_memory, limits.probe_cgroups(), os.getuid()
+    )
     for warning in limit_plan.warnings:
         sys.stderr.write(f"claude-sandbox: warning: {warning}\n")
     trace.phase("config")
@@ -123,8 +135,7 @@ def _exec_nested(profile: profiles.Profile, request: Request, environ: Mapping[s
         path = environ.get("PATH", ":".join(paths.SYSTEM_DIRS))
         program = (_resolve_command(request.command, path), *request.command[1:])
     else:
-        program = (hostfacts.real_binary(profile.name),
-                   *profiles.agent_args(profile, request.args))
+        program = (hostfacts.real_binary(profile.name), *profiles.agent_args(profile, request.args))
     try:
         os.execve(program[0], list(program), dict(environ))
     except OSError as error:
@@ -143,8 +154,9 @@ def _resolve_command(command: Sequence[str], path: str) -> str:
     raise SandboxError(f"{name}: command not found on the sandbox's PATH", 127)
 
 
-def probe(profile: profiles.Profile, environ: Mapping[str, str], *, dry_run: bool
-          ) -> hostfacts.HostFacts:
+def probe(
+    profile: profiles.Profile, environ: Mapping[str, str], *, dry_run: bool
+) -> hostfacts.HostFacts:
     return hostfacts.probe(
         environ,
         agent=profile.name,
@@ -214,6 +226,13 @@ def with_enter(plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPla
     kernel = limits.kernel_settings(
         cfg.hardening, limit_plan, bwrap.writable_targets(plan.ops), bwrap.exec_targets(plan.ops)
     )
-    prefix = (paths.INTERPRETER, "-I", "-m", "claude_sandbox", "_enter",
-              *limits.enter_argv(kernel), "--")
+    prefix = (
+        paths.INTERPRETER,
+        "-I",
+        "-m",
+        "claude_sandbox",
+        "_enter",
+        *limits.enter_argv(kernel),
+        "--",
+    )
     return dataclasses.replace(plan, command=(*prefix, *plan.command))

@@ -24,9 +24,15 @@ class Launcher:
     uid: int
     workspace: str
 
-    def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None,
-            cwd: str | None = None, timeout: float = 120,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float = 120,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         base = {
             "PATH": f"{SHIM_DIR}:/usr/bin:/bin",
             "HOME": self.home,
@@ -38,11 +44,23 @@ class Launcher:
         command = list(argv)
         if self.user != "root":
             # setpriv leaves the environment alone, and passes nothing on a command line.
-            command = ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--init-groups",
-                       *command]
-        return subprocess.run(command, cwd=cwd or self.workspace, capture_output=True, env=base,
-                              text=True, timeout=timeout, input=input,
-                              stdin=None if input is not None else subprocess.DEVNULL)
+            command = [
+                "setpriv",
+                f"--reuid={self.uid}",
+                f"--regid={self.uid}",
+                "--init-groups",
+                *command,
+            ]
+        return subprocess.run(
+            command,
+            cwd=cwd or self.workspace,
+            capture_output=True,
+            env=base,
+            text=True,
+            timeout=timeout,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
 
     def shell(self, *argv: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
         return self.run([f"{SHIM_DIR}/claude-sandbox", "shell", "--", *argv], **kwargs)  # type: ignore[arg-type]

@@ -73,7 +73,7 @@ def main() -> None:
     args = sys.argv[3:]
     split = args.index("--")
     read_paths, write_dirs, sockets = args[:split], [], []
-    for item in args[split + 1:]:
+    for item in args[split + 1 :]:
         (sockets if item.endswith(".sock") else write_dirs).append(item)
     status = _status()
     home = os.environ.get("HOME", "/")
@@ -82,7 +82,8 @@ def main() -> None:
         "env": dict(os.environ),
         "home": sorted(os.listdir(home)),
         "config_dir": sorted(os.listdir(os.path.join(home, ".config")))
-        if os.path.isdir(os.path.join(home, ".config")) else None,
+        if os.path.isdir(os.path.join(home, ".config"))
+        else None,
         "CapEff": status.get("CapEff"),
         "NoNewPrivs": status.get("NoNewPrivs"),
         "NSpid": status.get("NSpid"),

@@ -58,38 +58,76 @@ def planted(launcher: Launcher) -> Iterator[dict[str, str]]:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def probe(launcher: Launcher, probe_copy: str, reads: list[str], writes: list[str],
-          secret: str, env: dict[str, str] | None = None) -> dict[str, object]:
+def probe(
+    launcher: Launcher,
+    probe_copy: str,
+    reads: list[str],
+    writes: list[str],
+    secret: str,
+    env: dict[str, str] | None = None,
+) -> dict[str, object]:
     token = secrets.token_hex(6)
     secret_file = os.path.join(launcher.workspace, "secret")
     with open(secret_file, "w") as handle:
         handle.write(secret)
     os.chmod(secret_file, 0o644)
-    result = launcher.shell("/usr/bin/python3", probe_copy, token, secret_file, *reads, "--",
-                            *writes,
-                            env={"SUPER_SECRET": secret, **(env or {})})
+    result = launcher.shell(
+        "/usr/bin/python3",
+        probe_copy,
+        token,
+        secret_file,
+        *reads,
+        "--",
+        *writes,
+        env={"SUPER_SECRET": secret, **(env or {})},
+    )
     assert result.returncode == 0, result.stderr
     report: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
     report["token"] = token
     return report
 
 
-def test_the_sandbox_holds_only_what_it_should(launcher: Launcher, probe_copy: str,
-                                               planted: dict[str, str]) -> None:
+def test_the_sandbox_holds_only_what_it_should(
+    launcher: Launcher, probe_copy: str, planted: dict[str, str]
+) -> None:
     secret = "s3cr3t-" + secrets.token_hex(8)
     home = launcher.home
-    outside_dirs = [home, f"{home}/.ssh", "/tmp", "/var/tmp", "/etc", "/opt",
-                    os.path.dirname(launcher.workspace) + "/..", CORE_VENV, "/usr/local/bin"]
+    outside_dirs = [
+        home,
+        f"{home}/.ssh",
+        "/tmp",
+        "/var/tmp",
+        "/etc",
+        "/opt",
+        os.path.dirname(launcher.workspace) + "/..",
+        CORE_VENV,
+        "/usr/local/bin",
+    ]
     report = probe(
-        launcher, probe_copy,
-        reads=[planted["ssh"], planted["aws"], planted["other"], planted["runsecret"],
-               f"{home}/.netrc", f"{home}/.Xauthority"],
+        launcher,
+        probe_copy,
+        reads=[
+            planted["ssh"],
+            planted["aws"],
+            planted["other"],
+            planted["runsecret"],
+            f"{home}/.netrc",
+            f"{home}/.Xauthority",
+        ],
         writes=[launcher.workspace, *outside_dirs, planted["ide"]],
         secret=secret,
     )
     # $HOME holds only the allow-list (check 03).
-    allowed = {".claude", ".claude.json", ".local", ".cache", ".config",
-               ".netrc", ".Xauthority", ".ICEauthority"}
+    allowed = {
+        ".claude",
+        ".claude.json",
+        ".local",
+        ".cache",
+        ".config",
+        ".netrc",
+        ".Xauthority",
+        ".ICEauthority",
+    }
     assert set(report["home"]) <= allowed, report["home"]
     assert report["config_dir"] in (None, [], ["gh"], ["glab-cli"], ["gh", "glab-cli"])
     # Planted credentials are unreachable; the nulled dotfiles read empty.
@@ -126,7 +164,8 @@ def test_config_file_is_read_only_inside(launcher: Launcher) -> None:
     assert result.returncode != 0
     # The mount itself is read-only, whoever asks (as root, too: no capability can remount).
     flags = launcher.shell(
-        "/usr/bin/python3", "-c",
+        "/usr/bin/python3",
+        "-c",
         f"import os; print([os.statvfs(p).f_flag & os.ST_RDONLY for p in ('{CONFIG}', "
         f"'{CORE_VENV}/lib', '/usr/local/bin/claude')])",
     )
@@ -139,7 +178,9 @@ def test_allow_write_is_writable_and_nothing_beside_it(launcher: Launcher) -> No
     os.chown(extra, launcher.uid, launcher.uid)
     try:
         result = launcher.shell(
-            "/bin/sh", "-c", f"touch {extra}/ok && touch /srv/nope",
+            "/bin/sh",
+            "-c",
+            f"touch {extra}/ok && touch /srv/nope",
             env={"CLAUDE_SANDBOX_ALLOW_WRITE": extra},
         )
         assert os.path.exists(f"{extra}/ok")
@@ -165,7 +206,8 @@ def test_shell_exit_status_is_the_commands(launcher: Launcher) -> None:
 
 def test_git_works_inside_with_the_curated_config(launcher: Launcher) -> None:
     result = launcher.shell(
-        "/bin/sh", "-c",
+        "/bin/sh",
+        "-c",
         "git config user.email && git config --show-origin --list | cut -f1 | sort -u && "
         "git init -q repo && cd repo && git commit -q --allow-empty -m x && echo committed",
     )
@@ -192,8 +234,12 @@ def test_the_jail_off_warning_is_said_once(launcher: Launcher) -> None:
 def test_terminal_launch_goes_through_script(launcher: Launcher) -> None:
     """With a terminal, the sandbox gets its own pty from script(1) (decision 9)."""
     inner = "readlink /proc/self/fd/0"
-    command = ["script", "-qec",
-               f"tty; /usr/local/bin/claude-sandbox shell -- sh -c '{inner}'", "/dev/null"]
+    command = [
+        "script",
+        "-qec",
+        f"tty; /usr/local/bin/claude-sandbox shell -- sh -c '{inner}'",
+        "/dev/null",
+    ]
     result = launcher.run(command)
     assert result.returncode == 0, result.stderr
     ptys = [line.strip("\x00\r ") for line in result.stdout.splitlines() if "/dev/pts/" in line]
@@ -205,8 +251,11 @@ def test_terminal_launch_goes_through_script(launcher: Launcher) -> None:
 def test_explain_lists_every_option_with_a_reason(launcher: Launcher) -> None:
     result = launcher.run(["/usr/local/bin/claude-sandbox", "explain", "--agent", "codex"])
     assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines()
-             if line.startswith("  --") and not line.startswith("  -- ")]
+    lines = [
+        line
+        for line in result.stdout.splitlines()
+        if line.startswith("  --") and not line.startswith("  -- ")
+    ]
     assert lines and all("  # " in line for line in lines)
     assert any(f"--tmpfs {launcher.home}" in line for line in lines)
 

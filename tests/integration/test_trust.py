@@ -52,13 +52,17 @@ def _plant(trap: str, workspace: str, home: str, uid: int) -> dict[str, str]:
             handle.write(touch % module + "\n")
     with open(os.path.join(py_dir, "claude_sandbox", "__init__.py"), "w") as handle:
         handle.write(touch % "shadowed-package" + "\n")
-    shutil.copytree(os.path.join(py_dir, "claude_sandbox"), os.path.join(workspace, "claude_sandbox"))
+    shutil.copytree(
+        os.path.join(py_dir, "claude_sandbox"), os.path.join(workspace, "claude_sandbox")
+    )
     with open(os.path.join(py_dir, "evil.pth"), "w") as handle:
         handle.write(f"import os; open(os.path.join({fired!r}, 'pth'), 'w').close()\n")
     user_site = os.path.join(home, ".local/lib/python3.11/site-packages")
     os.makedirs(user_site, exist_ok=True)
     shutil.copy(os.path.join(py_dir, "evil.pth"), os.path.join(user_site, "cs-test-evil.pth"))
-    shutil.copy(os.path.join(py_dir, "usercustomize.py"), os.path.join(user_site, "usercustomize.py"))
+    shutil.copy(
+        os.path.join(py_dir, "usercustomize.py"), os.path.join(user_site, "usercustomize.py")
+    )
     bash_env = os.path.join(trap, "bash_env.sh")
     with open(bash_env, "w") as handle:
         handle.write(f"touch {fired}/bash-env\n")
@@ -84,8 +88,10 @@ def test_planted_redirections_never_run(launcher: Launcher, trap_dir: str) -> No
     try:
         result = launcher.run(["claude", "--version"], env=planted)
         shell = launcher.run(["claude-sandbox", "shell", "--", "/bin/true"], env=planted)
-        jailed = launcher.run(["claude-sandbox", "shell", "--", "/bin/true"],
-                              env={**planted, "CLAUDE_SANDBOX_EGRESS_JAIL": "1"})
+        jailed = launcher.run(
+            ["claude-sandbox", "shell", "--", "/bin/true"],
+            env={**planted, "CLAUDE_SANDBOX_EGRESS_JAIL": "1"},
+        )
     finally:
         for name in ("cs-test-evil.pth", "usercustomize.py"):
             os.unlink(os.path.join(user_site, name))
@@ -103,19 +109,26 @@ def test_the_shim_is_three_lines_naming_the_interpreter() -> None:
             lines = handle.read().splitlines()
         assert len(lines) == 3
         assert lines[0] == "#!/bin/bash -p"  # -p: no BASH_ENV, no imported functions
-        assert lines[2].startswith(f'exec {CORE_PYTHON} -I -m claude_sandbox ')
+        assert lines[2].startswith(f"exec {CORE_PYTHON} -I -m claude_sandbox ")
         info = os.stat(path)
         assert info.st_uid == 0 and info.st_mode & 0o022 == 0
 
 
 def test_core_venv_holds_one_distribution_and_no_pth() -> None:
-    site = subprocess.run([CORE_PYTHON, "-I", "-c",
-                           "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [CORE_PYTHON, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     entries = sorted(name for name in os.listdir(site) if name != "__pycache__")
     assert entries == ["claude_sandbox", "claude_sandbox-0.1.0.dist-info"], entries
-    pth = [os.path.join(root, name) for root, _, files in os.walk(CORE_VENV)
-           for name in files if name.endswith(".pth")]
+    pth = [
+        os.path.join(root, name)
+        for root, _, files in os.walk(CORE_VENV)
+        for name in files
+        if name.endswith(".pth")
+    ]
     assert pth == []
     for root, dirs, files in os.walk(CORE_VENV):
         for name in dirs + files:
@@ -137,8 +150,18 @@ def _imported_modules(stderr: str) -> set[str]:
 def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: Launcher) -> None:
     """Every interpreter of a jailed launch (_shadow, _jail_holder, _enter) under -X importtime."""
     result = launcher.run(
-        [CORE_PYTHON, "-I", "-X", "importtime", "-m", "claude_sandbox", "_shadow", "claude",
-         "--", "--version"],
+        [
+            CORE_PYTHON,
+            "-I",
+            "-X",
+            "importtime",
+            "-m",
+            "claude_sandbox",
+            "_shadow",
+            "claude",
+            "--",
+            "--version",
+        ],
         env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1", "PYTHONPROFILEIMPORTTIME": "1"},
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -148,11 +171,19 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
     # The distribution's own root-owned sitecustomize (Debian: an optional apport hook,
     # absent here) and copy.py's probe for Jython's org.python.core are the interpreter's.
     distribution = {"sitecustomize", "apport_python_hook", "org", "org.python", "org.python.core"}
-    foreign = {m for m in modules if m.split(".")[0] not in stdlib
-               and m.split(".")[0] != "claude_sandbox" and m not in distribution}
+    foreign = {
+        m
+        for m in modules
+        if m.split(".")[0] not in stdlib
+        and m.split(".")[0] != "claude_sandbox"
+        and m not in distribution
+    }
     assert foreign == set(), foreign
-    site = subprocess.run([CORE_PYTHON, "-I", "-c", "import sitecustomize; print(sitecustomize.__file__)"],
-                          capture_output=True, text=True)
+    site = subprocess.run(
+        [CORE_PYTHON, "-I", "-c", "import sitecustomize; print(sitecustomize.__file__)"],
+        capture_output=True,
+        text=True,
+    )
     if site.returncode == 0:
         path = os.path.realpath(site.stdout.strip())
         assert path.startswith(("/usr/lib/python3", "/etc/python3")) and os.stat(path).st_uid == 0
@@ -162,41 +193,67 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
 def test_forged_is_sandbox_outside_still_wraps(launcher: Launcher) -> None:
     """IS_SANDBOX=1 in an outer environment must not run the real binary unwrapped."""
     result = launcher.run(
-        ["claude-sandbox", "shell", "--", "/bin/sh", "-c", "grep -c claude-sandbox/inside /proc/self/mountinfo"],
+        [
+            "claude-sandbox",
+            "shell",
+            "--",
+            "/bin/sh",
+            "-c",
+            "grep -c claude-sandbox/inside /proc/self/mountinfo",
+        ],
         env={"IS_SANDBOX": "1", "IS_SANDBOX_AGENT": "claude"},
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "1"  # the marker mount: it ran inside bwrap
     agent = launcher.run(["claude", "--version"], env={"IS_SANDBOX": "1"})
-    assert agent.returncode == 0 and "the egress jail is off" in agent.stderr  # went through the launch
+    assert (
+        agent.returncode == 0 and "the egress jail is off" in agent.stderr
+    )  # went through the launch
 
 
 def test_nested_launch_inside_runs_the_program_directly(launcher: Launcher) -> None:
-    result = launcher.shell("/bin/sh", "-c", "claude --version && claude-sandbox shell -- sh -c 'echo nested'")
+    result = launcher.shell(
+        "/bin/sh", "-c", "claude --version && claude-sandbox shell -- sh -c 'echo nested'"
+    )
     assert result.returncode == 0, result.stderr
     assert "Claude Code" in result.stdout and "nested" in result.stdout
     # One launch, one jail-off notice: the inner calls did not build a second sandbox.
     assert result.stderr.count("the egress jail is off") == 1
 
 
-@pytest.mark.parametrize(("agent", "expected"), [("claude", "Claude Code"), ("codex", "codex-cli"),
-                                                  ("pi", ".")])
+@pytest.mark.parametrize(
+    ("agent", "expected"), [("claude", "Claude Code"), ("codex", "codex-cli"), ("pi", ".")]
+)
 def test_real_agents_answer_version_inside(launcher: Launcher, agent: str, expected: str) -> None:
     """The npm-installed CLIs run through their shims, inside the sandbox, jailed."""
-    result = launcher.run([agent, "--version"], env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1"},
-                          timeout=120)
+    result = launcher.run(
+        [agent, "--version"], env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1"}, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert expected in result.stdout + result.stderr
     inside = launcher.run(
-        ["claude-sandbox", "shell", "--agent", agent, "--", "/bin/sh", "-c",
-         f"test -n \"$IS_SANDBOX\" && {agent} --version"], timeout=120)
+        [
+            "claude-sandbox",
+            "shell",
+            "--agent",
+            agent,
+            "--",
+            "/bin/sh",
+            "-c",
+            f'test -n "$IS_SANDBOX" && {agent} --version',
+        ],
+        timeout=120,
+    )
     assert inside.returncode == 0, inside.stderr[-2000:]
 
 
-@pytest.mark.parametrize("command", [[], ["shell"], ["explain"], ["version"], ["doctor"], ["verify"]])
+@pytest.mark.parametrize(
+    "command", [[], ["shell"], ["explain"], ["version"], ["doctor"], ["verify"]]
+)
 def test_every_subcommand_has_help(command: list[str]) -> None:
-    result = subprocess.run(["/usr/local/bin/claude-sandbox", *command, "--help"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["/usr/local/bin/claude-sandbox", *command, "--help"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert "usage: claude-sandbox" in result.stdout
     if command == []:
@@ -205,10 +262,15 @@ def test_every_subcommand_has_help(command: list[str]) -> None:
 
 
 def test_bad_arguments_give_one_line_and_status_64() -> None:
-    result = subprocess.run(["/usr/local/bin/claude-sandbox", "frobnicate"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["/usr/local/bin/claude-sandbox", "frobnicate"], capture_output=True, text=True
+    )
     assert result.returncode == 64
     assert result.stderr.startswith("claude-sandbox: ") and "Traceback" not in result.stderr
-    result = subprocess.run(["/usr/local/bin/claude-sandbox", "shell", "--agent", "gemini", "--", "true"],
-                            capture_output=True, text=True, cwd="/tmp")
+    result = subprocess.run(
+        ["/usr/local/bin/claude-sandbox", "shell", "--agent", "gemini", "--", "true"],
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+    )
     assert result.returncode == 64 and "unknown agent 'gemini'" in result.stderr

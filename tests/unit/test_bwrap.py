@@ -15,26 +15,51 @@ HOME_ROOT = "/root"
 HOME_USER = "/home/dev"
 
 
-def facts(*, uid: int = 1000, existing: tuple[str, ...] = (), guard: tuple[GuardEntry, ...] = (),
-          agent: str = "claude", real: str | None = None, root: str | None = None) -> HostFacts:
+def facts(
+    *,
+    uid: int = 1000,
+    existing: tuple[str, ...] = (),
+    guard: tuple[GuardEntry, ...] = (),
+    agent: str = "claude",
+    real: str | None = None,
+    root: str | None = None,
+) -> HostFacts:
     home = HOME_ROOT if uid == 0 else HOME_USER
     real = real or f"/usr/libexec/claude-sandbox/agents/bin/{agent}"
     return HostFacts(
-        uid=uid, gid=uid, user="root" if uid == 0 else "dev", home=home,
-        cwd="/work/project", path=("/usr/local/bin", "/usr/bin", "/bin"),
-        existing=frozenset(existing), real_binary=real, real_root=root or real,
-        guard=guard, agent_tmp="/var/tmp/claude-agent" if agent == "claude" else None,
+        uid=uid,
+        gid=uid,
+        user="root" if uid == 0 else "dev",
+        home=home,
+        cwd="/work/project",
+        path=("/usr/local/bin", "/usr/bin", "/bin"),
+        existing=frozenset(existing),
+        real_binary=real,
+        real_root=root or real,
+        guard=guard,
+        agent_tmp="/var/tmp/claude-agent" if agent == "claude" else None,
     )
 
 
-def build(profile_name: str = "claude", cfg: Config | None = None, host: HostFacts | None = None,
-          allow_write: tuple[str, ...] = (), extras: bwrap.Extras | None = None,
-          environ: dict[str, str] | None = None) -> bwrap.Plan:
+def build(
+    profile_name: str = "claude",
+    cfg: Config | None = None,
+    host: HostFacts | None = None,
+    allow_write: tuple[str, ...] = (),
+    extras: bwrap.Extras | None = None,
+    environ: dict[str, str] | None = None,
+) -> bwrap.Plan:
     profile = profiles.get(profile_name)
     host = host or facts(agent=profile_name)
     return bwrap.build(
-        profile, cfg or Config(), host, "/work/project", allow_write,
-        extras or bwrap.Extras(gitconfig_fd=5), ("/real/agent",), environ or {},
+        profile,
+        cfg or Config(),
+        host,
+        "/work/project",
+        allow_write,
+        extras or bwrap.Extras(gitconfig_fd=5),
+        ("/real/agent",),
+        environ or {},
     )
 
 
@@ -44,7 +69,7 @@ def flat(plan: bwrap.Plan) -> list[str]:
 
 def index_of(argv: list[str], *sequence: str) -> int:
     for i in range(len(argv) - len(sequence) + 1):
-        if tuple(argv[i:i + len(sequence)]) == sequence:
+        if tuple(argv[i : i + len(sequence)]) == sequence:
             return i
     raise AssertionError(f"{sequence} not in argv")
 
@@ -55,9 +80,16 @@ def assert_order(argv: list[str], *sequences: tuple[str, ...]) -> None:
 
 
 ALL_EXISTING = (
-    f"{HOME_USER}/.config/gh", f"{HOME_USER}/.config/glab-cli", f"{HOME_USER}/.local/share",
-    f"{HOME_USER}/.cache", f"{HOME_USER}/.local/share/applications", f"{HOME_USER}/.local/bin/uv",
-    f"{HOME_USER}/.local/bin/uvx", "/run/user", "/run/secrets", "/run/docker.sock",
+    f"{HOME_USER}/.config/gh",
+    f"{HOME_USER}/.config/glab-cli",
+    f"{HOME_USER}/.local/share",
+    f"{HOME_USER}/.cache",
+    f"{HOME_USER}/.local/share/applications",
+    f"{HOME_USER}/.local/bin/uv",
+    f"{HOME_USER}/.local/bin/uvx",
+    "/run/user",
+    "/run/secrets",
+    "/run/docker.sock",
 )
 
 
@@ -65,12 +97,18 @@ ALL_EXISTING = (
     ("uid", "no_forge", "jailed", "profile_name"),
     list(itertools.product((0, 1000), (False, True), (False, True), profiles.AGENT_NAMES)),
 )
-def test_matrix_skeleton_and_order(uid: int, no_forge: bool, jailed: bool, profile_name: str) -> None:
+def test_matrix_skeleton_and_order(
+    uid: int, no_forge: bool, jailed: bool, profile_name: str
+) -> None:
     home = HOME_ROOT if uid == 0 else HOME_USER
     existing = tuple(p.replace(HOME_USER, home) for p in ALL_EXISTING)
     host = facts(uid=uid, existing=existing, agent=profile_name)
-    extras = bwrap.Extras(gitconfig_fd=5, seccomp_fd=6, jailed=jailed,
-                          resolv_conf="/tmp/j/resolv.conf" if jailed else None)
+    extras = bwrap.Extras(
+        gitconfig_fd=5,
+        seccomp_fd=6,
+        jailed=jailed,
+        resolv_conf="/tmp/j/resolv.conf" if jailed else None,
+    )
     argv = flat(build(profile_name, Config(no_forge=no_forge), host, ("/srv/cache",), extras))
 
     assert argv[0] == "/usr/bin/bwrap"
@@ -110,18 +148,26 @@ def test_matrix_skeleton_and_order(uid: int, no_forge: bool, jailed: bool, profi
     else:
         assert "--unshare-user" not in argv
     if jailed:
-        assert_order(argv, ("--ro-bind", "/tmp/j/resolv.conf", "/etc/resolv.conf"), ("--seccomp", "6"))
+        assert_order(
+            argv, ("--ro-bind", "/tmp/j/resolv.conf", "/etc/resolv.conf"), ("--seccomp", "6")
+        )
     else:
         assert "/etc/resolv.conf" not in argv
 
 
 def test_profile_state_binds_precede_their_masks() -> None:
     argv = flat(build("codex", host=facts(agent="codex")))
-    assert_order(argv, ("--bind", f"{HOME_USER}/.codex", f"{HOME_USER}/.codex"),
-                 ("--tmpfs", f"{HOME_USER}/.codex/packages"))
+    assert_order(
+        argv,
+        ("--bind", f"{HOME_USER}/.codex", f"{HOME_USER}/.codex"),
+        ("--tmpfs", f"{HOME_USER}/.codex/packages"),
+    )
     argv = flat(build("claude", host=facts(existing=(f"{HOME_USER}/.local/share",))))
-    assert_order(argv, ("--bind", f"{HOME_USER}/.local/share", f"{HOME_USER}/.local/share"),
-                 ("--tmpfs", f"{HOME_USER}/.local/share/claude"))
+    assert_order(
+        argv,
+        ("--bind", f"{HOME_USER}/.local/share", f"{HOME_USER}/.local/share"),
+        ("--tmpfs", f"{HOME_USER}/.local/share/claude"),
+    )
 
 
 def test_each_profile_binds_only_its_own_state() -> None:
@@ -149,13 +195,24 @@ def test_real_binary_is_bound_read_only_and_its_package_when_under_home() -> Non
     assert_order(argv, ("--tmpfs", HOME_USER), ("--ro-bind", root, root), ("--ro-bind", real, real))
     claude = flat(build("claude"))
     real_claude = "/usr/libexec/claude-sandbox/agents/bin/claude"
-    assert_order(claude, ("--ro-bind", real_claude, real_claude),
-                 ("--ro-bind", real_claude, f"{HOME_USER}/.local/bin/claude"))
+    assert_order(
+        claude,
+        ("--ro-bind", real_claude, real_claude),
+        ("--ro-bind", real_claude, f"{HOME_USER}/.local/bin/claude"),
+    )
 
 
 def test_environment_is_an_allow_list() -> None:
-    environ = {"TERM": "xterm", "LC_ALL": "C", "ANTHROPIC_API_KEY": "k", "AWS_SECRET": "s",
-               "GH_TOKEN": "t", "DISPLAY": ":0", "SSH_AUTH_SOCK": "/x", "PATH": "/evil"}
+    environ = {
+        "TERM": "xterm",
+        "LC_ALL": "C",
+        "ANTHROPIC_API_KEY": "k",
+        "AWS_SECRET": "s",
+        "GH_TOKEN": "t",
+        "DISPLAY": ":0",
+        "SSH_AUTH_SOCK": "/x",
+        "PATH": "/evil",
+    }
     env = build(cfg=Config(pass_env=("ANTHROPIC_API_KEY", "NOT_SET")), environ=environ).environ()
     assert env["IS_SANDBOX"] == "1" and env["IS_SANDBOX_AGENT"] == "claude"
     assert env["GIT_CONFIG_GLOBAL"] == paths.GITCONFIG_INSIDE
@@ -181,9 +238,12 @@ def test_entry_point_guard_binds_devnull_in_writable_dirs_ahead_of_shims() -> No
         GuardEntry("/opt/readonly/bin", "claude", "absent"),  # not writable inside: no bind
     )
     argv = flat(build(host=facts(guard=guard)))
-    assert_order(argv, ("--bind", "/work/project", "/work/project"),
-                 ("--ro-bind", "/dev/null", "/work/project/node_modules/.bin/claude"),
-                 ("--ro-bind", "/dev/null", "/work/project/node_modules/.bin/codex"))
+    assert_order(
+        argv,
+        ("--bind", "/work/project", "/work/project"),
+        ("--ro-bind", "/dev/null", "/work/project/node_modules/.bin/claude"),
+        ("--ro-bind", "/dev/null", "/work/project/node_modules/.bin/codex"),
+    )
     assert "/opt/readonly/bin/claude" not in argv
 
 

@@ -95,14 +95,24 @@ def test_bad_lines_name_file_and_line(line: str, expected: str) -> None:
 
 
 def test_port_both_local_and_callback() -> None:
-    assert "both a local-port and a callback-port" in refusal("local-port = 9000\ncallback-port = 9000")
+    assert "both a local-port and a callback-port" in refusal(
+        "local-port = 9000\ncallback-port = 9000"
+    )
 
 
 @pytest.mark.parametrize(
     "name",
-    sorted(config.DENIED_NAMES)
-    + ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "GIT_CONFIG_GLOBAL",
-       "GIT_CONFIG_SYSTEM", "CLAUDE_SANDBOX_EGRESS_JAIL", "DYLD_INSERT_LIBRARIES"],
+    [
+        *sorted(config.DENIED_NAMES),
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "CLAUDE_SANDBOX_EGRESS_JAIL",
+        "DYLD_INSERT_LIBRARIES",
+    ],
 )
 def test_every_denied_pass_env_name_is_refused(name: str) -> None:
     assert "deny-list" in refusal(f"pass-env = {name}")
@@ -162,15 +172,22 @@ def test_fuzz_any_text_parses_or_refuses_cleanly(text: str) -> None:
 
 
 _line = st.one_of(
-    st.builds(lambda k, v: f"{k} = {v}", st.sampled_from([k.name for k in config.KEYS]),
-              st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)),
+    st.builds(
+        lambda k, v: f"{k} = {v}",
+        st.sampled_from([k.name for k in config.KEYS]),
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30),
+    ),
     st.sampled_from([k.name for k in config.KEYS]),
 )
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_line, max_size=8), st.dictionaries(
-    st.sampled_from([k.variable for k in config.KEYS if k.variable]), st.text(max_size=30)))
+@given(
+    st.lists(_line, max_size=8),
+    st.dictionaries(
+        st.sampled_from([k.variable for k in config.KEYS if k.variable]), st.text(max_size=30)
+    ),
+)
 def test_fuzz_keys_with_random_values(lines: list[str], environ: dict[str, str]) -> None:
     try:
         parse("\n".join(lines), environ)

@@ -56,8 +56,12 @@ STATUS_IN = "Name:\tsh\nNoNewPrivs:\t1\nCapEff:\t0000000000000000\n"
 def test_nesting_fact_needs_all_three() -> None:
     assert guard.facts_say_inside(MOUNTINFO, STATUS_IN)
     assert not guard.facts_say_inside(MOUNTINFO.splitlines()[0], STATUS_IN)  # no marker mount
-    assert not guard.facts_say_inside(MOUNTINFO, STATUS_IN.replace("NoNewPrivs:\t1", "NoNewPrivs:\t0"))
-    assert not guard.facts_say_inside(MOUNTINFO, STATUS_IN.replace("0000000000000000", "000001ffffffffff"))
+    assert not guard.facts_say_inside(
+        MOUNTINFO, STATUS_IN.replace("NoNewPrivs:\t1", "NoNewPrivs:\t0")
+    )
+    assert not guard.facts_say_inside(
+        MOUNTINFO, STATUS_IN.replace("0000000000000000", "000001ffffffffff")
+    )
 
 
 def test_the_environment_plays_no_part() -> None:
@@ -71,7 +75,11 @@ def test_the_environment_plays_no_part() -> None:
 def test_gitconfig_quotes_values_and_resets_helpers() -> None:
     text = gitconfig.render(gitconfig.Identity('A "B" \\C', "a@b"), {"github.com": "/usr/bin/gh"})
     assert '\tname = "A \\"B\\" \\\\C"' in text
-    assert '[credential "https://github.com"]\n\thelper =\n\thelper = "!/usr/bin/gh auth git-credential"' in text
+    assert (
+        '[credential "https://github.com"]\n\thelper =\n\thelper = '
+        '"!/usr/bin/gh auth git-credential"'
+        in text
+    )
     assert "insteadOf = git@github.com:" in text
 
 
