@@ -1,0 +1,66 @@
+"""`doctor` names a missing tun device, a missing pasta and a tampered shim, with fixes.
+
+Each fault is simulated in a private mount namespace (`unshare -m`) where a
+bind mount masks the real file; the machine itself is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LOCK = "/tmp/claude-sandbox-ns.lock"
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.getuid() != 0, reason="unshare -m and bind mounts need root"),
+]
+
+
+def _doctor_with(mounts: list[tuple[str, str]]) -> dict:
+    binds = " && ".join(f"mount --bind {src} {dst}" for src, dst in mounts) or "true"
+    python = f"{sys.executable} -I -m claude_sandbox.tools.doctor --json"
+    result = subprocess.run(
+        ["flock", LOCK, "unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"{binds} && cd {REPO} && PYTHONPATH={REPO} {python}"],
+        capture_output=True, text=True, check=False, timeout=120)
+    assert result.stdout, result.stderr
+    report = json.loads(result.stdout)
+    report["status"] = result.returncode
+    return report
+
+
+def _row(report: dict, name: str) -> dict:
+    return next(r for r in report["rows"] if r["name"] == name)
+
+
+def test_missing_tun(tmp_path: Path) -> None:
+    fake = tmp_path / "not-tun"
+    fake.write_text("")
+    report = _doctor_with([(str(fake), "/dev/net/tun")])
+    row = _row(report, "/dev/net/tun")
+    assert not row["ok"] and "devcontainer.json" in row["fix"]
+    assert report["status"] == 1
+
+
+def test_missing_pasta() -> None:
+    report = _doctor_with([("/dev/null", "/usr/bin/pasta")])
+    row = _row(report, "pasta")
+    assert not row["ok"] and "passt" in row["fix"]
+    assert report["status"] == 1
+
+
+def test_tampered_shim(tmp_path: Path) -> None:
+    tampered = tmp_path / "claude"
+    tampered.write_text("#!/bin/sh\nexec /usr/libexec/claude-sandbox/real/claude \"$@\"\n")
+    tampered.chmod(0o755)
+    report = _doctor_with([(str(tampered), "/usr/local/bin/claude")])
+    row = _row(report, "shims intact")
+    assert not row["ok"] and "installer" in row["fix"]
+    assert report["status"] == 1
