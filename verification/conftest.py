@@ -13,9 +13,8 @@ import json
 import os
 import re
 
-import pytest
-
 import probes
+import pytest
 
 _ROWS: list[dict[str, str]] = []
 _ID = re.compile(r"test_(a?\d+)_")

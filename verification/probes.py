@@ -149,9 +149,9 @@ def mount_of(path: str) -> Mount:
     real = os.path.realpath(path)
     best: Mount | None = None
     for m in mounts():
-        if real == m.point or real.startswith(m.point.rstrip("/") + "/") or m.point == "/":
-            if best is None or len(m.point) >= len(best.point):
-                best = m
+        inside = real == m.point or real.startswith(m.point.rstrip("/") + "/") or m.point == "/"
+        if inside and (best is None or len(m.point) >= len(best.point)):
+            best = m
     assert best is not None
     return best
 

@@ -22,7 +22,6 @@ from probes import (
     errname,
     forwardable,
     fresh_procfs,
-    outer_pids,
     initial_environ,
     iproute,
     jail_on,
@@ -33,6 +32,7 @@ from probes import (
     note,
     ns_id,
     outer_dev,
+    outer_pids,
     persists_outside,
     root_uids,
     route_get,
@@ -522,7 +522,8 @@ def test_31_dns_through_forwarder(request: pytest.FixtureRequest) -> None:
         import ipaddress
 
         private = [s for s in FACTS.get("outer_nameservers", [])
-                   if ipaddress.ip_address(s).is_private and not ipaddress.ip_address(s).is_loopback]
+                   if ipaddress.ip_address(s).is_private
+                   and not ipaddress.ip_address(s).is_loopback]
         leaks = [s for s in private if forwardable(route_get(ipr, s))]
     assert not leaks, f"the outer resolver is reachable directly: {', '.join(leaks)}"
 
@@ -578,7 +579,7 @@ def test_33_outer_proc_closed(request: pytest.FixtureRequest) -> None:
     assert not opened, f"readable: {', '.join(opened)}"
     others = [f"{pid} {', '.join(got)}" for pid in outer_pids() if (got := _proc_opened(pid))]
     assert not others, f"outer processes open: {'; '.join(others[:4])}"
-    note(request, f"closed: the launcher, a decoy holding a secret, every outer process")
+    note(request, "closed: the launcher, a decoy holding a secret, every outer process")
 
 
 def test_34_readonly_config() -> None:
@@ -666,7 +667,8 @@ def test_41_nesting_marker() -> None:
     mount = mount_at(paths.INSIDE_MARKER)
     assert mount is not None and mount.readonly, f"{paths.INSIDE_MARKER} is not a read-only mount"
     result = subprocess.run(
-        [CORE_PYTHON, "-I", "-c", "from claude_sandbox import guard; print(guard.inside_sandbox())"],
+        [CORE_PYTHON, "-I", "-c",
+         "from claude_sandbox import guard; print(guard.inside_sandbox())"],
         capture_output=True, text=True, check=False)
     assert result.stdout.strip() == "True", f"the core's guard says {result.stdout.strip()!r}"
 

@@ -25,7 +25,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -321,7 +320,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
               ) -> tuple[list[Row], Launch]:
     """Run the catalogue for `agent`; `prefix` runs a command inside (default: the shim)."""
     sys.path.insert(0, directory)
-    import outside as outside_module  # verification/outside.py
+    import outside as outside_module  # type: ignore[import-not-found]  # verification/outside.py
 
     sys.path.remove(directory)
     base_env = dict(os.environ if environ is None else environ)
@@ -420,7 +419,8 @@ def write_junit(path: str, rows: Sequence[Row], agent: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="claude-sandbox verify", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="claude-sandbox verify",
+                                     description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--agent", default=os.environ.get("CLAUDE_SANDBOX_AGENT", "claude"),
                         choices=profiles.AGENT_NAMES)
     parser.add_argument("--json", action="store_true")
