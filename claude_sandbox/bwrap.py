@@ -17,7 +17,7 @@ from . import paths
 from .config import Config
 from .errors import EXIT_REFUSED, SandboxError
 from .hostfacts import HostFacts
-from .profiles import Profile
+from .profiles import PROFILES, Profile
 
 # Container-engine and system-bus sockets: a socket on a read-only mount can
 # still be connected to, and any of these is root on the host.
@@ -103,7 +103,7 @@ def optional_paths(profile: Profile, home: str) -> tuple[str, ...]:
     )
 
 
-def _proc_op(facts: HostFacts) -> Op:
+def _proc_ops(facts: HostFacts) -> list[Op]:
     """A fresh procfs where the kernel allows one; else the outer /proc, read-only.
 
     A fresh procfs shows only the sandbox's processes and lets a non-root agent
@@ -113,11 +113,27 @@ def _proc_op(facts: HostFacts) -> Op:
     the user namespace and --cap-drop ALL (checks 33, 34).
     """
     if facts.proc_mountable:
-        return Op(("--proc", "/proc"), "a fresh procfs: only the sandbox's own processes")
-    return Op(
+        fresh = Op(("--proc", "/proc"), "a fresh procfs: only the sandbox's own processes")
+        return [fresh, *_proc_read_only(facts)]
+    outer = Op(
         ("--ro-bind", "/proc", "/proc"),
         "the outer /proc, read-only (this host masks parts of /proc: no fresh procfs)",
     )
+    return [outer]
+
+
+# Kernel knobs in a fresh procfs: root owns them and many writes check only the file
+# mode, so uid 0 without capabilities could still set kernel.core_pattern to a program
+# the kernel then runs as host root. Read-only for root; other uids cannot write them,
+# and leaving their procfs whole lets a nested sandbox mount its own (codex).
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+
+
+def _proc_read_only(facts: HostFacts) -> list[Op]:
+    if facts.uid != 0:
+        return []
+    reason = "kernel knobs read-only for root (check 46)"
+    return [Op(("--ro-bind-try", path, path), reason) for path in PROC_READ_ONLY]
 
 
 def writable_targets(ops: Sequence[Op]) -> tuple[str, ...]:
@@ -182,15 +198,14 @@ def _home_ops(profile: Profile, config: Config, facts: HostFacts) -> list[Op]:
         path = os.path.join(home, rel)
         if path in exists:
             ops.append(Op(("--tmpfs", path), "re-mask: desktop URL handlers must not persist"))
-    for rel in profile.masks:
-        path = os.path.join(home, rel)
-        if _under(os.path.dirname(path), bound):
-            ops.append(
-                Op(
-                    ("--tmpfs", path),
-                    f"re-mask {rel}: code there would run on {profile.name}'s next start",
-                )
-            )
+    # Every agent's masks, not only this one's: a codex session must not rewrite
+    # claude's binary cache under a bulk-bound ~/.local/share either.
+    for owner in PROFILES:
+        for rel in owner.masks:
+            path = os.path.join(home, rel)
+            if _under(os.path.dirname(path), bound):
+                reason = f"re-mask {rel}: code there would run at {owner.name}'s next start"
+                ops.append(Op(("--tmpfs", path), reason))
     for rel in NULLED_DOTFILES:
         path = os.path.join(home, rel)
         ops.append(
@@ -269,19 +284,18 @@ def build_ops(
         Op(("--unshare-ipc",), "own System V IPC (check 08)"),
         Op(("--unshare-uts",), "own hostname namespace (check 09)"),
         Op(("--unshare-cgroup-try",), "own cgroup view where the kernel allows it"),
+        Op(
+            ("--unshare-user", "--uid", str(facts.uid), "--gid", str(facts.gid)),
+            "own user namespace as your own uid, root included: outer processes (bwrap's "
+            "monitor, the launcher) sit in another one, so their /proc/PID/root, environ "
+            "and fds stay closed even to uid 0 (checks 33, 34)",
+        ),
     ]
-    if extras.jailed and facts.uid != 0:
-        ops.append(
-            Op(
-                ("--unshare-user", "--uid", str(facts.uid), "--gid", str(facts.gid)),
-                "the jail's holder is root in its user namespace: map back to your uid",
-            )
-        )
     ops += [
         Op(("--die-with-parent",), "the sandbox ends when its launcher does"),
         Op(("--cap-drop", "ALL"), "no capabilities, even as root (check 06)"),
         Op(("--ro-bind", "/", "/"), "default deny by inversion: everything read-only"),
-        _proc_op(facts),
+        *_proc_ops(facts),
         Op(("--dev", "/dev"), "a private /dev with only the basic devices (check 10)"),
         Op(("--tmpfs", "/tmp"), "a private /tmp: IDE sockets stay outside (check 11)"),
     ]

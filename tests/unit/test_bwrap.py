@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -143,10 +144,8 @@ def test_matrix_skeleton_and_order(
     else:
         assert_order(argv, ("--tmpfs", home), forge, ("--bind", "/work/project", "/work/project"))
     user_map = ("--unshare-user", "--uid", str(uid), "--gid", str(uid))
-    if jailed and uid != 0:
-        assert_order(argv, user_map, ("--ro-bind", "/", "/"))
-    else:
-        assert "--unshare-user" not in argv
+    # Always a user namespace, root included: outer processes' /proc entries stay closed.
+    assert_order(argv, user_map, ("--cap-drop", "ALL"), ("--ro-bind", "/", "/"))
     if jailed:
         assert_order(
             argv, ("--ro-bind", "/tmp/j/resolv.conf", "/etc/resolv.conf"), ("--seccomp", "6")
@@ -265,3 +264,25 @@ def test_agent_args_strip_and_inject() -> None:
     assert profiles.agent_args(claude, ("--chrome", "-p", "hi")) == ("--no-chrome", "-p", "hi")
     assert profiles.agent_args(claude, ("--no-chrome",)) == ("--no-chrome",)
     assert profiles.agent_args(profiles.get("codex"), ("--chrome",)) == ("--chrome",)
+
+
+def test_fresh_procfs_keeps_kernel_knobs_read_only_for_root() -> None:
+    for uid in (0, 1000):
+        host = dataclasses.replace(facts(uid=uid), proc_mountable=True)
+        argv = flat(build(host=host))
+        assert_order(argv, ("--ro-bind", "/", "/"), ("--proc", "/proc"), ("--dev", "/dev"))
+        knobs = ("--ro-bind-try", "/proc/sys", "/proc/sys")
+        if uid == 0:
+            assert_order(argv, ("--proc", "/proc"), knobs, ("--dev", "/dev"))
+        else:
+            assert "/proc/sys" not in argv  # a nested sandbox can then mount its own procfs
+    argv = flat(build(host=facts(uid=0)))
+    assert_order(argv, ("--ro-bind", "/", "/"), ("--ro-bind", "/proc", "/proc"))
+    assert "--proc" not in argv
+
+
+def test_every_agents_masks_apply_in_every_profile() -> None:
+    share = f"{HOME_USER}/.local/share"
+    for name in ("codex", "pi"):
+        argv = flat(build(name, host=facts(agent=name, existing=(share,))))
+        assert_order(argv, ("--bind", share, share), ("--tmpfs", f"{share}/claude"))
