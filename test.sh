@@ -32,6 +32,7 @@ venv=${CLAUDE_SANDBOX_TEST_VENV:-/var/tmp/claude-sandbox-test-venv}
 "$venv/bin/mypy" claude_sandbox
 
 set +e
+export CLAUDE_SANDBOX_SOAK=${CLAUDE_SANDBOX_SOAK:-200}  # the issue asks for 200 jailed launches
 "$venv/bin/python" -m pytest "$@"
 status=$?
 set -e

@@ -11,7 +11,6 @@ left behind and nothing inside can change it (check 16).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from dataclasses import dataclass
 
@@ -85,7 +84,7 @@ def identity(user: str, home: str) -> Identity:
     git = paths.find_tool("git")
     found = _git_identity(git, home) if git else {}
     return Identity(
-        found.get("user.name") or user, found.get("user.email") or f"{user}@{socket.gethostname()}"
+        found.get("user.name") or user, found.get("user.email") or f"{user}@{os.uname().nodename}"
     )
 
 

@@ -106,28 +106,35 @@ def _differs(path: str, text: str, mode: int) -> bool:
 # ---------------------------------------------------------------- preconditions
 
 def userns_problem() -> str | None:
-    """Why unprivileged user namespaces do not work here, or None."""
+    """Why user namespaces do not work here (for us, then for an unprivileged user), or None."""
     unshare = paths.find_tool("unshare")
     if unshare is None:
         return "unshare is missing (install util-linux)"
     probe = [unshare, "--user", "--map-root-user", "--net", "true"]
-    runuser = paths.find_tool("setpriv")
-    if os.getuid() == 0 and runuser:
-        probe = [runuser, "--reuid=65534", "--regid=65534", "--clear-groups", *probe]
-    result = subprocess.run(probe, capture_output=True, text=True, check=False)
-    if result.returncode == 0:
-        return None
-    detail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no reason given"
-    hints = []
-    for sysctl, bad in (("/proc/sys/user/max_user_namespaces", "0"),
-                        ("/proc/sys/kernel/unprivileged_userns_clone", "0")):
-        try:
-            if Path(sysctl).read_text().strip() == bad:
-                hints.append(f"{sysctl[10:].replace('/', '.')} is {bad}")
-        except OSError:
-            pass
-    hint = "; ".join(hints) or "the container runtime may block them (seccomp or no userns)"
-    return f"unprivileged user namespaces do not work ({detail}; {hint})"
+    attempts = [("", probe)]
+    setpriv = paths.find_tool("setpriv")
+    if os.getuid() == 0 and setpriv:
+        unprivileged = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *probe]
+        attempts.append((" for unprivileged users", unprivileged))
+    for who, argv in attempts:
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if result.returncode == 0:
+            continue
+        lines = result.stderr.strip().splitlines()
+        detail = lines[-1] if lines else "no reason given"
+        hints = []
+        for sysctl, bad in (
+            ("/proc/sys/user/max_user_namespaces", "0"),
+            ("/proc/sys/kernel/unprivileged_userns_clone", "0"),
+        ):
+            try:
+                if Path(sysctl).read_text().strip() == bad:
+                    hints.append(f"{sysctl[10:].replace('/', '.')} is {bad}")
+            except OSError:
+                pass
+        hint = "; ".join(hints) or "the container runtime may block them (seccomp or no userns)"
+        return f"user namespaces do not work{who} ({detail}; {hint})"
+    return None
 
 
 def apt_install(report: Report) -> None:

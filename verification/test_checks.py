@@ -732,3 +732,16 @@ def test_45_terminal_isolated(request: pytest.FixtureRequest) -> None:
     assert err == 1, "the sandbox holds the launching terminal and TIOCSTI is not refused"
     note(request, "TIOCSTI refused by seccomp")
 
+
+
+def test_46_kernel_knobs_readonly() -> None:
+    # Opening for writing is the test: nothing is written even where it would succeed.
+    opened = []
+    for path in ("/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger"):
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except OSError:
+            continue
+        os.close(fd)
+        opened.append(path)
+    assert not opened, f"open for writing: {', '.join(opened)}"
