@@ -21,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-import bench_jail  # noqa: E402  (the jail floor is measured exactly as bench_jail does)
+import bench_jail
 
 SHIM = "/usr/local/bin/claude-sandbox"
 CORE_PYTHON = "/usr/libexec/claude-sandbox/venv/bin/python"
