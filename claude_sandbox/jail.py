@@ -222,6 +222,11 @@ class Jail:
         self._pasta_pidfd: int | None = None
         self._outside: list[tuple[relays.Relay, subprocess.Popen[bytes]]] = []
         self._inside_pidfds: list[tuple[int, int]] = []
+        # An open descriptor of the holder's user namespace, held until close():
+        # it identifies what the holder left behind, and holding it keeps the
+        # kernel from giving its inode number to another launch's namespace.
+        self._userns_fd: int | None = None
+        self._session_started = False
         self._old_handlers: dict[int, signal.Handlers | int | Callable[..., object] | None] = {}
         self._plan: routes.Plan | None = None
         self._closed = False
@@ -317,6 +322,7 @@ class Jail:
                     os.readlink(f"/proc/{pid}/ns/net") != mine
                     and os.readlink(f"/proc/{pid}/exe") == interpreter
                 ):
+                    self._userns_fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
                     return
             except OSError:
                 pass
@@ -563,6 +569,7 @@ class Jail:
         # EOF: the close-on-exec socket closed because the exec succeeded.
         if reply is not None:
             raise SandboxError(f"egress jail: {reply[1]}", EXIT_UNAVAILABLE)
+        self._session_started = True
 
     # -- teardown --
 
@@ -589,23 +596,51 @@ class Jail:
                 self._pasta.wait()
         if self._pasta_pidfd is None and self._dir is not None:
             self._pasta_pidfd = _pidfd_from_file(self._path("pasta.pid"))
+        # Signal everything first and wait once for all of it: each SIGKILLed
+        # process takes milliseconds to exit (pasta the longest), and waiting
+        # for them one after another added those up on every launch.
+        dying: list[int] = []
         if self._pasta_pidfd is not None:
             # pasta does not exit when the namespace dies (FACTS): end it.
-            _kill_pidfd(self._pasta_pidfd)
+            _send_kill(self._pasta_pidfd)
+            dying.append(self._pasta_pidfd)
             self._pasta_pidfd = None
+        elif self._pasta is not None and self._dir is not None:
+            # pasta's foreground process truncates the pid file, forks the
+            # daemon (which calls setsid) and only then writes its pid and
+            # exits. A SIGKILL in that window (anyone may kill the launcher's
+            # children) leaves a daemon that no pid file and no process group
+            # names; its command line still names the pid file.
+            dying += _kill_matching(lambda pid: _is_pasta_of(pid, self._path("pasta.pid")))
         for pid, pidfd in self._inside_pidfds:
             # The session is gone, so a relay group still exists only if its
             # leader (or a connection child) still runs: the pgid is then ours.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-            _kill_pidfd(pidfd)
+            _send_kill(pidfd)
+            dying.append(pidfd)
         self._inside_pidfds.clear()
         for _, proc in self._outside:
             # Not yet reaped, so its pid (= its group) cannot have been reused.
+            with contextlib.suppress(OSError):
+                dying.append(os.pidfd_open(proc.pid))
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        if self._userns_fd is not None and not self._session_started:
+            # The holder died (a signal) before it became the session. Whatever
+            # it spawned and had not yet reported, above all an inside relay it
+            # was waiting for (its pid travels only in the reply), is orphaned
+            # with no pid on record. It still lives in the holder's user
+            # namespace, which nothing outside this launch shares: end that.
+            userns = os.fstat(self._userns_fd)
+            dying += _kill_matching(lambda pid: _in_namespace(pid, userns))
+        _wait_all(dying)
+        for _, proc in self._outside:
             proc.wait()
         self._outside.clear()
+        if self._userns_fd is not None:
+            os.close(self._userns_fd)
+            self._userns_fd = None
         if self._dir is not None:
             _remove_dir(self._dir)
             self._dir = None
@@ -643,17 +678,72 @@ def _pidfd_from_file(path: str) -> int | None:
     return pidfd
 
 
-def _kill_pidfd(pidfd: int) -> None:
-    """SIGKILL through a pidfd and wait until the process has exited.
+def _send_kill(pidfd: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+
+def _wait_all(pidfds: list[int]) -> None:
+    """Wait until every process has exited (bounded), then close the pidfds.
 
     Waiting makes "no process outlives a launch" true when run() returns,
     not some milliseconds later. A pidfd polls readable once the process
     has exited, even when it is not our child (pasta's daemon is not).
     """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    select.select([pidfd], [], [], KILL_WAIT)
-    os.close(pidfd)
+    pending = list(pidfds)
+    deadline = time.monotonic() + KILL_WAIT
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select(pending, [], [], left)
+        pending = [fd for fd in pending if fd not in ready]
+    for fd in pidfds:
+        os.close(fd)
+
+
+def _is_pasta_of(pid: int, pidfile: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+        if not comm.startswith(("pasta", "passt")):
+            return False
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return pidfile.encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _in_namespace(pid: int, userns: os.stat_result) -> bool:
+    try:
+        st = os.stat(f"/proc/{pid}/ns/user")
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (userns.st_dev, userns.st_ino)
+
+
+def _kill_matching(match: Callable[[int], bool]) -> list[int]:
+    """SIGKILL every process `match` accepts; their pidfds, for _wait_all.
+
+    Only the rare teardowns a signal interrupted get here: a scan of /proc
+    costs a few milliseconds. A pidfd is taken before the second check, so
+    the process killed is the one checked, not a later one with its pid.
+    """
+    me = os.getpid()
+    found: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me or not match(int(name)):
+            continue
+        try:
+            pidfd = os.pidfd_open(int(name))
+        except OSError:
+            continue
+        if match(int(name)):
+            _send_kill(pidfd)
+            found.append(pidfd)
+        else:
+            os.close(pidfd)
+    return found
 
 
 def _remove_dir(path: str) -> None:

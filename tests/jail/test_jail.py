@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -328,3 +329,85 @@ def test_sbxuser_launch(tmp_path: os.PathLike[str]) -> None:
     assert "rc 0 dir-left False" in out.stdout, out.stdout + out.stderr
     assert lines[0] == "0"  # root inside the holder's namespace (bwrap maps it back)
     assert int(lines[1]) >= 7  # the block list is there
+
+
+# --- signals at the two moments the soak test once caught ------------------------
+
+
+def _processes_naming(path: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if path.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+# pasta's foreground process opens (and truncates) its pid file, forks the
+# daemon (which calls setsid), and only then writes the daemon's pid and exits.
+# This stand-in stops at the same point, as a SIGKILL landing there would: a
+# daemon running, named by its command line only, and an empty pid file.
+FAKE_PASTA = """#!/bin/sh
+while [ $# -gt 0 ]; do [ "$1" = -P ] && pidfile=$2; shift; done
+: > "$pidfile"
+( while :; do sleep 0.05; done ) &
+kill -KILL $$
+"""
+
+
+def test_pasta_killed_between_fork_and_pid_file_leaves_no_daemon(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = os.path.join(tmp_path, "pasta")  # comm "pasta", like the real daemon
+    with open(fake, "w") as f:
+        f.write(FAKE_PASTA)
+    os.chmod(fake, 0o755)
+    real_tool = jail.paths.tool
+    monkeypatch.setattr(
+        jail.paths, "tool", lambda name: fake if name == "pasta" else real_tool(name)
+    )
+    j = jail.start(_settings())
+    private_dir = j.private_dir
+    assert private_dir is not None
+    with pytest.raises(SandboxError, match="pasta failed"):
+        j.run(["/bin/true"], {})
+    assert not _processes_naming(private_dir), "pasta's daemon outlived the launch"
+    assert_torn_down(j, private_dir)
+
+
+def test_holder_killed_while_an_inside_relay_starts_leaves_no_relay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The holder has spawned the inside socat but not yet reported its pid."""
+    real_ask = jail.Jail._ask
+
+    def ask(self: jail.Jail, fields: list[str]) -> list[str]:
+        if fields[0] != "relay":
+            return real_ask(self, fields)
+        assert self._holder is not None and self._sock is not None
+        holder = self._holder.pid
+        jail.send_frame(self._sock, fields)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # until the relay has exec'd socat
+            with open(f"/proc/{holder}/task/{holder}/children") as f:
+                kids = f.read().split()
+            if kids and _processes_naming(fields[2]):
+                break
+            time.sleep(0.0005)
+        os.kill(holder, signal.SIGTERM)  # what _forward does with a TERM
+        if jail.recv_frame(self._sock) is None:
+            raise jail._HolderGone
+        raise AssertionError("the holder outlived SIGTERM")
+
+    monkeypatch.setattr(jail.Jail, "_ask", ask)
+    j = jail.start(_settings(callback=[_free_port()]))
+    private_dir = j.private_dir
+    assert private_dir is not None
+    assert j.run(["/bin/true"], {}) == 128 + signal.SIGTERM
+    assert not _processes_naming(private_dir), "an inside relay outlived the launch"
+    assert_torn_down(j, private_dir)
