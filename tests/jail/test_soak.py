@@ -8,6 +8,7 @@ names one (pasta's pid file, the relays' sockets) or whose pid they reported.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -81,7 +82,10 @@ def _one(index: int, signum: int | None) -> tuple[int, str, dict[str, int]]:
                 ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
             ).stdout.split()
             for child in children:
-                os.kill(int(child), signal.SIGKILL)
+                # A child may exit between pgrep and the kill (pasta's
+                # foreground process does, once attached).
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(child), signal.SIGKILL)
         elif signum == signal.SIGINT:
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does to the foreground group
         else:
