@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import functools
 import io
 import json
@@ -465,6 +466,13 @@ def install_integrity(report: Report) -> None:
     install_codex_config(report)
 
 
+def _remove_file_and_empty_parent(path: str) -> None:
+    os.unlink(path)
+    # /etc/claude-code and /etc/codex exist only for these files when we made them.
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(path))
+
+
 def uninstall_integrity(report: Report) -> None:
     """Take out what install_integrity put in; the administrator's own settings stay."""
     path = integrity.MANAGED_SETTINGS
@@ -476,7 +484,7 @@ def uninstall_integrity(report: Report) -> None:
         remaining = integrity.unmerge_settings(existing, added)
         if not remaining and state.get("created_settings", False):
             report.step(f"remove {path} (it held only our policy)", True,
-                        lambda: os.unlink(path))
+                        functools.partial(_remove_file_and_empty_parent, path))
         else:
             wanted = integrity.settings_text(remaining)
             report.step(f"our policy out of {path} (the rest kept)", remaining != existing,
@@ -490,7 +498,7 @@ def uninstall_integrity(report: Report) -> None:
                         lambda: _write(codex, rest, 0o644))
         else:
             report.step(f"remove {codex} (it held only our block)", True,
-                        lambda: os.unlink(codex))
+                        functools.partial(_remove_file_and_empty_parent, codex))
 
 
 # ---------------------------------------------------------------- commands

@@ -167,7 +167,9 @@ def build_image(tag: str = IMAGE) -> float:
 def start(image: str, name: str, *extra: str) -> str:
     """A detached container that idles, for exec-based checks; removed first if left over."""
     subprocess.run([*PODMAN, "rm", "-f", "-t", "0", name], capture_output=True, check=False)
-    subprocess.run([*PODMAN, "run", "-d", "--name", name, *RUN_FLAGS, *extra, image,
+    # --init: with `sleep` as PID 1 nothing reaps the orphans a finished launch
+    # leaves to it, and verify's check 35 (no leftovers) rightly counts the zombies.
+    subprocess.run([*PODMAN, "run", "-d", "--init", "--name", name, *RUN_FLAGS, *extra, image,
                     "sleep", "infinity"], check=True, capture_output=True)
     return name
 

@@ -28,7 +28,8 @@ USERS = ("root", "1000")
 # container has no CAP_SYS_ADMIN for bwrap's privileged mode: see the report).
 JAIL = os.environ.get("CLAUDE_SANDBOX_IMAGE_TEST_JAIL", "1")
 ENV = {} if JAIL == "1" else {"CLAUDE_SANDBOX_EGRESS_JAIL": JAIL}
-CONTAINER = "claude-sandbox-image-test"
+# Unique per run: two test runs on one machine must not remove each other's containers.
+CONTAINER = f"claude-sandbox-image-test-{os.getpid()}"
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,8 @@ def test_layout(container: str) -> None:
 @pytest.mark.parametrize("user", USERS)
 def test_agents_run_through_the_shims(container: str, user: str) -> None:
     for agent in AGENTS:
-        out = _ok(container, f"{agent} --version", user)
+        # pi prints its version on stderr.
+        out = _ok(container, f"{agent} --version 2>&1", user)
         assert pb.AGENT_VERSIONS[agent] in out, (agent, out)
     _ok(container, "claude-sandbox shell -- true", user)
     inside = _ok(container, "claude-sandbox shell -- sh -c 'echo $IS_SANDBOX'", user)

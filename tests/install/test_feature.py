@@ -25,7 +25,7 @@ pytestmark = [
 ]
 testinfra = pytest.importorskip("testinfra")
 
-CONTAINER = "claude-sandbox-feature-test"
+CONTAINER = f"claude-sandbox-feature-test-{os.getpid()}"
 OPTIONS = {
     "AGENTS": "claude,codex,pi",
     "CLAUDECODEVERSION": pb.AGENT_VERSIONS["claude"],
@@ -77,7 +77,7 @@ def test_feature_again_changes_nothing(host: Any) -> None:
 
 def test_feature_agents_run(host: Any) -> None:
     for agent in ("claude", "codex", "pi"):
-        result = pb.execute(CONTAINER, f"{agent} --version")
+        result = pb.execute(CONTAINER, f"{agent} --version 2>&1")
         assert result.returncode == 0 and pb.AGENT_VERSIONS[agent] in result.stdout, result
 
 

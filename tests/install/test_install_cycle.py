@@ -25,7 +25,7 @@ pytestmark = [
 ]
 testinfra = pytest.importorskip("testinfra")
 
-CONTAINER = "claude-sandbox-install-test"
+CONTAINER = f"claude-sandbox-install-test-{os.getpid()}"
 INSTALL = "/src/install.sh --agents claude,pi " \
           f"--agent-versions claude={pb.AGENT_VERSIONS['claude']},pi={pb.AGENT_VERSIONS['pi']}"
 VENDOR_CODEX = "#!/bin/sh\necho vendor-codex 9.9.9\n"
@@ -116,7 +116,7 @@ def test_install(host: Any) -> None:
 def test_agents_run_in_the_sandbox(host: Any) -> None:
     for agent, expected in (("claude", pb.AGENT_VERSIONS["claude"]), ("codex", "vendor-codex"),
                             ("pi", pb.AGENT_VERSIONS["pi"])):
-        result = pb.execute(CONTAINER, f"{agent} --version")
+        result = pb.execute(CONTAINER, f"{agent} --version 2>&1")
         assert result.returncode == 0 and expected in result.stdout, result
 
 
