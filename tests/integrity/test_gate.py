@@ -161,3 +161,49 @@ def test_flag_file_downgrades_the_block_to_a_warning() -> None:
     assert result.returncode == 0, result
     assert "NOT SANDBOXED" in json.loads(result.stdout)["systemMessage"]
     assert integrity.ALLOW_FLAG in result.stderr
+
+
+# ---------------------------------------------------------------- the real Claude Code
+
+REAL_CLAUDE = f"{paths.REAL_BIN_DIR}/claude"
+
+
+def _gate_installed() -> bool:
+    try:
+        settings = json.loads(Path(integrity.MANAGED_SETTINGS).read_text())
+    except (OSError, ValueError):
+        return False
+    return integrity.hook_path(GATE) in json.dumps(settings.get("hooks", {}))
+
+
+needs_claude = pytest.mark.skipif(
+    not os.access(REAL_CLAUDE, os.X_OK) or not _gate_installed(),
+    reason="needs the installed Claude Code and our managed settings",
+)
+
+
+def _claude(argv: list[str], home: Path) -> str:
+    # A print-mode prompt with a dummy key: UserPromptSubmit hooks run before any
+    # request, so no network or account is needed to see the gate's verdict.
+    env = dict(os.environ, HOME=str(home), ANTHROPIC_API_KEY="sk-ant-dummy",
+               CLAUDE_SANDBOX_EGRESS_JAIL="0")
+    result = subprocess.run([*argv, "-p", "hello", "--output-format", "json"], env=env,
+                            capture_output=True, text=True, timeout=180, check=False, cwd=REPO)
+    return result.stdout + result.stderr
+
+
+@needs_claude
+@pytest.mark.integration
+def test_real_claude_is_blocked_unsandboxed(tmp_path: Path) -> None:
+    out = _claude([REAL_CLAUDE], tmp_path)
+    assert "UserPromptSubmit operation blocked by hook" in out, out
+    assert "NOT SANDBOXED" in out
+
+
+@needs_claude
+@needs_sandbox
+@pytest.mark.integration
+def test_real_claude_is_not_blocked_inside(tmp_path: Path) -> None:
+    out = _claude(["flock", LOCK, f"{paths.SHIM_DIR}/claude"], tmp_path)
+    assert "blocked by hook" not in out, out
+    assert "NOT SANDBOXED" not in out
