@@ -62,7 +62,13 @@ else
 fi
 
 # A bad extraConfig line would refuse every launch; fail the build now instead.
-/usr/local/bin/claude-sandbox explain --agent claude >/dev/null \
-  || die "the configuration in $conf is invalid (see the message above)"
+# `explain` reads the configuration exactly as a launch does; it runs from a
+# scratch directory because the build's own cwd may be /, which it refuses as a workspace.
+scratch="$(mktemp -d)"
+if ! (cd "$scratch" && /usr/local/bin/claude-sandbox explain --agent claude >/dev/null); then
+  rmdir "$scratch"
+  die "the configuration in $conf is invalid (see the message above)"
+fi
+rmdir "$scratch"
 
 install -d -m 0700 /var/tmp/claude-agent

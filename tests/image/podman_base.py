@@ -12,6 +12,7 @@ run costs nothing. `python -m tests.image.podman_base` builds it by hand.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -146,9 +147,41 @@ def ensure_base_image() -> str:
     return BASE_IMAGE
 
 
+SOURCE_PARTS = ("install.sh", "pyproject.toml", "claude_sandbox", "verification", "image",
+                "feature")
+
+
+def source_snapshot() -> Path:
+    """One copy of the sources for a whole test run, made once.
+
+    The image, the install cycle and the Feature all install from it, so they
+    install the same code even while the working tree changes under a long run.
+    CLAUDE_SANDBOX_TEST_FROM_HEAD=1 takes the last commit instead of the working tree.
+    """
+    dest = CACHE_DIR / f"source-{os.getpid()}"
+    if (dest / "install.sh").exists():
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("CLAUDE_SANDBOX_TEST_FROM_HEAD") == "1":
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD", *SOURCE_PARTS],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    else:
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "dist")
+        for part in SOURCE_PARTS:
+            source = REPO / part
+            if source.is_dir():
+                shutil.copytree(source, dest / part, ignore=ignore, symlinks=True)
+            else:
+                shutil.copy2(source, dest / part)
+    atexit.register(shutil.rmtree, dest, True)
+    return dest
+
+
 def build_image(tag: str = IMAGE) -> float:
     """Build image/Dockerfile on the offline base; returns the seconds it took."""
     base = ensure_base_image()
+    context = source_snapshot()
     started = time.monotonic()
     args = [f"--build-arg=BASE_IMAGE={base}",
             f"--build-arg=CLAUDE_CODE_VERSION={AGENT_VERSIONS['claude']}",
@@ -157,7 +190,7 @@ def build_image(tag: str = IMAGE) -> float:
     # Niced and without the namespace lock: a long build must not hold up others.
     result = subprocess.run(["nice", "-n", "10", *PODMAN, "build", "--isolation", "chroot",
                              "-f", "image/Dockerfile", *args, "-t", tag, "."],
-                            cwd=REPO, capture_output=True, text=True, check=False)
+                            cwd=context, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = (result.stdout + result.stderr)[-6000:]
         raise RuntimeError(f"podman build failed:\n{tail}")

@@ -41,7 +41,8 @@ FEATURE_RUN = " ".join(f"{k}='{v}'" for k, v in OPTIONS.items()) + " /feature/in
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     started = time.monotonic()
     dist = tmp_path_factory.mktemp("feature") / "claude-sandbox"
-    subprocess.run([str(pb.REPO / "feature" / "build.sh"), str(dist)], check=True,
+    source = pb.source_snapshot()
+    subprocess.run([str(source / "feature" / "build.sh"), str(dist)], check=True,
                    capture_output=True)
     npm, pip = pb.CACHE_DIR / "npm", pb.CACHE_DIR / "pip"
     for cache in (npm, pip):
