@@ -42,11 +42,37 @@ def _internal(command: str, argv: list[str]) -> int:
     raise SandboxError(f"unknown internal command {command}", EXIT_USAGE)
 
 
+def _plain_shell(rest: list[str]) -> tuple[str, tuple[str, ...]] | None:
+    """`shell [--agent NAME] [--] [CMD ...]` without argparse (a launch path); None otherwise.
+
+    Anything else (--help, a bad option) goes to cli.py, whose argparse owns the
+    documented behaviour; both read the same words the same way.
+    """
+    import os
+
+    agent = os.environ.get("CLAUDE_SANDBOX_AGENT", "claude")
+    if rest[:1] == ["--agent"] and len(rest) >= 2 and not rest[1].startswith("-"):
+        agent, rest = rest[1], rest[2:]
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    elif rest and rest[0].startswith("-"):
+        return None
+    return agent, tuple(rest) or ("bash",)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0].startswith("_"):
             return _internal(args[0], args[1:])
+        if args and args[0] == "shell":
+            fast = _plain_shell(args[1:])
+            if fast is not None:
+                import os
+
+                from . import shadow
+
+                return shadow.launch(shadow.Request(fast[0], fast[1], ()), os.environ)
         from . import cli
 
         return cli.main(args)

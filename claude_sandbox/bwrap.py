@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from . import paths
 from .config import Config
 from .errors import EXIT_REFUSED, SandboxError
 from .hostfacts import HostFacts
 from .profiles import PROFILES, Profile
+from .record import record
 
 # Container-engine and system-bus sockets: a socket on a read-only mount can
 # still be connected to, and any of these is root on the host.
@@ -57,7 +57,7 @@ PASSED_THROUGH = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Op:
     """One bubblewrap option (or a few that only make sense together) and why."""
 
@@ -65,7 +65,7 @@ class Op:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Extras:
     """Per-launch inputs that are not host facts: fds and the jail's files."""
 
@@ -79,7 +79,7 @@ class Extras:
     via_script: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Plan:
     ops: tuple[Op, ...]
     env: tuple[tuple[str, str], ...]

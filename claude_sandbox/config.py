@@ -11,34 +11,39 @@ the launching environment cannot loosen them.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
+from types import MappingProxyType
 
 from .errors import EXIT_CONFIG, SandboxError
+from .record import record
 
 
-class Kind(Enum):
-    PATH = "absolute path"
-    FLAG = "flag (bare, or = 1/0)"
-    PATHS = "list of absolute paths"
-    NAMES = "list of variable names"
-    ADDRESSES = "list of single IPv4 addresses"
-    PORTS = "list of ports 1-65535"
-    PORT = "port 1-65535, 0 for off"
-    LEVEL = "standard | harsh"
-    COUNT = "positive integer"
-    SIZE = "size in bytes, with an optional K, M or G suffix"
+@record
+class KindOf:
+    value: str  # what docs/reference/configuration.md shows
 
 
-@dataclass(frozen=True, slots=True)
+class Kind:
+    """The kinds of value a key takes. Not an Enum: enum costs ms at every launch."""
+
+    PATH = KindOf("absolute path")
+    FLAG = KindOf("flag (bare, or = 1/0)")
+    PATHS = KindOf("list of absolute paths")
+    NAMES = KindOf("list of variable names")
+    ADDRESSES = KindOf("list of single IPv4 addresses")
+    PORTS = KindOf("list of ports 1-65535")
+    PORT = KindOf("port 1-65535, 0 for off")
+    LEVEL = KindOf("standard | harsh")
+    COUNT = KindOf("positive integer")
+    SIZE = KindOf("size in bytes, with an optional K, M or G suffix")
+
+
+@record
 class Key:
     name: str
     variable: str | None  # None: /etc only, the environment cannot set it
-    kind: Kind
+    kind: KindOf
     default: str
     meaning: str
     per_agent: bool = False  # may be written `name.AGENT = value`
@@ -187,13 +192,43 @@ DENIED_NAMES = frozenset(
 )
 DENIED_PREFIXES = ("LD_", "PYTHON", "GIT_CONFIG", "CLAUDE_SANDBOX_", "BASH_FUNC_", "DYLD_")
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_SIZE = re.compile(r"([0-9]+)([KMG]?)\Z")
+# Plain string tests, not regular expressions: `re` costs ms at every launch.
+_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_NAME_REST = _NAME_START | frozenset("0123456789")
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz-")
+_AGENT_CHARS = _KEY_CHARS | frozenset("0123456789")
+_SIZE_SCALE = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _is_name(text: str) -> bool:
+    return bool(text) and text[0] in _NAME_START and all(c in _NAME_REST for c in text)
+
+
+def _is_key(name: str) -> bool:
+    key, dot, agent = name.partition(".")
+    if not key or not set(key) <= _KEY_CHARS:
+        return False
+    return not dot or (bool(agent) and set(agent) <= _AGENT_CHARS)
+
+
+def _ipv4(text: str) -> tuple[int, int, int, int] | None:
+    """The four octets of a dotted-quad address: decimal, no leading zeros, no CIDR."""
+    parts = text.split(".")
+    if len(parts) != 4:
+        return None
+    octets = []
+    for part in parts:
+        if not part.isascii() or not part.isdigit() or (len(part) > 1 and part[0] == "0"):
+            return None
+        if int(part) > 255:
+            return None
+        octets.append(int(part))
+    return octets[0], octets[1], octets[2], octets[3]
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Config:
     workspace_root: str | None = None
     no_forge: bool = False
@@ -207,7 +242,7 @@ class Config:
     max_pids: int | None = None
     max_memory: int | None = None
     # Where each non-default value came from ("FILE:LINE" or the variable).
-    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+    origins: Mapping[str, str] = MappingProxyType({})
 
 
 def denied_reason(name: str) -> str | None:
@@ -238,7 +273,7 @@ def _flag(text: str, where: str) -> bool:
 
 
 def _name(text: str, where: str) -> str:
-    if not _NAME.match(text):
+    if not _is_name(text):
         raise SandboxError(f"{where}: {text!r} is not a variable name", EXIT_CONFIG)
     reason = denied_reason(text)
     if reason:
@@ -247,15 +282,15 @@ def _name(text: str, where: str) -> str:
 
 
 def _address(text: str, where: str) -> str:
-    try:
-        address = ipaddress.IPv4Address(text)
-    except ValueError:
+    octets = _ipv4(text)
+    if octets is None:
         raise SandboxError(
             f"{where}: {text!r} is not a single IPv4 address (no CIDR, no names)", EXIT_CONFIG
-        ) from None
-    if address.is_unspecified or address.is_loopback or address.is_multicast:
+        )
+    # 0.0.0.0, loopback and multicast are never a remote host to let through.
+    if octets == (0, 0, 0, 0) or octets[0] == 127 or 224 <= octets[0] <= 239:
         raise SandboxError(f"{where}: {text} cannot be allowed through the jail", EXIT_CONFIG)
-    return str(address)
+    return text
 
 
 def _port(text: str, where: str, *, zero_ok: bool = False) -> int:
@@ -282,14 +317,14 @@ def _count(text: str, where: str) -> int:
 
 
 def _size(text: str, where: str) -> int:
-    match = _SIZE.match(text.upper()) if text.isascii() else None
-    if match is None or int(match.group(1)) < 1:
+    upper = text.upper()
+    digits, suffix = (upper[:-1], upper[-1]) if upper[-1:] in "KMG" else (upper, "")
+    if not digits.isascii() or not digits.isdigit() or int(digits) < 1:
         raise SandboxError(f"{where}: {text!r} is not a size such as 512M or 2G", EXIT_CONFIG)
-    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(2)]
-    return int(match.group(1)) * scale
+    return int(digits) * _SIZE_SCALE[suffix]
 
 
-_SCALAR_PARSERS: dict[Kind, Callable[[str, str], object]] = {
+_SCALAR_PARSERS: dict[KindOf, Callable[[str, str], object]] = {
     Kind.PATH: _path,
     Kind.FLAG: _flag,
     Kind.PORT: lambda text, where: _port(text, where, zero_ok=True),
@@ -297,7 +332,7 @@ _SCALAR_PARSERS: dict[Kind, Callable[[str, str], object]] = {
     Kind.COUNT: _count,
     Kind.SIZE: _size,
 }
-_ITEM_PARSERS: dict[Kind, Callable[[str, str], object]] = {
+_ITEM_PARSERS: dict[KindOf, Callable[[str, str], object]] = {
     Kind.PATHS: _path,
     Kind.NAMES: _name,
     Kind.ADDRESSES: _address,
@@ -305,7 +340,7 @@ _ITEM_PARSERS: dict[Kind, Callable[[str, str], object]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Line:
     key: Key
     agent: str | None
@@ -321,7 +356,7 @@ def _split_line(raw: str, where: str, agents: tuple[str, ...]) -> _Line | None:
     name = name.strip()
     key_name, dot, agent = name.partition(".")
     key = KEYS_BY_NAME.get(key_name)
-    if key is None or not re.fullmatch(r"[a-z-]+(\.[a-z0-9-]+)?", name):
+    if key is None or not _is_key(name):
         raise SandboxError(f"{where}: unknown key {name!r}", EXIT_CONFIG)
     if dot and not key.per_agent:
         raise SandboxError(f"{where}: {key_name} cannot be set per agent", EXIT_CONFIG)
@@ -393,7 +428,7 @@ def parse(
         value = environ[key.variable]
         where = f"${key.variable}"
         if key.kind in _ITEM_PARSERS:
-            items = [item.strip() for item in re.split(r"[,\n]", value) if item.strip()]
+            items = [item.strip() for item in value.replace("\n", ",").split(",") if item.strip()]
             lists[key.name].extend(_ITEM_PARSERS[key.kind](item, where) for item in items)
         elif key.kind is Kind.FLAG and value == "":
             continue
@@ -444,7 +479,7 @@ def _assemble(
         hardening=str(scalars.get("hardening", "standard")),
         max_pids=int(str(pids)) if pids is not None else None,
         max_memory=int(str(memory)) if memory is not None else None,
-        origins=dict(origins),
+        origins=MappingProxyType(dict(origins)),
     )
 
 

@@ -6,18 +6,17 @@ facts injected), so bwrap.py can be tested over a matrix without a sandbox.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 import stat
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from . import paths
 from .errors import EXIT_REFUSED, EXIT_UNAVAILABLE, SandboxError
+from .record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GuardEntry:
     """One entry-point name in a PATH directory ahead of /usr/local/bin."""
 
@@ -26,7 +25,7 @@ class GuardEntry:
     state: str  # "absent", "placeholder" (empty file or /dev/null) or "other"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HostFacts:
     uid: int
     gid: int
@@ -119,8 +118,10 @@ def install_root(binary: str, home: str) -> str:
 
 def ensure_private_dir(path: str, uid: int) -> None:
     """Create `path` 0700 for `uid`, or refuse when what is there is not that."""
-    with contextlib.suppress(FileExistsError):
+    try:
         os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
         raise SandboxError(

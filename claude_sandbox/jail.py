@@ -33,12 +33,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import FrameType
 
 from . import paths, relays, routes
 from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 from .holder import ENCODING, ERRORS, recv_frame, send_frame
+from .record import record
 
 # Flags shared with bench/bench_jail.py's floor, so the two measure the same
 # pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (FACTS).
@@ -65,7 +65,7 @@ _RESOLV_KEEP = ("search", "domain", "options")
 READBACK = "route show table all\nrule show\n"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class JailSettings:
     allow_ip: tuple[str, ...]
     local_ports: tuple[int, ...]

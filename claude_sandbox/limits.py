@@ -25,23 +25,20 @@ warned about in one stderr line (memory as a per-process cap only).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import resource
-import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from .errors import EXIT_UNAVAILABLE, SandboxError
+from .record import record
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 _NAME = "claude-sandbox-{pid}"
-_STALE = re.compile(r"claude-sandbox-(\d+)")
+_PREFIX = "claude-sandbox-"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CgroupFacts:
     """Writable cgroup directories the launcher may make children in ("" = none)."""
 
@@ -50,7 +47,7 @@ class CgroupFacts:
     v1_memory: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CgroupWrite:
     base: str  # the parent directory; the child is base/claude-sandbox-PID
     file: str
@@ -58,7 +55,7 @@ class CgroupWrite:
     optional: bool = False  # written only where the kernel has the file (swap accounting)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LimitPlan:
     cgroup: tuple[CgroupWrite, ...]  # applied outside bwrap, before it starts
     rlimits: tuple[tuple[int, int], ...]  # (RLIMIT_*, value), applied inside by _enter
@@ -164,7 +161,7 @@ def apply_rlimits(rlimits: Sequence[tuple[int, int]]) -> None:
 
 
 # ------------------------------------------------------------------ cgroups
-@dataclass(frozen=True, slots=True)
+@record
 class Cgroup:
     """The per-launch cgroup directories; one per hierarchy in the plan."""
 
@@ -182,8 +179,11 @@ class Cgroup:
         """Move the writing process back to the parent cgroup, so the child can be removed."""
         for directory in self.dirs:
             procs = f"{os.path.dirname(directory)}/cgroup.procs"
-            with contextlib.suppress(OSError), open(procs, "w") as handle:
-                handle.write("0")
+            try:
+                with open(procs, "w") as handle:
+                    handle.write("0")
+            except OSError:
+                pass  # already out, or the parent is gone: remove() then reports it
 
     def remove(self, timeout: float = 2.0) -> list[str]:
         """rmdir every directory; retry while exiting tasks drain. Returns leftovers."""
@@ -231,11 +231,12 @@ def sweep_stale(base: str) -> None:
     except OSError:
         return
     for name in names:
-        match = _STALE.fullmatch(name)
-        if match and not _pid_alive(int(match.group(1))):
-            # Still populated or already gone: a later launch retries.
-            with contextlib.suppress(OSError):
+        pid = name[len(_PREFIX):] if name.startswith(_PREFIX) else ""
+        if pid.isascii() and pid.isdigit() and not _pid_alive(int(pid)):
+            try:
                 os.rmdir(os.path.join(base, name))
+            except OSError:
+                pass  # still populated or already gone: a later launch retries
 
 
 def create(plan: LimitPlan, owner_pid: int | None = None) -> Cgroup | None:
@@ -282,6 +283,7 @@ def run_supervised(
     Returns the child's exit status in shell form.
     """
     import ctypes  # only on this path: the plain launch never pays for it
+    import signal
 
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     for fd in pass_fds:
@@ -330,7 +332,7 @@ def describe(max_pids: int | None, max_memory: int | None, plan: LimitPlan) -> l
 
 
 # ------------------------------------------------- the `_enter` hand-off
-@dataclass(frozen=True, slots=True)
+@record
 class KernelSettings:
     """What `_enter` applies inside the sandbox (enter.py parses it back).
 

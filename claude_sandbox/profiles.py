@@ -6,18 +6,17 @@ these fields and nothing else about an agent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .errors import EXIT_USAGE, SandboxError
+from .record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StateFile:
     path: str  # relative to $HOME
     initial: str  # written when the file is absent, so the bind has a source
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Profile:
     name: str
     # Agent state bound back read-write under the $HOME mask; created 0700 when absent.

@@ -23,12 +23,13 @@ import os
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+
+from .record import record
 
 READY_TIMEOUT = 3.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Relay:
     """One configured port and the two socat command lines that carry it."""
 

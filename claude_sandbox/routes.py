@@ -19,9 +19,9 @@ from __future__ import annotations
 import ipaddress
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from .errors import EXIT_JAIL, SandboxError
+from .record import record
 
 # The address the agent's resolv.conf names. pasta answers DNS sent here
 # (`--dns-forward`) and relays it to the container's real resolver, which on
@@ -31,7 +31,7 @@ from .errors import EXIT_JAIL, SandboxError
 DNS_FORWARDER = "169.254.1.53"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Blocked:
     """One destination the agent must never reach, and why."""
 
@@ -65,7 +65,7 @@ _V6_HARMLESS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Address:
     """One IPv4 address the namespace holds."""
 
@@ -75,7 +75,7 @@ class Address:
     loopback: bool
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NetFacts:
     """What pasta configured in the namespace, as the holder read it."""
 
@@ -86,7 +86,7 @@ class NetFacts:
     copied: tuple[str, ...]  # main-table destinations pasta copied (not default)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Route:
     """A route as the kernel reports it, normalised for comparison.
 
@@ -107,7 +107,7 @@ class Route:
     extra: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rule:
     """A policy rule, normalised: priority, table and every other attribute."""
 
@@ -116,7 +116,7 @@ class Rule:
     extra: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PlannedRoute:
     """One line of the plan: the `ip -batch` command and what it must produce."""
 
@@ -126,7 +126,7 @@ class PlannedRoute:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Plan:
     """The whole main-table programme plus the kernel's own local table."""
 
@@ -139,7 +139,7 @@ class Plan:
         return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Readback:
     routes_v4: tuple[Route, ...]
     rules_v4: tuple[Rule, ...]

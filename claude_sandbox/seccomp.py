@@ -18,9 +18,9 @@ from __future__ import annotations
 import functools
 import os
 import struct
-from dataclasses import dataclass
 
 from .errors import EXIT_CONFIG, EXIT_UNAVAILABLE, SandboxError
+from .record import record
 
 LEVELS = ("standard", "harsh")
 
@@ -57,7 +57,7 @@ _JMP_JGE_K = 0x35
 _RET_K = 0x06
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ArgTest:
     """`(low 32 bits of args[index]) & mask == value`.
 
@@ -73,7 +73,7 @@ class ArgTest:
     value: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rule:
     name: str
     x86_64: int
@@ -133,7 +133,7 @@ RULES: tuple[Rule, ...] = (
 # fmt: on
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Arch:
     audit_arch: int
     foreign: tuple[int, ...]  # other audit arches this CPU can run: killed

@@ -8,12 +8,9 @@ resources a launch opens (the gitconfig pipe, the jail).
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from . import (
     bwrap,
@@ -28,6 +25,7 @@ from . import (
     workspace,
 )
 from .errors import SandboxError
+from .record import record, replace
 from .trace import Trace
 
 JAIL_OFF_WARNING = (
@@ -37,7 +35,7 @@ JAIL_OFF_WARNING = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Request:
     agent: str
     command: tuple[str, ...] | None  # None: the real agent with `args`
@@ -213,8 +211,13 @@ def _prepare(
     if script is not None:
         # script(1) gives the sandbox its own pty: TIOCSTI inside reaches that pty,
         # never the outer terminal (decision 9). It runs bwrap through `$SHELL -c`.
-        argv = [script, "-q", "-e", "-c", "exec " + shlex.join(argv), "/dev/null"]
+        argv = [script, "-q", "-e", "-c", "exec " + sh_join(argv), "/dev/null"]
     return argv, plan.environ(), (git_fd, seccomp_fd)
+
+
+def sh_join(argv: Sequence[str]) -> str:
+    """POSIX sh quoting of each word (shlex.join without importing re at every launch)."""
+    return " ".join("'" + word.replace("'", "'\"'\"'") + "'" for word in argv)
 
 
 def with_enter(plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPlan) -> bwrap.Plan:
@@ -226,13 +229,16 @@ def with_enter(plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPla
     kernel = limits.kernel_settings(
         cfg.hardening, limit_plan, bwrap.writable_targets(plan.ops), bwrap.exec_targets(plan.ops)
     )
-    prefix = (
-        paths.INTERPRETER,
-        "-I",
-        "-m",
-        "claude_sandbox",
-        "_enter",
-        *limits.enter_argv(kernel),
-        "--",
-    )
-    return dataclasses.replace(plan, command=(*prefix, *plan.command))
+    prefix = (paths.INTERPRETER, "-I", "-S", "-c", ENTER_CODE, *limits.enter_argv(kernel), "--")
+    return replace(plan, command=(*prefix, *plan.command))
+
+
+# `_enter` runs at every launch in a fresh interpreter inside the sandbox. -S skips
+# site (about 5 ms, and the distribution's sitecustomize); the one directory it
+# needs, the core venv's site-packages holding this package, is named instead.
+# -I still ignores PYTHON* variables, the user's site and the current directory.
+_SITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENTER_CODE = (
+    f"import sys; sys.path.append({_SITE!r}); "
+    "from claude_sandbox.__main__ import main; sys.exit(main(['_enter', *sys.argv[1:]]))"
+)

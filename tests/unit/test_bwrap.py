@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 
 import pytest
@@ -11,6 +10,7 @@ from claude_sandbox import bwrap, paths, profiles
 from claude_sandbox.config import Config
 from claude_sandbox.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.hostfacts import GuardEntry, HostFacts
+from claude_sandbox.record import replace
 
 HOME_ROOT = "/root"
 HOME_USER = "/home/dev"
@@ -268,7 +268,7 @@ def test_agent_args_strip_and_inject() -> None:
 
 def test_fresh_procfs_keeps_kernel_knobs_read_only_for_root() -> None:
     for uid in (0, 1000):
-        host = dataclasses.replace(facts(uid=uid), proc_mountable=True)
+        host = replace(facts(uid=uid), proc_mountable=True)
         argv = flat(build(host=host))
         assert_order(argv, ("--ro-bind", "/", "/"), ("--proc", "/proc"), ("--dev", "/dev"))
         knobs = ("--ro-bind-try", "/proc/sys", "/proc/sys")
