@@ -8,7 +8,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from . import __version__, bwrap, paths, profiles, shadow
+from . import __version__, bwrap, config, paths, profiles, shadow
 from .errors import EXIT_STATUSES, EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
 
 DESCRIPTION = """\
@@ -146,8 +146,17 @@ def explain(agent: str) -> str:
         jailed=cfg.egress_jail,
         resolv_conf="JAIL/resolv.conf" if cfg.egress_jail else None,
     )
-    plan = shadow.plan_for(
-        profile, cfg, shadow.Request(profile.name, None, ()), facts, os.environ, extras
+    from . import limits, seccomp
+
+    limit_plan = limits.plan_limits(
+        cfg.max_pids, cfg.max_memory, limits.probe_cgroups(), os.getuid()
+    )
+    plan = shadow.with_enter(
+        shadow.plan_for(
+            profile, cfg, shadow.Request(profile.name, None, ()), facts, os.environ, extras
+        ),
+        cfg,
+        limit_plan,
     )
     lines = [
         f"# claude-sandbox {__version__}: the sandbox for {profile.name}",
@@ -164,19 +173,23 @@ def explain(agent: str) -> str:
     for name, value in plan.env:
         shown = "<from the launching environment>" if name in cfg.pass_env else value
         lines.append(f"  {name}={shown}")
-    lines += _explain_layers(cfg)
+    lines.append(f"# kernel layers (hardening = {cfg.hardening}):")
+    lines += [f"  {line}" for line in seccomp.describe(cfg.hardening)]
+    kernel = limits.kernel_settings(cfg.hardening, limit_plan)
+    lines += [f"  {line}" for line in limits.describe_kernel(kernel)]
+    lines += [f"  {line}" for line in limits.describe(cfg.max_pids, cfg.max_memory, limit_plan)]
+    lines += _explain_jail(cfg)
     return "\n".join(lines)
 
 
-def _explain_layers(cfg: object) -> list[str]:
+def _explain_jail(cfg: config.Config) -> list[str]:
     lines = []
-    egress = getattr(cfg, "egress_jail", True)
-    if egress:
+    if cfg.egress_jail:
         lines.append("# egress jail: on (a per-launch network namespace; routes below)")
         try:
             from . import jail
 
-            lines += [f"  {line}" for line in jail.explain_lines(getattr(cfg, "allow_ip", ()))]
+            lines += [f"  {line}" for line in jail.explain_lines(cfg.allow_ip)]
         except (ImportError, AttributeError):
             lines.append("  (route plan unavailable)")
     else:
