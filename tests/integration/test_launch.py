@@ -270,3 +270,26 @@ def test_no_sandbox_process_outlives_the_launch(launcher: Launcher) -> None:
     for pid in lingering.stdout.split():
         with open(f"/proc/{pid}/status") as handle:
             assert launcher.user == "root" or f"Uid:\t{launcher.uid}" not in handle.read()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("allow-ip = 10.0.0.0/8", "'10.0.0.0/8' is not a single IPv4 address (no CIDR, no names)"),
+        ("frobnicate = 1", "unknown key 'frobnicate'"),
+        ("allow-write = relative/dir", "'relative/dir' is not an absolute path"),
+        ("pass-env = LD_PRELOAD", "LD_PRELOAD is on the pass-env deny-list (LD_*)"),
+    ],
+)
+def test_a_bad_line_in_the_real_config_file_refuses(tmp_path: pytest.TempPathFactory,
+                                                     line: str, message: str) -> None:
+    """The operator's file, bound over /etc/claude-sandbox.conf in a private mount namespace."""
+    conf = os.path.join(str(tmp_path), "claude-sandbox.conf")
+    with open(conf, "w") as handle:
+        handle.write(f"# a comment\n\n{line}\n")
+    script = (f"mount --bind {conf} {CONFIG} && cd {tmp_path} && "
+              "exec /usr/local/bin/claude-sandbox shell -- /bin/true")
+    result = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 78
+    assert result.stderr == f"claude-sandbox: {CONFIG}:3: {message}\n"
