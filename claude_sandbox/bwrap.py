@@ -164,42 +164,31 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+def _existing(home: str, exists: frozenset[str], relatives: Sequence[str]) -> list[str]:
+    """The paths under $HOME among `relatives` that exist on this host, in order."""
+    return [p for p in (os.path.join(home, rel) for rel in relatives) if p in exists]
+
+
 def _home_ops(profile: Profile, config: Config, facts: HostFacts) -> list[Op]:
     home, exists = facts.home, facts.existing
     ops = [Op(("--tmpfs", home), "mask $HOME: only the allow-list below comes back (check 03)")]
     if not config.no_forge:
-        for rel in FORGE_CONFIG:
-            path = os.path.join(home, rel)
-            if path in exists:
-                ops.append(
-                    Op(
-                        ("--ro-bind", path, path),
-                        "forge CLI config, read-only: ~/.config is a strict allow-list",
-                    )
-                )
-    for rel in BULK_HOME:
-        path = os.path.join(home, rel)
-        if path in exists:
-            ops.append(
-                Op(
-                    ("--bind", path, path),
-                    "bulk-bound so tool caches and plugins work (credentials here are exposed)",
-                )
-            )
+        reason = "forge CLI config, read-only: ~/.config is a strict allow-list"
+        ops += [Op(("--ro-bind", p, p), reason) for p in _existing(home, exists, FORGE_CONFIG)]
+    bulk = _existing(home, exists, BULK_HOME)
+    reason = "bulk-bound so tool caches and plugins work (credentials here are exposed)"
+    ops += [Op(("--bind", p, p), reason) for p in bulk]
     for rel in profile.state_dirs:
         path = os.path.join(home, rel)
         ops.append(Op(("--bind", path, path), f"{profile.name}'s own state, read-write"))
     for state in profile.state_files:
         path = os.path.join(home, state.path)
         ops.append(Op(("--bind", path, path), f"{profile.name}'s own state file, read-write"))
-    bound = [os.path.join(home, rel) for rel in profile.state_dirs]
-    bound += [path for path in (os.path.join(home, rel) for rel in BULK_HOME) if path in exists]
-    for rel in BULK_MASKS:
-        path = os.path.join(home, rel)
-        if path in exists:
-            ops.append(Op(("--tmpfs", path), "re-mask: desktop URL handlers must not persist"))
+    reason = "re-mask: desktop URL handlers must not persist"
+    ops += [Op(("--tmpfs", p), reason) for p in _existing(home, exists, BULK_MASKS)]
     # Every agent's masks, not only this one's: a codex session must not rewrite
     # claude's binary cache under a bulk-bound ~/.local/share either.
+    bound = [*(os.path.join(home, rel) for rel in profile.state_dirs), *bulk]
     for owner in PROFILES:
         for rel in owner.masks:
             path = os.path.join(home, rel)
@@ -208,18 +197,10 @@ def _home_ops(profile: Profile, config: Config, facts: HostFacts) -> list[Op]:
                 ops.append(Op(("--tmpfs", path), reason))
     for rel in NULLED_DOTFILES:
         path = os.path.join(home, rel)
-        ops.append(
-            Op(("--ro-bind", paths.EMPTY_FILE, path), f"{rel} reads as empty (checks 14, 15)")
-        )
-    for rel in LOCAL_BIN_TOOLS:
-        path = os.path.join(home, rel)
-        if path in exists:
-            ops.append(
-                Op(
-                    ("--ro-bind", path, path),
-                    "only uv and uvx come back from ~/.local/bin, read-only",
-                )
-            )
+        reason = f"{rel} reads as empty (checks 14, 15)"
+        ops.append(Op(("--ro-bind", paths.EMPTY_FILE, path), reason))
+    reason = "only uv and uvx come back from ~/.local/bin, read-only (check 32)"
+    ops += [Op(("--ro-bind", p, p), reason) for p in _existing(home, exists, LOCAL_BIN_TOOLS)]
     return ops
 
 

@@ -151,7 +151,8 @@ def ipv6_off() -> list[str]:
     return ["ok", "; ".join(failures)]
 
 
-def _listening(kind: str, where: str) -> bool:
+def listening(kind: str, where: str) -> bool:
+    """Whether this namespace has a listener on the unix path or 127.0.0.1:port."""
     if kind == "unix":
         # A path socket exists once socat has bound it; listen() follows at once.
         return os.path.exists(where)
@@ -179,7 +180,7 @@ def start_relay(kind: str, where: str, argv: list[str]) -> list[str]:
     finally:
         os.close(null)
     deadline = time.monotonic() + _RELAY_READY_TIMEOUT
-    while not _listening(kind, where):
+    while not listening(kind, where):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done or time.monotonic() > deadline:
             if not done:

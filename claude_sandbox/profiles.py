@@ -19,26 +19,27 @@ class StateFile:
 @record
 class Profile:
     name: str
+    description: str
     # Agent state bound back read-write under the $HOME mask; created 0700 when absent.
     state_dirs: tuple[str, ...]
-    state_files: tuple[StateFile, ...]
-    # Re-masked with an empty tmpfs after the bulk binds that expose them.
-    masks: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    add_args: tuple[str, ...]
-    strip_args: tuple[str, ...]
+    state_files: tuple[StateFile, ...] = ()
+    # Re-masked with an empty tmpfs after the bulk binds that expose them, in every
+    # profile (a codex session must not rewrite claude's binary cache either).
+    masks: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    add_args: tuple[str, ...] = ()
+    strip_args: tuple[str, ...] = ()
     # A private scratch directory bound read-write, and the variable naming it.
-    tmp_dir: str | None
-    tmp_variable: str | None
+    tmp_dir: str | None = None
+    tmp_variable: str | None = None
     # Bind the real binary read-only at ~/.local/bin/NAME too (native-install checks).
-    local_bin_alias: bool
-    # Credentials the agent itself does not need: must stay out (check 04).
-    description: str
+    local_bin_alias: bool = False
 
 
 PROFILES: tuple[Profile, ...] = (
     Profile(
         name="claude",
+        description="Claude Code (@anthropic-ai/claude-code)",
         state_dirs=(".claude",),
         state_files=(StateFile(".claude.json", "{}\n"),),
         # Its versioned binary cache: an agent that rewrote it would run unwrapped
@@ -50,34 +51,18 @@ PROFILES: tuple[Profile, ...] = (
         tmp_dir="/var/tmp/claude-agent",
         tmp_variable="CLAUDE_CODE_TMPDIR",
         local_bin_alias=True,
-        description="Claude Code (@anthropic-ai/claude-code)",
     ),
     Profile(
         name="codex",
+        description="OpenAI Codex CLI (@openai/codex)",
         state_dirs=(".codex",),
-        state_files=(),
         # Its package cache (check 21): code there runs outside on the next launch.
         masks=(".codex/packages",),
-        env=(),
-        add_args=(),
-        strip_args=(),
-        tmp_dir=None,
-        tmp_variable=None,
-        local_bin_alias=False,
-        description="OpenAI Codex CLI (@openai/codex)",
     ),
     Profile(
         name="pi",
-        state_dirs=(".pi",),
-        state_files=(),
-        masks=(),
-        env=(),
-        add_args=(),
-        strip_args=(),
-        tmp_dir=None,
-        tmp_variable=None,
-        local_bin_alias=False,
         description="Pi coding agent (@mariozechner/pi-coding-agent)",
+        state_dirs=(".pi",),
     ),
 )
 AGENT_NAMES: tuple[str, ...] = tuple(profile.name for profile in PROFILES)

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import time
 
+from .holder import listening  # one reading of /proc/net/tcp for both sides
 from .record import record
 
 READY_TIMEOUT = 3.0
@@ -91,19 +92,6 @@ def port_taken(port: int) -> bool:
     finally:
         probe.close()
     return False
-
-
-def listening(kind: str, where: str) -> bool:
-    """Whether this namespace has a listener on the unix path or 127.0.0.1:port."""
-    if kind == "unix":
-        return os.path.exists(where)
-    want = f"0100007F:{int(where):04X}"
-    with open("/proc/net/tcp") as f:
-        return any(
-            fields[1] == want and fields[3] == "0A"
-            for fields in (line.split() for line in f)
-            if len(fields) > 3
-        )
 
 
 def spawn_outside(relay: Relay, socat: str) -> subprocess.Popen[bytes]:
