@@ -37,7 +37,7 @@ ADMIN_SETTINGS: dict[str, Any] = {
 }
 LIBEXEC = "/usr/libexec/claude-sandbox"
 # Everything but the pseudo file systems and the caches the test itself mounts.
-SNAPSHOT = (r"find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /run "
+SNAPSHOT = (r"find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp "
             r"-o -path /root/.npm -o -path /root/.cache -o -path /src \) -prune "
             r"-o -printf '%p %m %U %s %T@\n' | sort")
 
@@ -108,7 +108,8 @@ def test_check_writes_nothing(host: Any) -> None:
     result = host.run(f"{INSTALL} --check 2>&1")
     assert result.rc == 0, result.stdout
     assert "  would " in result.stdout and "  changed " not in result.stdout
-    assert _changed(before, host.run(SNAPSHOT).stdout) == []
+    changed = _changed(before, host.run(SNAPSHOT).stdout)
+    assert not changed, "\n".join(changed)
 
 
 def test_install(host: Any) -> None:
@@ -132,7 +133,8 @@ def test_install_again_changes_nothing(host: Any) -> None:
     assert out.rstrip().endswith("nothing to change"), out
     assert "  changed" not in out
     _assert_installed(host)
-    assert _changed(before, host.run(SNAPSHOT).stdout) == []
+    changed = _changed(before, host.run(SNAPSHOT).stdout)
+    assert not changed, "\n".join(changed)
 
 
 def test_check_after_install_plans_nothing(host: Any) -> None:
