@@ -32,7 +32,7 @@ OPTIONS = {
     "CODEXVERSION": pb.AGENT_VERSIONS["codex"],
     "PIVERSION": pb.AGENT_VERSIONS["pi"],
     "EGRESSJAIL": "true",
-    "EXTRACONFIG": "max-pids = 4096; pass-env = ANTHROPIC_API_KEY",
+    "EXTRACONFIG": "allow-ip = 10.1.2.3; pass-env = ANTHROPIC_API_KEY",
 }
 FEATURE_RUN = " ".join(f"{k}='{v}'" for k, v in OPTIONS.items()) + " /feature/install.sh 2>&1"
 
@@ -65,7 +65,7 @@ def test_feature_installs(host: Any) -> None:
     assert conf.user == "root" and conf.mode == 0o644
     lines = conf.content_string.splitlines()
     assert "egress-jail = 0" not in lines
-    assert "max-pids = 4096" in lines and "pass-env = ANTHROPIC_API_KEY" in lines
+    assert "allow-ip = 10.1.2.3" in lines and "pass-env = ANTHROPIC_API_KEY" in lines
     assert host.file("/var/tmp/claude-agent").mode == 0o700
 
 
@@ -85,8 +85,9 @@ def test_feature_agents_run(host: Any) -> None:
 
 
 def test_feature_matches_the_image(host: Any) -> None:
-    if not pb.image_exists(pb.IMAGE):
-        pytest.skip("the image test has not built the image in this run")
+    # From the same source snapshot; podman's layer cache makes this free when the
+    # image tests already built it in this run.
+    pb.build_image()
     image = subprocess.run([*pb.PODMAN, "run", "--rm", pb.IMAGE, "bash", "-c", MANIFEST_SCRIPT],
                            capture_output=True, text=True, check=True).stdout
     feature = host.run(MANIFEST_SCRIPT)
@@ -105,7 +106,7 @@ def test_egress_jail_option(host: Any) -> None:
 
 
 def test_bad_extra_config_fails_the_build(host: Any) -> None:
-    bad = FEATURE_RUN.replace("max-pids = 4096", "no-such-key = 1")
+    bad = FEATURE_RUN.replace("allow-ip = 10.1.2.3", "no-such-key = 1")
     result = host.run(bad)
     assert result.rc != 0
     assert "claude-sandbox.conf" in result.stdout
