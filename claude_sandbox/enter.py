@@ -16,6 +16,7 @@ describe) lives in limits.py and is re-exported lazily below.
 
 from __future__ import annotations
 
+import _signal as signal  # type: ignore[import-not-found]  # `signal` imports enum
 import os
 import resource
 import sys
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 LEVELS = ("standard", "harsh")
 
 # The parsed options: the same field names as limits.KernelSettings.
-Entry = namedtuple("Entry", "level max_pids max_memory writable exec_files")
+Entry = namedtuple("Entry", "level max_pids max_memory writable exec_files keep_ignored")
 
 
 def __getattr__(name: str) -> Any:
@@ -54,13 +55,15 @@ def parse(argv: list[str]) -> tuple[Entry, list[str]]:
     head, agent = argv[:split], argv[split + 1 :]
     if len(head) % 2:
         raise SandboxError(f"_enter: option without a value in {head!r}", EXIT_USAGE)
-    level, nproc, data = "standard", None, None
+    level, nproc, data, keep_ignored = "standard", None, None, False
     writable: list[str] = []
     exec_files: list[str] = []
     for flag, value in zip(head[::2], head[1::2], strict=True):
         try:
             if flag == "--level" and value in LEVELS:
                 level = value
+            elif flag == "--signals" and value in ("default", "ignored"):
+                keep_ignored = value == "ignored"
             elif flag == "--nproc":
                 nproc = int(value)
             elif flag == "--data":
@@ -75,7 +78,7 @@ def parse(argv: list[str]) -> tuple[Entry, list[str]]:
             raise SandboxError(f"_enter: bad option {flag} {value!r}", EXIT_USAGE) from None
     if not agent or not agent[0].startswith("/"):
         raise SandboxError("_enter: the agent must be named by absolute path", EXIT_USAGE)
-    return Entry(level, nproc, data, tuple(writable), tuple(exec_files)), agent
+    return Entry(level, nproc, data, tuple(writable), tuple(exec_files), keep_ignored), agent
 
 
 def apply_rlimits(settings: Entry) -> None:
@@ -96,9 +99,25 @@ def apply_rlimits(settings: Entry) -> None:
             raise SandboxError(f"_enter: cannot set rlimit: {exc}", EXIT_UNAVAILABLE) from None
 
 
+def reset_signals(keep_ignored: bool) -> None:
+    """Hand the agent the signal dispositions it would have had without us.
+
+    Ignored dispositions survive exec. Python ignores SIGPIPE and SIGXFSZ at start,
+    and the launcher ignores SIGINT and SIGQUIT so that Ctrl-C reaches the agent
+    without killing bwrap (and with it, through --die-with-parent, the sandbox).
+    Those two stay ignored only if the launch itself inherited them ignored.
+    """
+    restore = [signal.SIGPIPE, signal.SIGXFSZ]
+    if not keep_ignored:
+        restore += [signal.SIGINT, signal.SIGQUIT]
+    for signum in restore:
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def main(argv: list[str]) -> NoReturn:
     """`argv` is everything after `_enter`."""
     settings, agent = parse(argv)
+    reset_signals(settings.keep_ignored)
     apply_rlimits(settings)
     landlock.enter(settings.level, settings.writable, settings.exec_files)
     try:

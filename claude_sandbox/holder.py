@@ -222,6 +222,11 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
     environ = dict(item.split("=", 1) for item in env if "=" in item)
     for signum in _PYTHON_IGNORED:
         signal.signal(signum, signal.SIG_DFL)
+    # bwrap stays in the terminal's foreground group with the agent: it must not
+    # die of the agent's Ctrl-C, or --die-with-parent ends the whole sandbox.
+    # `_enter` gives the agent back the default dispositions (enter.reset_signals).
+    for signum in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_IGN)
     try:
         os.execve(argv[0], argv, environ)
     except OSError as exc:

@@ -8,6 +8,7 @@ resources a launch opens (the gitconfig pipe, the jail).
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -83,6 +84,12 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     profile = profiles.get(request.agent)
     if guard.inside_sandbox():
         _exec_nested(profile, request, environ)
+    # bwrap shares the terminal's foreground group with the agent: ignoring Ctrl-C
+    # and Ctrl-\ from here on (inherited through exec) keeps bwrap alive when the
+    # agent gets them; _enter restores them for the agent (enter.reset_signals).
+    signals = "ignored" if _signal.getsignal(_signal.SIGINT) == _signal.SIG_IGN else "default"
+    for signum in (_signal.SIGINT, _signal.SIGQUIT):
+        _signal.signal(signum, _signal.SIG_IGN)
     cfg = load_config(profile.name, environ)
     limit_plan = limits.plan_limits(
         cfg.max_pids, cfg.max_memory, limits.probe_cgroups(), os.getuid()
@@ -111,7 +118,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
             trace.phase("jail started")
         else:
             sys.stderr.write(JAIL_OFF_WARNING)
-        argv, env, fds = _prepare(profile, cfg, limit_plan, request, environ, jail)
+        argv, env, fds = _prepare(profile, cfg, limit_plan, request, environ, jail, signals)
         trace.phase("plan built")
         if jail is not None:
             return jail.run(argv, env, fds)
@@ -187,6 +194,7 @@ def _prepare(
     request: Request,
     environ: Mapping[str, str],
     jail: object | None,
+    signals: str,
 ) -> tuple[list[str], dict[str, str], tuple[int, ...]]:
     bwrap_path = paths.tool("bwrap")
     script = paths.tool("script") if _has_terminal() else None
@@ -203,7 +211,9 @@ def _prepare(
         jailed=jail is not None,
         via_script=script is not None,
     )
-    plan = with_enter(plan_for(profile, cfg, request, facts, environ, extras), cfg, limit_plan)
+    plan = with_enter(
+        plan_for(profile, cfg, request, facts, environ, extras), cfg, limit_plan, signals
+    )
     hostfacts.prepare_state(
         facts.home, profile.state_dirs, ((f.path, f.initial) for f in profile.state_files)
     )
@@ -220,7 +230,9 @@ def sh_join(argv: Sequence[str]) -> str:
     return " ".join("'" + word.replace("'", "'\"'\"'") + "'" for word in argv)
 
 
-def with_enter(plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPlan) -> bwrap.Plan:
+def with_enter(
+    plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPlan, signals: str = "default"
+) -> bwrap.Plan:
     """Put `_enter` (Landlock, in-sandbox rlimits) between bwrap and the program.
 
     Landlock must be entered inside bwrap (a process already in a domain cannot
@@ -229,7 +241,8 @@ def with_enter(plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPla
     kernel = limits.kernel_settings(
         cfg.hardening, limit_plan, bwrap.writable_targets(plan.ops), bwrap.exec_targets(plan.ops)
     )
-    prefix = (paths.INTERPRETER, "-I", "-S", "-c", ENTER_CODE, *limits.enter_argv(kernel), "--")
+    prefix = (paths.INTERPRETER, "-I", "-S", "-c", ENTER_CODE, "--signals", signals,
+              *limits.enter_argv(kernel), "--")
     return replace(plan, command=(*prefix, *plan.command))
 
 

@@ -1,0 +1,82 @@
+"""The terminal through the sandbox: Ctrl-C and window resizes reach the agent, and only it.
+
+A real pty drives `claude-sandbox shell`, jail off and on, as a person's terminal would.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import struct
+import termios
+import time
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+AGENT = """
+import fcntl, os, signal, struct, sys, termios, time
+def size():
+    return struct.unpack("hhhh", fcntl.ioctl(0, termios.TIOCGWINSZ, b"0" * 8))[:2]
+events = []
+signal.signal(signal.SIGWINCH, lambda *a: events.append("winch"))
+signal.signal(signal.SIGINT, lambda *a: events.append("int"))
+print("READY", size(), flush=True)
+for _ in range(60):
+    time.sleep(0.05)
+    while events:
+        print(events.pop(0).upper(), size(), flush=True)
+print("SURVIVED", flush=True)
+sys.exit(42)
+"""
+
+
+class Terminal:
+    def __init__(self, jail: str, workspace: str) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.chdir(workspace)
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "TERM": "xterm",
+                   "CLAUDE_SANDBOX_EGRESS_JAIL": jail}
+            # sh reports the dispositions the agent got (python would ignore SIGPIPE itself).
+            script = 'grep SigIgn /proc/self/status; exec /usr/bin/python3 -c "$0"'
+            os.execve("/usr/local/bin/claude-sandbox",
+                      ["claude-sandbox", "shell", "--", "/bin/sh", "-c", script, AGENT], env)
+        self.seen = b""
+
+    def resize(self, rows: int, cols: int) -> None:
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("hhhh", rows, cols, 0, 0))
+
+    def wait_for(self, text: str, timeout: float = 30) -> bool:
+        deadline = time.monotonic() + timeout
+        while text.encode() not in self.seen and time.monotonic() < deadline:
+            if select.select([self.fd], [], [], 0.1)[0]:
+                try:
+                    self.seen += os.read(self.fd, 4096)
+                except OSError:
+                    break
+        return text.encode() in self.seen
+
+    def status(self) -> int:
+        while self.wait_for("\0never", timeout=0.2):
+            pass
+        return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+
+
+@pytest.mark.parametrize("jail", ["0", "1"])
+def test_ctrl_c_and_resize_reach_the_agent_and_only_it(jail: str, tmp_path: object) -> None:
+    terminal = Terminal(jail, str(tmp_path))
+    terminal.resize(30, 100)
+    # Nothing ignored: not SIGPIPE (Python's), not SIGINT (the launcher's, for bwrap).
+    assert terminal.wait_for("SigIgn:\t0000000000000000"), terminal.seen
+    assert terminal.wait_for("READY (30, 100)"), terminal.seen
+    terminal.resize(40, 120)
+    assert terminal.wait_for("WINCH (40, 120)"), terminal.seen
+    os.write(terminal.fd, b"\x03")
+    assert terminal.wait_for("INT"), terminal.seen
+    # The agent handled Ctrl-C and went on: bwrap did not die of it and take it along.
+    assert terminal.wait_for("SURVIVED"), terminal.seen
+    assert terminal.status() == 42
