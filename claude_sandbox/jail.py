@@ -22,20 +22,20 @@ agent cannot change these routes (bwrap drops capabilities).
 
 from __future__ import annotations
 
+import _socket
 import array
 import contextlib
 import os
 import select
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 
-from . import paths, relays, routes
+from . import jail_start, paths, relays, routes
 from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 from .holder import ENCODING, ERRORS, recv_frame, send_frame
 from .record import record
@@ -76,69 +76,10 @@ class JailSettings:
 # --- preflight ---------------------------------------------------------------
 
 
-def _check_tun() -> None:
-    fix = 'add "--device=/dev/net/tun" to runArgs in devcontainer.json'
-    try:
-        fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise SandboxError(
-            f"egress jail: /dev/net/tun is missing; {fix}", EXIT_UNAVAILABLE
-        ) from None
-    except OSError as exc:
-        raise SandboxError(
-            f"egress jail: /dev/net/tun cannot be opened ({exc.strerror}); "
-            f"run `chmod 666 /dev/net/tun` as root, or {fix}",
-            EXIT_UNAVAILABLE,
-        ) from None
-    try:
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
-    # A bind of /dev/null or a file over the node opens fine but is no tun.
-    if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != 10 or os.minor(st.st_rdev) != 200:
-        raise SandboxError(
-            f"egress jail: /dev/net/tun is not the tun device (10:200); {fix}", EXIT_UNAVAILABLE
-        )
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            return int(f.read().strip() or "0")
-    except (OSError, ValueError):
-        return None
-
-
-def _check_userns() -> None:
-    """Refuse where the kernel or a sysctl disables unprivileged user namespaces.
-
-    These are the knobs we can read without creating a namespace; anything
-    else that refuses one shows up when the holder cannot start (run()).
-    """
-    fix = "enable unprivileged user namespaces"
-    if _read_int("/proc/sys/user/max_user_namespaces") == 0:
-        raise SandboxError(
-            f"egress jail: user namespaces are refused (user.max_user_namespaces = 0); {fix}",
-            EXIT_UNAVAILABLE,
-        )
-    if os.geteuid() != 0 and _read_int("/proc/sys/kernel/unprivileged_userns_clone") == 0:
-        raise SandboxError(
-            f"egress jail: user namespaces are refused "
-            f"(kernel.unprivileged_userns_clone = 0); {fix}",
-            EXIT_UNAVAILABLE,
-        )
-    if not os.path.exists("/proc/self/ns/user"):
-        raise SandboxError("egress jail: this kernel has no user namespaces", EXIT_UNAVAILABLE)
-
-
 def preflight(settings: JailSettings | None = None) -> None:
     """Fail closed before anything starts: each missing primitive is one line."""
-    for name in ("unshare", "pasta", "ip"):
-        paths.tool(name)
-    if settings is not None and (settings.local_ports or settings.callback_ports):
-        paths.tool("socat")
-    _check_tun()
-    _check_userns()
+    relays_wanted = settings is not None and bool(settings.local_ports or settings.callback_ports)
+    jail_start.preflight(needs_socat=relays_wanted)
 
 
 # --- the plan, for `claude-sandbox explain` ----------------------------------
@@ -195,12 +136,16 @@ def _set_not_dumpable() -> None:
         raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
 
 
-def start(settings: JailSettings) -> Jail:
+def start(
+    settings: JailSettings,
+    early: tuple[jail_start.Holder, _socket.socket] | None = None,
+) -> Jail:
     """Start the holder and pasta's attach; return at once so the caller can
-    build its command line while pasta works."""
+    build its command line while pasta works. `early` is a holder the caller
+    already spawned (jail_start.spawn_holder) before importing this module."""
     jail = Jail(settings)
     try:
-        jail._start()
+        jail._start(early)
     except BaseException:
         jail.close()
         raise
@@ -217,7 +162,7 @@ class Jail:
         self.resolv_conf = ""
         self._dir: str | None = None
         self._sock: socket.socket | None = None
-        self._holder: subprocess.Popen[bytes] | None = None
+        self._holder: subprocess.Popen[bytes] | jail_start.Holder | None = None
         self._pasta: subprocess.Popen[bytes] | None = None
         self._pasta_pidfd: int | None = None
         self._outside: list[tuple[relays.Relay, subprocess.Popen[bytes]]] = []
@@ -263,20 +208,14 @@ class Jail:
 
     # -- start --
 
-    def _start(self) -> None:
+    def _start(self, early: tuple[jail_start.Holder, _socket.socket] | None) -> None:
+        if early is None:
+            early = jail_start.spawn_holder()
+        holder, sock = early
+        self._holder = holder
+        self._sock = socket.socket(fileno=sock.detach())
         self._install_signal_handlers()
         self._dir = _private_dir()
-        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        with theirs:
-            self._holder = subprocess.Popen(
-                [
-                    paths.tool("unshare"), "--user", "--map-root-user", "--net",
-                    paths.INTERPRETER, "-I", "-m", "claude_sandbox", "_jail_holder",
-                    "--fd", str(theirs.fileno()),
-                ],
-                pass_fds=(theirs.fileno(),),
-                close_fds=True,
-            )  # fmt: skip
         self.started["holder"] = self._holder.pid
         self._trace("holder spawned")
         self._wait_netns()

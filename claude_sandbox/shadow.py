@@ -102,6 +102,14 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     jail = None
     try:
         if cfg.egress_jail:
+            from . import jail_start
+
+            jail_start.preflight(needs_socat=bool(cfg.local_ports or cfg.callback_ports))
+            if cgroup is not None:
+                cgroup.join()  # the holder and everything it starts inherit the caps
+            # Started first, before jail.py is even imported: the holder's namespace
+            # and pasta's attach are the longest wait, and the rest overlaps them.
+            early = jail_start.spawn_holder()
             from . import jail as jail_module  # only a jailed launch pays for it
 
             settings = jail_module.JailSettings(
@@ -110,11 +118,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
                 callback_ports=cfg.callback_ports,
                 trace=trace.enabled,
             )
-            jail_module.preflight(settings)
-            if cgroup is not None:
-                cgroup.join()  # the holder and everything it starts inherit the caps
-            # Started first: the holder and pasta attach while the plan is built.
-            jail = jail_module.start(settings)
+            jail = jail_module.start(settings, early)
             trace.phase("jail started")
         else:
             sys.stderr.write(JAIL_OFF_WARNING)
