@@ -112,7 +112,11 @@ def _git_identity(git: str, home: str) -> dict[str, str]:
 def identity(user: str, home: str) -> Identity:
     """The launching user's git identity, or git's own fallback guess."""
     git = paths.find_tool("git")
-    found = _git_identity(git, home) if git else {}
+    # No global file, no identity to read: skip starting git (a few ms a launch).
+    # git reads exactly these two with HOME set and XDG_CONFIG_HOME unset.
+    configured = any(os.path.exists(os.path.join(home, rel))
+                     for rel in (".gitconfig", ".config/git/config"))
+    found = _git_identity(git, home) if git and configured else {}
     return Identity(
         found.get("user.name") or user, found.get("user.email") or f"{user}@{os.uname().nodename}"
     )

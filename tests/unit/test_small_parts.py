@@ -87,3 +87,14 @@ def test_no_forge_means_no_helpers() -> None:
     assert gitconfig.forge_helpers(no_forge=True) == {}
     text = gitconfig.render(gitconfig.Identity("a", "b"), {})
     assert "credential" not in text
+
+
+def test_identity_comes_from_the_users_global_git_config(tmp_path: pytest.TempPathFactory) -> None:
+    import os
+
+    home = str(tmp_path)
+    fallback = gitconfig.identity("dev", home)  # no global file: git is not even started
+    assert fallback == gitconfig.Identity("dev", f"dev@{os.uname().nodename}")
+    with open(os.path.join(home, ".gitconfig"), "w") as handle:
+        handle.write('[user]\n\tname = Dev Eloper\n\temail = dev@example.org\n')
+    assert gitconfig.identity("dev", home) == gitconfig.Identity("Dev Eloper", "dev@example.org")
