@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import platform
+import socket
 import stat
 import time
 from collections.abc import Iterator
@@ -242,6 +243,17 @@ def syscall(name: str, *args: int) -> tuple[int, int]:
 
 def errname(number: int) -> str:
     return errno.errorcode.get(number, str(number)) if number else "success"
+
+
+def connect_error(address: str, port: int) -> str | None:
+    """None when a TCP connection to address:port succeeds, else why it did not."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.5)
+        try:
+            sock.connect((address, port))
+        except OSError as error:
+            return errname(error.errno or 0) if error.errno else "timed out"
+    return None
 
 
 def landlock_abi() -> int:

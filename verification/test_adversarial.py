@@ -23,6 +23,7 @@ import pytest
 from probes import (
     FACTS,
     comm,
+    connect_error,
     default_gateway,
     errname,
     fresh_procfs,
@@ -230,19 +231,9 @@ def test_a11_sysv_ipc_outside(request: Req) -> None:
 
 # ------------------------------------------------------------------ network
 
-def _connect(address: str, port: int) -> str | None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.5)
-        try:
-            sock.connect((address, port))
-        except OSError as error:
-            return errname(error.errno or 0) if error.errno else "timed out"
-    return None
-
-
 def test_a12_host_loopback(request: Req) -> None:
     port = int(FACTS["loopback_port"])
-    refused = _connect("127.0.0.1", port)
+    refused = connect_error("127.0.0.1", port)
     if refused is None:
         _jail_exposed()
         pytest.fail(f"reached the outer 127.0.0.1:{port}")
@@ -257,7 +248,7 @@ def test_a13_host_loopback_via_gateway(request: Req) -> None:
     if gateway is None:
         _blocked(request, "no gateway")
         return
-    refused = _connect(gateway, port)
+    refused = connect_error(gateway, port)
     if refused is None:
         pytest.fail(f"reached the outer 127.0.0.1:{port} through the gateway {gateway}")
     _blocked(request, f"{gateway}:{port}: {refused}")
@@ -266,7 +257,7 @@ def test_a13_host_loopback_via_gateway(request: Req) -> None:
 def test_a14_metadata_service(request: Req) -> None:
     _jail_exposed()
     reached = [a for a in ("169.254.169.254", "168.63.129.16", "100.100.100.200")
-               if _connect(a, 80) is None]
+               if connect_error(a, 80) is None]
     if reached:
         pytest.fail(f"metadata reached: {', '.join(reached)}")
     _blocked(request, "no metadata address answers")
@@ -275,7 +266,7 @@ def test_a14_metadata_service(request: Req) -> None:
 def test_a15_private_resolver_direct(request: Req) -> None:
     _jail_exposed()
     servers = [s for s in FACTS.get("outer_nameservers", []) if not s.startswith("127.")]
-    reached = [s for s in servers if _connect(s, 53) is None]
+    reached = [s for s in servers if connect_error(s, 53) is None]
     if reached:
         pytest.fail(f"the outer resolver answered directly: {', '.join(reached)}")
     _blocked(request, f"outer resolvers unreachable: {', '.join(servers) or 'none'}")

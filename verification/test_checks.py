@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from probes import (
     FACTS,
+    connect_error,
     default_gateway,
     errname,
     forwardable,
@@ -482,16 +483,6 @@ def test_29_metadata_unreachable(request: pytest.FixtureRequest) -> None:
     assert not leaks, f"forwardable: {', '.join(leaks)}"
 
 
-def _connects(address: str, port: int) -> str | None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.5)
-        try:
-            sock.connect((address, port))
-        except OSError as error:
-            return errname(error.errno or 0) if error.errno else "timed out"
-    return None
-
-
 def test_30_host_loopback_closed(request: pytest.FixtureRequest) -> None:
     if not jail_on(request):
         return
@@ -501,7 +492,7 @@ def test_30_host_loopback_closed(request: pytest.FixtureRequest) -> None:
         gateway = default_gateway(ipr)
     if gateway:
         targets.append(gateway)
-    reached = [t for t in targets if _connects(t, port) is None]
+    reached = [t for t in targets if connect_error(t, port) is None]
     assert not reached, f"the outer 127.0.0.1:{port} answered at {', '.join(reached)}"
 
 

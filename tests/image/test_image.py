@@ -15,12 +15,7 @@ from collections.abc import Iterator
 import podman_base as pb
 import pytest
 
-pytestmark = [
-    pytest.mark.image,
-    pytest.mark.skipif(os.getuid() != 0, reason="podman tests run as root"),
-    pytest.mark.skipif(bool(pb.missing_tools()),
-                       reason=f"missing: {' '.join(pb.missing_tools())} (apt-get install them)"),
-]
+pytestmark = pb.MARKS
 AGENTS = ("claude", "codex", "pi")
 USERS = ("root", "1000")
 # The launches run with the egress jail on, as the image ships.

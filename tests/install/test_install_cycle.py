@@ -17,12 +17,7 @@ from typing import Any
 import podman_base as pb
 import pytest
 
-pytestmark = [
-    pytest.mark.image,
-    pytest.mark.skipif(os.getuid() != 0, reason="podman tests run as root"),
-    pytest.mark.skipif(bool(pb.missing_tools()),
-                       reason=f"missing: {' '.join(pb.missing_tools())} (apt-get install them)"),
-]
+pytestmark = pb.MARKS
 testinfra = pytest.importorskip("testinfra")
 
 CONTAINER = f"claude-sandbox-install-test-{os.getpid()}"

@@ -28,6 +28,22 @@ def _ip(*args: str) -> None:
     subprocess.run([IP, *args], check=True, capture_output=True)
 
 
+def processes_naming(path: str) -> list[int]:
+    """Every process whose command line names `path`: the leak check, read from /proc
+    independently of the jail's own teardown code."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if path.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
 def jail_available() -> str | None:
     if os.geteuid() != 0:
         return "the jail tests build veth pairs and need root"

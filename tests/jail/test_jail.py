@@ -17,7 +17,14 @@ import pytest
 from claude_sandbox import jail
 from claude_sandbox.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 
-from .conftest import PROBE, SYSTEM_PY, LoopbackServer, PrivateNet, jail_available
+from .conftest import (
+    PROBE,
+    SYSTEM_PY,
+    LoopbackServer,
+    PrivateNet,
+    jail_available,
+    processes_naming,
+)
 
 pytestmark = [
     pytest.mark.jail,
@@ -334,20 +341,6 @@ def test_sbxuser_launch(tmp_path: os.PathLike[str]) -> None:
 # --- signals at the two moments the soak test once caught ------------------------
 
 
-def _processes_naming(path: str) -> list[int]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if path.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 # pasta's foreground process opens (and truncates) its pid file, forks the
 # daemon (which calls setsid), and only then writes the daemon's pid and exits.
 # This stand-in stops at the same point, as a SIGKILL landing there would: a
@@ -376,7 +369,7 @@ def test_pasta_killed_between_fork_and_pid_file_leaves_no_daemon(
     assert private_dir is not None
     with pytest.raises(SandboxError, match="pasta failed"):
         j.run(["/bin/true"], {})
-    assert not _processes_naming(private_dir), "pasta's daemon outlived the launch"
+    assert not processes_naming(private_dir), "pasta's daemon outlived the launch"
     assert_torn_down(j, private_dir)
 
 
@@ -396,7 +389,7 @@ def test_holder_killed_while_an_inside_relay_starts_leaves_no_relay(
         while time.monotonic() < deadline:  # until the relay has exec'd socat
             with open(f"/proc/{holder}/task/{holder}/children") as f:
                 kids = f.read().split()
-            if kids and _processes_naming(fields[2]):
+            if kids and processes_naming(fields[2]):
                 break
             time.sleep(0.0005)
         os.kill(holder, signal.SIGTERM)  # what _forward does with a TERM
@@ -409,5 +402,5 @@ def test_holder_killed_while_an_inside_relay_starts_leaves_no_relay(
     private_dir = j.private_dir
     assert private_dir is not None
     assert j.run(["/bin/true"], {}) == 128 + signal.SIGTERM
-    assert not _processes_naming(private_dir), "an inside relay outlived the launch"
+    assert not processes_naming(private_dir), "an inside relay outlived the launch"
     assert_torn_down(j, private_dir)

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .conftest import jail_available
+from .conftest import jail_available, processes_naming
 
 pytestmark = [
     pytest.mark.jail,
@@ -38,20 +38,6 @@ print(json.dumps({"dir": j.private_dir}), flush=True)
 rc = j.run(["/bin/sh", "-c", sys.argv[1]], {"PATH": "/usr/bin:/bin"})
 print(json.dumps({"rc": rc, "started": j.started}), flush=True)
 """
-
-
-def _processes_naming(path: str) -> list[int]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if path.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def _alive(pid: int) -> bool:
@@ -102,7 +88,7 @@ def _soak(signals: list[int | None]) -> None:
         assert private_dir, f"launch with {signum} reported no private dir"
         assert rc == 0, f"launcher failed with {signum}: {rc}"
         assert not os.path.exists(private_dir), f"{private_dir} left behind"
-        assert not _processes_naming(private_dir), f"process naming {private_dir} left"
+        assert not processes_naming(private_dir), f"process naming {private_dir} left"
         for name, pid in started.items():
             assert not _alive(pid), f"{name} {pid} left after {signum}"
 
