@@ -73,7 +73,6 @@ class Extras:
     seccomp_fd: int | None = None
     resolv_conf: str | None = None  # the jail's generated resolv.conf
     jailed: bool = False
-    enter_prefix: tuple[str, ...] = ()  # runs inside bwrap before the agent
     # script(1) runs bwrap through $SHELL -c, so the environment handed to it says
     # SHELL=/bin/sh and bwrap sets the agent's SHELL back itself.
     via_script: bool = False
@@ -399,5 +398,5 @@ def build(
     return Plan(
         ops=build_ops(profile, config, facts, workspace, allow_write, extras),
         env=build_env(profile, config, facts, environ, extras),
-        command=(*extras.enter_prefix, *command),
+        command=tuple(command),
     )

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 LEVELS = ("standard", "harsh")
 
 # The parsed options: the same field names as limits.KernelSettings.
+# Ctrl-C and Ctrl-\\: ignored by the launcher for bwrap's sake; kept ignored for the
+# agent only where the launch itself inherited them ignored (`--keep-ignored int,quit`).
+_TERMINAL_SIGNALS = {"int": signal.SIGINT, "quit": signal.SIGQUIT}
+
 Entry = namedtuple("Entry", "level max_pids max_memory writable exec_files keep_ignored")
 
 
@@ -47,6 +51,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+def _names(value: str) -> list[str]:
+    return [name for name in value.split(",") if name]
+
+
 def parse(argv: list[str]) -> tuple[Entry, list[str]]:
     """Inverse of `enter_argv` plus the agent argv after `--`."""
     if "--" not in argv:
@@ -55,15 +63,15 @@ def parse(argv: list[str]) -> tuple[Entry, list[str]]:
     head, agent = argv[:split], argv[split + 1 :]
     if len(head) % 2:
         raise SandboxError(f"_enter: option without a value in {head!r}", EXIT_USAGE)
-    level, nproc, data, keep_ignored = "standard", None, None, False
+    level, nproc, data, keep_ignored = "standard", None, None, ()
     writable: list[str] = []
     exec_files: list[str] = []
     for flag, value in zip(head[::2], head[1::2], strict=True):
         try:
             if flag == "--level" and value in LEVELS:
                 level = value
-            elif flag == "--signals" and value in ("default", "ignored"):
-                keep_ignored = value == "ignored"
+            elif flag == "--keep-ignored" and set(_names(value)) <= _TERMINAL_SIGNALS.keys():
+                keep_ignored = tuple(_TERMINAL_SIGNALS[name] for name in _names(value))
             elif flag == "--nproc":
                 nproc = int(value)
             elif flag == "--data":
@@ -99,7 +107,7 @@ def apply_rlimits(settings: Entry) -> None:
             raise SandboxError(f"_enter: cannot set rlimit: {exc}", EXIT_UNAVAILABLE) from None
 
 
-def reset_signals(keep_ignored: bool) -> None:
+def reset_signals(keep_ignored: tuple[int, ...]) -> None:
     """Hand the agent the signal dispositions it would have had without us.
 
     Ignored dispositions survive exec. Python ignores SIGPIPE and SIGXFSZ at start,
@@ -108,8 +116,7 @@ def reset_signals(keep_ignored: bool) -> None:
     Those two stay ignored only if the launch itself inherited them ignored.
     """
     restore = [signal.SIGPIPE, signal.SIGXFSZ]
-    if not keep_ignored:
-        restore += [signal.SIGINT, signal.SIGQUIT]
+    restore += [s for s in _TERMINAL_SIGNALS.values() if s not in keep_ignored]
     for signum in restore:
         signal.signal(signum, signal.SIG_DFL)
 

@@ -77,7 +77,7 @@ def real_binary(agent: str) -> str:
     if not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
         raise SandboxError(
             f"the real {agent} is not installed ({link} does not lead to a program); "
-            f"install it with `claude-sandbox-install --agents {agent}` or see README",
+            f"as root, run `./install.sh --agents {agent}` from the claude-sandbox checkout",
             EXIT_UNAVAILABLE,
         )
     return resolved

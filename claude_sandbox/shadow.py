@@ -87,8 +87,9 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     # bwrap shares the terminal's foreground group with the agent: ignoring Ctrl-C
     # and Ctrl-\ from here on (inherited through exec) keeps bwrap alive when the
     # agent gets them; _enter restores them for the agent (enter.reset_signals).
-    signals = "ignored" if _signal.getsignal(_signal.SIGINT) == _signal.SIG_IGN else "default"
-    for signum in (_signal.SIGINT, _signal.SIGQUIT):
+    terminal = (("int", _signal.SIGINT), ("quit", _signal.SIGQUIT))
+    signals = ",".join(n for n, s in terminal if _signal.getsignal(s) == _signal.SIG_IGN)
+    for _, signum in terminal:
         _signal.signal(signum, _signal.SIG_IGN)
     cfg = load_config(profile.name, environ)
     limit_plan = limits.plan_limits(
@@ -235,7 +236,7 @@ def sh_join(argv: Sequence[str]) -> str:
 
 
 def with_enter(
-    plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPlan, signals: str = "default"
+    plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPlan, signals: str = ""
 ) -> bwrap.Plan:
     """Put `_enter` (Landlock, in-sandbox rlimits) between bwrap and the program.
 
@@ -245,7 +246,7 @@ def with_enter(
     kernel = limits.kernel_settings(
         cfg.hardening, limit_plan, bwrap.writable_targets(plan.ops), bwrap.exec_targets(plan.ops)
     )
-    prefix = (paths.INTERPRETER, "-I", "-S", "-c", ENTER_CODE, "--signals", signals,
+    prefix = (paths.INTERPRETER, "-I", "-S", "-c", ENTER_CODE, "--keep-ignored", signals,
               *limits.enter_argv(kernel), "--")
     return replace(plan, command=(*prefix, *plan.command))
 
