@@ -587,6 +587,12 @@ class Jail:
             signal.signal(signum, handler)
         self._old_handlers.clear()
 
+    def plan_lines(self) -> list[str]:
+        """The plan this jail programmed (or the example plan before run())."""
+        if self._plan is None:
+            return explain_lines(self.settings.allow_ip)
+        return routes.plan_lines(self._plan)
+
 
 class _HolderGone(Exception):
     """The holder closed the channel before the session started (a signal)."""
