@@ -14,18 +14,18 @@ process of the same user, a socketpair cannot (seed 000). The session's argv
 and environment arrive on that socket, never on a command line
 (/proc/PID/cmdline is world-readable).
 
-Imports are deliberately minimal (`_socket` rather than `socket`): this
-interpreter starts while pasta attaches, and on our machines the `socket`
-module's enum set-up alone costs several milliseconds of a ~40 ms launch
-budget. Frames are `length (4 bytes, big endian) + fields joined by
+Imports are deliberately minimal (`_socket` and `_signal` rather than
+`socket` and `signal`): this interpreter starts while pasta attaches, and on
+our machines their enum set-up alone costs several milliseconds of a ~40 ms
+launch budget. Frames are `length (4 bytes, big endian) + fields joined by
 NUL`; NUL cannot occur in argv, environment or paths, so no escaping.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import _socket
 import os
-import signal
 import sys
 import time
 
@@ -33,7 +33,7 @@ ENCODING = "utf-8"
 ERRORS = "surrogateescape"  # argv and environment are bytes on Linux
 # Signals Python leaves ignored (SIGPIPE, SIGXFSZ); an ignored disposition
 # survives exec, and an agent must not inherit it.
-_PYTHON_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
+_PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
 _TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 _RELAY_READY_TIMEOUT = 3.0
 
@@ -184,7 +184,7 @@ def start_relay(kind: str, where: str, argv: list[str]) -> list[str]:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done or time.monotonic() > deadline:
             if not done:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signal.SIGKILL)
                 os.waitpid(pid, 0)
             return ["err", f"relay on {where} did not start"]
         time.sleep(0.001)
@@ -221,12 +221,12 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
     """
     environ = dict(item.split("=", 1) for item in env if "=" in item)
     for signum in _PYTHON_IGNORED:
-        signal.signal(signum, signal.SIG_DFL)
+        _signal.signal(signum, _signal.SIG_DFL)
     # bwrap stays in the terminal's foreground group with the agent: it must not
     # die of the agent's Ctrl-C, or --die-with-parent ends the whole sandbox.
     # `_enter` gives the agent back the default dispositions (enter.reset_signals).
-    for signum in (signal.SIGINT, signal.SIGQUIT):
-        signal.signal(signum, signal.SIG_IGN)
+    for signum in (_signal.SIGINT, _signal.SIGQUIT):
+        _signal.signal(signum, _signal.SIG_IGN)
     try:
         os.execve(argv[0], argv, environ)
     except OSError as exc:
@@ -267,7 +267,7 @@ def serve(sock: _socket.socket) -> int:
 def main(argv: list[str]) -> int:
     # Ctrl-C during set-up reaches this process too (it keeps the terminal's
     # foreground group); die quietly rather than print a traceback.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
     if len(argv) != 2 or argv[0] != "--fd" or not argv[1].isdigit():
         print("claude-sandbox: _jail_holder is internal (usage: --fd N)", file=sys.stderr)
         return 64

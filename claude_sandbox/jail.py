@@ -3,10 +3,11 @@ and nothing private (DESIGN decision 8, seed 002 "Egress-jail mechanism").
 
 The order is the security argument, and every step fails closed:
 
-1. start(): an `unshare -rn` holder re-enters this package with the same
-   root-owned interpreter; as soon as its namespace exists (before its Python
-   has even started) pasta attaches to it from outside, where it has the
-   internet. The caller builds the bwrap command line meanwhile.
+1. jail_start.begin(): an `unshare -rn` holder re-enters this package with
+   the same root-owned interpreter; as soon as its namespace exists (before
+   its Python has even started) pasta attaches to it from outside, where it
+   has the internet. start() takes over what begin() started, and the caller
+   builds the bwrap command line while pasta works.
 2. run(): the holder reads what pasta configured, programs the routes in one
    `ip -batch` call that ends by reading back every table and rule, switches
    IPv6 off; the parent compares the read-back with the plan (routes.py) and
@@ -22,42 +23,28 @@ agent cannot change these routes (bwrap drops capabilities).
 
 from __future__ import annotations
 
+# The C modules: `signal` and `socket` import enum, `subprocess` much more
+# (threading, locale): about 10 ms that would delay the launch (ADR 0004).
+import _signal  # type: ignore[import-not-found]
 import _socket
 import array
 import contextlib
 import os
 import select
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from types import FrameType
 
 from . import jail_start, paths, relays, routes
 from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 from .holder import ENCODING, ERRORS, recv_frame, send_frame
 from .record import record
 
-# Flags shared with bench/bench_jail.py's floor, so the two measure the same
-# pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (FACTS).
-# -t/-u/-T/-U none: no port forwarding in either direction, which also
-# halves pasta's attach time. -4: the jail has no IPv6 to configure.
-PASTA_FLAGS: tuple[str, ...] = (
-    "--config-net",
-    "--no-map-gw",
-    "-4",
-    "-t", "none", "-u", "none", "-T", "none", "-U", "none",
-    "--dns-forward", routes.DNS_FORWARDER,
-    "-q",
-)  # fmt: skip
+PASTA_FLAGS = jail_start.PASTA_FLAGS  # the benchmark's floor starts the same pasta
 PASTA_TIMEOUT = 10.0
 PASTA_ATTEMPTS = 3
-NETNS_TIMEOUT = 5.0
 KILL_WAIT = 2.0
-_SESSION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-_TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+_TERMINAL_SIGNALS = (_signal.SIGINT, _signal.SIGQUIT)
 _PR_SET_DUMPABLE = 4
 _RESOLV_KEEP = ("search", "domain", "options")
 # Every table and every policy rule; run once per family, since the family of
@@ -93,20 +80,6 @@ def explain_lines(allow_ip: Sequence[str] = ()) -> list[str]:
 # --- start -------------------------------------------------------------------
 
 
-def _private_dir() -> str:
-    # 0700 and unguessable: the unix sockets of the relays live here, and
-    # another user must not connect to them or plant files (no tempfile
-    # import: it costs milliseconds on the launch path).
-    for _ in range(16):
-        path = f"/tmp/claude-sandbox-jail.{os.getuid()}.{os.urandom(6).hex()}"
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        return path
-    raise SandboxError("egress jail: cannot create a private directory in /tmp", EXIT_JAIL)
-
-
 def _write_resolv_conf(directory: str) -> str:
     """resolv.conf naming pasta's forwarder; keeps search/domain/options.
 
@@ -121,7 +94,7 @@ def _write_resolv_conf(directory: str) -> str:
     path = os.path.join(directory, "resolv.conf")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "w") as out:
-        out.write(f"nameserver {routes.DNS_FORWARDER}\n")
+        out.write(f"nameserver {jail_start.DNS_FORWARDER}\n")
         out.writelines(line + "\n" for line in kept)
     return path
 
@@ -136,16 +109,15 @@ def _set_not_dumpable() -> None:
         raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
 
 
-def start(
-    settings: JailSettings,
-    early: tuple[jail_start.Holder, _socket.socket] | None = None,
-) -> Jail:
-    """Start the holder and pasta's attach; return at once so the caller can
-    build its command line while pasta works. `early` is a holder the caller
-    already spawned (jail_start.spawn_holder) before importing this module."""
-    jail = Jail(settings)
+def start(settings: JailSettings, early: jail_start.Early | None = None) -> Jail:
+    """Take over (or begin) the holder and pasta's attach; return at once so the
+    caller can build its command line while pasta works. `early` is what the
+    caller started with jail_start.begin() before importing this module."""
+    if early is None:
+        early = jail_start.begin(settings.trace)
+    jail = Jail(settings, early)
     try:
-        jail._start(early)
+        jail._start()
     except BaseException:
         jail.close()
         raise
@@ -157,30 +129,30 @@ class Jail:
 
     resolv_conf: str
 
-    def __init__(self, settings: JailSettings) -> None:
+    def __init__(self, settings: JailSettings, early: jail_start.Early) -> None:
         self.settings = settings
         self.resolv_conf = ""
-        self._dir: str | None = None
-        self._sock: socket.socket | None = None
-        self._holder: subprocess.Popen[bytes] | jail_start.Holder | None = None
-        self._pasta: subprocess.Popen[bytes] | None = None
+        self._dir: str | None = early.directory
+        self._sock: _socket.socket | None = early.sock
+        self._holder: jail_start.Child | None = early.holder
+        self._forward: jail_start.Forwarder | None = early.forward
+        self._pasta: jail_start.Child | None = early.pasta
         self._pasta_pidfd: int | None = None
-        self._outside: list[tuple[relays.Relay, subprocess.Popen[bytes]]] = []
+        self._outside: list[tuple[relays.Relay, jail_start.Child]] = []
         self._inside_pidfds: list[tuple[int, int]] = []
         # An open descriptor of the holder's user namespace, held until close():
         # it identifies what the holder left behind, and holding it keeps the
         # kernel from giving its inode number to another launch's namespace.
-        self._userns_fd: int | None = None
+        self._userns_fd: int | None = early.userns_fd
         self._session_started = False
-        self._old_handlers: dict[int, signal.Handlers | int | Callable[..., object] | None] = {}
+        self._old_handlers: dict[int, object] = {}
         self._plan: routes.Plan | None = None
         self._closed = False
-        self._t0 = time.perf_counter()
-        self._last = self._t0
+        self._t0, self._last = early.clock
         self.warnings: list[str] = []
         # Every process this launch started (holder, pasta's daemon, relays),
         # for leak checks and the benchmark's resident-memory figures.
-        self.started: dict[str, int] = {}
+        self.started: dict[str, int] = {"holder": early.holder.pid}
 
     # -- helpers --
 
@@ -208,97 +180,18 @@ class Jail:
 
     # -- start --
 
-    def _start(self, early: tuple[jail_start.Holder, _socket.socket] | None) -> None:
-        if early is None:
-            early = jail_start.spawn_holder()
-        holder, sock = early
-        self._holder = holder
-        self._sock = socket.socket(fileno=sock.detach())
-        self._install_signal_handlers()
-        self._dir = _private_dir()
-        self.started["holder"] = self._holder.pid
-        self._trace("holder spawned")
-        self._wait_netns()
-        self._trace("holder namespace up")
-        self._spawn_pasta()
-        self._trace("pasta spawned")
+    def _start(self) -> None:
+        # Ctrl-C and Ctrl-\ reach the whole foreground group; they are the
+        # agent's to handle. The parent must outlive them to tear down.
+        # (TERM and HUP are forwarded to the holder since begin(): Forwarder.)
+        for signum in _TERMINAL_SIGNALS:
+            self._old_handlers[signum] = _signal.signal(signum, _signal.SIG_IGN)
         # Everything below overlaps pasta's attach and the holder's start-up.
+        assert self._dir is not None
         self.resolv_conf = _write_resolv_conf(self._dir)
         _set_not_dumpable()
         self._start_outside_relays()
         self._trace("resolv.conf, not dumpable, outside relays")
-
-    def _install_signal_handlers(self) -> None:
-        for signum in _TERMINAL_SIGNALS:
-            # Ctrl-C and Ctrl-\ reach the whole foreground group; they are the
-            # agent's to handle. The parent must outlive them to tear down.
-            self._old_handlers[signum] = signal.signal(signum, signal.SIG_IGN)
-        for signum in _SESSION_SIGNALS:
-            self._old_handlers[signum] = signal.signal(signum, self._forward)
-
-    def _forward(self, signum: int, _frame: FrameType | None) -> None:
-        # Before the exec this ends the holder (default disposition) and so the
-        # launch; afterwards it reaches the session, whose end triggers teardown.
-        if self._holder is not None and self._holder.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._holder.pid, signum)
-
-    def _wait_netns(self) -> None:
-        # pasta cannot attach before the holder has its own namespace (setns
-        # EINVAL, FACTS: pasta) or before unshare has written the id maps.
-        assert self._holder is not None
-        pid = self._holder.pid
-        mine = os.readlink("/proc/self/ns/net")
-        # While a process is inside execve() its new mm is briefly not
-        # dumpable, and pasta (capabilities already dropped) then gets EACCES
-        # opening /proc/PID/ns/user. Waiting until unshare has exec'd the
-        # interpreter closes most of that window; _wait_pasta retries the rest.
-        interpreter = os.path.realpath(paths.INTERPRETER)
-        deadline = time.monotonic() + NETNS_TIMEOUT
-        while True:
-            try:
-                if (
-                    os.readlink(f"/proc/{pid}/ns/net") != mine
-                    and os.readlink(f"/proc/{pid}/exe") == interpreter
-                ):
-                    self._userns_fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-                    return
-            except OSError:
-                pass
-            if self._holder.poll() is not None:
-                raise SandboxError(
-                    "egress jail: cannot create a user and network namespace "
-                    "(unshare failed; are unprivileged user namespaces allowed?)",
-                    EXIT_UNAVAILABLE,
-                )
-            if time.monotonic() > deadline:
-                raise SandboxError("egress jail: the namespace holder did not start", EXIT_JAIL)
-            time.sleep(0.0002)
-
-    def _spawn_pasta(self) -> None:
-        assert self._holder is not None
-        argv = [paths.tool("pasta"), *PASTA_FLAGS, "-P", self._path("pasta.pid")]
-        if os.geteuid() == 0:
-            # As root pasta switches to nobody, who may not enter our namespace.
-            argv += ["--runas", f"{os.getuid()}:{os.getgid()}"]
-        argv.append(str(self._holder.pid))
-        log = os.open(
-            self._path("pasta.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
-        )
-        try:
-            # pasta daemonises after configuring the namespace: this process's
-            # exit is the "attached" signal. Never on the terminal (decision 8).
-            self._pasta = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-                env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
-            )
-        finally:
-            os.close(log)
 
     def _start_outside_relays(self) -> None:
         want = relays.plan_relays(
@@ -362,17 +255,17 @@ class Jail:
     def _wait_pasta(self) -> None:
         assert self._pasta is not None and self._holder is not None
         for attempt in range(PASTA_ATTEMPTS):
-            try:
-                rc = self._pasta.wait(timeout=PASTA_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                raise SandboxError("egress jail: pasta did not attach in time", EXIT_JAIL) from None
+            rc = self._pasta.wait_for(PASTA_TIMEOUT)
+            if rc is None:
+                raise SandboxError("egress jail: pasta did not attach in time", EXIT_JAIL)
             if rc != 0 and self._holder.poll() is not None:
                 raise _HolderGone  # a signal ended the launch while pasta attached
             if rc == 0 or "Permission denied" not in self._pasta_log():
                 break
-            # The exec window described in _wait_netns: try again.
+            # The exec window described in jail_start.wait_netns: try again.
             self._trace(f"pasta attach retried (attempt {attempt + 1})")
-            self._spawn_pasta()
+            assert self._dir is not None
+            self._pasta = jail_start.spawn_pasta(self._holder, self._dir)
         if rc != 0:
             raise SandboxError(f"egress jail: pasta failed: {self._pasta_log()}", EXIT_JAIL)
         try:
@@ -419,7 +312,7 @@ class Jail:
         if rc != 0 or len(docs) != 2:
             raise SandboxError(f"egress jail: cannot read the namespace: {err.strip()}", EXIT_JAIL)
         facts = routes.parse_facts(docs[0], docs[1])
-        plan = routes.build_plan(facts, routes.DNS_FORWARDER, self.settings.allow_ip)
+        plan = routes.build_plan(facts, jail_start.DNS_FORWARDER, self.settings.allow_ip)
         self._plan = plan
         self._trace("namespace read, plan built")
         v6 = self._ask(["ipv6off"])
@@ -496,7 +389,7 @@ class Jail:
             # The descriptors ride on the frame's first byte.
             sent = (
                 self._sock.sendmsg(
-                    [frame[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                    [frame[:1]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))]
                 )
                 if fds
                 else 0
@@ -524,15 +417,12 @@ class Jail:
                 with contextlib.suppress(ProcessLookupError):
                     self._holder.kill()
             self._holder.wait()
-        if self._pasta is not None and self._pasta.poll() is None:
-            # Still attaching. Killing it now could race its fork into the
-            # background before the pid file exists; let it finish (it fails
-            # fast once the holder is gone) and end the daemon by pid file.
-            try:
-                self._pasta.wait(timeout=PASTA_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._pasta.pid, signal.SIGKILL)
-                self._pasta.wait()
+        # Still attaching? Killing it now could race its fork into the
+        # background before the pid file exists; let it finish (it fails fast
+        # once the holder is gone) and end the daemon by pid file.
+        if self._pasta is not None and self._pasta.wait_for(PASTA_TIMEOUT) is None:
+            os.killpg(self._pasta.pid, _signal.SIGKILL)
+            self._pasta.wait()
         if self._pasta_pidfd is None and self._dir is not None:
             self._pasta_pidfd = _pidfd_from_file(self._path("pasta.pid"))
         # Signal everything first and wait once for all of it: each SIGKILLed
@@ -555,7 +445,7 @@ class Jail:
             # The session is gone, so a relay group still exists only if its
             # leader (or a connection child) still runs: the pgid is then ours.
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(pid, _signal.SIGKILL)
             _send_kill(pidfd)
             dying.append(pidfd)
         self._inside_pidfds.clear()
@@ -564,7 +454,7 @@ class Jail:
             with contextlib.suppress(OSError):
                 dying.append(os.pidfd_open(proc.pid))
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, _signal.SIGKILL)
         if self._userns_fd is not None and not self._session_started:
             # The holder died (a signal) before it became the session. Whatever
             # it spawned and had not yet reported, above all an inside relay it
@@ -581,10 +471,13 @@ class Jail:
             os.close(self._userns_fd)
             self._userns_fd = None
         if self._dir is not None:
-            _remove_dir(self._dir)
+            jail_start.remove_dir(self._dir)
             self._dir = None
+        if self._forward is not None:
+            self._forward.restore()
+            self._forward = None
         for signum, handler in self._old_handlers.items():
-            signal.signal(signum, handler)
+            _signal.signal(signum, handler)
         self._old_handlers.clear()
 
     def plan_lines(self) -> list[str]:
@@ -619,7 +512,7 @@ def _pidfd_from_file(path: str) -> int | None:
 
 def _send_kill(pidfd: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
 
 
 def _wait_all(pidfds: list[int]) -> None:
@@ -683,11 +576,3 @@ def _kill_matching(match: Callable[[int], bool]) -> list[int]:
         else:
             os.close(pidfd)
     return found
-
-
-def _remove_dir(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(path):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-        os.rmdir(path)

@@ -1,20 +1,64 @@
-"""What a jailed launch does first: the preflight, and the holder's spawn.
+"""What a jailed launch does first: the preflight, then everything up to pasta's attach.
 
 The holder's namespace and pasta's attach are the longest wait of a jailed
-launch (DESIGN's performance targets), so the holder starts before anything
-else is imported: this module needs only os, stat and _socket. Importing
-jail.py (subprocess, socket, json through routes) costs 15-35 ms here, and
-that now overlaps pasta's attach instead of delaying it.
+launch (DESIGN's performance targets), so they start before anything else is
+imported: this module needs only os, fcntl, stat, select, time, _signal,
+_socket (and ctypes, which jail.py needs as well). begin() spawns the
+holder, waits for its namespace, prepares the tap device and spawns pasta;
+importing jail.py (json and ipaddress through routes: ~13 ms here) and
+building the bwrap command line then overlap pasta's work.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import _socket
+import fcntl
 import os
+import select
 import stat
+import sys
+import time
 
 from . import paths
-from .errors import EXIT_UNAVAILABLE, SandboxError
+from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from .record import record
+
+# The jail's interface, which make_tap creates and pasta attaches to (-I).
+TAP_NAME = "eth0"
+# The address the agent's resolv.conf names. pasta answers DNS sent here
+# (`--dns-forward`) and relays it to the container's real resolver, which on
+# our machines sits inside 10/8 and is therefore blackholed (FACTS: DNS).
+# Link-local, so that without the /32 exception it falls under the
+# unreachable 169.254/16 row, and outside the ranges clouds use for metadata.
+DNS_FORWARDER = "169.254.1.53"
+# Flags shared with bench/bench_jail.py's floor, so the two measure the same
+# pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (FACTS).
+# -t/-u/-T/-U none: no port forwarding in either direction, which also
+# halves pasta's attach time. -4: the jail has no IPv6 to configure.
+# -I: attach to the persistent device make_tap prepared (see there).
+# --no-netns-quit: its inotify watch serves only namespaces bound to a file,
+# never a PID target, and releasing it (an SRCU grace period) kept a killed
+# pasta in exit() for ~25 ms; teardown ends pasta by its pid file anyway.
+PASTA_FLAGS: tuple[str, ...] = (
+    "--config-net",
+    "-I", TAP_NAME,
+    "--no-netns-quit",
+    "--no-map-gw",
+    "-4",
+    "-t", "none", "-u", "none", "-T", "none", "-U", "none",
+    "--dns-forward", DNS_FORWARDER,
+    "-q",
+)  # fmt: skip
+NETNS_TIMEOUT = 5.0
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_TUNSETIFF = 0x400454CA
+_TUNSETPERSIST = 0x400454CB
+_IFF_TAP = 0x0002
+_IFF_NO_PI = 0x1000
+TOOL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+_FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
 
 
 def _check_tun() -> None:
@@ -82,8 +126,8 @@ def preflight(*, needs_socat: bool) -> None:
     _check_userns()
 
 
-class Holder:
-    """The holder process, with the part of subprocess.Popen's interface jail.py uses."""
+class Child:
+    """A child process, with the part of subprocess.Popen's interface jail.py uses."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -100,8 +144,19 @@ class Holder:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
-    def wait(self, timeout: float | None = None) -> int:
-        # jail.py waits without a timeout; the parameter keeps Popen's signature.
+    def wait_for(self, timeout: float) -> int | None:
+        """The exit status, or None if `timeout` seconds pass first."""
+        if self.poll() is None:
+            # A pidfd polls readable once the process has exited.
+            pidfd = os.pidfd_open(self.pid)
+            try:
+                select.select([pidfd], [], [], timeout)
+            finally:
+                os.close(pidfd)
+        return self.poll()
+
+    def wait(self) -> int:
+        """The exit status (negative: the signal that ended it)."""
         while self.returncode is None:
             try:
                 _, status = os.waitpid(self.pid, 0)
@@ -115,36 +170,291 @@ class Holder:
 
     def kill(self) -> None:
         if self.returncode is None:
-            os.kill(self.pid, 9)  # SIGKILL, without importing signal
+            os.kill(self.pid, _signal.SIGKILL)
 
 
-def spawn_holder() -> tuple[Holder, _socket.socket]:
-    """Start `unshare -rn INTERPRETER -I -m claude_sandbox _jail_holder --fd N`.
+def fork_exec(
+    argv: list[str], env: dict[str, str], streams: dict[int, int], setsid: bool
+) -> Child:
+    """fork and exec, with `streams` (target fd: source fd) in place of 0, 1, 2.
 
-    The socketpair is the only channel (seed 000: never a pipe). Python opens
-    every descriptor non-inheritable, so the holder gets its end and the three
-    standard streams only, as Popen(close_fds=True) would give it.
+    Not posix_spawn: glibc's posix_spawn leaves its two internal signals (32,
+    33) ignored in the child, and an ignored disposition survives every exec
+    down to the agent, where nothing can reset it. Python opens descriptors
+    non-inheritable, so the child gets the three streams and nothing else.
+    Python ignores SIGPIPE and SIGXFSZ; the child gets them back at their
+    defaults, as subprocess does (pasta even refuses to start otherwise:
+    "Couldn't install signal handlers").
+    """
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
+                _signal.signal(signum, _signal.SIG_DFL)
+            if setsid:
+                os.setsid()
+            for target, source in streams.items():
+                os.dup2(source, target)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    return Child(pid)
+
+
+def spawn_holder() -> tuple[Child, _socket.socket]:
+    """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N` (paths.internal_argv).
+
+    The socketpair is the only channel (seed 000: never a pipe). The holder
+    gets its end and the three standard streams only.
     """
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         os.set_inheritable(theirs.fileno(), True)
         argv = [
             paths.tool("unshare"), "--user", "--map-root-user", "--net",
-            paths.INTERPRETER, "-I", "-m", "claude_sandbox", "_jail_holder",
-            "--fd", str(theirs.fileno()),
+            *paths.internal_argv("_jail_holder"), "--fd", str(theirs.fileno()),
         ]  # fmt: skip
-        # fork and exec, not posix_spawn: glibc's posix_spawn leaves its two internal
-        # signals (32, 33) ignored in the child, and an ignored disposition would
-        # survive every exec down to the agent, where nothing can reset it.
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.execve(argv[0], argv, os.environ)
-            finally:
-                os._exit(127)
+        holder = fork_exec(argv, dict(os.environ), {}, setsid=False)
     except BaseException:
         ours.close()
         raise
     finally:
         theirs.close()
-    return Holder(pid), ours
+    return holder, ours
+
+
+class Forwarder:
+    """SIGTERM and SIGHUP handler from the holder's spawn to teardown.
+
+    Before the session starts, forwarding ends the holder (its default
+    disposition) and with it the launch; afterwards it reaches the session,
+    whose end triggers teardown. Either way the launcher lives on to tear
+    down: a launcher killed by the default action would leave pasta behind.
+    """
+
+    def __init__(self, holder: Child) -> None:
+        self.holder = holder
+        self.signalled = 0
+        self.previous = {signum: _signal.signal(signum, self) for signum in _FORWARDED}
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        self.signalled = signum
+        if self.holder.returncode is None:
+            try:
+                os.kill(self.holder.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            _signal.signal(signum, handler)
+        self.previous = {}
+
+    def check(self) -> None:
+        """Refuse to go on once a forwarded signal has ended the holder."""
+        if self.signalled and self.holder.poll() is not None:
+            raise SandboxError(
+                f"egress jail: stopped by signal {self.signalled} before the session started",
+                128 + self.signalled,
+            )
+
+
+def make_private_dir() -> str:
+    # 0700 and unguessable: pasta's pid file and the relays' unix sockets live
+    # here; another user must not connect to them or plant files.
+    for _ in range(16):
+        path = f"/tmp/claude-sandbox-jail.{os.getuid()}.{os.urandom(6).hex()}"
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise SandboxError("egress jail: cannot create a private directory in /tmp", EXIT_JAIL)
+
+
+def wait_netns(holder: Child, forward: Forwarder) -> int:
+    """Wait until the holder has its own namespaces; a descriptor of its user namespace.
+
+    pasta cannot attach before the holder has its own network namespace
+    (setns EINVAL, FACTS: pasta) or before unshare has written the id maps.
+    While a process is inside execve() its new mm is briefly not dumpable,
+    and pasta (capabilities already dropped) then gets EACCES opening
+    /proc/PID/ns/user. Waiting until unshare has exec'd the interpreter
+    closes most of that window; jail.py retries the rest.
+    """
+    mine = os.readlink("/proc/self/ns/net")
+    interpreter = os.path.realpath(paths.INTERPRETER)
+    deadline = time.monotonic() + NETNS_TIMEOUT
+    while True:
+        try:
+            if (
+                os.readlink(f"/proc/{holder.pid}/ns/net") != mine
+                and os.readlink(f"/proc/{holder.pid}/exe") == interpreter
+            ):
+                return os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            pass
+        if holder.poll() is not None:
+            forward.check()
+            raise SandboxError(
+                "egress jail: cannot create a user and network namespace "
+                "(unshare failed; are unprivileged user namespaces allowed?)",
+                EXIT_UNAVAILABLE,
+            )
+        if time.monotonic() > deadline:
+            raise SandboxError("egress jail: the namespace holder did not start", EXIT_JAIL)
+        time.sleep(0.0002)
+
+
+def make_tap(holder: Child, userns_fd: int, forward: Forwarder) -> None:
+    """Create the jail's tap device, persistent, before pasta attaches to it.
+
+    When pasta creates the device itself, closing it on pasta's exit
+    unregisters it, and the kernel waits there for every pending RCU callback
+    (rcu_barrier): a killed pasta stayed in exit() for 25-40 ms, and teardown
+    waits for it so that no process outlives the launch. A persistent device
+    is not unregistered on close; it goes with the namespace, in the kernel's
+    own cleanup work, once nothing holds the namespace. Only a process with
+    CAP_NET_ADMIN over the namespace can attach to it: pasta (it joins the
+    holder's user namespace), never the sandbox (bwrap drops every
+    capability, and the sandbox's /dev has no net/tun).
+
+    A forked child joins the holder's namespaces (setns needs a
+    single-threaded process, which a fork of this one is) and creates the
+    device: ~1 ms, where `nsenter ... ip tuntap add` took ~5 ms, all of it
+    before pasta can start.
+    """
+    import ctypes  # also what jail.py marks the launcher not dumpable with
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    netns_fd = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    # struct ifreq: the name (16 bytes), then the flags (a short), 40 bytes in all.
+    ifreq = TAP_NAME.encode().ljust(16, b"\0") + (_IFF_TAP | _IFF_NO_PI).to_bytes(2, "little")
+    readable, writable = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                for signum in _FORWARDED:  # the launcher's handlers are not this child's
+                    _signal.signal(signum, _signal.SIG_DFL)
+                if libc.setns(userns_fd, _CLONE_NEWUSER) != 0:
+                    raise OSError(ctypes.get_errno(), "setns (user)")
+                if libc.setns(netns_fd, _CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns (net)")
+                tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+                fcntl.ioctl(tun, _TUNSETIFF, ifreq.ljust(40, b"\0"))
+                fcntl.ioctl(tun, _TUNSETPERSIST, 1)
+                status = 0
+            except BaseException as exc:  # the child must never return into the launcher
+                os.write(writable, str(exc).encode(errors="replace"))
+            finally:
+                os._exit(status)
+        os.close(writable)
+        writable = -1
+        with os.fdopen(readable, "rb") as err:
+            readable = -1
+            message = err.read().decode(errors="replace").strip()
+        _, wait_status = os.waitpid(pid, 0)
+    finally:
+        os.close(netns_fd)
+        for fd in (readable, writable):
+            if fd >= 0:
+                os.close(fd)
+    if wait_status != 0:
+        forward.check()
+        raise SandboxError(f"egress jail: cannot create the tap device: {message}", EXIT_JAIL)
+
+
+def spawn_pasta(holder: Child, directory: str) -> Child:
+    """Start pasta's attach to the holder; it exits once the namespace is configured.
+
+    pasta daemonises after configuring the namespace: the process started
+    here exits then, which is the "attached" signal. Never on the terminal
+    (DESIGN decision 8): its streams are /dev/null and a log in `directory`.
+    """
+    argv = [paths.tool("pasta"), *PASTA_FLAGS, "-P", os.path.join(directory, "pasta.pid")]
+    if os.geteuid() == 0:
+        # As root pasta switches to nobody, who may not enter our namespace.
+        argv += ["--runas", f"{os.getuid()}:{os.getgid()}"]
+    argv.append(str(holder.pid))
+    log = os.open(
+        os.path.join(directory, "pasta.log"),
+        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+        0o600,
+    )
+    null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fork_exec(argv, TOOL_ENV, {0: null, 1: log, 2: log}, setsid=True)
+    finally:
+        os.close(log)
+        os.close(null)
+
+
+@record
+class Early:
+    """What begin() started, handed to jail.start()."""
+
+    holder: Child
+    sock: _socket.socket
+    forward: Forwarder
+    userns_fd: int
+    directory: str
+    pasta: Child
+    clock: tuple[float, float]  # (start, last phase), for CLAUDE_SANDBOX_TRACE
+
+
+def _phase(enabled: bool, name: str, clock: tuple[float, float]) -> tuple[float, float]:
+    now = time.perf_counter()
+    if enabled:
+        sys.stderr.write(
+            f"claude-sandbox: jail: {name}: {(now - clock[1]) * 1000:.1f} ms "
+            f"(total {(now - clock[0]) * 1000:.1f} ms)\n"
+        )
+    return clock[0], now
+
+
+def begin(trace: bool) -> Early:
+    """Spawn the holder, prepare its namespace and start pasta's attach.
+
+    On any failure everything started here is ended before the error leaves.
+    """
+    start = time.perf_counter()
+    clock = (start, start)
+    holder, sock = spawn_holder()
+    forward = Forwarder(holder)
+    userns_fd = -1
+    directory = ""
+    try:
+        clock = _phase(trace, "holder spawned", clock)
+        directory = make_private_dir()
+        userns_fd = wait_netns(holder, forward)
+        clock = _phase(trace, "holder namespace up", clock)
+        make_tap(holder, userns_fd, forward)
+        clock = _phase(trace, "tap device made", clock)
+        pasta = spawn_pasta(holder, directory)
+        clock = _phase(trace, "pasta spawned", clock)
+    except BaseException:
+        sock.close()  # the holder reads EOF and exits, if it has not yet
+        holder.kill()
+        holder.wait()
+        if userns_fd >= 0:
+            os.close(userns_fd)
+        if directory:
+            remove_dir(directory)
+        forward.restore()
+        raise
+    return Early(holder, sock, forward, userns_fd, directory, pasta, clock)
+
+
+def remove_dir(path: str) -> None:
+    """Remove the private directory and the files in it (it has no subdirectories)."""
+    try:
+        for entry in os.scandir(path):
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass

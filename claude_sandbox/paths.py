@@ -36,6 +36,25 @@ SYSTEM_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
 # The running interpreter, by absolute path: the shim names it, and the jail
 # holder re-enters the core through it rather than through PATH.
 INTERPRETER = sys.executable
+# The directory holding this package: the core venv's site-packages.
+PACKAGE_SITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def internal_argv(command: str) -> list[str]:
+    """How the core re-enters itself for an internal command (`_enter`, `_jail_holder`).
+
+    Both run at every launch in a fresh interpreter. -S skips site (about
+    5 ms, and the distribution's sitecustomize), and `-c` skips runpy's
+    imports; the one directory site would add, the core venv's site-packages
+    holding this package, is named instead. -I still ignores PYTHON*
+    variables, the user's site directory and the current directory. The
+    command's own arguments follow.
+    """
+    code = (
+        f"import sys; sys.path.append({PACKAGE_SITE!r}); from claude_sandbox.__main__ "
+        f"import main; sys.exit(main([{command!r}, *sys.argv[1:]]))"
+    )
+    return [INTERPRETER, "-I", "-S", "-c", code]
 
 _PACKAGES = {
     "bwrap": "bubblewrap",

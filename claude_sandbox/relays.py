@@ -18,13 +18,13 @@ may read or write the user's terminal (DESIGN decision 8).
 
 from __future__ import annotations
 
+import _socket
 import errno
 import os
-import socket
-import subprocess
 import time
 
 from .holder import listening  # one reading of /proc/net/tcp for both sides
+from .jail_start import TOOL_ENV, Child, fork_exec
 from .record import record
 
 READY_TIMEOUT = 3.0
@@ -79,11 +79,11 @@ def plan_relays(
 
 def port_taken(port: int) -> bool:
     """Whether the container's 127.0.0.1:port is already bound by someone else."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    probe = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     try:
         # The same option socat's `reuseaddr` sets, so a TIME_WAIT socket
         # does not count as taken.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", port))
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
@@ -94,19 +94,15 @@ def port_taken(port: int) -> bool:
     return False
 
 
-def spawn_outside(relay: Relay, socat: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        relay.outside_argv(socat),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
-    )
+def spawn_outside(relay: Relay, socat: str) -> Child:
+    null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        return fork_exec(relay.outside_argv(socat), TOOL_ENV, {0: null, 1: null, 2: null}, True)
+    finally:
+        os.close(null)
 
 
-def wait_ready(relay: Relay, proc: subprocess.Popen[bytes]) -> bool:
+def wait_ready(relay: Relay, proc: Child) -> bool:
     """Wait until the outside socat listens; False if it died or never did."""
     kind, where = relay.outside_listener()
     deadline = time.monotonic() + READY_TIMEOUT

@@ -21,14 +21,8 @@ import json
 from collections.abc import Iterable, Sequence
 
 from .errors import EXIT_JAIL, SandboxError
+from .jail_start import DNS_FORWARDER
 from .record import record
-
-# The address the agent's resolv.conf names. pasta answers DNS sent here
-# (`--dns-forward`) and relays it to the container's real resolver, which on
-# our machines sits inside 10/8 and is therefore blackholed (FACTS: DNS).
-# Link-local, so that without the /32 exception it falls under the
-# unreachable 169.254/16 row, and outside the ranges clouds use for metadata.
-DNS_FORWARDER = "169.254.1.53"
 
 
 @record

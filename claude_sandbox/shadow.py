@@ -110,7 +110,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
                 cgroup.join()  # the holder and everything it starts inherit the caps
             # Started first, before jail.py is even imported: the holder's namespace
             # and pasta's attach are the longest wait, and the rest overlaps them.
-            early = jail_start.spawn_holder()
+            early = jail_start.begin(trace.enabled)
             from . import jail as jail_module  # only a jailed launch pays for it
 
             settings = jail_module.JailSettings(
@@ -246,17 +246,6 @@ def with_enter(
     kernel = limits.kernel_settings(
         cfg.hardening, limit_plan, bwrap.writable_targets(plan.ops), bwrap.exec_targets(plan.ops)
     )
-    prefix = (paths.INTERPRETER, "-I", "-S", "-c", ENTER_CODE, "--keep-ignored", signals,
+    prefix = (*paths.internal_argv("_enter"), "--keep-ignored", signals,
               *limits.enter_argv(kernel), "--")
     return replace(plan, command=(*prefix, *plan.command))
-
-
-# `_enter` runs at every launch in a fresh interpreter inside the sandbox. -S skips
-# site (about 5 ms, and the distribution's sitecustomize); the one directory it
-# needs, the core venv's site-packages holding this package, is named instead.
-# -I still ignores PYTHON* variables, the user's site and the current directory.
-_SITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENTER_CODE = (
-    f"import sys; sys.path.append({_SITE!r}); "
-    "from claude_sandbox.__main__ import main; sys.exit(main(['_enter', *sys.argv[1:]]))"
-)

@@ -124,9 +124,9 @@ def _outer_tty_rdev() -> int | None:
 
 def _dns_forwarder() -> str:
     try:
-        from claude_sandbox import routes
+        from claude_sandbox import jail_start
 
-        return str(routes.DNS_FORWARDER)
+        return jail_start.DNS_FORWARDER
     except ImportError:  # the jail is not installed yet; its documented address
         return "169.254.1.53"
 
