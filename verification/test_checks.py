@@ -6,6 +6,7 @@ the table prints on FAIL. A check skips only with a stated reason.
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import resource
@@ -736,3 +737,34 @@ def test_46_kernel_knobs_readonly() -> None:
         os.close(fd)
         opened.append(path)
     assert not opened, f"open for writing: {', '.join(opened)}"
+
+
+def test_47_jail_network_locked(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    # Both attempts would change nothing that matters if they were allowed:
+    # a blackhole for a documentation range, the interface's own MTU again.
+    allowed = []
+    with iproute() as ipr:
+        try:
+            ipr.route("add", dst="198.51.100.0/24", type="blackhole")
+            allowed.append("adding a route")
+        except NetlinkError as error:
+            assert error.code == errno.EPERM, f"adding a route: {errname(error.code)}"
+        for link in ipr.get_links():
+            if link.get_attr("IFLA_IFNAME") == "lo":
+                continue
+            try:
+                ipr.link("set", index=link["index"], mtu=link.get_attr("IFLA_MTU"))
+                allowed.append(f"changing {link.get_attr('IFLA_IFNAME')}")
+            except NetlinkError as error:
+                assert error.code == errno.EPERM, f"changing a link: {errname(error.code)}"
+    assert not allowed, f"allowed inside the jail: {', '.join(allowed)}"
+    try:
+        fd = os.open("/dev/net/tun", os.O_RDWR)
+    except OSError:
+        return
+    os.close(fd)
+    raise AssertionError("/dev/net/tun opens inside the sandbox")

@@ -1,9 +1,10 @@
 """`verify` passes on the installed sandbox, and each check can fail.
 
 These launch real sandboxes: they take the shared namespace lock and run only
-where claude-sandbox is installed. The egress jail is switched off with
-CLAUDE_SANDBOX_EGRESS_JAIL=0 until it lands (checks 19, 20, 28-31 then PASS
-with "jail disabled by the operator"); remove that once the jail is in.
+where claude-sandbox is installed. `verify` runs as shipped, egress jail on.
+The weakened sandboxes built here have no jail, so they run with
+CLAUDE_SANDBOX_EGRESS_JAIL=0 (the jail checks then PASS with "jail disabled by
+the operator"), except where a jail check itself is shown to fail.
 """
 
 from __future__ import annotations
@@ -33,11 +34,9 @@ pytestmark = [
 def _verify(agent: str, user: str | None = None, *extra: str) -> tuple[int, dict]:
     argv = [SHIM, "verify", "--json", "--agent", agent, *extra]
     if user:
-        argv = ["runuser", "-u", user, "--", "env", *(f"{k}={v}" for k, v in JAIL_OFF.items()),
-                *argv]
+        argv = ["runuser", "-u", user, "--", *argv]
     result = subprocess.run(["flock", LOCK, *argv], capture_output=True, text=True,
-                            check=False, cwd="/tmp", env={**os.environ, **JAIL_OFF},
-                            timeout=600)
+                            check=False, cwd="/tmp", timeout=600)
     return result.returncode, json.loads(result.stdout or "{}")
 
 
@@ -66,13 +65,14 @@ def test_verify_passes_as_sbxuser(agent: str) -> None:
 
 # ------------------------------------------------------------------ each check can fail
 
-def _run_with(prefix: list[str]) -> dict[str, tuple[str, str]]:
+def _run_with(prefix: list[str], jail: bool = False) -> dict[str, tuple[str, str]]:
     """Run the checks (from the repo) inside `prefix`, a sandbox we build ourselves."""
     sys.path.insert(0, str(REPO))
     from claude_sandbox.tools import verify
 
+    environ = {**os.environ, **({} if jail else JAIL_OFF)}
     rows, _ = verify.run_suite("claude", directory=str(REPO / "verification"), prefix=prefix,
-                               environ={**os.environ, **JAIL_OFF}, outside_checks=False)
+                               environ=environ, outside_checks=False)
     return {r.id: (r.outcome, r.detail) for r in rows}
 
 
@@ -135,6 +135,13 @@ def test_a_missing_mask_fails(weakened) -> None:  # type: ignore[no-untyped-def]
     del prefix[index - 2:index + 1]
     results = _run_with(prefix)
     assert results["14"][0] == "FAIL", results["14"]
+
+
+def test_a_network_namespace_of_its_own_fails_the_jail_lock() -> None:
+    """Check 47 fails where the checks hold CAP_NET_ADMIN over their namespace."""
+    results = _run_with(["flock", LOCK, "unshare", "--user", "--map-root-user", "--net", "--"],
+                        jail=True)
+    assert results["47"][0] == "FAIL", results["47"]
 
 
 def test_outside_any_sandbox_most_checks_fail() -> None:
