@@ -137,7 +137,6 @@ class Jail:
         self._holder: jail_start.Child | None = early.holder
         self._forward: jail_start.Forwarder | None = early.forward
         self._pasta: jail_start.Child | None = early.pasta
-        self._pasta_pidfd: int | None = None
         self._outside: list[tuple[relays.Relay, jail_start.Child]] = []
         self._inside_pidfds: list[tuple[int, int]] = []
         # An open descriptor of the holder's user namespace, held until close():
@@ -191,7 +190,8 @@ class Jail:
         self.resolv_conf = _write_resolv_conf(self._dir)
         _set_not_dumpable()
         self._start_outside_relays()
-        self._trace("resolv.conf, not dumpable, outside relays")
+        jail_start.sweep_stale_dirs()
+        self._trace("resolv.conf, not dumpable, outside relays, stale directories")
 
     def _start_outside_relays(self) -> None:
         want = relays.plan_relays(
@@ -253,31 +253,30 @@ class Jail:
         return 128 - code if code < 0 else code
 
     def _wait_pasta(self) -> None:
+        """Wait until pasta has configured the namespace: its pid file is written."""
         assert self._pasta is not None and self._holder is not None
-        for attempt in range(PASTA_ATTEMPTS):
-            rc = self._pasta.wait_for(PASTA_TIMEOUT)
-            if rc is None:
+        pidfile = self._path("pasta.pid")
+        deadline = time.monotonic() + PASTA_TIMEOUT
+        attempt = 0
+        while True:
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(pidfile).st_size > 0:
+                    break
+            rc = self._pasta.poll()
+            if rc is not None:
+                if self._holder.poll() is not None:
+                    raise _HolderGone  # a signal ended the launch while pasta attached
+                if "Permission denied" not in self._pasta_log() or attempt + 1 >= PASTA_ATTEMPTS:
+                    raise SandboxError(f"egress jail: pasta failed: {self._pasta_log()}", EXIT_JAIL)
+                # The exec window described in jail_start.wait_netns: try again.
+                attempt += 1
+                self._trace(f"pasta attach retried (attempt {attempt})")
+                assert self._dir is not None
+                self._pasta = jail_start.spawn_pasta(self._holder, self._dir)
+            if time.monotonic() > deadline:
                 raise SandboxError("egress jail: pasta did not attach in time", EXIT_JAIL)
-            if rc != 0 and self._holder.poll() is not None:
-                raise _HolderGone  # a signal ended the launch while pasta attached
-            if rc == 0 or "Permission denied" not in self._pasta_log():
-                break
-            # The exec window described in jail_start.wait_netns: try again.
-            self._trace(f"pasta attach retried (attempt {attempt + 1})")
-            assert self._dir is not None
-            self._pasta = jail_start.spawn_pasta(self._holder, self._dir)
-        if rc != 0:
-            raise SandboxError(f"egress jail: pasta failed: {self._pasta_log()}", EXIT_JAIL)
-        try:
-            with open(self._path("pasta.pid")) as f:
-                pid = int(f.read().strip())
-            # A pidfd names this pasta and no later process with the same PID.
-            self._pasta_pidfd = os.pidfd_open(pid)
-            self.started["pasta"] = pid
-        except (OSError, ValueError) as exc:
-            raise SandboxError(
-                f"egress jail: pasta left no usable pid file ({exc})", EXIT_JAIL
-            ) from None
+            time.sleep(0.0005)
+        self.started["pasta"] = self._pasta.pid
         self._trace("pasta attached")
 
     def _pasta_log(self) -> str:
@@ -363,13 +362,13 @@ class Jail:
     def _start_inside_relays(self) -> None:
         if not self._outside:
             return
-        socat = paths.tool("socat")
+        socat, setpriv = paths.tool("socat"), paths.tool("setpriv")
         for relay, proc in self._outside:
             if not relays.wait_ready(relay, proc):
                 self._warn(f"{relay.kind}-port {relay.port}: outside relay did not start")
                 continue
             kind, where = relay.inside_listener()
-            reply = self._ask(["relay", kind, where, *relay.inside_argv(socat)])
+            reply = self._ask(["relay", kind, where, *relay.inside_argv(socat, setpriv)])
             if reply[0] != "ok":
                 self._warn(f"{relay.kind}-port {relay.port}: {reply[1]}")
                 continue
@@ -417,30 +416,17 @@ class Jail:
                 with contextlib.suppress(ProcessLookupError):
                     self._holder.kill()
             self._holder.wait()
-        # Still attaching? Killing it now could race its fork into the
-        # background before the pid file exists; let it finish (it fails fast
-        # once the holder is gone) and end the daemon by pid file.
-        if self._pasta is not None and self._pasta.wait_for(PASTA_TIMEOUT) is None:
-            os.killpg(self._pasta.pid, _signal.SIGKILL)
-            self._pasta.wait()
-        if self._pasta_pidfd is None and self._dir is not None:
-            self._pasta_pidfd = _pidfd_from_file(self._path("pasta.pid"))
         # Signal everything first and wait once for all of it: each SIGKILLed
-        # process takes milliseconds to exit (pasta the longest), and waiting
-        # for them one after another added those up on every launch.
+        # process takes milliseconds to exit, and waiting for them one after
+        # another added those up on every launch.
         dying: list[int] = []
-        if self._pasta_pidfd is not None:
-            # pasta does not exit when the namespace dies (FACTS): end it.
-            _send_kill(self._pasta_pidfd)
-            dying.append(self._pasta_pidfd)
-            self._pasta_pidfd = None
-        elif self._pasta is not None and self._dir is not None:
-            # pasta's foreground process truncates the pid file, forks the
-            # daemon (which calls setsid) and only then writes its pid and
-            # exits. A SIGKILL in that window (anyone may kill the launcher's
-            # children) leaves a daemon that no pid file and no process group
-            # names; its command line still names the pid file.
-            dying += _kill_matching(lambda pid: _is_pasta_of(pid, self._path("pasta.pid")))
+        if self._pasta is not None and self._pasta.poll() is None:
+            # pasta does not exit when the namespace dies (FACTS): end it. It is
+            # our child (-f), not yet reaped, so its pid cannot have been reused.
+            with contextlib.suppress(OSError):
+                dying.append(os.pidfd_open(self._pasta.pid))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pasta.pid, _signal.SIGKILL)
         for pid, pidfd in self._inside_pidfds:
             # The session is gone, so a relay group still exists only if its
             # leader (or a connection child) still runs: the pgid is then ours.
@@ -464,6 +450,8 @@ class Jail:
             userns = os.fstat(self._userns_fd)
             dying += _kill_matching(lambda pid: _in_namespace(pid, userns))
         _wait_all(dying)
+        if self._pasta is not None:
+            self._pasta.wait()
         for _, proc in self._outside:
             proc.wait()
         self._outside.clear()
@@ -491,25 +479,6 @@ class _HolderGone(Exception):
     """The holder closed the channel before the session started (a signal)."""
 
 
-def _pidfd_from_file(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            pid = int(f.read().strip())
-        pidfd = os.pidfd_open(pid)
-    except (OSError, ValueError):
-        return None
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            comm = f.read().strip()
-    except OSError:
-        comm = ""
-    # The pid file may be stale; only end a process that is pasta.
-    if not comm.startswith(("pasta", "passt")):
-        os.close(pidfd)
-        return None
-    return pidfd
-
-
 def _send_kill(pidfd: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
@@ -532,18 +501,6 @@ def _wait_all(pidfds: list[int]) -> None:
         pending = [fd for fd in pending if fd not in ready]
     for fd in pidfds:
         os.close(fd)
-
-
-def _is_pasta_of(pid: int, pidfile: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            comm = f.read().strip()
-        if not comm.startswith(("pasta", "passt")):
-            return False
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return pidfile.encode() in f.read().split(b"\0")
-    except OSError:
-        return False
 
 
 def _in_namespace(pid: int, userns: os.stat_result) -> bool:

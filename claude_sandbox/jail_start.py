@@ -24,6 +24,10 @@ from . import paths
 from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 from .record import record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # The jail's interface, which make_tap creates and pasta attaches to (-I).
 TAP_NAME = "eth0"
 # The address the agent's resolv.conf names. pasta answers DNS sent here
@@ -122,6 +126,7 @@ def preflight(*, needs_socat: bool) -> None:
         paths.tool(name)
     if needs_socat:
         paths.tool("socat")
+        paths.tool("setpriv")
     _check_tun()
     _check_userns()
 
@@ -173,8 +178,26 @@ class Child:
             os.kill(self.pid, _signal.SIGKILL)
 
 
+_PR_SET_PDEATHSIG = 1
+_LIBC: Any = None
+
+
+def _libc() -> Any:
+    """libc through ctypes, loaded once (make_tap and jail.py need it anyway)."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
 def fork_exec(
-    argv: list[str], env: dict[str, str], streams: dict[int, int], setsid: bool
+    argv: list[str],
+    env: dict[str, str],
+    streams: dict[int, int],
+    setsid: bool,
+    die_with_parent: bool = False,
 ) -> Child:
     """fork and exec, with `streams` (target fd: source fd) in place of 0, 1, 2.
 
@@ -185,10 +208,20 @@ def fork_exec(
     Python ignores SIGPIPE and SIGXFSZ; the child gets them back at their
     defaults, as subprocess does (pasta even refuses to start otherwise:
     "Couldn't install signal handlers").
+
+    `die_with_parent`: the kernel SIGKILLs the child when this process ends,
+    even by SIGKILL, when nothing of ours can run to tear down (pasta and the
+    outside relays: nothing else would ever end them).
     """
+    libc = _libc() if die_with_parent else None
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            if libc is not None:
+                libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0)
+                if os.getppid() != parent:  # the parent died before the prctl
+                    os._exit(127)
             for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
                 _signal.signal(signum, _signal.SIG_DFL)
             if setsid:
@@ -259,11 +292,15 @@ class Forwarder:
             )
 
 
+_DIR_PREFIX = "claude-sandbox-jail."
+
+
 def make_private_dir() -> str:
     # 0700 and unguessable: pasta's pid file and the relays' unix sockets live
-    # here; another user must not connect to them or plant files.
+    # here; another user must not connect to them or plant files. The name
+    # carries the launcher's pid, for sweep_stale_dirs.
     for _ in range(16):
-        path = f"/tmp/claude-sandbox-jail.{os.getuid()}.{os.urandom(6).hex()}"
+        path = f"/tmp/{_DIR_PREFIX}{os.getuid()}.{os.getpid()}.{os.urandom(6).hex()}"
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
@@ -326,7 +363,7 @@ def make_tap(holder: Child, userns_fd: int, forward: Forwarder) -> None:
     """
     import ctypes  # also what jail.py marks the launcher not dumpable with
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     netns_fd = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     # struct ifreq: the name (16 bytes), then the flags (a short), 40 bytes in all.
     ifreq = TAP_NAME.encode().ljust(16, b"\0") + (_IFF_TAP | _IFF_NO_PI).to_bytes(2, "little")
@@ -367,13 +404,18 @@ def make_tap(holder: Child, userns_fd: int, forward: Forwarder) -> None:
 
 
 def spawn_pasta(holder: Child, directory: str) -> Child:
-    """Start pasta's attach to the holder; it exits once the namespace is configured.
+    """Start pasta's attach to the holder, in the foreground, as our child.
 
-    pasta daemonises after configuring the namespace: the process started
-    here exits then, which is the "attached" signal. Never on the terminal
-    (DESIGN decision 8): its streams are /dev/null and a log in `directory`.
+    With -f pasta neither forks nor daemonises: it writes its pid file once
+    the namespace is configured (the "attached" signal jail.py waits for) and
+    stays this process's child, which ends it by pid and reaps it. And since
+    the kernel kills it when the launcher dies (die_with_parent), not even a
+    SIGKILLed launcher leaves a pasta behind (a daemon would live on). Never
+    on the terminal (DESIGN decision 8): its streams are /dev/null and a log
+    in `directory`.
     """
-    argv = [paths.tool("pasta"), *PASTA_FLAGS, "-P", os.path.join(directory, "pasta.pid")]
+    pidfile = os.path.join(directory, "pasta.pid")
+    argv = [paths.tool("pasta"), *PASTA_FLAGS, "-f", "-P", pidfile]
     if os.geteuid() == 0:
         # As root pasta switches to nobody, who may not enter our namespace.
         argv += ["--runas", f"{os.getuid()}:{os.getgid()}"]
@@ -385,7 +427,9 @@ def spawn_pasta(holder: Child, directory: str) -> Child:
     )
     null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return fork_exec(argv, TOOL_ENV, {0: null, 1: log, 2: log}, setsid=True)
+        return fork_exec(
+            argv, TOOL_ENV, {0: null, 1: log, 2: log}, setsid=True, die_with_parent=True
+        )
     finally:
         os.close(log)
         os.close(null)
@@ -445,6 +489,31 @@ def begin(trace: bool) -> Early:
         forward.restore()
         raise
     return Early(holder, sock, forward, userns_fd, directory, pasta, clock)
+
+
+def sweep_stale_dirs() -> None:
+    """Remove this user's private directories whose launcher is gone.
+
+    A SIGKILLed launcher cannot remove its directory (its processes die with
+    it: die_with_parent, --die-with-parent). The next launch does, for a
+    directory of this uid whose launcher pid no longer exists; a reused pid
+    only postpones that. Best effort: a sweep never stops a launch.
+    """
+    mine = f"{_DIR_PREFIX}{os.getuid()}."
+    try:
+        entries = [e for e in os.scandir("/tmp") if e.name.startswith(mine)]
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name[len(mine) :].split(".")[0]
+        try:
+            if not pid.isdigit() or int(pid) == os.getpid() or os.path.exists(f"/proc/{pid}"):
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+                remove_dir(entry.path)
+        except OSError:
+            continue
 
 
 def remove_dir(path: str) -> None:

@@ -59,6 +59,7 @@ def internal_argv(command: str) -> list[str]:
 _PACKAGES = {
     "bwrap": "bubblewrap",
     "unshare": "util-linux",
+    "setpriv": "util-linux",
     "script": "util-linux (bsdutils)",
     "pasta": "passt",
     "ip": "iproute2",

@@ -47,14 +47,19 @@ class Relay:
             f"UNIX-CONNECT:{self.path}",
         ]
 
-    def inside_argv(self, socat: str) -> list[str]:
+    def inside_argv(self, socat: str, setpriv: str) -> list[str]:
+        # The holder starts it, and later becomes bwrap (--die-with-parent):
+        # setpriv's parent-death signal ends the relay with it, even when the
+        # launcher was SIGKILLed and nothing of ours runs to tear down.
+        death = [setpriv, "--pdeathsig", "KILL", "--"]
         if self.kind == "local":
             return [
+                *death,
                 socat,
                 f"TCP4-LISTEN:{self.port},bind=127.0.0.1,reuseaddr,fork",
                 f"UNIX-CONNECT:{self.path}",
             ]
-        return [socat, f"UNIX-LISTEN:{self.path},fork", f"TCP4:127.0.0.1:{self.port}"]
+        return [*death, socat, f"UNIX-LISTEN:{self.path},fork", f"TCP4:127.0.0.1:{self.port}"]
 
     def inside_listener(self) -> tuple[str, str]:
         """What the inside socat listens on, for the holder's readiness check."""
@@ -97,7 +102,8 @@ def port_taken(port: int) -> bool:
 def spawn_outside(relay: Relay, socat: str) -> Child:
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     try:
-        return fork_exec(relay.outside_argv(socat), TOOL_ENV, {0: null, 1: null, 2: null}, True)
+        streams = {0: null, 1: null, 2: null}
+        return fork_exec(relay.outside_argv(socat), TOOL_ENV, streams, True, die_with_parent=True)
     finally:
         os.close(null)
 

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 EXIT_REFUSED = 77
+# Matched before any dot: pasta's process is named passt.avx2 (or passt.avx512)
+# after the wrapper picks the build for this CPU.
 WATCHED_COMMS = frozenset({"bwrap", "pasta", "passt", "unshare", "script", "socat"})
 
 
@@ -65,7 +67,7 @@ def check_35_no_leftovers(before: Snapshot, ignore: Sequence[str], settle: float
     while True:
         after = snapshot()
         procs = sorted(f"{comm}[{pid}]" for pid, comm in after.processes - before.processes
-                       if comm in WATCHED_COMMS)
+                       if comm.partition(".")[0] in WATCHED_COMMS)
         temps = sorted(path for path in after.temp_entries - before.temp_entries
                        if path not in ignore and ("claude" in path or "csbx" in path))
         # Other launches on a shared host mount things too: only ours count.

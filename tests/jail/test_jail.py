@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -341,36 +342,50 @@ def test_sbxuser_launch(tmp_path: os.PathLike[str]) -> None:
 # --- signals at the two moments the soak test once caught ------------------------
 
 
-# pasta's foreground process opens (and truncates) its pid file, forks the
-# daemon (which calls setsid), and only then writes the daemon's pid and exits.
-# This stand-in stops at the same point, as a SIGKILL landing there would: a
-# daemon running, named by its command line only, and an empty pid file.
-FAKE_PASTA = """#!/bin/sh
-while [ $# -gt 0 ]; do [ "$1" = -P ] && pidfile=$2; shift; done
-: > "$pidfile"
-( while :; do sleep 0.05; done ) &
-kill -KILL $$
+KILLED_LAUNCHER = """
+import json, sys
+from claude_sandbox import jail
+j = jail.start(jail.JailSettings((), (int(sys.argv[1]),), (int(sys.argv[2]),), False))
+print(json.dumps({"dir": j.private_dir}), flush=True)
+j.run(sys.argv[3:], {"PATH": "/usr/bin:/bin"})
 """
 
 
-def test_pasta_killed_between_fork_and_pid_file_leaves_no_daemon(
-    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = os.path.join(tmp_path, "pasta")  # comm "pasta", like the real daemon
-    with open(fake, "w") as f:
-        f.write(FAKE_PASTA)
-    os.chmod(fake, 0o755)
-    real_tool = jail.paths.tool
-    monkeypatch.setattr(
-        jail.paths, "tool", lambda name: fake if name == "pasta" else real_tool(name)
+def test_a_sigkilled_launcher_leaves_nothing_running(tmp_path: os.PathLike[str]) -> None:
+    """Nothing of ours runs once the launcher is gone: pasta and the outside relays
+    die with it (parent-death signal), the session with bwrap (--die-with-parent),
+    the inside relays with the session; the next launch removes its directory."""
+    mark = os.path.join(tmp_path, "session-up")
+    session = [
+        "/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        "--bind", str(tmp_path), str(tmp_path), "--die-with-parent", "--",
+        "/bin/sh", "-c", f"touch {mark}; exec sleep 30",
+    ]  # fmt: skip
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", KILLED_LAUNCHER, str(_free_port()), str(_free_port()), *session],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        text=True,
     )
-    j = jail.start(_settings())
-    private_dir = j.private_dir
-    assert private_dir is not None
-    with pytest.raises(SandboxError, match="pasta failed"):
-        j.run(["/bin/true"], {})
-    assert not processes_naming(private_dir), "pasta's daemon outlived the launch"
-    assert_torn_down(j, private_dir)
+    assert launcher.stdout is not None
+    private_dir = json.loads(launcher.stdout.readline())["dir"]
+    deadline = time.monotonic() + 10
+    while not os.path.exists(mark):
+        assert launcher.poll() is None and time.monotonic() < deadline, "the session never ran"
+        time.sleep(0.01)
+    assert processes_naming(private_dir), "no pasta or relay to watch"
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 5
+    while processes_naming(private_dir) or processes_naming(mark):
+        assert time.monotonic() < deadline, (
+            f"left running: {processes_naming(private_dir) + processes_naming(mark)}"
+        )
+        time.sleep(0.05)
+    assert os.path.isdir(private_dir)  # nothing could remove it at the time
+    jail.start(_settings()).close()
+    assert not os.path.exists(private_dir), "the next launch did not sweep the directory"
 
 
 def test_holder_killed_while_an_inside_relay_starts_leaves_no_relay(

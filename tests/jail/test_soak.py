@@ -34,7 +34,7 @@ LAUNCHER = """
 import json, sys
 from claude_sandbox import jail
 j = jail.start(jail.JailSettings((), (), (sys.argv[2:3] and (int(sys.argv[2]),)) or (), False))
-print(json.dumps({"dir": j.private_dir}), flush=True)
+print(json.dumps({"dir": j.private_dir, "holder": j.started["holder"]}), flush=True)
 rc = j.run(["/bin/sh", "-c", sys.argv[1]], {"PATH": "/usr/bin:/bin"})
 print(json.dumps({"rc": rc, "started": j.started}), flush=True)
 """
@@ -63,15 +63,10 @@ def _one(index: int, signum: int | None) -> tuple[int, str, dict[str, int]]:
     if signum is not None:
         time.sleep(random.uniform(0, 0.3))
         if signum == signal.SIGKILL:
-            # The agent is killed, not the launcher: its pid is the holder's.
-            children = subprocess.run(
-                ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
-            ).stdout.split()
-            for child in children:
-                # A child may exit between pgrep and the kill (pasta's
-                # foreground process does, once attached).
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(child), signal.SIGKILL)
+            # The agent is killed, not the launcher: its pid is the holder's
+            # (test_jail.py kills the launcher itself).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(first["holder"], signal.SIGKILL)
         elif signum == signal.SIGINT:
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does to the foreground group
         else:
