@@ -202,8 +202,10 @@ def build_image(tag: str = IMAGE) -> float:
             f"--build-arg=CODEX_VERSION={AGENT_VERSIONS['codex']}",
             f"--build-arg=PI_VERSION={AGENT_VERSIONS['pi']}"]
     # Niced and without the namespace lock: a long build must not hold up others.
+    # --force-rm: a failed build must not leave its working container mounted
+    # (each one is an overlay mount every later bwrap walks).
     result = subprocess.run(["nice", "-n", "10", *PODMAN, "build", "--isolation", "chroot",
-                             "-f", "image/Dockerfile", *args, "-t", tag, "."],
+                             "--force-rm", "-f", "image/Dockerfile", *args, "-t", tag, "."],
                             cwd=context, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = (result.stdout + result.stderr)[-6000:]
