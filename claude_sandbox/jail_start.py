@@ -43,7 +43,7 @@ DNS_FORWARDER = "169.254.1.53"
 # -I: attach to the persistent device make_tap prepared (see there).
 # --no-netns-quit: its inotify watch serves only namespaces bound to a file,
 # never a PID target, and releasing it (an SRCU grace period) kept a killed
-# pasta in exit() for ~25 ms; teardown ends pasta by its pid file anyway.
+# pasta in exit() for ~25 ms; teardown ends pasta (our child) by its pid anyway.
 PASTA_FLAGS: tuple[str, ...] = (
     "--config-net",
     "-I", TAP_NAME,
@@ -219,7 +219,9 @@ def fork_exec(
     if pid == 0:
         try:
             if libc is not None:
-                libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0)
+                # Checked: a child that could outlive the launcher must not start.
+                if libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
+                    os._exit(127)
                 if os.getppid() != parent:  # the parent died before the prctl
                     os._exit(127)
             for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
@@ -358,8 +360,8 @@ def make_tap(holder: Child, userns_fd: int, forward: Forwarder) -> None:
 
     A forked child joins the holder's namespaces (setns needs a
     single-threaded process, which a fork of this one is) and creates the
-    device: ~1 ms, where `nsenter ... ip tuntap add` took ~5 ms, all of it
-    before pasta can start.
+    device: 2-3 ms, most of it the fork, where `nsenter ... ip tuntap add`
+    took ~5 ms, all of it before pasta can start.
     """
     import ctypes  # also what jail.py marks the launcher not dumpable with
 
