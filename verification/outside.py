@@ -1,14 +1,18 @@
 """The numbered checks that can only be judged from outside the sandbox.
 
 The verify runner calls these around the launch: 27 launches from places the
-workspace check must refuse (they refuse before any namespace exists), 35
-compares what existed before the launch with what is left after it.
+workspace check must refuse (they refuse before any namespace exists), 48
+launches from an environment planted with redirections, 35 compares what
+existed before the launch with what is left after it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -99,3 +103,70 @@ def check_27_workspace_refusal(shim: str, agent: str, home: str, workdir: str,
     if accepted:
         return Result("27", "FAIL", f"not refused: {', '.join(accepted)}")
     return Result("27", "PASS", f"refused: {', '.join(places)}")
+
+
+# Every program the launch path runs, and the interpreter's own names.
+REDIRECTED_TOOLS = ("python", "python3", "bash", "sh", "bwrap", "unshare", "pasta", "ip",
+                    "script", "git", "socat", "setpriv", "nsenter")
+
+
+def _plant_redirections(trap: str) -> dict[str, str]:
+    """Everything that would run planted code if the launch path could be redirected.
+
+    Each plant touches a file named after itself in trap/fired; the returned
+    variables point the launching environment at them.
+    """
+    fired = os.path.join(trap, "fired")
+    bin_dir = os.path.join(trap, "bin")
+    py_dir = os.path.join(trap, "py")
+    user_site = os.path.join(trap, "userbase", "lib",
+                             f"python{sys.version_info[0]}.{sys.version_info[1]}",
+                             "site-packages")
+    for directory in (fired, bin_dir, os.path.join(py_dir, "claude_sandbox"), user_site):
+        os.makedirs(directory)
+    for name in REDIRECTED_TOOLS:
+        path = os.path.join(bin_dir, name)
+        with open(path, "w") as handle:
+            handle.write(f"#!/bin/sh\ntouch {fired}/bin-{name}\nexit 99\n")
+        os.chmod(path, 0o755)
+    touch = "open({!r}, 'w').close()\n"
+    plants = {
+        os.path.join(py_dir, "sitecustomize.py"): touch.format(f"{fired}/sitecustomize"),
+        os.path.join(py_dir, "claude_sandbox", "__init__.py"): touch.format(f"{fired}/package"),
+        os.path.join(user_site, "usercustomize.py"): touch.format(f"{fired}/usercustomize"),
+        os.path.join(user_site, "planted.pth"): "import os; " + touch.format(f"{fired}/pth"),
+        os.path.join(trap, "bash_env.sh"): f"touch {fired}/bash-env\n",
+    }
+    for path, text in plants.items():
+        with open(path, "w") as handle:
+            handle.write(text)
+    return {
+        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        "PYTHONPATH": py_dir,
+        "PYTHONSTARTUP": os.path.join(py_dir, "sitecustomize.py"),
+        "PYTHONUSERBASE": os.path.join(trap, "userbase"),
+        "PYTHONHOME": trap,
+        "SHELL": os.path.join(bin_dir, "sh"),
+        "BASH_ENV": os.path.join(trap, "bash_env.sh"),
+        "ENV": os.path.join(trap, "bash_env.sh"),
+        "BASH_FUNC_exec%%": f"() {{ touch {fired}/bash-function; }}",
+    }
+
+
+def check_48_not_redirectable(shim: str, agent: str, workdir: str,
+                              environ: Mapping[str, str]) -> Result:
+    trap = tempfile.mkdtemp(prefix="csbx-redirect-")
+    try:
+        planted = _plant_redirections(trap)
+        result = subprocess.run([shim, "shell", "--agent", agent, "--", "/bin/true"],
+                                cwd=workdir, env={**environ, **planted}, capture_output=True,
+                                text=True, check=False, stdin=subprocess.DEVNULL, timeout=120)
+        fired = sorted(os.listdir(os.path.join(trap, "fired")))
+    finally:
+        shutil.rmtree(trap, ignore_errors=True)
+    if fired:
+        return Result("48", "FAIL", f"planted code ran: {', '.join(fired)}")
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        return Result("48", "FAIL", f"the launch failed (exit {result.returncode}): {last}")
+    return Result("48", "PASS", "no planted program, module, .pth or shell start-up file ran")

@@ -334,6 +334,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             if outside_checks:
                 results.append(outside_module.check_27_workspace_refusal(
                     SHIM, agent, facts["home"], workdir, base_env))
+                results.append(outside_module.check_48_not_redirectable(
+                    SHIM, agent, workdir, base_env))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial)
@@ -342,6 +344,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     before, ignore=[workdir, *fixtures.files]))
             else:
                 results.append(outside_module.Result("27", "SKIP", "outside checks not run"))
+                results.append(outside_module.Result("48", "SKIP", "outside checks not run"))
                 results.append(outside_module.Result("35", "SKIP", "outside checks not run"))
             results += post_checks(inside, facts)
         finally:

@@ -144,6 +144,24 @@ def test_a_network_namespace_of_its_own_fails_the_jail_lock() -> None:
     assert results["47"][0] == "FAIL", results["47"]
 
 
+@pytest.mark.parametrize(("shebang", "fired"), [
+    ("#!/bin/bash", ("bash-env", "bash-function")),  # not privileged: start-up files run
+    ("#!/bin/bash -p", ("bin-python3",)),  # privileged, but the interpreter found on PATH
+])
+def test_a_redirectable_launcher_fails_check_48(tmp_path: Path, shebang: str,
+                                                fired: tuple[str, ...]) -> None:
+    sys.path.insert(0, str(REPO / "verification"))
+    import outside  # type: ignore[import-not-found]
+
+    shim = tmp_path / "shim"
+    shim.write_text(f"{shebang}\nexec python3 -c pass\n")
+    shim.chmod(0o755)
+    result = outside.check_48_not_redirectable(str(shim), "claude", str(tmp_path),
+                                               dict(os.environ))
+    assert result.outcome == "FAIL", result
+    assert all(name in result.detail for name in fired), result
+
+
 def test_outside_any_sandbox_most_checks_fail() -> None:
     results = _run_with([])
     failed = {n for n, (outcome, _) in results.items() if outcome == "FAIL"}
