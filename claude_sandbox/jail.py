@@ -46,6 +46,7 @@ PASTA_ATTEMPTS = 3
 KILL_WAIT = 2.0
 _TERMINAL_SIGNALS = (_signal.SIGINT, _signal.SIGQUIT)
 _PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
 _RESOLV_KEEP = ("search", "domain", "options")
 # Every table and every policy rule; run once per family, since the family of
 # a "default" or blackhole route is not in `ip`'s text.
@@ -101,12 +102,17 @@ def _write_resolv_conf(directory: str) -> str:
 
 def _set_not_dumpable() -> None:
     """The waiting parent holds the jail's control socket: keep same-user
-    processes (the agent included) out of its memory and descriptors (seed 000)."""
-    import ctypes  # only here: its import cost overlaps pasta's attach
+    processes (the agent included) out of its memory and descriptors (seed 000).
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    It also becomes a subreaper: an inside relay outlives its parent (the
+    holder, later bwrap), and without an init that reaps (a container run
+    without --init) it would stay a zombie; reparented here, close() reaps it.
+    """
+    libc = jail_start.load_libc()
     if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise SandboxError("egress jail: cannot make the launcher a subreaper", EXIT_JAIL)
 
 
 def start(settings: JailSettings, early: jail_start.Early | None = None) -> Jail:
@@ -427,6 +433,7 @@ class Jail:
                 dying.append(os.pidfd_open(self._pasta.pid))
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pasta.pid, _signal.SIGKILL)
+        relay_groups = {pid for pid, _ in self._inside_pidfds}
         for pid, pidfd in self._inside_pidfds:
             # The session is gone, so a relay group still exists only if its
             # leader (or a connection child) still runs: the pgid is then ours.
@@ -450,6 +457,7 @@ class Jail:
             userns = os.fstat(self._userns_fd)
             dying += _kill_matching(lambda pid: _in_namespace(pid, userns))
         _wait_all(dying)
+        _reap_orphans(relay_groups)
         if self._pasta is not None:
             self._pasta.wait()
         for _, proc in self._outside:
@@ -501,6 +509,28 @@ def _wait_all(pidfds: list[int]) -> None:
         pending = [fd for fd in pending if fd not in ready]
     for fd in pidfds:
         os.close(fd)
+
+
+def _reap_orphans(groups: set[int]) -> None:
+    """Reap the exited inside relays (leaders and connection children) that were
+    reparented to this subreaper; nothing else, so no other child's status is
+    taken from whoever waits for it."""
+    if not groups:
+        return
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                children = [int(pid) for pid in f.read().split()]
+        except OSError:
+            continue
+        for pid in children:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if fields[0] == "Z" and int(fields[2]) in groups:  # state, process group
+                    os.waitpid(pid, os.WNOHANG)
+            except (OSError, ValueError, IndexError):
+                continue
 
 
 def _in_namespace(pid: int, userns: os.stat_result) -> bool:

@@ -182,8 +182,8 @@ _PR_SET_PDEATHSIG = 1
 _LIBC: Any = None
 
 
-def _libc() -> Any:
-    """libc through ctypes, loaded once (make_tap and jail.py need it anyway)."""
+def load_libc() -> Any:
+    """libc through ctypes, loaded once (make_tap, fork_exec and jail.py need it)."""
     global _LIBC
     if _LIBC is None:
         import ctypes
@@ -213,7 +213,7 @@ def fork_exec(
     even by SIGKILL, when nothing of ours can run to tear down (pasta and the
     outside relays: nothing else would ever end them).
     """
-    libc = _libc() if die_with_parent else None
+    libc = load_libc() if die_with_parent else None
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
@@ -365,7 +365,7 @@ def make_tap(holder: Child, userns_fd: int, forward: Forwarder) -> None:
     """
     import ctypes  # also what jail.py marks the launcher not dumpable with
 
-    libc = _libc()
+    libc = load_libc()
     netns_fd = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     # struct ifreq: the name (16 bytes), then the flags (a short), 40 bytes in all.
     ifreq = TAP_NAME.encode().ljust(16, b"\0") + (_IFF_TAP | _IFF_NO_PI).to_bytes(2, "little")

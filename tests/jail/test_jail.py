@@ -47,9 +47,27 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _group_members(groups: set[int]) -> list[str]:
+    """Every process, zombies included, in one of `groups`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) in groups:
+            found.append(f"{pid} ({fields[0]})")
+    return found
+
+
 def assert_torn_down(j: jail.Jail, private_dir: str | None) -> None:
     for name, pid in j.started.items():
         assert not _alive(pid), f"{name} ({pid}) outlived the launch"
+    # A relay and its connection children form a group; not even a zombie of
+    # it may remain (the launcher is their subreaper, so nothing else reaps).
+    relays = {pid for name, pid in j.started.items() if "relay" in name}
+    assert not _group_members(relays), f"relay processes left: {_group_members(relays)}"
     assert private_dir is None or not os.path.exists(private_dir)
 
 
