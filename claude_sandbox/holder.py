@@ -275,4 +275,9 @@ def main(argv: list[str]) -> int:
     # The inherited end must not leak into tools, relays or the session.
     os.set_inheritable(fd, False)
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
-    return serve(sock)
+    try:
+        return serve(sock)
+    except (BrokenPipeError, ConnectionResetError):
+        # The parent went away mid-request (a SIGKILLed launcher): nothing to
+        # hold, and nobody to tell; no traceback on the user's terminal.
+        return 1
