@@ -440,3 +440,18 @@ def test_holder_killed_while_an_inside_relay_starts_leaves_no_relay(
     assert j.run(["/bin/true"], {}) == 128 + signal.SIGTERM
     assert not processes_naming(private_dir), "an inside relay outlived the launch"
     assert_torn_down(j, private_dir)
+
+
+def test_holder_ends_quietly_when_the_launcher_goes_mid_request(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A launcher SIGKILLed while the holder runs a tool: no traceback on the terminal."""
+    j = jail.start(_settings())
+    try:
+        assert j._sock is not None and j._holder is not None
+        jail.send_frame(j._sock, ["run", "", "/bin/sleep", "0.3"])
+        j._sock.shutdown(socket.SHUT_RDWR)  # as the kernel does for a dead launcher
+        assert j._holder.wait() == 1
+    finally:
+        j.close()
+    assert "Traceback" not in capfd.readouterr().err
