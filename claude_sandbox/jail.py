@@ -47,6 +47,7 @@ KILL_WAIT = 2.0
 _TERMINAL_SIGNALS = (_signal.SIGINT, _signal.SIGQUIT)
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 _RESOLV_KEEP = ("search", "domain", "options")
 # Every table and every policy rule; run once per family, since the family of
 # a "default" or blackhole route is not in `ip`'s text.
@@ -100,19 +101,27 @@ def _write_resolv_conf(directory: str) -> str:
     return path
 
 
-def _set_not_dumpable() -> None:
+def _set_not_dumpable() -> bool:
     """The waiting parent holds the jail's control socket: keep same-user
     processes (the agent included) out of its memory and descriptors (seed 000).
 
-    It also becomes a subreaper: an inside relay outlives its parent (the
-    holder, later bwrap), and without an init that reaps (a container run
-    without --init) it would stay a zombie; reparented here, close() reaps it.
+    It also becomes a subreaper, for what outlives its own parent: the inside
+    relays (their parent, the holder, becomes bwrap and exits before them) and
+    bwrap's init (bwrap exits as soon as the sandbox reports the command's
+    status, before its init has exited). Reparented here, close() reaps them;
+    otherwise, in a container without an init that reaps, they stay zombies.
+    Returns whether this process was a subreaper already.
     """
+    import ctypes
+
     libc = jail_start.load_libc()
     if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
+    before = ctypes.c_int(0)
+    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise SandboxError("egress jail: cannot make the launcher a subreaper", EXIT_JAIL)
+    return bool(before.value)
 
 
 def start(settings: JailSettings, early: jail_start.Early | None = None) -> Jail:
@@ -150,6 +159,7 @@ class Jail:
         # kernel from giving its inode number to another launch's namespace.
         self._userns_fd: int | None = early.userns_fd
         self._session_started = False
+        self._was_subreaper = True  # until _start() knows: never clear what was not ours
         self._old_handlers: dict[int, object] = {}
         self._plan: routes.Plan | None = None
         self._closed = False
@@ -194,7 +204,7 @@ class Jail:
         # Everything below overlaps pasta's attach and the holder's start-up.
         assert self._dir is not None
         self.resolv_conf = _write_resolv_conf(self._dir)
-        _set_not_dumpable()
+        self._was_subreaper = _set_not_dumpable()
         self._start_outside_relays()
         jail_start.sweep_stale_dirs()
         self._trace("resolv.conf, not dumpable, outside relays, stale directories")
@@ -458,6 +468,11 @@ class Jail:
             dying += _kill_matching(lambda pid: _in_namespace(pid, userns))
         _wait_all(dying)
         _reap_orphans(relay_groups)
+        if not self._was_subreaper:
+            # Orphans reparented while this process was a subreaper are reaped
+            # above; a caller that lives on (a test runner) gets its role back.
+            with contextlib.suppress(OSError):
+                jail_start.load_libc().prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         if self._pasta is not None:
             self._pasta.wait()
         for _, proc in self._outside:
@@ -511,12 +526,14 @@ def _wait_all(pidfds: list[int]) -> None:
         os.close(fd)
 
 
-def _reap_orphans(groups: set[int]) -> None:
-    """Reap the exited inside relays (leaders and connection children) that were
-    reparented to this subreaper; nothing else, so no other child's status is
-    taken from whoever waits for it."""
-    if not groups:
-        return
+def _orphans(groups: set[int]) -> list[tuple[int, str]]:
+    """Children reparented to this subreaper by the launch: (pid, state).
+
+    The inside relays' groups (leaders and connection children), and bwrap's
+    init, which runs in this process's group with the session.
+    """
+    ours = os.getpgrp()
+    found = []
     for task in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{task}/children") as f:
@@ -526,11 +543,29 @@ def _reap_orphans(groups: set[int]) -> None:
         for pid in children:
             try:
                 with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                if fields[0] == "Z" and int(fields[2]) in groups:  # state, process group
-                    os.waitpid(pid, os.WNOHANG)
+                    head, tail = f.read().rsplit(")", 1)
+                state, group = tail.split()[0], int(tail.split()[2])
             except (OSError, ValueError, IndexError):
                 continue
+            comm = head.partition("(")[2]
+            if group in groups or (group == ours and comm == "bwrap"):
+                found.append((pid, state))
+    return found
+
+
+def _reap_orphans(groups: set[int]) -> None:
+    """Wait (bounded) for the launch's orphans to exit, and reap them; nothing
+    else, so no other child's status is taken from whoever waits for it."""
+    pending = _orphans(groups)
+    pidfds = []
+    for pid, state in pending:
+        if state != "Z":
+            with contextlib.suppress(OSError):
+                pidfds.append(os.pidfd_open(pid))
+    _wait_all(pidfds)
+    for pid, _ in pending:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def _in_namespace(pid: int, userns: os.stat_result) -> bool:

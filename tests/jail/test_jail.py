@@ -455,3 +455,34 @@ def test_holder_ends_quietly_when_the_launcher_goes_mid_request(
     finally:
         j.close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def _zombie_children(comm: str) -> list[int]:
+    found = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            for pid in f.read().split():
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as g:
+                    head, tail = g.read().rsplit(")", 1)
+                    if head.partition("(")[2] == comm and tail.split()[0] == "Z":
+                        found.append(int(pid))
+    return found
+
+
+def test_bwraps_orphaned_init_is_reaped(tmp_path: os.PathLike[str]) -> None:
+    """bwrap exits as soon as its sandbox reports the command's status, leaving its
+    init (pid 1 inside) to exit on its own: the launcher, its subreaper, reaps it,
+    and afterwards is no longer a subreaper if it was not one before."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    before = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(before), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+    session = ["/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+               "--unshare-pid", "--die-with-parent", "--", "/bin/true"]
+    status, _, _ = launch(_settings(), session, tmp_path)
+    assert status == 0
+    assert not _zombie_children("bwrap"), "bwrap's init was left a zombie"
+    after = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(after), 0, 0, 0)
+    assert after.value == before.value
