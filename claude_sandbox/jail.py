@@ -292,6 +292,19 @@ class Jail:
             if time.monotonic() > deadline:
                 raise SandboxError("egress jail: pasta did not attach in time", EXIT_JAIL)
             time.sleep(0.0005)
+        # pasta -f writes its own pid: the process started here, which teardown
+        # ends by that pid. Anything else in the file is not the pasta we know.
+        try:
+            with open(pidfile) as f:
+                named = int(f.read().strip())
+        except (OSError, ValueError):
+            named = -1
+        if named != self._pasta.pid:
+            raise SandboxError(
+                f"egress jail: pasta's pid file names {named}, not the pasta started "
+                f"({self._pasta.pid})",
+                EXIT_JAIL,
+            )
         self.started["pasta"] = self._pasta.pid
         self._trace("pasta attached")
 
