@@ -101,26 +101,29 @@ def _write_resolv_conf(directory: str) -> str:
     return path
 
 
-def _set_not_dumpable() -> bool:
+def _set_not_dumpable() -> None:
     """The waiting parent holds the jail's control socket: keep same-user
-    processes (the agent included) out of its memory and descriptors (seed 000).
+    processes (the agent included) out of its memory and descriptors (seed 000)."""
+    if jail_start.load_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
 
-    It also becomes a subreaper, for what outlives its own parent: the inside
-    relays (their parent, the holder, becomes bwrap and exits before them) and
-    bwrap's init (bwrap exits as soon as the sandbox reports the command's
-    status, before its init has exited). Reparented here, close() reaps them;
-    otherwise, in a container without an init that reaps, they stay zombies.
-    Returns whether this process was a subreaper already.
+
+def _become_subreaper() -> bool:
+    """Adopt what outlives its own parent; whether this process was a subreaper already.
+
+    The inside relays (their parent, the holder, becomes bwrap and exits
+    before them) and bwrap's init (bwrap exits as soon as the sandbox reports
+    the command's status, before its init has exited). Reparented here,
+    close() reaps them; otherwise, in a container without an init that
+    reaps, they stay zombies.
     """
     import ctypes
 
     libc = jail_start.load_libc()
-    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
     before = ctypes.c_int(0)
     libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise SandboxError("egress jail: cannot make the launcher a subreaper", EXIT_JAIL)
+        raise SandboxError("egress jail: cannot adopt the launch's orphans (subreaper)", EXIT_JAIL)
     return bool(before.value)
 
 
@@ -163,23 +166,16 @@ class Jail:
         self._old_handlers: dict[int, object] = {}
         self._plan: routes.Plan | None = None
         self._closed = False
-        self._t0, self._last = early.clock
+        self._clock = early.clock
         self.warnings: list[str] = []
-        # Every process this launch started (holder, pasta's daemon, relays),
+        # Every process this launch started (holder, pasta, relays),
         # for leak checks and the benchmark's resident-memory figures.
         self.started: dict[str, int] = {"holder": early.holder.pid}
 
     # -- helpers --
 
     def _trace(self, phase: str) -> None:
-        if self.settings.trace:
-            now = time.perf_counter()
-            print(
-                f"claude-sandbox: jail: {phase}: {(now - self._last) * 1000:.1f} ms "
-                f"(total {(now - self._t0) * 1000:.1f} ms)",
-                file=sys.stderr,
-            )
-            self._last = now
+        self._clock = jail_start.phase(self.settings.trace, phase, self._clock)
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -204,7 +200,8 @@ class Jail:
         # Everything below overlaps pasta's attach and the holder's start-up.
         assert self._dir is not None
         self.resolv_conf = _write_resolv_conf(self._dir)
-        self._was_subreaper = _set_not_dumpable()
+        _set_not_dumpable()
+        self._was_subreaper = _become_subreaper()
         self._start_outside_relays()
         jail_start.sweep_stale_dirs()
         self._trace("resolv.conf, not dumpable, outside relays, stale directories")

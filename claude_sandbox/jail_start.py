@@ -26,7 +26,7 @@ from .record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 # The jail's interface, which make_tap creates and pasta attaches to (-I).
 TAP_NAME = "eth0"
@@ -363,46 +363,53 @@ def make_tap(holder: Child, userns_fd: int, forward: Forwarder) -> None:
     device: 2-3 ms, most of it the fork, where `nsenter ... ip tuntap add`
     took ~5 ms, all of it before pasta can start.
     """
-    import ctypes  # also what jail.py marks the launcher not dumpable with
-
-    libc = load_libc()
+    load_libc()  # here, once: jail.py needs it too, and the child then need not load it
     netns_fd = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    # struct ifreq: the name (16 bytes), then the flags (a short), 40 bytes in all.
-    ifreq = TAP_NAME.encode().ljust(16, b"\0") + (_IFF_TAP | _IFF_NO_PI).to_bytes(2, "little")
     readable, writable = os.pipe()
     try:
         pid = os.fork()
         if pid == 0:
-            status = 1
-            try:
-                for signum in _FORWARDED:  # the launcher's handlers are not this child's
-                    _signal.signal(signum, _signal.SIG_DFL)
-                if libc.setns(userns_fd, _CLONE_NEWUSER) != 0:
-                    raise OSError(ctypes.get_errno(), "setns (user)")
-                if libc.setns(netns_fd, _CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "setns (net)")
-                tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
-                fcntl.ioctl(tun, _TUNSETIFF, ifreq.ljust(40, b"\0"))
-                fcntl.ioctl(tun, _TUNSETPERSIST, 1)
-                status = 0
-            except BaseException as exc:  # the child must never return into the launcher
-                os.write(writable, str(exc).encode(errors="replace"))
-            finally:
-                os._exit(status)
-        os.close(writable)
-        writable = -1
-        with os.fdopen(readable, "rb") as err:
-            readable = -1
-            message = err.read().decode(errors="replace").strip()
-        _, wait_status = os.waitpid(pid, 0)
+            _tap_child(userns_fd, netns_fd, writable)
     finally:
+        os.close(writable)
         os.close(netns_fd)
-        for fd in (readable, writable):
-            if fd >= 0:
-                os.close(fd)
+    with os.fdopen(readable, "rb") as err:
+        message = err.read().decode(errors="replace").strip()
+    _, wait_status = os.waitpid(pid, 0)
     if wait_status != 0:
         forward.check()
         raise SandboxError(f"egress jail: cannot create the tap device: {message}", EXIT_JAIL)
+
+
+def _tap_child(userns_fd: int, netns_fd: int, report: int) -> NoReturn:
+    """make_tap's forked child: join the namespaces, create the device, exit.
+
+    It must never return into the launcher's code: every way out is _exit,
+    with the reason written to `report` when it failed.
+    """
+    import ctypes
+
+    status = 1
+    try:
+        for signum in _FORWARDED:  # the launcher's handlers are not this child's
+            _signal.signal(signum, _signal.SIG_DFL)
+        libc = load_libc()
+        joins = ((userns_fd, _CLONE_NEWUSER, "user"), (netns_fd, _CLONE_NEWNET, "network"))
+        for fd, kind, what in joins:
+            if libc.setns(fd, kind) != 0:
+                reason = os.strerror(ctypes.get_errno())
+                raise RuntimeError(f"joining the holder's {what} namespace: {reason}")
+        # struct ifreq: the name (16 bytes), then the flags (a short); 40 bytes in all.
+        flags = (_IFF_TAP | _IFF_NO_PI).to_bytes(2, "little")
+        ifreq = (TAP_NAME.encode().ljust(16, b"\0") + flags).ljust(40, b"\0")
+        tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+        fcntl.ioctl(tun, _TUNSETIFF, ifreq)
+        fcntl.ioctl(tun, _TUNSETPERSIST, 1)
+        status = 0
+    except BaseException as exc:
+        os.write(report, str(exc).encode(errors="replace"))
+    finally:
+        os._exit(status)
 
 
 def spawn_pasta(holder: Child, directory: str) -> Child:
@@ -450,7 +457,8 @@ class Early:
     clock: tuple[float, float]  # (start, last phase), for CLAUDE_SANDBOX_TRACE
 
 
-def _phase(enabled: bool, name: str, clock: tuple[float, float]) -> tuple[float, float]:
+def phase(enabled: bool, name: str, clock: tuple[float, float]) -> tuple[float, float]:
+    """CLAUDE_SANDBOX_TRACE: one jail phase's duration and the running total."""
     now = time.perf_counter()
     if enabled:
         sys.stderr.write(
@@ -472,14 +480,14 @@ def begin(trace: bool) -> Early:
     userns_fd = -1
     directory = ""
     try:
-        clock = _phase(trace, "holder spawned", clock)
+        clock = phase(trace, "holder spawned", clock)
         directory = make_private_dir()
         userns_fd = wait_netns(holder, forward)
-        clock = _phase(trace, "holder namespace up", clock)
+        clock = phase(trace, "holder namespace up", clock)
         make_tap(holder, userns_fd, forward)
-        clock = _phase(trace, "tap device made", clock)
+        clock = phase(trace, "tap device made", clock)
         pasta = spawn_pasta(holder, directory)
-        clock = _phase(trace, "pasta spawned", clock)
+        clock = phase(trace, "pasta spawned", clock)
     except BaseException:
         sock.close()  # the holder reads EOF and exits, if it has not yet
         holder.kill()

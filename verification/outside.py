@@ -107,7 +107,7 @@ def check_27_workspace_refusal(shim: str, agent: str, home: str, workdir: str,
 
 # Every program the launch path runs, and the interpreter's own names.
 REDIRECTED_TOOLS = ("python", "python3", "bash", "sh", "bwrap", "unshare", "pasta", "ip",
-                    "script", "git", "socat", "setpriv", "nsenter")
+                    "script", "git", "socat", "setpriv")
 
 
 def _plant_redirections(trap: str) -> dict[str, str]:
