@@ -2,13 +2,16 @@
 
 The verify runner calls these around the launch: 27 launches from places the
 workspace check must refuse (they refuse before any namespace exists), 48
-launches from an environment planted with redirections, 35 compares what
-existed before the launch with what is left after it.
+launches from an environment planted with redirections, 49 SIGKILLs a
+launcher mid-session, 35 compares what existed before the launch with what
+is left after it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -170,3 +173,78 @@ def check_48_not_redirectable(shim: str, agent: str, workdir: str,
         last = (result.stderr.strip().splitlines() or ["no message"])[-1]
         return Result("48", "FAIL", f"the launch failed (exit {result.returncode}): {last}")
     return Result("48", "PASS", "no planted program, module, .pth or shell start-up file ran")
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _running(before: Snapshot, marker: str) -> list[str]:
+    """Processes new since `before` that belong to a launch: a watched tool, or
+    one whose command line carries `marker`. Zombies do not run."""
+    left = []
+    for pid, comm in _processes() - before.processes:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                ours = marker.encode() in handle.read()
+        except OSError:
+            continue
+        if ours or comm.partition(".")[0] in WATCHED_COMMS:
+            left.append(f"{comm}[{pid}]")
+    return sorted(left)
+
+
+def _reap_children() -> None:
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
+def check_49_killed_launcher(shim: str, agent: str, workdir: str,
+                             environ: Mapping[str, str], settle: float = 5.0) -> Result:
+    """SIGKILL the launcher mid-session: nothing of the launch may keep running,
+    and the next launch removes what the killed one could not (its temp files).
+
+    The runner makes itself a subreaper for the check, as an init would be: the
+    launch's orphans come to it, and it reaps them, so only what still runs counts.
+    """
+    marker = f"{30 + secrets.randbelow(1000) / 1000:.3f}"  # sleep's argument, unique
+    libc = ctypes.CDLL(None)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        before = snapshot()
+        launcher = subprocess.Popen([shim, "shell", "--agent", agent, "--", "/bin/sleep", marker],
+                                    cwd=workdir, env=dict(environ), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not any("sleep" in p for p in _running(before, marker)):
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                return Result("49", "FAIL", f"the session never started (exit {launcher.poll()})")
+            time.sleep(0.05)
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + settle
+        while (left := _running(before, marker)) and time.monotonic() < deadline:
+            _reap_children()
+            time.sleep(0.1)
+        _reap_children()
+        if left:
+            return Result("49", "FAIL", f"still running after the launcher's SIGKILL: "
+                                        f"{', '.join(left)}")
+        subprocess.run([shim, "shell", "--agent", agent, "--", "/bin/true"], cwd=workdir,
+                       env=dict(environ), capture_output=True, check=False,
+                       stdin=subprocess.DEVNULL, timeout=120)
+        temps = sorted(path for path in _temp_entries() - before.temp_entries
+                       if "claude-sandbox" in path)
+        if temps:
+            return Result("49", "FAIL", f"not removed by the next launch: {', '.join(temps)}")
+        return Result("49", "PASS", "nothing ran on, and the next launch removed its files")
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        _reap_children()

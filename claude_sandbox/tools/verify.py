@@ -336,6 +336,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, facts["home"], workdir, base_env))
                 results.append(outside_module.check_48_not_redirectable(
                     SHIM, agent, workdir, base_env))
+                results.append(outside_module.check_49_killed_launcher(
+                    SHIM, agent, workdir, base_env))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial)
@@ -345,6 +347,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             else:
                 results.append(outside_module.Result("27", "SKIP", "outside checks not run"))
                 results.append(outside_module.Result("48", "SKIP", "outside checks not run"))
+                results.append(outside_module.Result("49", "SKIP", "outside checks not run"))
                 results.append(outside_module.Result("35", "SKIP", "outside checks not run"))
             results += post_checks(inside, facts)
         finally:

@@ -162,6 +162,25 @@ def test_a_redirectable_launcher_fails_check_48(tmp_path: Path, shebang: str,
     assert all(name in result.detail for name in fired), result
 
 
+def test_a_launcher_whose_helper_survives_it_fails_check_49(tmp_path: Path) -> None:
+    """A "launcher" that leaves a relay-like process behind when SIGKILLed."""
+    sys.path.insert(0, str(REPO / "verification"))
+    import outside  # type: ignore[import-not-found]
+
+    helper = tmp_path / "socat"  # a watched name, running on after its launcher
+    shutil.copy("/bin/sleep", helper)
+    shim = tmp_path / "shim"
+    shim.write_text(f'#!/bin/bash\nsetsid {helper} 300 </dev/null >/dev/null 2>&1 &\n'
+                    'exec /bin/sleep "${@: -1}"\n')
+    shim.chmod(0o755)
+    try:
+        result = outside.check_49_killed_launcher(str(shim), "claude", str(tmp_path),
+                                                  dict(os.environ), settle=1.0)
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", str(helper)], check=False)
+    assert result.outcome == "FAIL" and "socat" in result.detail, result
+
+
 def test_outside_any_sandbox_most_checks_fail() -> None:
     results = _run_with([])
     failed = {n for n, (outcome, _) in results.items() if outcome == "FAIL"}
