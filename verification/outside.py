@@ -178,15 +178,23 @@ def check_48_not_redirectable(shim: str, agent: str, workdir: str,
 _PR_SET_CHILD_SUBREAPER = 36
 
 
+def _alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _running(before: Snapshot, marker: str) -> list[str]:
     """Processes new since `before` that belong to a launch: a watched tool, or
     one whose command line carries `marker`. Zombies do not run."""
     left = []
     for pid, comm in _processes() - before.processes:
+        if not _alive(pid):
+            continue
         try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 ours = marker.encode() in handle.read()
         except OSError:
@@ -227,13 +235,21 @@ def check_49_killed_launcher(shim: str, agent: str, workdir: str,
             if launcher.poll() is not None or time.monotonic() > deadline:
                 return Result("49", "FAIL", f"the session never started (exit {launcher.poll()})")
             time.sleep(0.05)
+        # Every process new at the kill is judged only once it has ended or the
+        # settle time is up: a helper forked but not yet exec'd into a watched
+        # tool would otherwise look harmless at the first glance.
+        pending = {pid for pid, _ in _processes() - before.processes}
         launcher.kill()
         launcher.wait()
         deadline = time.monotonic() + settle
-        while (left := _running(before, marker)) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             _reap_children()
+            pending = {pid for pid in pending if _alive(pid)}
+            if not pending and not _running(before, marker):
+                break
             time.sleep(0.1)
         _reap_children()
+        left = _running(before, marker)
         if left:
             return Result("49", "FAIL", f"still running after the launcher's SIGKILL: "
                                         f"{', '.join(left)}")

@@ -163,14 +163,18 @@ def test_a_redirectable_launcher_fails_check_48(tmp_path: Path, shebang: str,
 
 
 def test_a_launcher_whose_helper_survives_it_fails_check_49(tmp_path: Path) -> None:
-    """A "launcher" that leaves a relay-like process behind when SIGKILLed."""
+    """A "launcher" that leaves a relay-like process behind when SIGKILLed.
+
+    The helper becomes the watched tool only after a pause, so the check must
+    judge what was forked before the kill, not what runs at the first glance."""
     sys.path.insert(0, str(REPO / "verification"))
     import outside  # type: ignore[import-not-found]
 
     helper = tmp_path / "socat"  # a watched name, running on after its launcher
     shutil.copy("/bin/sleep", helper)
     shim = tmp_path / "shim"
-    shim.write_text(f'#!/bin/bash\nsetsid {helper} 300 </dev/null >/dev/null 2>&1 &\n'
+    shim.write_text(f'#!/bin/bash\nsetsid /bin/sh -c "/bin/sleep 0.5; exec {helper} 300" '
+                    '</dev/null >/dev/null 2>&1 &\n'
                     'exec /bin/sleep "${@: -1}"\n')
     shim.chmod(0o755)
     try:
