@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Any
 
 import probes
 import pytest
 
-_ROWS: list[dict[str, str]] = []
+_ROWS: list[dict[str, Any]] = []
 _ID = re.compile(r"test_(a?\d+)_")
 
 
@@ -65,7 +66,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         outcome = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[report.outcome]
-        row = {"id": match.group(1).upper(), "test": name, "outcome": outcome,
+        row: dict[str, Any] = {"id": match.group(1).upper(), "test": name, "outcome": outcome,
                "detail": _detail(report)}
         for key, value in report.user_properties:
             if key == "planted":

@@ -267,7 +267,7 @@ def seccomp_mode() -> int:
 
 # ------------------------------------------------------------------ routes
 
-def iproute():  # type: ignore[no-untyped-def]
+def iproute() -> Any:
     from pyroute2 import IPRoute
 
     return IPRoute()

@@ -460,7 +460,7 @@ def test_28_ipv6_off(request: pytest.FixtureRequest) -> None:
         return
     import ipaddress
 
-    harmless = [ipaddress.ip_network(n) for n in ("fe80::/10", "ff00::/8", "::1/128")]
+    harmless = [ipaddress.IPv6Network(n) for n in ("fe80::/10", "ff00::/8", "::1/128")]
     with iproute() as ipr:
         addresses = [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6)]
         routes = [f"{r.get_attr('RTA_DST') or '::'}/{r['dst_len']}"
@@ -469,7 +469,7 @@ def test_28_ipv6_off(request: pytest.FixtureRequest) -> None:
     bad = [a for a in addresses if not any(ipaddress.ip_address(a) in n for n in harmless)]
     assert not bad, f"global IPv6 address: {', '.join(bad)}"
     stray = [r for r in routes
-             if not any(ipaddress.ip_network(r, strict=False).subnet_of(n) for n in harmless)]
+             if not any(ipaddress.IPv6Network(r, strict=False).subnet_of(n) for n in harmless)]
     assert not stray, f"IPv6 route: {', '.join(stray)}"
 
 
@@ -505,7 +505,7 @@ def _nameservers(text: str) -> list[str]:
 def test_31_dns_through_forwarder(request: pytest.FixtureRequest) -> None:
     if not jail_on(request):
         return
-    forwarder = FACTS.get("dns_forwarder")
+    forwarder = str(FACTS.get("dns_forwarder"))
     servers = _nameservers(Path("/etc/resolv.conf").read_text())
     assert servers == [forwarder], f"resolv.conf names {', '.join(servers) or 'nothing'}"
     with iproute() as ipr:
