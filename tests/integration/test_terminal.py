@@ -25,9 +25,11 @@ events = []
 signal.signal(signal.SIGWINCH, lambda *a: events.append("winch"))
 signal.signal(signal.SIGINT, lambda *a: events.append("int"))
 print("READY", size(), flush=True)
-for _ in range(60):
+seen, deadline = set(), time.monotonic() + 60  # until both came, however slow the machine
+while seen != {"winch", "int"} and time.monotonic() < deadline:
     time.sleep(0.05)
     while events:
+        seen.add(events[0])
         print(events.pop(0).upper(), size(), flush=True)
 print("SURVIVED", flush=True)
 sys.exit(42)
