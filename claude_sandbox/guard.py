@@ -10,17 +10,8 @@ no effective capabilities, and no_new_privs.
 
 from __future__ import annotations
 
+from . import mountinfo as mountinfo_module
 from . import paths
-
-
-def _mount_points(mountinfo: str) -> set[str]:
-    points: set[str] = set()
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if len(fields) > 4:
-            # mountinfo escapes space, tab, newline and backslash as octal.
-            points.add(fields[4].encode().decode("unicode_escape"))
-    return points
 
 
 def _status_fields(status: str) -> dict[str, str]:
@@ -35,7 +26,7 @@ def facts_say_inside(mountinfo: str, status: str) -> bool:
     """Pure: the decision from the text of /proc/self/mountinfo and /proc/self/status."""
     fields = _status_fields(status)
     return (
-        paths.INSIDE_MARKER in _mount_points(mountinfo)
+        any(m.mountpoint == paths.INSIDE_MARKER for m in mountinfo_module.parse(mountinfo))
         and fields.get("NoNewPrivs") == "1"
         and int(fields.get("CapEff", "1"), 16) == 0
     )

@@ -11,6 +11,7 @@ import pwd
 import stat
 from collections.abc import Callable, Iterable, Mapping
 
+from . import mountinfo as mountinfo_module
 from . import paths
 from .errors import EXIT_REFUSED, EXIT_UNAVAILABLE, SandboxError
 from .record import record
@@ -85,9 +86,8 @@ def real_binary(agent: str) -> str:
 
 def proc_mountable(mountinfo: str) -> bool:
     """Pure: whether /proc has no submounts (binfmt_misc aside), so bwrap --proc works."""
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if len(fields) > 4 and fields[4].startswith("/proc/") and "binfmt_misc" not in fields[4]:
+    for mount in mountinfo_module.parse(mountinfo):
+        if mount.mountpoint.startswith("/proc/") and "binfmt_misc" not in mount.mountpoint:
             return False
     return True
 

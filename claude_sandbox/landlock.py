@@ -28,6 +28,8 @@ import sys
 from collections import namedtuple
 
 from .errors import EXIT_UNAVAILABLE, SandboxError
+from .mountinfo import Mount
+from .mountinfo import parse as parse_mountinfo
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~10 ms per launch
 if TYPE_CHECKING:
@@ -86,33 +88,8 @@ def abi_version() -> int:
 # ------------------------------------------------------------ pure planning
 # Records are namedtuples, not dataclasses, on purpose: this module runs in
 # `_enter` at every launch, and importing dataclasses (inspect, ast, re...)
-# costs more than all of Landlock (bench/bench_layers.py).
-#   dev: "major:minor"; root: the path inside its file system that is mounted.
-Mount = namedtuple("Mount", "dev root mountpoint readonly")
-
-
-def _unescape(field: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as \ooo.
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def parse_mountinfo(text: str) -> tuple[Mount, ...]:
-    mounts = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 6:
-            continue
-        options = fields[5].split(",")
-        mounts.append(Mount(fields[2], _unescape(fields[3]), _unescape(fields[4]), "ro" in options))
-    return tuple(mounts)
+# costs more than all of Landlock (bench/bench_layers.py). Mount records and
+# their parser are in mountinfo.py, shared with the shim's guard.
 
 
 def _within(path: str, top: str) -> bool:

@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import platform
+import re
 import socket
 import stat
 import time
@@ -125,12 +126,14 @@ class Mount:
 
 
 def _unescape(text: str) -> str:
-    return text.encode().decode("unicode_escape")
+    # The kernel escapes space, tab, newline and backslash as \ooo, nothing else.
+    return re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), text)
 
 
 def mounts() -> list[Mount]:
     found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+    text = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="surrogateescape")
+    for line in filter(None, text.split("\n")):  # only "\n" ends a record: see mountinfo.py
         left, _, right = line.partition(" - ")
         fields = left.split(" ")
         fstype = right.split(" ")[0]

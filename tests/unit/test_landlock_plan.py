@@ -7,7 +7,9 @@ from collections.abc import Iterable
 import pytest
 
 from claude_sandbox import landlock
-from claude_sandbox.landlock import Mount, exec_allowed_roots, parse_mountinfo, plan_exec
+from claude_sandbox.landlock import exec_allowed_roots, plan_exec
+from claude_sandbox.mountinfo import Mount
+from claude_sandbox.mountinfo import parse as parse_mountinfo
 
 TREE: dict[str, list[str]] = {
     "/": ["bin", "dev", "etc", "home", "lib", "tmp", "usr", "var", "vmlinuz"],

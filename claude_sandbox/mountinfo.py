@@ -1,0 +1,46 @@
+"""/proc/self/mountinfo, read exactly as the kernel writes it (proc(5)).
+
+One record per "\\n"-ended line, its fields separated by single spaces. In the
+two path fields the kernel escapes only space, tab, newline and backslash, as
+\\ooo; every other character is written raw, other line breaks (\\r, \\x85,
+U+2028) and other white space included. So the text is cut on "\\n" and " "
+only: str.splitlines() and str.split() would cut a mount point named with one
+of those into bogus records, and could hide a read-write mount from the
+harsh EXECUTE plan or make up a mount point that is not there.
+
+Imported by the shim's guard and by `_enter` at every launch: no imports
+beyond namedtuple (see landlock.py on why not a dataclass).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+#   dev: "major:minor"; root: the path inside its file system that is mounted.
+Mount = namedtuple("Mount", "dev root mountpoint readonly")
+
+_OCTAL = frozenset("01234567")
+
+
+def unescape(field: str) -> str:
+    out, i = [], 0
+    while i < len(field):
+        code = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(code) == 3 and _OCTAL.issuperset(code):
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse(text: str) -> tuple[Mount, ...]:
+    mounts = []
+    for line in text.split("\n"):
+        fields = line.split(" ")
+        if len(fields) < 6:
+            continue
+        readonly = "ro" in fields[5].split(",")
+        mounts.append(Mount(fields[2], unescape(fields[3]), unescape(fields[4]), readonly))
+    return tuple(mounts)
