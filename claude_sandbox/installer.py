@@ -285,6 +285,21 @@ def move_vendor(report: Report, name: str) -> None:
         report.step(f"move the vendor {name} at {path} off PATH (kept as {target})", True, action)
 
 
+def read_vendor_record(record: str) -> dict[str, str]:
+    """The record `move_vendor` wrote; a damaged one stops the uninstall with its path
+    rather than restoring a vendor binary to a place we cannot vouch for."""
+    try:
+        data = json.loads(Path(record).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InstallError(f"{record}: cannot read the vendor record: {exc}") from None
+    keys = ("path", "link", "target")
+    if not (isinstance(data, dict) and all(isinstance(data.get(k), str) for k in keys)
+            and os.path.isabs(data["path"])):
+        raise InstallError(f"{record}: not a vendor record (want an absolute path, "
+                           "a link and a target); fix or remove it and run uninstall again")
+    return {key: data[key] for key in keys}
+
+
 def _point_real(name: str, target: str) -> None:
     os.makedirs(paths.REAL_BIN_DIR, mode=0o755, exist_ok=True)
     link = os.path.join(paths.REAL_BIN_DIR, name)
@@ -296,9 +311,10 @@ def _point_real(name: str, target: str) -> None:
 def _installed_version(name: str) -> str | None:
     manifest = Path(paths.AGENTS_PREFIX, "lib", "node_modules", NPM_PACKAGES[name], "package.json")
     try:
-        version = json.loads(manifest.read_text()).get("version")
-    except (OSError, ValueError):
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError, RecursionError):
         return None
+    version = data.get("version") if isinstance(data, dict) else None
     return version if isinstance(version, str) else None
 
 
@@ -412,7 +428,7 @@ def _read(path: str) -> str | None:
 def _integrity_state() -> dict[str, list[str] | bool]:
     try:
         data = json.loads(Path(integrity.STATE_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -551,7 +567,7 @@ def uninstall(options: argparse.Namespace) -> int:
     for name in ("claude", "codex", "pi"):
         record = os.path.join(VENDOR_DIR, f"{name}.json")
         if os.path.exists(record):
-            data = json.loads(Path(record).read_text())
+            data = read_vendor_record(record)
             def restore(data: dict[str, str] = data) -> None:
                 if data["link"]:
                     os.symlink(data["link"], data["path"])

@@ -234,7 +234,7 @@ def parse_settings(text: str) -> dict[str, Any] | None:
     """The managed settings as a dict, or None when we cannot safely rewrite them."""
     try:
         value = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, an over-long number, too deep
         return None
     return value if isinstance(value, dict) else None
 
@@ -251,7 +251,7 @@ def codex_merge(text: str) -> str | None:
     base = codex_unmerge(text)
     try:
         document = tomllib.loads(base)
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):  # not TOML (TOMLDecodeError), or too deep
         return None
     if "check_for_update_on_startup" in document:
         return base

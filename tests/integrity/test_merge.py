@@ -6,7 +6,8 @@ import json
 import tomllib
 from typing import Any
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claude_sandbox import integrity
@@ -134,3 +135,33 @@ def test_codex_merge_round_trips(values: dict[str, Any]) -> None:
     assert integrity.codex_merge(merged) == merged
     assert integrity.codex_unmerge(merged) == text
     assert tomllib.loads(merged) == {**values, "check_for_update_on_startup": False}
+
+
+# Text that json/tomllib refuse with something other than their decode error: a number
+# longer than Python converts, and nesting deeper than the parser recurses.
+HOSTILE_JSON = ['{"a": ' + "1" * 5000 + "}", "[" * 100_000, '{"a":' * 100_000]
+HOSTILE_TOML = ["a = " + "1" * 5000, "a = " + "[" * 100_000, "a = " + "{b = " * 100_000]
+
+
+@pytest.mark.parametrize("text", HOSTILE_JSON, ids=["long-number", "deep-array", "deep-object"])
+def test_managed_settings_we_cannot_read_are_left_alone(text: str) -> None:
+    assert integrity.parse_settings(text) is None
+
+
+@pytest.mark.parametrize("text", HOSTILE_TOML, ids=["long-number", "deep-array", "deep-table"])
+def test_codex_config_we_cannot_read_is_left_alone(text: str) -> None:
+    assert integrity.codex_merge(text) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_any_settings_text_is_read_or_left_alone(text: str) -> None:
+    value = integrity.parse_settings(text)
+    assert value is None or isinstance(value, dict)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_any_codex_text_is_extended_to_valid_toml_or_left_alone(text: str) -> None:
+    merged = integrity.codex_merge(text)
+    assert merged is None or isinstance(tomllib.loads(merged), dict)
