@@ -768,3 +768,25 @@ def test_47_jail_network_locked(request: pytest.FixtureRequest) -> None:
         return
     os.close(fd)
     raise AssertionError("/dev/net/tun opens inside the sandbox")
+
+
+def test_50_harsh_no_exec_where_writable(request: pytest.FixtureRequest) -> None:
+    level = FACTS.get("hardening", "standard")
+    if level != "harsh":
+        note(request, f"hardening = {level}: the operator lets what the sandbox writes run")
+        return
+    subprocess.run(["/bin/true"], check=True, timeout=30)  # read-only binaries still run
+    ran, refused = [], []
+    for directory in (FACTS["workspace"], os.environ.get("HOME", FACTS["home"]), "/tmp"):
+        copy = os.path.join(directory, f".csbx-check-50-{os.getpid()}")
+        shutil.copy("/bin/true", copy)
+        os.chmod(copy, 0o755)
+        try:
+            subprocess.run([copy], check=False, timeout=30)
+            ran.append(directory)
+        except PermissionError:
+            refused.append(directory)
+        finally:
+            os.unlink(copy)
+    assert not ran, f"a binary written here ran: {', '.join(ran)}"
+    note(request, f"EACCES in {', '.join(refused)}")

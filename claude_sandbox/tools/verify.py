@@ -213,6 +213,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "outer_nameservers": _nameservers(),
         "dns_forwarder": _dns_forwarder(),
         "egress_jail": cfg.egress_jail,
+        "hardening": cfg.hardening,
         "allow_write": list(cfg.allow_write),
         "pass_env": list(cfg.pass_env),
         "max_pids": cfg.max_pids,

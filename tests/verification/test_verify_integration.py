@@ -63,6 +63,24 @@ def test_verify_passes_as_sbxuser(agent: str) -> None:
     assert status == 0 and not _failures(report), _failures(report)
 
 
+def test_verify_passes_with_harsh_and_check_50_sees_it(tmp_path: Path) -> None:
+    """The operator's `hardening = harsh`, bound over /etc/claude-sandbox.conf in a
+    private mount namespace, as the launch tests do."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to bind a config over /etc")
+    conf = tmp_path / "claude-sandbox.conf"
+    conf.write_text("hardening = harsh\n")
+    script = (f"mount --bind {conf} /etc/claude-sandbox.conf && "
+              f"exec {SHIM} verify --json --agent claude")
+    result = subprocess.run(["flock", LOCK, "unshare", "-m", "--propagation", "private",
+                             "sh", "-c", script], capture_output=True, text=True,
+                            check=False, cwd="/tmp", timeout=600)
+    report = json.loads(result.stdout or "{}")
+    assert result.returncode == 0 and not _failures(report), (_failures(report), result.stderr)
+    row = next(r for r in report["rows"] if r["id"] == "50")
+    assert row["outcome"] == "PASS" and "EACCES" in row["detail"], row
+
+
 # ------------------------------------------------------------------ each check can fail
 
 def _run_with(prefix: list[str], jail: bool = False) -> dict[str, tuple[str, str]]:
@@ -135,6 +153,19 @@ def test_a_missing_mask_fails(weakened) -> None:  # type: ignore[no-untyped-def]
     del prefix[index - 2:index + 1]
     results = _run_with(prefix)
     assert results["14"][0] == "FAIL", results["14"]
+
+
+def test_a_sandbox_that_lets_written_binaries_run_fails_check_50(
+        weakened, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The operator asked for harsh (the outside's facts say so); this sandbox has no
+    Landlock domain, so a binary written to the workspace runs."""
+    from claude_sandbox.tools import verify
+
+    real_gather = verify.gather
+    monkeypatch.setattr(verify, "gather",
+                        lambda *args: {**real_gather(*args), "hardening": "harsh"})
+    results = _run_with(weakened())
+    assert results["50"][0] == "FAIL" and "ran" in results["50"][1], results["50"]
 
 
 def test_a_network_namespace_of_its_own_fails_the_jail_lock() -> None:
