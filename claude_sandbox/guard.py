@@ -34,8 +34,7 @@ def facts_say_inside(mountinfo: str, status: str) -> bool:
 
 def inside_sandbox() -> bool:
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
-            mountinfo = handle.read()
+        mountinfo = mountinfo_module.read()
         with open("/proc/self/status", encoding="utf-8", errors="replace") as handle:
             status = handle.read()
     except OSError:

@@ -94,8 +94,7 @@ def proc_mountable(mountinfo: str) -> bool:
 
 def _read_mountinfo() -> str:
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        return mountinfo_module.read()
     except OSError:
         return "0 0 0:0 / /proc/unknown ro - none none ro"  # unknown: keep the outer /proc
 

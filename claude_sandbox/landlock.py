@@ -27,9 +27,9 @@ import posixpath
 import sys
 from collections import namedtuple
 
+from . import mountinfo
 from .errors import EXIT_UNAVAILABLE, SandboxError
 from .mountinfo import Mount
-from .mountinfo import parse as parse_mountinfo
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~10 ms per launch
 if TYPE_CHECKING:
@@ -253,8 +253,7 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
         raise _fail("create_ruleset")
     try:
         if handled_fs:
-            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-                mounts = parse_mountinfo(f.read())
+            mounts = mountinfo.parse(mountinfo.read())
             plan = plan_exec(mounts, writable, exec_files, os.listdir)
             for path in plan.refused:
                 _warn(f"harsh: {path} is also writable through another mount; no EXECUTE there")

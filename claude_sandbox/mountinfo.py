@@ -3,10 +3,11 @@
 One record per "\\n"-ended line, its fields separated by single spaces. In the
 two path fields the kernel escapes only space, tab, newline and backslash, as
 \\ooo; every other character is written raw, other line breaks (\\r, \\x85,
-U+2028) and other white space included. So the text is cut on "\\n" and " "
-only: str.splitlines() and str.split() would cut a mount point named with one
-of those into bogus records, and could hide a read-write mount from the
-harsh EXECUTE plan or make up a mount point that is not there.
+U+2028) and other white space included. So the file is read without newline
+translation and cut on "\\n" and " " only: text mode, str.splitlines() or
+str.split() would cut a mount point named with one of those into bogus
+records, and could hide a read-write mount from the harsh EXECUTE plan or
+make up a mount point that is not there.
 
 Imported by the shim's guard and by `_enter` at every launch: no imports
 beyond namedtuple (see landlock.py on why not a dataclass).
@@ -33,6 +34,14 @@ def unescape(field: str) -> str:
             out.append(field[i])
             i += 1
     return "".join(out)
+
+
+def read(path: str = "/proc/self/mountinfo") -> str:
+    """The file's text with every byte kept: newline="" because text mode would
+    turn a raw \r in a mount point into "\n" and cut the record there, and
+    surrogateescape so a path that is not UTF-8 still names the same bytes."""
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as handle:
+        return handle.read()
 
 
 def parse(text: str) -> tuple[Mount, ...]:

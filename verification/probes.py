@@ -132,10 +132,14 @@ def _unescape(text: str) -> str:
 
 def mounts() -> list[Mount]:
     found = []
-    text = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="surrogateescape")
-    for line in filter(None, text.split("\n")):  # only "\n" ends a record: see mountinfo.py
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape",
+              newline="") as handle:  # no newline translation: see claude_sandbox/mountinfo.py
+        text = handle.read()
+    for line in text.split("\n"):  # only "\n" ends a record
         left, _, right = line.partition(" - ")
         fields = left.split(" ")
+        if len(fields) < 6:
+            continue
         fstype = right.split(" ")[0]
         found.append(Mount(_unescape(fields[4]), fstype, frozenset(fields[5].split(",")),
                            _unescape(fields[3])))

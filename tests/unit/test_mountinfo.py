@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,3 +78,19 @@ def test_proc_is_mountable_only_without_submounts() -> None:
     assert hostfacts.proc_mountable(base)
     assert hostfacts.proc_mountable(base + line(3, "/", "/proc/sys/fs/binfmt_misc", "rw"))
     assert not hostfacts.proc_mountable(base + line(3, "/", "/proc/sys", "ro"))
+
+
+def test_reading_the_file_keeps_a_carriage_return_and_bytes_that_are_not_utf8(
+        tmp_path: Path) -> None:
+    # Text mode would turn the raw \r into "\n" before parse() saw it: the record
+    # below would come apart, and its tail read as a mount at the marker's path.
+    forged = f"50 22 0:30 / /tmp/x\ry rw - fuse {paths.INSIDE_MARKER} rw\n"
+    path = tmp_path / "mountinfo"
+    not_utf8 = b"51 1 0:31 / /n\xff rw - x y rw\n"
+    path.write_bytes((line(1, "/", "/", "ro") + forged).encode() + not_utf8)
+    text = mountinfo.read(str(path))
+    assert [m.mountpoint for m in mountinfo.parse(text)] == ["/", "/tmp/x\ry", "/n\udcff"]
+    assert os.fsencode(mountinfo.parse(text)[-1].mountpoint) == b"/n\xff"  # same bytes for open()
+    assert not guard.facts_say_inside(text, STATUS_IN)
+    with open(path, encoding="utf-8", errors="surrogateescape") as translated:
+        assert guard.facts_say_inside(translated.read(), STATUS_IN)  # what text mode did
