@@ -45,7 +45,7 @@ def _processes() -> frozenset[tuple[int, str]]:
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                with open(f"/proc/{name}/comm", encoding="utf-8") as handle:
+                with open(f"/proc/{name}/comm", encoding="utf-8", errors="replace") as handle:
                     found.add((int(name), handle.read().strip()))
             except OSError:
                 continue
@@ -63,8 +63,12 @@ def _temp_entries() -> frozenset[str]:
 
 
 def snapshot() -> Snapshot:
-    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-        mounts = frozenset(line.split(" ")[4] for line in handle.read().splitlines())
+    # newline="" and a cut at "\n" only: a raw \r in a mount point stays in its record.
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape",
+              newline="") as handle:
+        mounts = frozenset(fields[4] for fields in
+                           (line.split(" ") for line in handle.read().split("\n"))
+                           if len(fields) > 4)
     return Snapshot(_processes(), mounts, _temp_entries())
 
 
@@ -181,25 +185,44 @@ _PR_SET_CHILD_SUBREAPER = 36
 def _alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
 
 
-def _running(before: Snapshot, marker: str) -> list[str]:
-    """Processes new since `before` that belong to a launch: a watched tool, or
-    one whose command line carries `marker`. Zombies do not run."""
-    left = []
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _started(before: Snapshot, marker: str) -> bool:
+    """Whether the session's own command (sleep with `marker`) runs yet."""
     for pid, comm in _processes() - before.processes:
-        if not _alive(pid):
-            continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                ours = marker.encode() in handle.read()
+                if comm == "sleep" and marker.encode() in handle.read():
+                    return True
         except OSError:
             continue
-        if ours or comm.partition(".")[0] in WATCHED_COMMS:
+    return False
+
+
+def _launch_processes(before: Snapshot, runner: int) -> list[str]:
+    """Live processes, new since `before`, whose parent chain reaches the runner.
+
+    The runner is a subreaper, so the kernel hands it every orphan of the launch,
+    a double-forked or setsid one included: this is the whole launch, whatever its
+    processes are named or become."""
+    left = []
+    for pid, comm in _processes() - before.processes:
+        ancestor, hops = _parent(pid), 0
+        while ancestor not in (0, 1, runner) and hops < 64:
+            ancestor, hops = _parent(ancestor), hops + 1
+        if ancestor == runner and _alive(pid):
             left.append(f"{comm}[{pid}]")
     return sorted(left)
 
@@ -224,6 +247,7 @@ def check_49_killed_launcher(shim: str, agent: str, workdir: str,
     marker = f"{30 + secrets.randbelow(1000) / 1000:.3f}"  # sleep's argument, unique
     libc = ctypes.CDLL(None)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    runner = os.getpid()
     try:
         before = snapshot()
         launcher = subprocess.Popen([shim, "shell", "--agent", agent, "--", "/bin/sleep", marker],
@@ -231,25 +255,20 @@ def check_49_killed_launcher(shim: str, agent: str, workdir: str,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     start_new_session=True)
         deadline = time.monotonic() + 60
-        while not any("sleep" in p for p in _running(before, marker)):
+        while not _started(before, marker):
             if launcher.poll() is not None or time.monotonic() > deadline:
                 return Result("49", "FAIL", f"the session never started (exit {launcher.poll()})")
             time.sleep(0.05)
-        # Every process new at the kill is judged only once it has ended or the
-        # settle time is up: a helper forked but not yet exec'd into a watched
-        # tool would otherwise look harmless at the first glance.
-        pending = {pid for pid, _ in _processes() - before.processes}
         launcher.kill()
         launcher.wait()
+        # Everything of the launch must end by itself within the settle time: what
+        # still runs then fails the check, whatever it is called.
         deadline = time.monotonic() + settle
-        while time.monotonic() < deadline:
+        while (left := _launch_processes(before, runner)) and time.monotonic() < deadline:
             _reap_children()
-            pending = {pid for pid in pending if _alive(pid)}
-            if not pending and not _running(before, marker):
-                break
             time.sleep(0.1)
         _reap_children()
-        left = _running(before, marker)
+        left = _launch_processes(before, runner)
         if left:
             return Result("49", "FAIL", f"still running after the launcher's SIGKILL: "
                                         f"{', '.join(left)}")
