@@ -14,6 +14,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from probes import (
     later_fact,
     layer_absent,
     mount_at,
+    mount_of,
     note,
     ns_id,
     outer_dev,
@@ -771,20 +773,24 @@ def test_47_jail_network_locked(request: pytest.FixtureRequest) -> None:
 
 
 def test_50_harsh_no_exec_where_writable(request: pytest.FixtureRequest) -> None:
-    level = FACTS.get("hardening", "standard")
+    level = FACTS["hardening"]
     if level != "harsh":
         note(request, f"hardening = {level}: the operator lets what the sandbox writes run")
         return
     subprocess.run(["/bin/true"], check=True, timeout=30)  # read-only binaries still run
     ran, refused = [], []
     for directory in (FACTS["workspace"], os.environ.get("HOME", FACTS["home"]), "/tmp"):
-        copy = os.path.join(directory, f".csbx-check-50-{os.getpid()}")
-        shutil.copy("/bin/true", copy)
-        os.chmod(copy, 0o755)
+        # A noexec mount would refuse too, and prove nothing about Landlock.
+        assert "noexec" not in mount_of(directory).options, f"{directory} is mounted noexec"
+        handle, copy = tempfile.mkstemp(prefix=".csbx-check-50-", dir=directory)
         try:
+            with open("/bin/true", "rb") as source, os.fdopen(handle, "wb") as target:
+                shutil.copyfileobj(source, target)
+            os.chmod(copy, 0o755)
             subprocess.run([copy], check=False, timeout=30)
             ran.append(directory)
-        except PermissionError:
+        except PermissionError as error:
+            assert error.errno == errno.EACCES, f"{directory}: {errname(error.errno or 0)}"
             refused.append(directory)
         finally:
             os.unlink(copy)
