@@ -418,11 +418,16 @@ def harden_tree(report: Report, root: str) -> None:
 # ---------------------------------------------------------------- the integrity guard
 
 def _read(path: str) -> str | None:
+    """The file's text; None when it does not exist. One we cannot read stops the
+    install with its path rather than being taken for absent and overwritten."""
     try:
-        with open(path) as handle:
+        with open(path, encoding="utf-8") as handle:
             return handle.read()
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InstallError(f"{path}: cannot read it ({exc}); fix or move it and run "
+                           "again") from None
 
 
 def _integrity_state() -> dict[str, list[str] | bool]:
@@ -561,19 +566,24 @@ def uninstall(options: argparse.Namespace) -> int:
     report = Report(check=options.check)
     if os.getuid() != 0:
         raise InstallError("run the installer as root")
+    # Every record is read before anything is removed: a damaged one stops here.
+    records = {name: read_vendor_record(record) for name in ("claude", "codex", "pi")
+               if os.path.exists(record := os.path.join(VENDOR_DIR, f"{name}.json"))}
     for name in paths.ENTRY_POINTS:
         path = os.path.join(paths.SHIM_DIR, name)
         report.step(f"remove shim {path}", _is_shim(path), functools.partial(os.unlink, path))
-    for name in ("claude", "codex", "pi"):
-        record = os.path.join(VENDOR_DIR, f"{name}.json")
-        if os.path.exists(record):
-            data = read_vendor_record(record)
-            def restore(data: dict[str, str] = data) -> None:
-                if data["link"]:
-                    os.symlink(data["link"], data["path"])
-                else:
-                    shutil.move(data["target"], data["path"])
-            report.step(f"restore the vendor {name} at {data['path']}", True, restore)
+    for name, data in records.items():
+        def restore(data: dict[str, str] = data) -> None:
+            if data["link"]:
+                os.symlink(data["link"], data["path"])
+            else:
+                shutil.move(data["target"], data["path"])
+        # Our shim there is removed just above (or would be, with --check); anything
+        # else there means the vendor binary is already back: an uninstall that
+        # stopped part-way and runs again.
+        place = data["path"]
+        report.step(f"restore the vendor {name} at {place}",
+                    not os.path.lexists(place) or _is_shim(place), restore)
     uninstall_integrity(report)
     for mount_point in (paths.GITCONFIG_INSIDE,):
         report.step(f"remove {mount_point}", os.path.exists(mount_point),

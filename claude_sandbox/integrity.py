@@ -230,13 +230,36 @@ def settings_text(settings: Mapping[str, Any]) -> str:
     return json.dumps(settings, indent=2) + "\n"
 
 
+# Deeper than any settings file; merge_settings copies and json.dumps writes the
+# document back recursively, and would fail part-way on a deeper one.
+_MAX_DEPTH = 64
+
+
+def _depth(value: object) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
+
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")  # Python would write it back as is
+
+
 def parse_settings(text: str) -> dict[str, Any] | None:
     """The managed settings as a dict, or None when we cannot safely rewrite them."""
     try:
-        value = json.loads(text) if text.strip() else {}
+        value = json.loads(text, parse_constant=_not_json) if text.strip() else {}
     except (ValueError, RecursionError):  # not JSON, an over-long number, too deep
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict) or _depth(value) > _MAX_DEPTH:
+        return None
+    return value
 
 
 # ---------------------------------------------------------------- codex managed config (pure)

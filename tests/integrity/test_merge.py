@@ -139,11 +139,14 @@ def test_codex_merge_round_trips(values: dict[str, Any]) -> None:
 
 # Text that json/tomllib refuse with something other than their decode error: a number
 # longer than Python converts, and nesting deeper than the parser recurses.
-HOSTILE_JSON = ['{"a": ' + "1" * 5000 + "}", "[" * 100_000, '{"a":' * 100_000]
+HOSTILE_JSON = ['{"a": ' + "1" * 5000 + "}", "[" * 100_000, '{"a":' * 100_000,
+                '{"a":' * 500 + "1" + "}" * 500,  # parses, but too deep to copy and write back
+                '{"a": NaN}', '{"a": -Infinity}']  # Python's extensions, not JSON
 HOSTILE_TOML = ["a = " + "1" * 5000, "a = " + "[" * 100_000, "a = " + "{b = " * 100_000]
 
 
-@pytest.mark.parametrize("text", HOSTILE_JSON, ids=["long-number", "deep-array", "deep-object"])
+@pytest.mark.parametrize("text", HOSTILE_JSON, ids=["long-number", "deep-array", "deep-object",
+                                                     "deep-500", "nan", "infinity"])
 def test_managed_settings_we_cannot_read_are_left_alone(text: str) -> None:
     assert integrity.parse_settings(text) is None
 
@@ -165,3 +168,11 @@ def test_any_settings_text_is_read_or_left_alone(text: str) -> None:
 def test_any_codex_text_is_extended_to_valid_toml_or_left_alone(text: str) -> None:
     merged = integrity.codex_merge(text)
     assert merged is None or isinstance(tomllib.loads(merged), dict)
+
+
+def test_settings_as_deep_as_we_accept_merge_and_write_back() -> None:
+    text = '{"a":' * 63 + "1" + "}" * 63
+    existing = integrity.parse_settings(text)
+    assert existing is not None
+    merged, _ = integrity.merge_settings(existing)
+    assert json.loads(integrity.settings_text(merged))["a"] == existing["a"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from claude_sandbox.installer import InstallError, read_vendor_record
+from claude_sandbox.installer import InstallError, _read, read_vendor_record
 
 GOOD = {"path": "/usr/local/bin/claude", "link": "", "target": "/x/vendor/claude"}
 
@@ -31,3 +31,13 @@ def test_a_damaged_record_stops_uninstall_naming_the_file(tmp_path: Path, text: 
     with pytest.raises(InstallError) as caught:
         read_vendor_record(str(record))
     assert str(caught.value).startswith(f"{record}: ")
+
+
+def test_a_file_we_cannot_read_stops_the_install_naming_it(tmp_path: Path) -> None:
+    assert _read(str(tmp_path / "absent")) is None
+    latin1 = tmp_path / "managed-settings.json"
+    latin1.write_bytes(b'{"note": "caf\xe9"}')
+    for path in (latin1, tmp_path):  # not UTF-8; a directory
+        with pytest.raises(InstallError) as caught:
+            _read(str(path))
+        assert str(caught.value).startswith(f"{path}: cannot read it")
