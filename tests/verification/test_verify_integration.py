@@ -92,6 +92,8 @@ def _run_with(prefix: list[str], jail: bool = False) -> dict[str, tuple[str, str
     environ = {**os.environ, **({} if jail else JAIL_OFF)}
     rows, _ = verify.run_suite("claude", directory=str(REPO / "verification"), prefix=prefix,
                                environ=environ, outside_checks=False)
+    # A sandbox that never ran the checks fails every one of them: that proves nothing.
+    assert all(r.detail != "the sandbox did not start" for r in rows), rows[0]
     return {r.id: (r.outcome, r.detail) for r in rows}
 
 
@@ -100,6 +102,8 @@ def _bwrap(*drop: str) -> list[str]:
     ops = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
            "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
            "--tmpfs", "/tmp", "--tmpfs", home,
+           # The checks run from this checkout, which may itself be under /tmp or $HOME.
+           "--ro-bind", str(REPO), str(REPO),
            "--ro-bind", "/dev/null", f"{home}/.netrc",
            "--ro-bind", "/dev/null", f"{home}/.Xauthority",
            "--setenv", "IS_SANDBOX", "1", "--setenv", "IS_SANDBOX_AGENT", "claude"]
