@@ -22,21 +22,25 @@ def _status_fields(status: str) -> dict[str, str]:
     return fields
 
 
+def _confined(status: str) -> bool:
+    fields = _status_fields(status)
+    return fields.get("NoNewPrivs") == "1" and int(fields.get("CapEff", "1"), 16) == 0
+
+
+def _marker_mounted(mountinfo: str) -> bool:
+    return any(m.mountpoint == paths.INSIDE_MARKER for m in mountinfo_module.parse(mountinfo))
+
+
 def facts_say_inside(mountinfo: str, status: str) -> bool:
     """Pure: the decision from the text of /proc/self/mountinfo and /proc/self/status."""
-    fields = _status_fields(status)
-    return (
-        any(m.mountpoint == paths.INSIDE_MARKER for m in mountinfo_module.parse(mountinfo))
-        and fields.get("NoNewPrivs") == "1"
-        and int(fields.get("CapEff", "1"), 16) == 0
-    )
+    return _confined(status) and _marker_mounted(mountinfo)
 
 
 def inside_sandbox() -> bool:
     try:
-        mountinfo = mountinfo_module.read()
         with open("/proc/self/status", encoding="utf-8", errors="replace") as handle:
-            status = handle.read()
+            if not _confined(handle.read()):
+                return False  # the usual case at a shim: no need to read the mount table
+        return _marker_mounted(mountinfo_module.read())
     except OSError:
         return False
-    return facts_say_inside(mountinfo, status)
