@@ -182,21 +182,15 @@ def check_48_not_redirectable(shim: str, agent: str, workdir: str,
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def _alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
+def _state_and_parent(pid: int) -> tuple[str, int]:
+    """From /proc/PID/stat: the state letter ("Z" for a zombie) and the parent's
+    pid; ("", 0) once the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
+            state, parent = handle.read().rsplit(")", 1)[1].split()[:2]
+        return state, int(parent)
+    except (OSError, ValueError):
+        return "", 0
 
 
 def _started(before: Snapshot, marker: str) -> bool:
@@ -219,10 +213,11 @@ def _launch_processes(before: Snapshot, runner: int) -> list[str]:
     processes are named or become."""
     left = []
     for pid, comm in _processes() - before.processes:
-        ancestor, hops = _parent(pid), 0
+        state, ancestor = _state_and_parent(pid)
+        hops = 0
         while ancestor not in (0, 1, runner) and hops < 64:
-            ancestor, hops = _parent(ancestor), hops + 1
-        if ancestor == runner and _alive(pid):
+            ancestor, hops = _state_and_parent(ancestor)[1], hops + 1
+        if ancestor == runner and state not in ("", "Z"):
             left.append(f"{comm}[{pid}]")
     return sorted(left)
 

@@ -507,7 +507,7 @@ def _nameservers(text: str) -> list[str]:
 def test_31_dns_through_forwarder(request: pytest.FixtureRequest) -> None:
     if not jail_on(request):
         return
-    forwarder = str(FACTS.get("dns_forwarder"))
+    forwarder = FACTS["dns_forwarder"]
     servers = _nameservers(Path("/etc/resolv.conf").read_text())
     assert servers == [forwarder], f"resolv.conf names {', '.join(servers) or 'nothing'}"
     with iproute() as ipr:

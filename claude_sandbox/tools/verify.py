@@ -33,7 +33,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from claude_sandbox import config as config_module
-from claude_sandbox import hostfacts, paths, profiles
+from claude_sandbox import hostfacts, jail_start, paths, profiles
 
 INSTALLED_CHECKS = f"{paths.LIBEXEC}/verification"
 TOOLS_PYTHON = f"{paths.TOOLS_VENV}/bin/python"
@@ -123,15 +123,6 @@ def _outer_tty_rdev() -> int | None:
         os.close(fd)
 
 
-def _dns_forwarder() -> str:
-    try:
-        from claude_sandbox import jail_start
-
-        return jail_start.DNS_FORWARDER
-    except ImportError:  # the jail is not installed yet; its documented address
-        return "169.254.1.53"
-
-
 def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
     """Start the outer fixtures; returns them, their facts and the planted variables."""
     fixtures = Fixtures(workdir)
@@ -211,7 +202,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "outer_devs": outer_devs(watched),
         "outer_tty_rdev": _outer_tty_rdev(),
         "outer_nameservers": _nameservers(),
-        "dns_forwarder": _dns_forwarder(),
+        "dns_forwarder": jail_start.DNS_FORWARDER,
         "egress_jail": cfg.egress_jail,
         "hardening": cfg.hardening,
         "allow_write": list(cfg.allow_write),
@@ -347,10 +338,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                 results.append(outside_module.check_35_no_leftovers(
                     before, ignore=[workdir, *fixtures.files]))
             else:
-                results.append(outside_module.Result("27", "SKIP", "outside checks not run"))
-                results.append(outside_module.Result("48", "SKIP", "outside checks not run"))
-                results.append(outside_module.Result("49", "SKIP", "outside checks not run"))
-                results.append(outside_module.Result("35", "SKIP", "outside checks not run"))
+                results += [outside_module.Result(number, "SKIP", "outside checks not run")
+                            for number in ("27", "48", "49", "35")]
             results += post_checks(inside, facts)
         finally:
             fixtures.close()
