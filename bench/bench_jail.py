@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from claude_sandbox import jail, paths
+from claude_sandbox import jail, jail_start, paths
 
 BWRAP = [
     paths.tool("bwrap"),
@@ -47,7 +47,7 @@ def floor_once(tmp: str) -> float:
         time.sleep(0.0002)
     pidfile = os.path.join(tmp, "pasta.pid")
     subprocess.run(
-        [paths.tool("pasta"), *jail.PASTA_FLAGS, *ROOT, "-P", pidfile, str(holder.pid)],
+        [paths.tool("pasta"), *jail_start.PASTA_FLAGS, *ROOT, "-P", pidfile, str(holder.pid)],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

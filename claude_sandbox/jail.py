@@ -40,7 +40,6 @@ from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 from .holder import ENCODING, ERRORS, recv_frame, send_frame
 from .record import record
 
-PASTA_FLAGS = jail_start.PASTA_FLAGS  # the benchmark's floor starts the same pasta
 PASTA_TIMEOUT = 10.0
 PASTA_ATTEMPTS = 3
 KILL_WAIT = 2.0
@@ -60,15 +59,6 @@ class JailSettings:
     local_ports: tuple[int, ...]
     callback_ports: tuple[int, ...]
     trace: bool
-
-
-# --- preflight ---------------------------------------------------------------
-
-
-def preflight(settings: JailSettings | None = None) -> None:
-    """Fail closed before anything starts: each missing primitive is one line."""
-    relays_wanted = settings is not None and bool(settings.local_ports or settings.callback_ports)
-    jail_start.preflight(needs_socat=relays_wanted)
 
 
 # --- the plan, for `claude-sandbox explain` ----------------------------------
@@ -96,7 +86,7 @@ def _write_resolv_conf(directory: str) -> str:
     path = os.path.join(directory, "resolv.conf")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "w") as out:
-        out.write(f"nameserver {jail_start.DNS_FORWARDER}\n")
+        out.write(f"nameserver {paths.DNS_FORWARDER}\n")
         out.writelines(line + "\n" for line in kept)
     return path
 
@@ -151,10 +141,10 @@ class Jail:
         self.settings = settings
         self.resolv_conf = ""
         self._dir: str | None = early.directory
-        self._sock: _socket.socket | None = early.sock
-        self._holder: jail_start.Child | None = early.holder
+        self._sock: _socket.socket = early.sock
+        self._holder: jail_start.Child = early.holder
         self._forward: jail_start.Forwarder | None = early.forward
-        self._pasta: jail_start.Child | None = early.pasta
+        self._pasta: jail_start.Child = early.pasta
         self._outside: list[tuple[relays.Relay, jail_start.Child]] = []
         self._inside_pidfds: list[tuple[int, int]] = []
         # An open descriptor of the holder's user namespace, held until close():
@@ -261,13 +251,11 @@ class Jail:
             self._trace("teardown")
 
     def _holder_status(self) -> int:
-        assert self._holder is not None
         code = self._holder.wait()
         return 128 - code if code < 0 else code
 
     def _wait_pasta(self) -> None:
         """Wait until pasta has configured the namespace: its pid file is written."""
-        assert self._pasta is not None and self._holder is not None
         pidfile = self._path("pasta.pid")
         deadline = time.monotonic() + PASTA_TIMEOUT
         attempt = 0
@@ -315,7 +303,6 @@ class Jail:
         return useful[-1] if useful else "no message"
 
     def _ask(self, fields: list[str]) -> list[str]:
-        assert self._sock is not None
         try:
             send_frame(self._sock, fields)
             reply = recv_frame(self._sock)
@@ -337,7 +324,7 @@ class Jail:
         if rc != 0 or len(docs) != 2:
             raise SandboxError(f"egress jail: cannot read the namespace: {err.strip()}", EXIT_JAIL)
         facts = routes.parse_facts(docs[0], docs[1])
-        plan = routes.build_plan(facts, jail_start.DNS_FORWARDER, self.settings.allow_ip)
+        plan = routes.build_plan(facts, paths.DNS_FORWARDER, self.settings.allow_ip)
         self._plan = plan
         self._trace("namespace read, plan built")
         v6 = self._ask(["ipv6off"])
@@ -405,7 +392,6 @@ class Jail:
         self._trace("relays started")
 
     def _exec(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int]) -> None:
-        assert self._sock is not None
         fields = ["exec", str(len(argv)), *argv, str(len(fds)), *map(str, fds)]
         fields += [f"{k}={v}" for k, v in env.items()]
         payload = "\0".join(fields).encode(ENCODING, ERRORS)
@@ -435,18 +421,16 @@ class Jail:
         if self._closed:
             return
         self._closed = True
-        if self._sock is not None:
-            self._sock.close()
-        if self._holder is not None:
-            if self._holder.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self._holder.kill()
-            self._holder.wait()
+        self._sock.close()
+        if self._holder.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._holder.kill()
+        self._holder.wait()
         # Signal everything first and wait once for all of it: each SIGKILLed
         # process takes milliseconds to exit, and waiting for them one after
         # another added those up on every launch.
         dying: list[int] = []
-        if self._pasta is not None and self._pasta.poll() is None:
+        if self._pasta.poll() is None:
             # pasta does not exit when the namespace dies (FACTS): end it. It is
             # our child (-f), not yet reaped, so its pid cannot have been reused.
             with contextlib.suppress(OSError):
@@ -481,10 +465,8 @@ class Jail:
         if not self._was_subreaper:
             # Orphans reparented while this process was a subreaper are reaped
             # above; a caller that lives on (a test runner) gets its role back.
-            with contextlib.suppress(OSError):
-                jail_start.load_libc().prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-        if self._pasta is not None:
-            self._pasta.wait()
+            jail_start.load_libc().prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        self._pasta.wait()
         for _, proc in self._outside:
             proc.wait()
         self._outside.clear()
@@ -522,7 +504,7 @@ def _wait_all(pidfds: list[int]) -> None:
 
     Waiting makes "no process outlives a launch" true when run() returns,
     not some milliseconds later. A pidfd polls readable once the process
-    has exited, even when it is not our child (pasta's daemon is not).
+    has exited, even when it is not our child (the inside relays are not).
     """
     pending = list(pidfds)
     deadline = time.monotonic() + KILL_WAIT

@@ -2,7 +2,7 @@
 
 The holder's namespace and pasta's attach are the longest wait of a jailed
 launch (DESIGN's performance targets), so they start before anything else is
-imported: this module needs only os, fcntl, stat, select, time, _signal,
+imported: this module needs only os, fcntl, stat, time, _signal,
 _socket (and ctypes, which jail.py needs as well). begin() spawns the
 holder, waits for its namespace, prepares the tap device and spawns pasta;
 importing jail.py (json and ipaddress through routes: ~13 ms here) and
@@ -15,7 +15,6 @@ import _signal  # type: ignore[import-not-found]  # the C module: `signal` impor
 import _socket
 import fcntl
 import os
-import select
 import stat
 import sys
 import time
@@ -30,12 +29,6 @@ if TYPE_CHECKING:
 
 # The jail's interface, which make_tap creates and pasta attaches to (-I).
 TAP_NAME = "eth0"
-# The address the agent's resolv.conf names. pasta answers DNS sent here
-# (`--dns-forward`) and relays it to the container's real resolver, which on
-# our machines sits inside 10/8 and is therefore blackholed (FACTS: DNS).
-# Link-local, so that without the /32 exception it falls under the
-# unreachable 169.254/16 row, and outside the ranges clouds use for metadata.
-DNS_FORWARDER = "169.254.1.53"
 # Flags shared with bench/bench_jail.py's floor, so the two measure the same
 # pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (FACTS).
 # -t/-u/-T/-U none: no port forwarding in either direction, which also
@@ -51,7 +44,7 @@ PASTA_FLAGS: tuple[str, ...] = (
     "--no-map-gw",
     "-4",
     "-t", "none", "-u", "none", "-T", "none", "-U", "none",
-    "--dns-forward", DNS_FORWARDER,
+    "--dns-forward", paths.DNS_FORWARDER,
     "-q",
 )  # fmt: skip
 NETNS_TIMEOUT = 5.0
@@ -148,17 +141,6 @@ class Child:
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
-
-    def wait_for(self, timeout: float) -> int | None:
-        """The exit status, or None if `timeout` seconds pass first."""
-        if self.poll() is None:
-            # A pidfd polls readable once the process has exited.
-            pidfd = os.pidfd_open(self.pid)
-            try:
-                select.select([pidfd], [], [], timeout)
-            finally:
-                os.close(pidfd)
-        return self.poll()
 
     def wait(self) -> int:
         """The exit status (negative: the signal that ended it)."""
@@ -311,8 +293,9 @@ def make_private_dir() -> str:
     raise SandboxError("egress jail: cannot create a private directory in /tmp", EXIT_JAIL)
 
 
-def wait_netns(holder: Child, forward: Forwarder) -> int:
-    """Wait until the holder has its own namespaces; a descriptor of its user namespace.
+def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
+    """Wait until the holder has its own namespaces; descriptors of its user and
+    network namespaces (opened here, where a holder that is gone is waited out).
 
     pasta cannot attach before the holder has its own network namespace
     (setns EINVAL, FACTS: pasta) or before unshare has written the id maps.
@@ -330,7 +313,13 @@ def wait_netns(holder: Child, forward: Forwarder) -> int:
                 os.readlink(f"/proc/{holder.pid}/ns/net") != mine
                 and os.readlink(f"/proc/{holder.pid}/exe") == interpreter
             ):
-                return os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+                userns = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    netns = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    os.close(userns)
+                    raise
+                return userns, netns
         except OSError:
             pass
         if holder.poll() is not None:
@@ -345,7 +334,7 @@ def wait_netns(holder: Child, forward: Forwarder) -> int:
         time.sleep(0.0002)
 
 
-def make_tap(holder: Child, userns_fd: int, forward: Forwarder) -> None:
+def make_tap(userns_fd: int, netns_fd: int, forward: Forwarder) -> None:
     """Create the jail's tap device, persistent, before pasta attaches to it.
 
     When pasta creates the device itself, closing it on pasta's exit
@@ -364,7 +353,6 @@ def make_tap(holder: Child, userns_fd: int, forward: Forwarder) -> None:
     took ~5 ms, all of it before pasta can start.
     """
     load_libc()  # here, once: jail.py needs it too, and the child then need not load it
-    netns_fd = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     readable, writable = os.pipe()
     try:
         pid = os.fork()
@@ -372,13 +360,14 @@ def make_tap(holder: Child, userns_fd: int, forward: Forwarder) -> None:
             _tap_child(userns_fd, netns_fd, writable)
     finally:
         os.close(writable)
-        os.close(netns_fd)
     with os.fdopen(readable, "rb") as err:
         message = err.read().decode(errors="replace").strip()
     _, wait_status = os.waitpid(pid, 0)
     if wait_status != 0:
         forward.check()
-        raise SandboxError(f"egress jail: cannot create the tap device: {message}", EXIT_JAIL)
+        status = os.waitstatus_to_exitcode(wait_status)
+        reason = message or (f"killed by signal {-status}" if status < 0 else f"exit {status}")
+        raise SandboxError(f"egress jail: cannot create the tap device: {reason}", EXIT_JAIL)
 
 
 def _tap_child(userns_fd: int, netns_fd: int, report: int) -> NoReturn:
@@ -477,26 +466,32 @@ def begin(trace: bool) -> Early:
     clock = (start, start)
     holder, sock = spawn_holder()
     forward = Forwarder(holder)
-    userns_fd = -1
+    userns_fd = netns_fd = -1
     directory = ""
     try:
         clock = phase(trace, "holder spawned", clock)
         directory = make_private_dir()
-        userns_fd = wait_netns(holder, forward)
+        userns_fd, netns_fd = wait_netns(holder, forward)
         clock = phase(trace, "holder namespace up", clock)
-        make_tap(holder, userns_fd, forward)
+        make_tap(userns_fd, netns_fd, forward)
+        os.close(netns_fd)
+        netns_fd = -1
         clock = phase(trace, "tap device made", clock)
         pasta = spawn_pasta(holder, directory)
         clock = phase(trace, "pasta spawned", clock)
-    except BaseException:
+    except BaseException as exc:
         sock.close()  # the holder reads EOF and exits, if it has not yet
         holder.kill()
         holder.wait()
-        if userns_fd >= 0:
-            os.close(userns_fd)
+        for fd in (userns_fd, netns_fd):
+            if fd >= 0:
+                os.close(fd)
         if directory:
             remove_dir(directory)
         forward.restore()
+        if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
+            where = f": {exc.filename}" if exc.filename else ""
+            raise SandboxError(f"egress jail: {exc.strerror or exc}{where}", EXIT_JAIL) from None
         raise
     return Early(holder, sock, forward, userns_fd, directory, pasta, clock)
 

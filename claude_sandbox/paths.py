@@ -33,6 +33,13 @@ ENTRY_POINTS = ("claude", "codex", "pi", "claude-sandbox")
 
 SYSTEM_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
 
+# The address the agent's resolv.conf names in the egress jail. pasta answers
+# DNS sent here (`--dns-forward`) and relays it to the container's real
+# resolver, which on our machines sits inside 10/8 and is therefore blackholed
+# (FACTS: DNS). Link-local, so that without the /32 exception it falls under the
+# unreachable 169.254/16 row, and outside the ranges clouds use for metadata.
+DNS_FORWARDER = "169.254.1.53"
+
 # The running interpreter, by absolute path: the shim names it, and the jail
 # holder re-enters the core through it rather than through PATH.
 INTERPRETER = sys.executable

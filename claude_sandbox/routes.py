@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from .errors import EXIT_JAIL, SandboxError
-from .jail_start import DNS_FORWARDER
+from .paths import DNS_FORWARDER
 from .record import record
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from claude_sandbox import config as config_module
-from claude_sandbox import hostfacts, jail_start, paths, profiles
+from claude_sandbox import hostfacts, paths, profiles
 
 INSTALLED_CHECKS = f"{paths.LIBEXEC}/verification"
 TOOLS_PYTHON = f"{paths.TOOLS_VENV}/bin/python"
@@ -202,7 +202,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "outer_devs": outer_devs(watched),
         "outer_tty_rdev": _outer_tty_rdev(),
         "outer_nameservers": _nameservers(),
-        "dns_forwarder": jail_start.DNS_FORWARDER,
+        "dns_forwarder": paths.DNS_FORWARDER,
         "egress_jail": cfg.egress_jail,
         "hardening": cfg.hardening,
         "allow_write": list(cfg.allow_write),

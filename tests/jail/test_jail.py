@@ -274,10 +274,10 @@ def test_descriptors_reach_the_session(tmp_path: os.PathLike[str]) -> None:
 
 PREFLIGHT = """
 import sys
-from claude_sandbox import jail
+from claude_sandbox import jail, jail_start
 from claude_sandbox.errors import SandboxError
 try:
-    jail.preflight()
+    jail_start.preflight(needs_socat=False)
     j = jail.start(jail.JailSettings((), (), (), False))
     j.run(["/usr/bin/touch", sys.argv[1]], {})
 except SandboxError as e:
@@ -307,13 +307,31 @@ def test_preflight_refuses_in_one_line(setup: str, expect: str, tmp_path: os.Pat
     assert not os.path.exists(marker)
 
 
+def test_a_system_error_while_the_jail_starts_is_one_line(tmp_path: os.PathLike[str]) -> None:
+    """/tmp read-only, in a private mount namespace: the private directory cannot be
+    made. The launch stops with the jail's status and one line, not a traceback."""
+    marker = os.path.join(tmp_path, "ran")
+    script = ('mount --bind /tmp /tmp && mount -o remount,ro,bind /tmp && '
+              'exec "$0" -c "$1" "$2"')
+    result = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+         sys.executable, PREFLIGHT, marker],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert result.stdout.startswith(f"{EXIT_JAIL} egress jail: Read-only file system: /tmp/"), \
+        (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and len(result.stdout.splitlines()) == 1
+    assert not os.path.exists(marker)
+
+
 def test_refused_user_namespaces_stop_the_launch(tmp_path: os.PathLike[str]) -> None:
     marker = os.path.join(tmp_path, "ran")
     for check_sysctl in (True, False):
         # In a fresh user namespace, user.max_user_namespaces = 0 refuses
         # nested ones there and nowhere else.
         script = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -c "$1" "$2"'
-        code = PREFLIGHT if check_sysctl else PREFLIGHT.replace("jail.preflight()", "pass")
+        code = PREFLIGHT if check_sysctl else PREFLIGHT.replace(
+            "jail_start.preflight(needs_socat=False)", "pass")
         out = subprocess.run(
             ["unshare", "-U", "-r", "sh", "-c", script, sys.executable, code, marker],
             capture_output=True, text=True, check=True,
