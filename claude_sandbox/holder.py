@@ -1,10 +1,10 @@
 """The jail holder: the first process of the jail's user + network namespace.
 
 `unshare --user --map-root-user --net INTERPRETER -I -S -c CODE _jail_holder
---fd N` starts it (`paths.internal_argv`, as `_enter` starts; DESIGN decision 8). It holds the namespace
-open while pasta attaches from outside, then carries out the parent's
-requests inside the namespace: run `ip`, switch IPv6 off, start an inside
-relay, and finally exec the session command. Policy (which routes, whether
+--fd N` starts it (`paths.internal_argv`, as `_enter` starts; DESIGN decision
+8). It holds the namespace open while pasta attaches from outside, then
+carries out the parent's requests inside the namespace: run `ip`, switch
+IPv6 off, start an inside relay, and finally exec the session command. Policy (which routes, whether
 the read-back matches) lives in the parent (jail.py, routes.py); the holder
 is a small executor, so its import cost stays off the launch's critical path.
 
