@@ -279,12 +279,19 @@ class Forwarder:
 _DIR_PREFIX = "claude-sandbox-jail."
 
 
+def _own_prefix() -> str:
+    """This user's directories from this pid namespace: a /tmp shared with
+    another container holds launches whose pids mean nothing here."""
+    pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    return f"{_DIR_PREFIX}{os.getuid()}.{pid_ns}."
+
+
 def make_private_dir() -> str:
     # 0700 and unguessable: pasta's pid file and the relays' unix sockets live
     # here; another user must not connect to them or plant files. The name
-    # carries the launcher's pid, for sweep_stale_dirs.
+    # carries the launcher's pid and pid namespace, for sweep_stale_dirs.
     for _ in range(16):
-        path = f"/tmp/{_DIR_PREFIX}{os.getuid()}.{os.getpid()}.{os.urandom(6).hex()}"
+        path = f"/tmp/{_own_prefix()}{os.getpid()}.{os.urandom(6).hex()}"
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
@@ -501,11 +508,12 @@ def sweep_stale_dirs() -> None:
 
     A SIGKILLed launcher cannot remove its directory (its processes die with
     it: die_with_parent, --die-with-parent). The next launch does, for a
-    directory of this uid whose launcher pid no longer exists; a reused pid
-    only postpones that. Best effort: a sweep never stops a launch.
+    directory of this uid and pid namespace whose launcher pid no longer
+    exists; a reused pid only postpones that. Best effort: a sweep never
+    stops a launch.
     """
-    mine = f"{_DIR_PREFIX}{os.getuid()}."
     try:
+        mine = _own_prefix()
         entries = [e for e in os.scandir("/tmp") if e.name.startswith(mine)]
     except OSError:
         return

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from claude_sandbox import jail
+from claude_sandbox import jail, jail_start
 from claude_sandbox.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 
 from .conftest import (
@@ -504,3 +504,20 @@ def test_bwraps_orphaned_init_is_reaped(tmp_path: os.PathLike[str]) -> None:
     after = ctypes.c_int(0)
     libc.prctl(37, ctypes.byref(after), 0, 0, 0)
     assert after.value == before.value
+
+
+def test_the_sweep_spares_live_launches_and_other_pid_namespaces() -> None:
+    """A /tmp shared with another container holds its launches too: their pids
+    mean nothing here, so only this pid namespace's dead launchers are swept."""
+    live = jail_start.make_private_dir()
+    dead_here = f"/tmp/{jail_start._own_prefix()}999999999.dead"
+    foreign = f"/tmp/claude-sandbox-jail.{os.getuid()}.1.999999999.other"
+    for path in (dead_here, foreign):
+        os.mkdir(path, 0o700)
+    try:
+        jail_start.sweep_stale_dirs()
+        assert os.path.isdir(live) and os.path.isdir(foreign)
+        assert not os.path.exists(dead_here)
+    finally:
+        for path in (live, dead_here, foreign):
+            jail_start.remove_dir(path)
