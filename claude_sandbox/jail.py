@@ -41,9 +41,10 @@ from .holder import ENCODING, ERRORS, recv_frame, send_frame
 from .record import record
 
 PASTA_TIMEOUT = 10.0
+# How long a failed pasta waits for the holder whose exit may have caused it.
+HOLDER_GRACE = 0.2
 PASTA_ATTEMPTS = 3
 KILL_WAIT = 2.0
-_TERMINAL_SIGNALS = (_signal.SIGINT, _signal.SIGQUIT)
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -153,7 +154,6 @@ class Jail:
         self._userns_fd: int | None = early.userns_fd
         self._session_started = False
         self._was_subreaper = True  # until _start() knows: never clear what was not ours
-        self._old_handlers: dict[int, object] = {}
         self._plan: routes.Plan | None = None
         self._closed = False
         self._clock = early.clock
@@ -182,12 +182,9 @@ class Jail:
     # -- start --
 
     def _start(self) -> None:
-        # Ctrl-C and Ctrl-\ reach the whole foreground group; they are the
-        # agent's to handle. The parent must outlive them to tear down.
-        # (TERM and HUP are forwarded to the holder since begin(): Forwarder.)
-        for signum in _TERMINAL_SIGNALS:
-            self._old_handlers[signum] = _signal.signal(signum, _signal.SIG_IGN)
-        # Everything below overlaps pasta's attach and the holder's start-up.
+        # Ctrl-C and Ctrl-\ are ignored and TERM and HUP forwarded to the
+        # holder since begin() (Forwarder). Everything below overlaps pasta's
+        # attach and the holder's start-up.
         assert self._dir is not None
         self.resolv_conf = _write_resolv_conf(self._dir)
         _set_not_dumpable()
@@ -254,6 +251,17 @@ class Jail:
         code = self._holder.wait()
         return 128 - code if code < 0 else code
 
+    def _holder_ends_within(self, seconds: float) -> bool:
+        """Whether the holder has ended, or does within `seconds`. An exiting
+        holder lets go of its namespaces before it becomes a zombie: pasta can
+        fail on them in that window, before waitpid can see the exit."""
+        deadline = time.monotonic() + seconds
+        while self._holder.poll() is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
     def _wait_pasta(self) -> None:
         """Wait until pasta has configured the namespace: its pid file is written."""
         pidfile = self._path("pasta.pid")
@@ -265,7 +273,7 @@ class Jail:
                     break
             rc = self._pasta.poll()
             if rc is not None:
-                if self._holder.poll() is not None:
+                if self._holder_ends_within(HOLDER_GRACE):
                     raise _HolderGone  # a signal ended the launch while pasta attached
                 if "Permission denied" not in self._pasta_log() or attempt + 1 >= PASTA_ATTEMPTS:
                     raise SandboxError(f"egress jail: pasta failed: {self._pasta_log()}", EXIT_JAIL)
@@ -479,9 +487,6 @@ class Jail:
         if self._forward is not None:
             self._forward.restore()
             self._forward = None
-        for signum, handler in self._old_handlers.items():
-            _signal.signal(signum, handler)
-        self._old_handlers.clear()
 
     def plan_lines(self) -> list[str]:
         """The plan this jail programmed (or the example plan before run())."""

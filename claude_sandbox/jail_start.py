@@ -56,6 +56,9 @@ _IFF_TAP = 0x0002
 _IFF_NO_PI = 0x1000
 TOOL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
+# Ctrl-C and Ctrl-\ reach the terminal's whole foreground group; they are the
+# agent's to handle, and the launcher must outlive them to tear down.
+_TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
 
 
 def _check_tun() -> None:
@@ -247,12 +250,14 @@ class Forwarder:
     disposition) and with it the launch; afterwards it reaches the session,
     whose end triggers teardown. Either way the launcher lives on to tear
     down: a launcher killed by the default action would leave pasta behind.
+    restore() also gives back the terminal signals begin() ignored.
     """
 
-    def __init__(self, holder: Child) -> None:
+    def __init__(self, holder: Child, ignored: dict[int, object]) -> None:
         self.holder = holder
         self.signalled = 0
-        self.previous = {signum: _signal.signal(signum, self) for signum in _FORWARDED}
+        self.previous = {**ignored,
+                         **{signum: _signal.signal(signum, self) for signum in _FORWARDED}}
 
     def __call__(self, signum: int, _frame: object) -> None:
         self.signalled = signum
@@ -471,8 +476,18 @@ def begin(trace: bool) -> Early:
     """
     start = time.perf_counter()
     clock = (start, start)
-    holder, sock = spawn_holder()
-    forward = Forwarder(holder)
+    # Ignored before anything is spawned, so that pasta and the holder inherit it
+    # (exec keeps SIG_IGN): a Ctrl-C during set-up must not kill pasta in the
+    # launcher's group. The holder chooses its own (holder.main); _enter gives
+    # the agent the defaults back (enter.reset_signals).
+    ignored = {signum: _signal.signal(signum, _signal.SIG_IGN) for signum in _TERMINAL}
+    try:
+        holder, sock = spawn_holder()
+    except BaseException:
+        for signum, handler in ignored.items():
+            _signal.signal(signum, handler)
+        raise
+    forward = Forwarder(holder, ignored)
     userns_fd = netns_fd = -1
     directory = ""
     try:

@@ -48,7 +48,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _one(index: int, signum: int | None) -> tuple[int, str, dict[str, int]]:
+def _one(index: int, signum: int | None, latest: float = 0.3
+         ) -> tuple[int, str, dict[str, int]]:
     command = "sleep 2" if signum else "true"
     port = str(20000 + index % 20000) if index % 5 == 0 else ""
     proc = subprocess.Popen(
@@ -61,7 +62,7 @@ def _one(index: int, signum: int | None) -> tuple[int, str, dict[str, int]]:
     assert proc.stdout is not None
     first = json.loads(proc.stdout.readline() or "{}")
     if signum is not None:
-        time.sleep(random.uniform(0, 0.3))
+        time.sleep(random.uniform(0, latest))
         if signum == signal.SIGKILL:
             # The agent is killed, not the launcher: its pid is the holder's
             # (test_jail.py kills the launcher itself).
@@ -76,9 +77,9 @@ def _one(index: int, signum: int | None) -> tuple[int, str, dict[str, int]]:
     return proc.returncode, first.get("dir", ""), last.get("started", {})
 
 
-def _soak(signals: list[int | None]) -> None:
+def _soak(signals: list[int | None], latest: float = 0.3) -> None:
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_one, range(len(signals)), signals))
+        results = list(pool.map(_one, range(len(signals)), signals, [latest] * len(signals)))
     for (rc, private_dir, started), signum in zip(results, signals, strict=True):
         assert private_dir, f"launch with {signum} reported no private dir"
         assert rc == 0, f"launcher failed with {signum}: {rc}"
@@ -95,3 +96,10 @@ def test_many_launches_two_at_a_time() -> None:
 def test_many_launches_with_signals_at_random_moments() -> None:
     choices = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
     _soak([random.choice(choices) for _ in range(COUNT)])
+
+
+def test_ctrl_c_while_pasta_attaches() -> None:
+    """Ctrl-C reaches the launcher's whole group while pasta is still attaching:
+    pasta must not die of it, and an ending holder must read as the signal, not
+    as "pasta failed" (a launch's set-up, interrupted, is not a jail error)."""
+    _soak([signal.SIGINT] * max(COUNT // 4, 10), latest=0.005)
