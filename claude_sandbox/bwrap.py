@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 
 from . import paths
 from .config import Config
+from .controlfiles import ControlPlan
 from .errors import EXIT_REFUSED, SandboxError
 from .hostfacts import HostFacts
-from .profiles import PROFILES, Profile
+from .profiles import Profile
 from .record import record
 
 # Container-engine and system-bus sockets: a socket on a read-only mount can
@@ -32,13 +33,9 @@ RUNTIME_SOCKETS = (
 MASKED_TREES = ("/run/user", "/run/secrets")
 # Dotfiles that hold credentials or reach the outer display (checks 14, 15).
 NULLED_DOTFILES = (".netrc", ".Xauthority", ".ICEauthority")
-# Under ~/.config only the forge CLIs' stores come back, read-only: gh aliases
+# Of the outer home only the forge CLIs' stores come back, read-only: gh aliases
 # can run shell commands, so the agent must not be able to rewrite them.
 FORGE_CONFIG = (".config/gh", ".config/glab-cli")
-BULK_HOME = (".local/share", ".cache")
-# Re-masked after the bulk bind: desktop URL handlers registered by the agent
-# would otherwise persist into the outer desktop session.
-BULK_MASKS = (".local/share/applications",)
 LOCAL_BIN_TOOLS = (".local/bin/uv", ".local/bin/uvx")
 AGENT_SHELL = "/bin/bash"
 # Passed through from the launching environment when set: terminal and locale.
@@ -79,10 +76,21 @@ class Extras:
 
 
 @record
+class Writable:
+    """Where the sandbox may write, resolved and checked (workspace.check_writable)."""
+
+    workspace: str
+    allow_write: tuple[str, ...] = ()
+    # One plan per writable root: its control files, held read-only (check 52).
+    controls: tuple[ControlPlan, ...] = ()
+
+
+@record
 class Plan:
     ops: tuple[Op, ...]
     env: tuple[tuple[str, str], ...]
     command: tuple[str, ...]
+    layout: Writable  # what the launcher prepares for the ops: placeholders
 
     def argv(self, bwrap: str) -> list[str]:
         flat = [arg for op in self.ops for arg in op.args]
@@ -94,8 +102,9 @@ class Plan:
 
 def optional_paths(profile: Profile, home: str) -> tuple[str, ...]:
     """Every path whose existence changes the plan; hostfacts.probe checks them."""
-    in_home = (*FORGE_CONFIG, *BULK_HOME, *BULK_MASKS, *LOCAL_BIN_TOOLS)
+    in_home = (*FORGE_CONFIG, *LOCAL_BIN_TOOLS)
     return (
+        paths.UNWRAPPED_SETTINGS,
         *RUNTIME_SOCKETS,
         *MASKED_TREES,
         *(os.path.join(home, rel) for rel in in_home),
@@ -170,30 +179,16 @@ def _existing(home: str, exists: frozenset[str], relatives: Sequence[str]) -> li
 
 def _home_ops(profile: Profile, config: Config, facts: HostFacts) -> list[Op]:
     home, exists = facts.home, facts.existing
-    ops = [Op(("--tmpfs", home), "mask $HOME: only the allow-list below comes back (check 03)")]
+    ops = [
+        Op(
+            ("--bind", facts.store_home, home),
+            f"$HOME is {profile.name}'s one-way state store: the outer home, its agent "
+            "directories, caches and start-up files are not here (checks 03, 51)",
+        )
+    ]
     if not config.no_forge:
         reason = "forge CLI config, read-only: ~/.config is a strict allow-list"
         ops += [Op(("--ro-bind", p, p), reason) for p in _existing(home, exists, FORGE_CONFIG)]
-    bulk = _existing(home, exists, BULK_HOME)
-    reason = "bulk-bound so tool caches and plugins work (credentials here are exposed)"
-    ops += [Op(("--bind", p, p), reason) for p in bulk]
-    for rel in profile.state_dirs:
-        path = os.path.join(home, rel)
-        ops.append(Op(("--bind", path, path), f"{profile.name}'s own state, read-write"))
-    for state in profile.state_files:
-        path = os.path.join(home, state.path)
-        ops.append(Op(("--bind", path, path), f"{profile.name}'s own state file, read-write"))
-    reason = "re-mask: desktop URL handlers must not persist"
-    ops += [Op(("--tmpfs", p), reason) for p in _existing(home, exists, BULK_MASKS)]
-    # Every agent's masks, not only this one's: a codex session must not rewrite
-    # claude's binary cache under a bulk-bound ~/.local/share either.
-    bound = [*(os.path.join(home, rel) for rel in profile.state_dirs), *bulk]
-    for owner in PROFILES:
-        for rel in owner.masks:
-            path = os.path.join(home, rel)
-            if _under(os.path.dirname(path), bound):
-                reason = f"re-mask {rel}: code there would run at {owner.name}'s next start"
-                ops.append(Op(("--tmpfs", path), reason))
     for rel in NULLED_DOTFILES:
         path = os.path.join(home, rel)
         reason = f"{rel} reads as empty (checks 14, 15)"
@@ -251,12 +246,23 @@ def _guard_ops(facts: HostFacts, writable: Sequence[str]) -> list[Op]:
     return ops
 
 
+def _control_ops(controls: Sequence[ControlPlan]) -> list[Op]:
+    """After every writable bind: pins first, then the read-only control paths (ADR 0005)."""
+    ops: list[Op] = []
+    for plan in controls:
+        ops += [Op(("--bind", path, path), "pinned: it holds a control path, so it cannot be "
+                   "renamed away (check 52)") for path in plan.pinned]
+        why = dict(plan.reasons)
+        ops += [Op(("--ro-bind", path, path), f"control path, read-only: {why.get(path, '')} "
+                   "(check 52)") for path in plan.read_only]
+    return ops
+
+
 def build_ops(
     profile: Profile,
     config: Config,
     facts: HostFacts,
-    workspace: str,
-    allow_write: Sequence[str],
+    layout: Writable,
     extras: Extras,
 ) -> tuple[Op, ...]:
     ops: list[Op] = [
@@ -292,7 +298,7 @@ def build_ops(
             )
     ops += _home_ops(profile, config, facts)
     ops += _binary_ops(profile, facts)
-    writable = [workspace, *allow_write]
+    writable = [layout.workspace, *layout.allow_write]
     if facts.agent_tmp:
         ops.append(
             Op(
@@ -301,11 +307,23 @@ def build_ops(
             )
         )
         writable.append(facts.agent_tmp)
-    ops.append(Op(("--bind", workspace, workspace), "the workspace, writable (check 17)"))
-    for path in allow_write:
+    ops.append(Op(("--bind", layout.workspace, layout.workspace), "the workspace, writable "
+                  "(check 17)"))
+    for path in layout.allow_write:
         ops.append(Op(("--bind", path, path), "allow-write, after the masks it reaches through"))
-    writable += [os.path.join(facts.home, rel) for rel in (*BULK_HOME, *profile.state_dirs)]
+    ops += _control_ops(layout.controls)
+    ops += [Op(("--ro-bind", path, path), "allow-read: visible, never writable")
+            for path in config.allow_read]
+    writable.append(facts.home)
     ops += _guard_ops(facts, writable)
+    if paths.UNWRAPPED_SETTINGS in facts.existing:
+        ops.append(
+            Op(
+                ("--ro-bind", paths.EMPTY_SETTINGS, paths.UNWRAPPED_SETTINGS),
+                "the unwrapped-only Claude Code policy is empty inside: your own hooks and "
+                "MCP servers run here, sandboxed (check 54)",
+            )
+        )
     ops.append(
         Op(
             ("--ro-bind", "/dev/null", paths.INSIDE_MARKER),
@@ -389,14 +407,14 @@ def build(
     profile: Profile,
     config: Config,
     facts: HostFacts,
-    workspace: str,
-    allow_write: Sequence[str],
+    layout: Writable,
     extras: Extras,
     command: Sequence[str],
     environ: Mapping[str, str],
 ) -> Plan:
     return Plan(
-        ops=build_ops(profile, config, facts, workspace, allow_write, extras),
+        ops=build_ops(profile, config, facts, layout, extras),
         env=build_env(profile, config, facts, environ, extras),
         command=tuple(command),
+        layout=layout,
     )

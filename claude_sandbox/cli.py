@@ -73,6 +73,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("version", help="print the version", description="Print the version.")
 
+    store = sub.add_parser(
+        "state",
+        help="show, import into or reset the agents' one-way state stores",
+        description="Each agent's home inside the sandbox is a state store of its own, per "
+        "user: its login, settings, caches and everything else it writes outside the "
+        "workspace. Nothing outside reads it, and nothing in it ever flows back to your "
+        "home. `show` prints where each store is; `import` copies your login and settings "
+        "from your home into the store again (a first launch does it once); `reset` "
+        "deletes a store, so the next launch starts from a fresh import.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    store.add_argument("action", nargs="?", choices=("show", "import", "reset"),
+                       default="show", help="what to do (default: show)")
+    store.add_argument("--agent", default=None,
+                       help=f"the agent: {', '.join(profiles.AGENT_NAMES)} (default for show: "
+                       "all; for import and reset: $CLAUDE_SANDBOX_AGENT or claude)")
+    store.add_argument("--yes", action="store_true", help="reset without asking")
+
     doctor = sub.add_parser(
         "doctor",
         help="check that this host can run the sandbox, with fixes",
@@ -110,6 +129,8 @@ def main(argv: Sequence[str]) -> int:
         return 0
     if options.command == "shell":
         return _shell(options.agent or _agent_default(), options.cmd)
+    if options.command == "state":
+        return _state(options.action, options.agent, options.yes)
     if options.command == "explain":
         print(explain(options.agent or _agent_default()))
         return 0
@@ -121,6 +142,43 @@ def _shell(agent: str, cmd: list[str]) -> int:
         cmd = cmd[1:]
     command = tuple(cmd) if cmd else ("bash",)
     return shadow.launch(shadow.Request(agent, command, ()), os.environ)
+
+
+def _state(action: str, agent: str | None, yes: bool) -> int:
+    import pwd
+
+    from . import state
+
+    uid = os.getuid()
+    home = os.path.realpath(pwd.getpwuid(uid).pw_dir)
+    names = [agent] if agent else (list(profiles.AGENT_NAMES) if action == "show"
+                                    else [_agent_default()])
+    chosen = [profiles.get(name) for name in names]
+    cfg = shadow.load_config(chosen[0].name, os.environ)
+    root = state.store_root(cfg.state_dir, home, uid)
+    if action == "show":
+        for profile in chosen:
+            path = state.agent_home(root, profile.name)
+            there = "present" if os.path.isdir(path) else "not made yet (the first launch does)"
+            print(f"{profile.name}: {path} ({there})")
+        return 0
+    profile = chosen[0]
+    if action == "import":
+        fresh = not os.path.isdir(state.agent_home(root, profile.name))
+        path = state.ensure_home(root, profile.name, home, profile.imports, uid,
+                                 default_root=cfg.state_dir is None)
+        if not fresh:  # a new store was just filled by the same import
+            for line in state.import_into(home, path, profile.imports) or ["nothing to import"]:
+                print(line)
+        return 0
+    if not yes:
+        raise SandboxError(
+            f"state reset deletes {os.path.join(root, profile.name)} with {profile.name}'s "
+            "login and everything it kept; run it again with --yes", EXIT_USAGE)
+    removed = state.reset(root, profile.name)
+    print(f"{profile.name}: {'removed' if removed else 'there was no store'} "
+          f"({os.path.join(root, profile.name)})")
+    return 0
 
 
 def _operator_tool(command: str, argv: list[str]) -> int:
@@ -139,7 +197,7 @@ def _operator_tool(command: str, argv: list[str]) -> int:
 def explain(agent: str) -> str:
     profile = profiles.get(agent)
     cfg = shadow.load_config(profile.name, os.environ)
-    facts = shadow.probe(profile, os.environ, dry_run=True)
+    facts = shadow.probe(profile, cfg, os.environ, dry_run=True)
     extras = bwrap.Extras(
         gitconfig_fd=3,
         seccomp_fd=None,

@@ -7,6 +7,11 @@ unknown key, a malformed line, a relative path, a CIDR where an address is
 wanted or a port out of range refuses the launch naming FILE:LINE or the
 variable. Our own keys (hardening, max-pids, max-memory) have no variable:
 the launching environment cannot loosen them.
+
+The environment may narrow what the file allows, never widen it (ADR 0005):
+a variable that would add a writable path, a port, an address or a passed
+variable the file does not name, or turn the jail off, refuses the launch,
+unless the file lets that key be widened (`env-may-widen = KEY`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class Kind:
     LEVEL = KindOf("standard | harsh")
     COUNT = KindOf("positive integer")
     SIZE = KindOf("size in bytes, with an optional K, M or G suffix")
+    KEYS = KindOf("list of key names")
+    RELPATHS = KindOf("list of paths relative to the workspace")
 
 
 @record
@@ -113,6 +120,50 @@ KEYS: tuple[Key, ...] = (
         Kind.PORTS,
         "(none)",
         "relay from the container's 127.0.0.1:PORT into the jail (browser login callbacks)",
+    ),
+    Key(
+        "env-may-widen",
+        None,
+        Kind.KEYS,
+        "(none)",
+        "keys whose variable may widen this file's value (by default the environment may "
+        "only narrow it)",
+    ),
+    Key(
+        "state-dir",
+        None,
+        Kind.PATH,
+        "~/.local/state/claude-sandbox",
+        "where each user's one-way agent state lives (the agents' homes); `~/` is the "
+        "launching user's home",
+    ),
+    Key(
+        "protect",
+        None,
+        Kind.RELPATHS,
+        "(none)",
+        "another workspace control path, read-only inside (adds to the built-in list)",
+    ),
+    Key(
+        "unprotect",
+        None,
+        Kind.RELPATHS,
+        "(none)",
+        "a built-in workspace control path to leave writable",
+    ),
+    Key(
+        "allow-read",
+        None,
+        Kind.PATHS,
+        "(none)",
+        "outside paths visible read-only at the same place (a package cache, a toolchain)",
+    ),
+    Key(
+        "allow-socket",
+        None,
+        Kind.PATHS,
+        "(none)",
+        "unix sockets (or directories of them) outside the workspace the sandbox may connect to",
     ),
     Key(
         "hardening",
@@ -241,8 +292,16 @@ class Config:
     hardening: str = "standard"
     max_pids: int | None = None
     max_memory: int | None = None
+    state_dir: str | None = None  # None: each user's ~/.local/state/claude-sandbox
+    protect: tuple[str, ...] = ()
+    unprotect: tuple[str, ...] = ()
+    allow_read: tuple[str, ...] = ()
+    allow_socket: tuple[str, ...] = ()
+    env_may_widen: tuple[str, ...] = ()
     # Where each non-default value came from ("FILE:LINE" or the variable).
     origins: Mapping[str, str] = MappingProxyType({})
+    # Where each path of allow-write, allow-read and allow-socket came from.
+    path_origins: Mapping[str, str] = MappingProxyType({})
 
 
 def denied_reason(name: str) -> str | None:
@@ -304,6 +363,27 @@ def _port(text: str, where: str, *, zero_ok: bool = False) -> int:
     return port
 
 
+def _key_name(text: str, where: str) -> str:
+    key = KEYS_BY_NAME.get(text)
+    if key is None or key.variable is None:
+        raise SandboxError(f"{where}: {text!r} is not a key with a variable", EXIT_CONFIG)
+    return text
+
+
+def _relative_path(text: str, where: str) -> str:
+    """A workspace-relative path: no leading /, no `..`, no empty or `.` parts."""
+    parts = text.rstrip("/").split("/")
+    if text.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise SandboxError(
+            f"{where}: {text!r} is not a plain path inside the workspace (like .vscode or "
+            ".git/hooks)",
+            EXIT_CONFIG,
+        )
+    if any(c in text for c in "\0\n"):
+        raise SandboxError(f"{where}: the path holds a control character", EXIT_CONFIG)
+    return "/".join(parts)
+
+
 def _level(text: str, where: str) -> str:
     if text not in ("standard", "harsh"):
         raise SandboxError(f"{where}: {text!r} is not standard or harsh", EXIT_CONFIG)
@@ -337,6 +417,8 @@ _ITEM_PARSERS: dict[KindOf, Callable[[str, str], object]] = {
     Kind.NAMES: _name,
     Kind.ADDRESSES: _address,
     Kind.PORTS: _port,
+    Kind.KEYS: _key_name,
+    Kind.RELPATHS: _relative_path,
 }
 
 
@@ -395,12 +477,14 @@ def parse(
 ) -> Config:
     """The configuration for `agent`: the file's lines, then the environment.
 
-    Pure: the caller reads the file. Scalars: a variable already set wins over
-    the file. Lists: every line appends; the variable's items are added.
+    Pure: the caller reads the file. The file: scalars take the last line (a
+    per-agent line wins), lists append every line. The environment may then
+    narrow what the file says, never widen it (`_narrow`).
     """
     scalars: dict[str, object] = {}
     lists: dict[str, list[object]] = {key.name: [] for key in KEYS if key.kind in _ITEM_PARSERS}
     origins: dict[str, str] = {}
+    items: dict[tuple[str, object], str] = {}
     agent_specific: set[str] = set()
     for number, raw in enumerate((text or "").splitlines(), start=1):
         where = f"{path}:{number}"
@@ -412,7 +496,9 @@ def parse(
             _parse_value(line)  # still validated: a typo for another agent is an error too
             continue
         if key.kind in _ITEM_PARSERS:
-            lists[key.name].append(_parse_value(line))
+            value = _parse_value(line)
+            lists[key.name].append(value)
+            items.setdefault((key.name, value), where)
         elif line.agent is None and key.name in agent_specific:
             _parse_value(line)  # the per-agent line wins, whatever the order
             continue
@@ -422,21 +508,58 @@ def parse(
                 agent_specific.add(key.name)
         origins[key.name] = where
 
+    may_widen = {str(name) for name in lists["env-may-widen"]}
     for key in KEYS:
         if key.variable is None or key.variable not in environ:
             continue
         value = environ[key.variable]
         where = f"${key.variable}"
         if key.kind in _ITEM_PARSERS:
-            items = [item.strip() for item in value.replace("\n", ",").split(",") if item.strip()]
-            lists[key.name].extend(_ITEM_PARSERS[key.kind](item, where) for item in items)
+            parts = [item.strip() for item in value.replace("\n", ",").split(",") if item.strip()]
+            parsed_items = [_ITEM_PARSERS[key.kind](part, where) for part in parts]
+            for item in parsed_items:  # every item validated before any is judged
+                if item not in lists[key.name]:
+                    _refuse_widening(key, where, f"{item} is not in {path}", may_widen, path)
+                    lists[key.name].append(item)
+                    items[(key.name, item)] = where
         elif key.kind is Kind.FLAG and value == "":
             continue
         else:
-            scalars[key.name] = _SCALAR_PARSERS[key.kind](value.strip(), where)
+            parsed = _SCALAR_PARSERS[key.kind](value.strip(), where)
+            _narrow_scalar(key, parsed, scalars.get(key.name), where, may_widen, path)
+            scalars[key.name] = parsed
         origins[key.name] = where
 
-    return _assemble(scalars, lists, origins)
+    return _assemble(scalars, lists, origins, items)
+
+
+def _refuse_widening(key: Key, where: str, what: str, may_widen: set[str], path: str) -> None:
+    """The environment widened `key`: refuse unless the file lets it."""
+    if key.name in may_widen:
+        return
+    raise SandboxError(
+        f"{where}: {what}; the environment may only narrow what the operator's file allows. "
+        f"Set it in {path}, or let the environment widen it there with "
+        f"`env-may-widen = {key.name}`",
+        EXIT_CONFIG,
+    )
+
+
+def _narrow_scalar(
+    key: Key, value: object, current: object, where: str, may_widen: set[str], path: str
+) -> None:
+    """Refuse a variable that loosens a scalar the file set (or its default)."""
+    if key.name == "egress-jail" and value is False and current is not False:
+        _refuse_widening(key, where, "it turns the egress jail off", may_widen, path)
+    elif key.name == "no-forge" and value is False and current is True:
+        _refuse_widening(key, where, "it turns no-forge off", may_widen, path)
+    elif key.name == "local-model-port" and value not in (0, current):
+        _refuse_widening(key, where, f"port {value} is not the file's", may_widen, path)
+    elif key.name == "workspace-root" and current is not None:
+        inside = value == current or str(value).startswith(str(current).rstrip("/") + "/")
+        if not inside:
+            _refuse_widening(key, where, f"{value} is outside the file's {current}",
+                             may_widen, path)
 
 
 def _parse_value(line: _Line) -> object:
@@ -450,8 +573,15 @@ def _dedupe(items: list[object]) -> tuple[object, ...]:
     return tuple(dict.fromkeys(items))
 
 
+def _strings(items: list[object]) -> tuple[str, ...]:
+    return tuple(str(item) for item in _dedupe(items))
+
+
 def _assemble(
-    scalars: dict[str, object], lists: dict[str, list[object]], origins: dict[str, str]
+    scalars: dict[str, object],
+    lists: dict[str, list[object]],
+    origins: dict[str, str],
+    items: dict[tuple[str, object], str],
 ) -> Config:
     local_ports = [int(str(port)) for port in lists["local-port"]]
     model_port = int(str(scalars.get("local-model-port", 0)))
@@ -465,21 +595,34 @@ def _assemble(
             f"{where}: port {both[0]} is both a local-port and a callback-port", EXIT_CONFIG
         )
     root = scalars.get("workspace-root")
+    state_dir = scalars.get("state-dir")
     pids = scalars.get("max-pids")
     memory = scalars.get("max-memory")
+    where_from = {
+        str(value): where
+        for (name, value), where in items.items()
+        if name in ("allow-write", "allow-read", "allow-socket")
+    }
     return Config(
         workspace_root=str(root) if root is not None else None,
         no_forge=bool(scalars.get("no-forge", False)),
-        allow_write=tuple(str(path) for path in _dedupe(lists["allow-write"])),
-        pass_env=tuple(str(name) for name in _dedupe(lists["pass-env"])),
+        allow_write=_strings(lists["allow-write"]),
+        pass_env=_strings(lists["pass-env"]),
         egress_jail=bool(scalars.get("egress-jail", True)),
-        allow_ip=tuple(str(address) for address in _dedupe(lists["allow-ip"])),
+        allow_ip=_strings(lists["allow-ip"]),
         local_ports=tuple(dict.fromkeys(local_ports)),
         callback_ports=tuple(dict.fromkeys(callback_ports)),
         hardening=str(scalars.get("hardening", "standard")),
         max_pids=int(str(pids)) if pids is not None else None,
         max_memory=int(str(memory)) if memory is not None else None,
+        state_dir=str(state_dir) if state_dir is not None else None,
+        protect=_strings(lists["protect"]),
+        unprotect=_strings(lists["unprotect"]),
+        allow_read=_strings(lists["allow-read"]),
+        allow_socket=_strings(lists["allow-socket"]),
+        env_may_widen=_strings(lists["env-may-widen"]),
         origins=MappingProxyType(dict(origins)),
+        path_origins=MappingProxyType(where_from),
     )
 
 

@@ -39,6 +39,7 @@ class HostFacts:
     real_root: str  # what must be visible for it to run: the file, or its npm package
     guard: tuple[GuardEntry, ...]
     agent_tmp: str | None  # the profile's scratch directory, prepared, or None
+    store_home: str  # the agent's one-way state store, bound at $HOME inside
     # A fresh procfs can be mounted: nothing is mounted over parts of /proc. Container
     # runtimes mask /proc/kcore and friends, and the kernel then refuses a new procfs.
     proc_mountable: bool = False
@@ -56,18 +57,25 @@ def _entry_state(path: str) -> str:
     return "other"
 
 
-def guard_entries(path_entries: Iterable[str]) -> tuple[GuardEntry, ...]:
-    """Entry-point names in each existing PATH directory ahead of /usr/local/bin."""
+def guard_entries(
+    path_entries: Iterable[str], seen_as: Callable[[str], str] = lambda d: d
+) -> tuple[GuardEntry, ...]:
+    """Entry-point names in each existing PATH directory ahead of /usr/local/bin.
+
+    `seen_as` maps a directory to the one the sandbox will show at that path
+    (under $HOME: the agent's state store), which is the one inspected.
+    """
     entries: list[GuardEntry] = []
     seen: set[str] = set()
     for directory in path_entries:
         if directory == paths.SHIM_DIR:
             break
-        if not directory.startswith("/") or directory in seen or not os.path.isdir(directory):
+        inside = seen_as(directory)
+        if not directory.startswith("/") or directory in seen or not os.path.isdir(inside):
             continue
         seen.add(directory)
         for name in paths.ENTRY_POINTS:
-            state = _entry_state(os.path.join(directory, name))
+            state = _entry_state(os.path.join(inside, name))
             entries.append(GuardEntry(directory, name, state))
     return tuple(entries)
 
@@ -141,18 +149,46 @@ def agent_tmp_dir(base: str, uid: int) -> str:
     return path
 
 
-def prepare_state(home: str, dirs: Iterable[str], files: Iterable[tuple[str, str]]) -> None:
-    """Create the agent's state so the read-write binds have sources that persist."""
-    for relative in dirs:
-        target = os.path.join(home, relative)
-        if not os.path.lexists(target):
-            os.makedirs(target, mode=0o700, exist_ok=True)
-    for relative, initial in files:
-        target = os.path.join(home, relative)
-        if not os.path.lexists(target):
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(initial)
+def git_hooks_path(top: str, home: str) -> str | None:
+    """Where git outside runs this repository's hooks from, when core.hooksPath moves them.
+
+    Asked of git itself (every config level, includes, conditionals), as the
+    user, with `safe.directory` allowing a repository another uid owns. None
+    where `top` holds no .git or git does not answer.
+    """
+    if not os.path.lexists(os.path.join(top, ".git")):
+        return None
+    program = paths.find_tool("git")
+    if program is None:
+        return None
+    from .process import capture
+
+    argv = [program, "-c", "safe.directory=*", "-C", top, "config", "--get", "core.hooksPath"]
+    try:
+        status, out = capture(argv, {"HOME": home, "PATH": ":".join(paths.SYSTEM_DIRS)})
+    except OSError:
+        return None
+    value = out.strip()
+    if status != 0 or not value:
+        return None
+    if value.startswith("~/"):
+        value = os.path.join(home, value[2:])
+    return os.path.realpath(os.path.join(top, value))
+
+
+def login_homes(launching_home: str) -> tuple[str, ...]:
+    """Homes whose dot-files run code at someone's login: root's and login users' (uid >= 1000).
+
+    System accounts' "homes" (/usr/sbin, /var/www, /nonexistent) are left out:
+    nobody logs in there, and refusing them would refuse ordinary directories.
+    """
+    homes = [launching_home]
+    for entry in pwd.getpwall():
+        if entry.pw_uid == 0 or 1000 <= entry.pw_uid < 65534:
+            home = os.path.realpath(entry.pw_dir) if entry.pw_dir.startswith("/") else ""
+            if home and home != "/" and home not in homes:
+                homes.append(home)
+    return tuple(homes)
 
 
 def probe(
@@ -161,8 +197,10 @@ def probe(
     agent: str,
     wanted: Callable[[str], Iterable[str]],
     tmp_base: str | None,
+    store_home: Callable[[str, int], str],
 ) -> HostFacts:
-    """`wanted(home)` names the optional paths whose existence the builder needs."""
+    """`wanted(home)` names the optional paths whose existence the builder needs;
+    `store_home(home, uid)` the agent's state store."""
     uid, gid = os.getuid(), os.getgid()
     entry = pwd.getpwuid(uid)
     # The password database, not $HOME: a forged HOME must not move the mask.
@@ -173,6 +211,13 @@ def probe(
         raise SandboxError("the current directory no longer exists", EXIT_REFUSED) from None
     path_entries = tuple(p for p in environ.get("PATH", "").split(":") if p)
     binary = real_binary(agent)
+    store = store_home(home, uid)
+
+    def seen_as(directory: str) -> str:
+        if directory == home or directory.startswith(home + "/"):
+            return store + directory[len(home):]
+        return directory
+
     return HostFacts(
         uid=uid,
         gid=gid,
@@ -183,7 +228,8 @@ def probe(
         existing=frozenset(p for p in wanted(home) if os.path.lexists(p)),
         real_binary=binary,
         real_root=install_root(binary, home),
-        guard=guard_entries(path_entries),
+        guard=guard_entries(path_entries, seen_as),
         agent_tmp=agent_tmp_dir(tmp_base, uid) if tmp_base else None,
+        store_home=store,
         proc_mountable=proc_mountable(_read_mountinfo()),
     )

@@ -439,7 +439,7 @@ def _integrity_state() -> dict[str, list[str] | bool]:
 
 
 def install_hooks(report: Report) -> None:
-    for hook in integrity.HOOKS:
+    for hook in (*integrity.HOOKS, integrity.REFUSE_HELPER):
         path, text = integrity.hook_path(hook), integrity.hook_text(hook)
         report.step(f"{hook.event} hook {path}", _differs(path, text, 0o755),
                     functools.partial(_write, path, text, 0o755))
@@ -469,6 +469,17 @@ def install_managed_settings(report: Report) -> None:
                 lambda: _write(integrity.STATE_FILE, wanted_state, 0o644))
 
 
+def install_unwrapped_settings(report: Report) -> None:
+    """Our own drop-in: what an unwrapped Claude Code may run (nothing the agent wrote)."""
+    path = integrity.UNWRAPPED_SETTINGS
+    text = integrity.settings_text(integrity.unwrapped_settings())
+    report.step(f"Claude Code drop-in {path} (unwrapped sessions: managed hooks and no MCP "
+                "servers only)", _differs(path, text, 0o644), lambda: _write(path, text, 0o644))
+    report.step(f"empty settings {integrity.EMPTY_SETTINGS} (bound over the drop-in inside)",
+                _differs(integrity.EMPTY_SETTINGS, "{}\n", 0o444),
+                lambda: _write(integrity.EMPTY_SETTINGS, "{}\n", 0o444))
+
+
 def install_codex_config(report: Report) -> None:
     path = integrity.CODEX_MANAGED_CONFIG
     text = _read(path) or ""
@@ -484,6 +495,7 @@ def install_codex_config(report: Report) -> None:
 def install_integrity(report: Report) -> None:
     install_hooks(report)
     install_managed_settings(report)
+    install_unwrapped_settings(report)
     install_codex_config(report)
 
 
@@ -510,6 +522,9 @@ def uninstall_integrity(report: Report) -> None:
             wanted = integrity.settings_text(remaining)
             report.step(f"our policy out of {path} (the rest kept)", remaining != existing,
                         lambda: _write(path, wanted, 0o644))
+    dropin = integrity.UNWRAPPED_SETTINGS
+    report.step(f"remove {dropin}", os.path.exists(dropin),
+                functools.partial(_remove_file_and_empty_parent, dropin))
     codex = integrity.CODEX_MANAGED_CONFIG
     codex_text = _read(codex)
     if codex_text is not None:

@@ -38,6 +38,8 @@ from typing import Any
 from . import paths
 
 MANAGED_SETTINGS = "/etc/claude-code/managed-settings.json"
+UNWRAPPED_SETTINGS = paths.UNWRAPPED_SETTINGS
+EMPTY_SETTINGS = paths.EMPTY_SETTINGS
 CODEX_MANAGED_CONFIG = "/etc/codex/managed_config.toml"
 ALLOW_FLAG = "/etc/claude-sandbox.allow-unsandboxed"
 HOOKS_DIR = f"{paths.LIBEXEC}/hooks"
@@ -50,7 +52,18 @@ STATE_FILE = f"{paths.LIBEXEC}/integrity.json"
 # prompt, erases it and shows stderr to the user; any other non-zero status is
 # NOT blocking, so the gate must turn its own failures into exit 2.
 EXIT_BLOCK = 2
-ENV_POLICY = (("DISABLE_AUTOUPDATER", "1"),)
+# CLAUDE_CODE_SIMPLE=1 (also `--bare`) skips every hook, the managed gate
+# included; a managed env value wins over one in any user or project settings
+# file, so a planted settings file cannot switch the gate off (check 54).
+ENV_POLICY = (("DISABLE_AUTOUPDATER", "1"), ("CLAUDE_CODE_SIMPLE", "0"))
+# What an unwrapped Claude Code may run of the user's and the workspace's
+# settings: nothing (ADR 0005). Hooks and MCP servers come only from managed
+# settings, none at all; the settings that name a helper program are pinned to
+# the refusal hook. An unwrapped session is blocked at its first prompt anyway;
+# these keep what runs before that prompt (SessionStart hooks, MCP servers,
+# helpers) from running code an agent planted.
+UNWRAPPED_HELPERS = ("apiKeyHelper", "awsAuthRefresh", "awsCredentialExport",
+                     "gcpAuthRefresh", "otelHeadersHelper", "proxyAuthHelper")
 CODEX_BEGIN = "# >>> claude-sandbox: managed by the claude-sandbox installer; do not edit"
 CODEX_END = "# <<< claude-sandbox"
 CODEX_BLOCK = (
@@ -72,6 +85,9 @@ HOOKS: tuple[Hook, ...] = (
     Hook("SessionStart", "session-start", "session-start"),
     Hook("UserPromptSubmit", "prompt-gate", "prompt-gate"),
 )
+# Not a Claude Code hook: the program the unwrapped drop-in names for every
+# helper setting. It prints nothing and fails, so no credential helper runs.
+REFUSE_HELPER = Hook("", "refuse-helper", "refuse-helper")
 
 NOT_SANDBOXED = (
     "claude-sandbox: THIS SESSION IS NOT SANDBOXED. Claude Code is running outside "
@@ -150,6 +166,8 @@ def hook_main(role: str) -> int:
             status, out, err = prompt_gate(inside, allow_flag_set())
         elif role == "session-start":
             status, out, err = session_start(inside)
+        elif role == "refuse-helper":
+            status, out, err = 1, "", f"{NOT_SANDBOXED} (helper programs do not run)\n"
         else:
             status, out, err = EXIT_BLOCK, "", f"claude-sandbox: unknown hook role {role}\n"
     except Exception as error:
@@ -224,6 +242,18 @@ def unmerge_settings(existing: Mapping[str, Any], added_env: tuple[str, ...]) ->
         else:
             del result["env"]
     return result
+
+
+def unwrapped_settings() -> dict[str, Any]:
+    """The drop-in for sessions outside the sandbox (UNWRAPPED_SETTINGS)."""
+    refuse = hook_path(REFUSE_HELPER)
+    return {
+        "allowManagedHooksOnly": True,
+        "allowManagedMcpServersOnly": True,
+        "allowedMcpServers": [],
+        "strictKnownMarketplaces": [],
+        **{name: refuse for name in UNWRAPPED_HELPERS},
+    }
 
 
 def settings_text(settings: Mapping[str, Any]) -> str:

@@ -21,11 +21,14 @@ import time
 
 from . import paths
 from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from .process import Child, fork_exec, load_libc
 from .record import record
+
+__all__ = ["Child", "fork_exec", "load_libc"]  # jail.py reaches them through this module
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from typing import NoReturn
 
 # The jail's interface, which make_tap creates and pasta attaches to (-I).
 TAP_NAME = "eth0"
@@ -125,100 +128,6 @@ def preflight(*, needs_socat: bool) -> None:
         paths.tool("setpriv")
     _check_tun()
     _check_userns()
-
-
-class Child:
-    """A child process, with the part of subprocess.Popen's interface jail.py uses."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere: gone all the same
-                self.returncode = 0
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self) -> int:
-        """The exit status (negative: the signal that ended it)."""
-        while self.returncode is None:
-            try:
-                _, status = os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                self.returncode = 0
-                break
-            except InterruptedError:
-                continue
-            self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, _signal.SIGKILL)
-
-
-_PR_SET_PDEATHSIG = 1
-_LIBC: Any = None
-
-
-def load_libc() -> Any:
-    """libc through ctypes, loaded once (make_tap, fork_exec and jail.py need it)."""
-    global _LIBC
-    if _LIBC is None:
-        import ctypes
-
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    return _LIBC
-
-
-def fork_exec(
-    argv: list[str],
-    env: dict[str, str],
-    streams: dict[int, int],
-    setsid: bool,
-    die_with_parent: bool = False,
-) -> Child:
-    """fork and exec, with `streams` (target fd: source fd) in place of 0, 1, 2.
-
-    Not posix_spawn: glibc's posix_spawn leaves its two internal signals (32,
-    33) ignored in the child, and an ignored disposition survives every exec
-    down to the agent, where nothing can reset it. Python opens descriptors
-    non-inheritable, so the child gets the three streams and nothing else.
-    Python ignores SIGPIPE and SIGXFSZ; the child gets them back at their
-    defaults, as subprocess does (pasta even refuses to start otherwise:
-    "Couldn't install signal handlers").
-
-    `die_with_parent`: the kernel SIGKILLs the child when this process ends,
-    even by SIGKILL, when nothing of ours can run to tear down (pasta and the
-    outside relays: nothing else would ever end them).
-    """
-    libc = load_libc() if die_with_parent else None
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            if libc is not None:
-                # Checked: a child that could outlive the launcher must not start.
-                if libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
-                    os._exit(127)
-                if os.getppid() != parent:  # the parent died before the prctl
-                    os._exit(127)
-            for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
-                _signal.signal(signum, _signal.SIG_DFL)
-            if setsid:
-                os.setsid()
-            for target, source in streams.items():
-                os.dup2(source, target)
-            os.execve(argv[0], argv, env)
-        finally:
-            os._exit(127)
-    return Child(pid)
 
 
 def spawn_holder() -> tuple[Child, _socket.socket]:

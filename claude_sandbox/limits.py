@@ -273,9 +273,10 @@ def create(plan: LimitPlan, owner_pid: int | None = None) -> Cgroup | None:
 
 
 def run_supervised(
-    argv: Sequence[str], env: Mapping[str, str], cgroup: Cgroup, pass_fds: Sequence[int] = ()
+    argv: Sequence[str], env: Mapping[str, str], cgroup: Cgroup | None,
+    pass_fds: Sequence[int] = (),
 ) -> int:
-    """For an unjailed launch that needs a cgroup: fork, cap, exec, wait, clean up.
+    """For an unjailed launch: fork, cap, exec, wait; the caller then cleans up.
 
     The parent stays in the terminal's foreground process group with the
     child, so ^Z stops both and `fg` continues both; it ignores ^C and ^\\
@@ -291,7 +292,8 @@ def run_supervised(
     pid = os.fork()
     if pid == 0:
         try:
-            cgroup.join()
+            if cgroup is not None:
+                cgroup.join()
             os.execve(argv[0], list(argv), dict(env))
         finally:
             os._exit(127)
@@ -310,7 +312,8 @@ def run_supervised(
             break
         except InterruptedError:
             continue
-    cgroup.remove()
+    if cgroup is not None:
+        cgroup.remove()
     return os.waitstatus_to_exitcode(status) if status >= 0 else 1
 
 

@@ -26,6 +26,11 @@ INSIDE_MARKER = f"{LIBEXEC}/inside"
 # not do: bwrap binds are nodev, so a bound device node cannot even be opened.)
 EMPTY_FILE = f"{LIBEXEC}/empty"
 CONFIG_FILE = "/etc/claude-sandbox.conf"
+# Claude Code's managed-settings drop-in for unwrapped sessions only (integrity.py):
+# inside the sandbox EMPTY_SETTINGS, an empty object, is bound over it, so a
+# user's own hooks and MCP servers work there.
+UNWRAPPED_SETTINGS = "/etc/claude-code/managed-settings.d/90-claude-sandbox-unwrapped.json"
+EMPTY_SETTINGS = f"{LIBEXEC}/empty-settings.json"
 GITCONFIG_INSIDE = "/etc/claude-gitconfig"
 AGENT_TMP = "/var/tmp/claude-agent"
 SHIM_DIR = "/usr/local/bin"

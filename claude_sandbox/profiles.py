@@ -11,21 +11,25 @@ from .record import record
 
 
 @record
-class StateFile:
-    path: str  # relative to $HOME
-    initial: str  # written when the file is absent, so the bind has a source
+class Import:
+    """Something of the user's outer home copied into the agent's store (never back).
+
+    `path` is relative to $HOME, a file or a directory; `skip` names paths
+    inside that directory left out: transcripts, logs and caches that can be
+    large and that nothing needs to log in or keep its settings.
+    """
+
+    path: str
+    skip: tuple[str, ...] = ()
 
 
 @record
 class Profile:
     name: str
     description: str
-    # Agent state bound back read-write under the $HOME mask; created 0700 when absent.
-    state_dirs: tuple[str, ...]
-    state_files: tuple[StateFile, ...] = ()
-    # Re-masked with an empty tmpfs after the bulk binds that expose them, in every
-    # profile (a codex session must not rewrite claude's binary cache either).
-    masks: tuple[str, ...] = ()
+    # What a first launch copies from the outer home into the agent's one-way
+    # state store (its home inside): the login and settings, nothing that flows back.
+    imports: tuple[Import, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     add_args: tuple[str, ...] = ()
     strip_args: tuple[str, ...] = ()
@@ -40,11 +44,15 @@ PROFILES: tuple[Profile, ...] = (
     Profile(
         name="claude",
         description="Claude Code (@anthropic-ai/claude-code)",
-        state_dirs=(".claude",),
-        state_files=(StateFile(".claude.json", "{}\n"),),
-        # Its versioned binary cache: an agent that rewrote it would run unwrapped
-        # next time from the outer shell.
-        masks=(".local/share/claude",),
+        imports=(
+            Import(".claude.json"),
+            Import(
+                ".claude",
+                skip=("projects", "todos", "shell-snapshots", "statsig", "logs", "debug",
+                      "file-history", "ide", "local", "session-env", "telemetry", "cache",
+                      "paste-cache", "plans", "downloads"),
+            ),
+        ),
         env=(("DISABLE_AUTOUPDATER", "1"),),
         add_args=("--no-chrome",),
         strip_args=("--chrome",),
@@ -55,14 +63,15 @@ PROFILES: tuple[Profile, ...] = (
     Profile(
         name="codex",
         description="OpenAI Codex CLI (@openai/codex)",
-        state_dirs=(".codex",),
-        # Its package cache (check 21): code there runs outside on the next launch.
-        masks=(".codex/packages",),
+        imports=(
+            Import(".codex", skip=("sessions", "archived_sessions", "log", "tmp", "packages",
+                                   "cache", ".tmp")),
+        ),
     ),
     Profile(
         name="pi",
         description="Pi coding agent (@mariozechner/pi-coding-agent)",
-        state_dirs=(".pi",),
+        imports=(Import(".pi", skip=("agent/sessions",)),),
     ),
 )
 AGENT_NAMES: tuple[str, ...] = tuple(profile.name for profile in PROFILES)

@@ -11,18 +11,22 @@ from __future__ import annotations
 import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
 from . import (
     bwrap,
     config,
+    controlfiles,
     gitconfig,
     guard,
     hostfacts,
     limits,
     paths,
+    placeholders,
     profiles,
     seccomp,
+    state,
     workspace,
 )
 from .errors import SandboxError
@@ -69,13 +73,54 @@ def load_config(agent: str, environ: Mapping[str, str]) -> config.Config:
     return config.load(environ, agent=agent, agents=profiles.AGENT_NAMES, path=paths.CONFIG_FILE)
 
 
-def resolve_writable(cfg: config.Config, facts_home: str, cwd: str) -> tuple[str, tuple[str, ...]]:
-    root = workspace.check_writable(cfg.workspace_root or cwd, facts_home, what="workspace")
+def path_rules(cfg: config.Config, facts: hostfacts.HostFacts) -> workspace.PathRules:
+    return workspace.PathRules(
+        home=facts.home,
+        homes=hostfacts.login_homes(facts.home),
+        path_dirs=tuple(os.path.realpath(p) for p in facts.path if p.startswith("/")),
+        store=state.store_root(cfg.state_dir, facts.home, facts.uid),
+    )
+
+
+def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts) -> bwrap.Writable:
+    """The writable roots, each checked, and the control files each holds."""
+    rules = path_rules(cfg, facts)
+    where = cfg.origins.get("workspace-root", "the launch directory")
+    root = workspace.check_writable(
+        cfg.workspace_root or facts.cwd, rules, what="workspace", where=where
+    )
     extra = tuple(
-        workspace.check_writable(path, facts_home, what="allow-write path", directory=False)
+        workspace.check_writable(
+            path, rules, what="allow-write path", directory=False,
+            where=cfg.path_origins.get(path, "allow-write"),
+        )
         for path in cfg.allow_write
     )
-    return root, extra
+    table = controlfiles.controls(cfg.protect, cfg.unprotect)
+    plans = []
+    for top in (root, *extra):
+        if not os.path.isdir(top):
+            continue
+        rows = derived_controls(top, facts)
+        kinds = controlfiles.probe(controlfiles.candidates(top, table, [r for r, _ in rows]))
+        plans.append(controlfiles.plan(top, table, rows, kinds))
+    return bwrap.Writable(root, extra, tuple(plans))
+
+
+def derived_controls(top: str, facts: hostfacts.HostFacts) -> list[tuple[str, str]]:
+    """Control paths this host makes: PATH directories ahead of the system's, git's hooksPath."""
+    rows = []
+    for entry in facts.path:
+        resolved = os.path.realpath(entry) if entry.startswith("/") else ""
+        if resolved in paths.SYSTEM_DIRS or resolved == paths.SHIM_DIR:
+            break  # after the system directories a planted name shadows nothing
+        if resolved.startswith(top + "/") and os.path.isdir(resolved):
+            rows.append((resolved[len(top) + 1 :], "on the launching PATH ahead of the system "
+                         "directories: a program planted here runs in the user's shell"))
+    hooks = hostfacts.git_hooks_path(top, facts.home)
+    if hooks and hooks.startswith(top + "/"):
+        rows.append((hooks[len(top) + 1 :], "git's core.hooksPath: hooks run from here"))
+    return rows
 
 
 def launch(request: Request, environ: Mapping[str, str]) -> int:
@@ -101,6 +146,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
 
     cgroup = limits.create(limit_plan)  # None unless a cap needs one
     jail = None
+    made: placeholders.Made | None = None
     try:
         if cfg.egress_jail:
             from . import jail_start
@@ -123,20 +169,39 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
             trace.phase("jail started")
         else:
             sys.stderr.write(JAIL_OFF_WARNING)
-        argv, env, fds = _prepare(profile, cfg, limit_plan, request, environ, jail, signals)
+        argv, env, fds, made, layout = _prepare(profile, cfg, limit_plan, request, environ,
+                                                jail, signals)
         trace.phase("plan built")
+        # The launcher always waits: placeholders and cgroups are removed, and the
+        # session's changes reported, only by a process that outlives the sandbox.
+        started = time.time_ns()
         if jail is not None:
-            return jail.run(argv, env, fds)
-        if cgroup is not None:
-            return limits.run_supervised(argv, env, cgroup, pass_fds=fds)
-        os.execve(argv[0], argv, env)
-        raise AssertionError("execve returned")  # pragma: no cover
+            status = jail.run(argv, env, fds)
+        else:
+            status = limits.run_supervised(argv, env, cgroup, pass_fds=fds)
+        _report_changes(cfg, layout, started)
+        return status
     finally:
         if jail is not None:
             jail.close()
         if cgroup is not None:
             cgroup.leave()
             cgroup.remove()
+        if made is not None:
+            for path in made.remove():
+                sys.stderr.write(f"claude-sandbox: warning: {path} was a placeholder the "
+                                 "sandbox made and has changed; left as it is\n")
+
+
+def _report_changes(cfg: config.Config, layout: bwrap.Writable, since_ns: int) -> None:
+    """Control files the session made below the top of a writable root (aftermath.py)."""
+    from . import aftermath
+
+    table = controlfiles.controls(cfg.protect, cfg.unprotect)
+    names = frozenset(control.path.split("/")[0] for control in table)
+    roots = [r for r in (layout.workspace, *layout.allow_write) if os.path.isdir(r)]
+    for line in aftermath.report_lines(*aftermath.scan(roots, names, since_ns)):
+        sys.stderr.write(f"claude-sandbox: warning: {line}\n")
 
 
 def _exec_nested(profile: profiles.Profile, request: Request, environ: Mapping[str, str]) -> None:
@@ -165,13 +230,16 @@ def _resolve_command(command: Sequence[str], path: str) -> str:
 
 
 def probe(
-    profile: profiles.Profile, environ: Mapping[str, str], *, dry_run: bool
+    profile: profiles.Profile, cfg: config.Config, environ: Mapping[str, str], *, dry_run: bool
 ) -> hostfacts.HostFacts:
     return hostfacts.probe(
         environ,
         agent=profile.name,
         wanted=lambda home: bwrap.optional_paths(profile, home),
         tmp_base=None if dry_run else profile.tmp_dir,
+        store_home=lambda home, uid: state.agent_home(
+            state.store_root(cfg.state_dir, home, uid), profile.name
+        ),
     )
 
 
@@ -183,13 +251,13 @@ def plan_for(
     environ: Mapping[str, str],
     extras: bwrap.Extras,
 ) -> bwrap.Plan:
-    root, extra = resolve_writable(cfg, facts.home, facts.cwd)
+    layout = resolve_writable(cfg, facts)
     if request.command is None:
         command: tuple[str, ...] = (facts.real_binary, *profiles.agent_args(profile, request.args))
     else:
         inner = bwrap.inner_path(facts)
         command = (_resolve_command(request.command, inner), *request.command[1:])
-    return bwrap.build(profile, cfg, facts, root, extra, extras, command, environ)
+    return bwrap.build(profile, cfg, facts, layout, extras, command, environ)
 
 
 def _prepare(
@@ -200,10 +268,14 @@ def _prepare(
     environ: Mapping[str, str],
     jail: object | None,
     signals: str,
-) -> tuple[list[str], dict[str, str], tuple[int, ...]]:
+) -> tuple[list[str], dict[str, str], tuple[int, ...], placeholders.Made, bwrap.Writable]:
     bwrap_path = paths.tool("bwrap")
     script = paths.tool("script") if _has_terminal() else None
-    facts = probe(profile, environ, dry_run=False)
+    facts = probe(profile, cfg, environ, dry_run=False)
+    store = state.store_root(cfg.state_dir, facts.home, facts.uid)
+    state.ensure_home(store, profile.name, facts.home, profile.imports, facts.uid,
+                      default_root=cfg.state_dir is None)
+    placeholders.sweep(store)
     text = gitconfig.render(
         gitconfig.identity(facts.user, facts.home), gitconfig.forge_helpers(cfg.no_forge)
     )
@@ -219,15 +291,14 @@ def _prepare(
     plan = with_enter(
         plan_for(profile, cfg, request, facts, environ, extras), cfg, limit_plan, signals
     )
-    hostfacts.prepare_state(
-        facts.home, profile.state_dirs, ((f.path, f.initial) for f in profile.state_files)
-    )
     argv = plan.argv(bwrap_path)
     if script is not None:
         # script(1) gives the sandbox its own pty: TIOCSTI inside reaches that pty,
         # never the outer terminal (decision 9). It runs bwrap through `$SHELL -c`.
         argv = [script, "-q", "-e", "-c", "exec " + sh_join(argv), "/dev/null"]
-    return argv, plan.environ(), (git_fd, seccomp_fd)
+    wanted = [p for control in plan.layout.controls for p in control.placeholders]
+    made = placeholders.make(store, wanted)
+    return argv, plan.environ(), (git_fd, seccomp_fd), made, plan.layout
 
 
 def sh_join(argv: Sequence[str]) -> str:

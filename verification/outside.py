@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 EXIT_REFUSED = 77
+EXIT_CONFIG = 78  # a path that may not be writable, from any source (ADR 0005)
 # Matched before any dot: pasta's process is named passt.avx2 (or passt.avx512)
 # after the wrapper picks the build for this CPU.
 WATCHED_COMMS = frozenset({"bwrap", "pasta", "passt", "unshare", "script", "socat"})
@@ -104,12 +105,45 @@ def check_27_workspace_refusal(shim: str, agent: str, home: str, workdir: str,
         result = subprocess.run([shim, "shell", "--agent", agent, "--", "/bin/true"], cwd=cwd,
                                 env=dict(environ), capture_output=True, text=True, check=False,
                                 stdin=subprocess.DEVNULL, timeout=60)
-        if result.returncode != EXIT_REFUSED or "claude-sandbox:" not in result.stderr:
+        if result.returncode != EXIT_CONFIG or "claude-sandbox:" not in result.stderr:
             accepted.append(f"{label} (exit {result.returncode})")
     os.unlink(link)
     if accepted:
         return Result("27", "FAIL", f"not refused: {', '.join(accepted)}")
     return Result("27", "PASS", f"refused: {', '.join(places)}")
+
+
+def check_53_environment_only_narrows(shim: str, agent: str, home: str, workdir: str,
+                                      environ: Mapping[str, str], jail_widening_allowed: bool
+                                      ) -> Result:
+    """Widening variables and a workspace under a dot directory of $HOME are refused (78)."""
+    dotdir = tempfile.mkdtemp(prefix=".csbx-verify-", dir=home)
+    attempts: list[tuple[str, dict[str, str], str]] = [
+        ("CLAUDE_SANDBOX_ALLOW_WRITE=~/.ssh", {"CLAUDE_SANDBOX_ALLOW_WRITE":
+                                               os.path.join(home, ".ssh")}, workdir),
+        (f"a workspace in ~/{os.path.basename(dotdir)}", {}, dotdir),
+    ]
+    if not jail_widening_allowed:
+        attempts.append(("CLAUDE_SANDBOX_EGRESS_JAIL=0", {"CLAUDE_SANDBOX_EGRESS_JAIL": "0"},
+                         workdir))
+    accepted = []
+    try:
+        for label, extra, cwd in attempts:
+            env = {k: v for k, v in environ.items() if not k.startswith("CLAUDE_SANDBOX_")}
+            result = subprocess.run([shim, "shell", "--agent", agent, "--", "/bin/true"],
+                                    cwd=cwd, env={**env, **extra}, capture_output=True,
+                                    text=True, check=False, stdin=subprocess.DEVNULL,
+                                    timeout=60)
+            named = next(iter(extra), "") in result.stderr or not extra
+            if result.returncode != EXIT_CONFIG or not named:
+                accepted.append(f"{label} (exit {result.returncode})")
+    finally:
+        shutil.rmtree(dotdir, ignore_errors=True)
+    if accepted:
+        return Result("53", "FAIL", f"not refused: {', '.join(accepted)}")
+    note = "" if not jail_widening_allowed else \
+        "; the operator's file lets the environment turn the jail off (env-may-widen)"
+    return Result("53", "PASS", f"refused: {', '.join(a[0] for a in attempts)}{note}")
 
 
 # Every program the launch path runs, and the interpreter's own names.

@@ -205,14 +205,27 @@ def outer_dev(path: str) -> int | None:
     return int(value) if value is not None else None
 
 
+def outer_id(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of `path` as the runner saw it outside, when it gathered it."""
+    value = FACTS.get("outer_ids", {}).get(path)
+    return (int(value[0]), int(value[1])) if value is not None else None
+
+
 def persists_outside(path: str) -> bool:
-    """Whether a write at `path` would land on the outer file system (not a private tmpfs)."""
+    """Whether a write at `path` would land in the same file outside.
+
+    The same device is not enough: the agent's state store lives on the outer
+    file system too, so the inode decides where the runner recorded one.
+    """
     try:
-        inside = os.stat(path).st_dev
+        info = os.stat(path)
     except OSError:
         return False
+    ident = outer_id(path)
+    if ident is not None:
+        return ident == (info.st_dev, info.st_ino)
     outside = outer_dev(path)
-    return outside is not None and outside == inside
+    return outside is not None and outside == info.st_dev
 
 
 # ------------------------------------------------------------------ syscalls

@@ -483,30 +483,68 @@ def test_a32_path_dir_ahead(request: Req) -> None:
 
 
 def test_a33_git_hooks_in_workspace(request: Req) -> None:
-    hooks = Path(os.getcwd(), ".git", "hooks")
-    hooks.mkdir(parents=True, exist_ok=True)
-    hook = hooks / "pre-commit"
-    hook.write_text("#!/bin/sh\necho planted by claude-sandbox verify\n")
-    hook.chmod(0o755)
-    request.node.user_properties.append(("planted", [str(hook)]))
-    pytest.skip("EXPOSED: the workspace is writable by design: .git/hooks, Makefiles, "
-                ".envrc, .vscode/tasks.json and .venv/bin there run when the host uses them; "
-                "review the workspace before running its code outside")
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    landed = []
+    for relative, text in (
+        (".git/hooks/pre-commit", "#!/bin/sh\necho planted by claude-sandbox verify\n"),
+        (".git/config", "[core]\n\thooksPath = .csbx-hooks\n"),
+        (".git/commondir", "../.csbx-evil\n"),
+        (".claude/settings.json", '{"hooks": {}}\n'),
+        (".mcp.json", '{"mcpServers": {}}\n'),
+        (".vscode/tasks.json", '{"tasks": []}\n'),
+        (".devcontainer/devcontainer.json", '{"postCreateCommand": "id"}\n'),
+    ):
+        path = os.path.join(workspace, relative)
+        try:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError:
+            continue
+        landed.append(path)
+    try:
+        os.rename(os.path.join(workspace, ".git"), os.path.join(workspace, ".git-moved"))
+        landed.append(f"{workspace}/.git (renamed away)")
+    except OSError:
+        pass
+    if landed:
+        request.node.user_properties.append(("planted", [p for p in landed if "(" not in p]))
+        pytest.fail(f"control files written: {', '.join(landed)}")
+    _blocked(request, "git hooks and config, agent and IDE project settings, dev-container "
+             "config: read-only, and .git cannot be swapped")
 
 
 def test_a34_host_run_code_in_bulk_binds(request: Req) -> None:
     home = _home()
     code_dirs = [".local/share/uv/tools", ".local/share/pipx", ".local/share/nvim",
-                 ".cache/pre-commit"]
-    hits = _persistent_writes([os.path.join(home, rel) for rel in code_dirs
-                               if os.path.isdir(os.path.join(home, rel))])
+                 ".local/share/pnpm", ".cache/pre-commit", ".cache/uv", ".cache/pip", ".npm",
+                 ".local/share", ".cache"]
+    hits = _persistent_writes([os.path.join(home, rel) for rel in code_dirs])
     if hits:
         pytest.fail(f"host-run code is writable and persists: {', '.join(hits)}")
-    bulk = _persistent_writes([os.path.join(home, rel) for rel in bwrap.BULK_HOME])
-    if bulk:
-        pytest.skip(f"EXPOSED: {', '.join(bulk)} bulk-bound read-write by design; no host-run "
-                    "code found there on this host (uv tools, pipx, nvim, pre-commit)")
-    _blocked(request, "~/.local/share and ~/.cache are not bound on this host")
+    _blocked(request, "~/.local/share, ~/.cache and ~/.npm inside are the agent's state store")
+
+
+def test_a40_nested_control_files(request: Req) -> None:
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    nested = os.path.join(workspace, f"csbx-nested-{os.getpid()}")
+    planted = []
+    for relative, text in ((".mcp.json", '{"mcpServers": {}}\n'),
+                           (".claude/settings.json", '{"hooks": {}}\n'),
+                           (".pi/extensions/csbx.ts", "export default function () {}\n")):
+        path = os.path.join(nested, relative)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            Path(path).write_text(text, encoding="utf-8")
+            planted.append(path)
+        except OSError:
+            continue
+    request.node.user_properties.append(("planted", [nested] if planted else []))
+    if not planted:
+        _blocked(request, "nothing could be created below the workspace's top")
+        return
+    pytest.skip("EXPOSED: control files below the workspace's top can be created (a mount "
+                "holds only what exists); the launcher reports them when the session ends, "
+                "and an unwrapped Claude Code runs no project hooks or MCP servers")
 
 
 def test_a35_other_agent_binary_cache(request: Req) -> None:

@@ -6,8 +6,10 @@ the table prints on FAIL. A check skips only with a stated reason.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
+import json
 import os
 import resource
 import shutil
@@ -76,25 +78,20 @@ def test_02_no_new_privs() -> None:
 
 
 def test_03_home_allow_list() -> None:
-    profile = _agent()
-    own = {rel.split("/")[0] for rel in profile.state_dirs}
-    own |= {state.path.split("/")[0] for state in profile.state_files}
-    allowed = {".cache", ".config", ".local", ".gitconfig", *bwrap.NULLED_DOTFILES, *own}
     home = _home()
-    present = set(os.listdir(home))
-    extra = sorted(present - allowed)
-    assert not extra, f"$HOME holds {', '.join(extra)}"
-    others = set()
-    for other in profiles.PROFILES:
-        if other.name != profile.name:
-            others |= {rel.split("/")[0] for rel in other.state_dirs}
-            others |= {state.path for state in other.state_files}
-    leaked = sorted((others - own) & present)
-    assert not leaked, f"another agent's state is visible: {', '.join(leaked)}"
+    info = os.stat(home)
+    store = FACTS.get("store_home_id")
+    assert store is not None, "the runner did not record the agent's state store"
+    assert [info.st_dev, info.st_ino] == list(store), \
+        f"$HOME is not {_agent().name}'s state store {FACTS.get('store_home')}"
+    seen = [rel for rel in FACTS.get("home_canaries", [])
+            if os.path.lexists(os.path.join(home, rel))]
+    assert not seen, f"the outer home shows through: ~/{', ~/'.join(seen)}"
     config = os.path.join(home, ".config")
     if os.path.isdir(config):
-        stray = sorted(set(os.listdir(config)) - {"gh", "glab-cli"})
-        assert not stray, f"~/.config holds {', '.join(stray)}"
+        outer = [name for name in os.listdir(config) if name not in ("gh", "glab-cli")
+                 and persists_outside(os.path.join(config, name))]
+        assert not outer, f"~/.config shows the outer {', '.join(outer)}"
 
 
 def test_04_tokens_scrubbed() -> None:
@@ -294,13 +291,11 @@ def test_21_codex_package_mask(request: pytest.FixtureRequest) -> None:
     if _agent().name != "codex":
         note(request, f"not codex ({_agent().name})")
         return
-    path = os.path.join(_home(), ".codex/packages")
-    if not os.path.lexists(path):
-        note(request, f"{path} absent")
-        return
-    mount = mount_at(path)
-    assert mount is not None, f"{path} is not masked"
-    assert not os.listdir(path), f"{path} is not empty"
+    home = _home()
+    shared = [path for path in (os.path.join(home, rel) for rel in (".codex", ".codex/packages"))
+              if persists_outside(path)]
+    assert not shared, f"the outer {', '.join(shared)} is what codex sees"
+    note(request, "~/.codex, its package cache included, is the state store's")
 
 
 def _guarded_dirs() -> list[str]:
@@ -640,21 +635,29 @@ def test_39_forge_config_readonly(request: pytest.FixtureRequest) -> None:
     note(request, f"read-only: {', '.join(present)}" if present else "no forge config here")
 
 
+# Written in the outer home, each of these runs or configures a program outside later.
+OUTER_HOME_PLANTS = (
+    "", ".bashrc", ".profile", ".zshrc", ".gitconfig", ".npmrc", ".ssh", ".config",
+    ".config/autostart", ".config/systemd", ".local/bin", ".local/share",
+    ".local/share/applications", ".local/share/claude", ".local/share/uv/tools",
+    ".local/state", ".cache", ".cache/uv", ".npm", ".claude", ".claude/settings.json",
+    ".claude.json", ".codex", ".codex/config.toml", ".codex/packages", ".pi",
+    ".pi/agent/extensions",
+)
+
+
 def test_40_persistence_masks(request: pytest.FixtureRequest) -> None:
     home = _home()
-    masked = []
-    for rel in (*bwrap.BULK_MASKS, *_agent().masks):
-        path = os.path.join(home, rel)
-        if not persists_outside(os.path.dirname(path)):
-            continue  # the parent is not bound back: nothing to re-mask
-        if not os.path.lexists(path):
-            # Absent inside under a bound parent: the agent could create it and it would persist.
-            pytest.fail(f"{path} is not masked (absent under a bound parent)")
-        mount = mount_at(path)
-        assert mount is not None and mount.fstype == "tmpfs", f"{path} is not masked"
-        assert not os.listdir(path), f"{path} is not empty"
-        masked.append(path)
-    note(request, f"masked: {', '.join(masked)}" if masked else "no bound parent to re-mask")
+    reached = []
+    for rel in OUTER_HOME_PLANTS:
+        path = os.path.join(home, rel) if rel else home
+        probe = path
+        while not os.path.lexists(probe) and probe != "/":
+            probe = os.path.dirname(probe)
+        if writable(probe)[0] and persists_outside(probe):
+            reached.append(f"~/{rel}")
+    assert not reached, f"a write here reaches the outer home: {', '.join(reached)}"
+    note(request, f"{len(OUTER_HOME_PLANTS)} places under $HOME: writes stay in the state store")
 
 
 def test_41_nesting_marker() -> None:
@@ -796,3 +799,124 @@ def test_50_harsh_no_exec_where_writable(request: pytest.FixtureRequest) -> None
             os.unlink(copy)
     assert not ran, f"a binary written here ran: {', '.join(ran)}"
     note(request, f"EACCES in {', '.join(refused)}")
+
+
+def test_51_state_store_home(request: pytest.FixtureRequest) -> None:
+    home = _home()
+    info = os.stat(home)
+    assert info.st_uid == os.getuid(), f"$HOME is owned by uid {info.st_uid}"
+    assert stat.S_IMODE(info.st_mode) == 0o700, f"$HOME is {oct(stat.S_IMODE(info.st_mode))}"
+    store = str(FACTS.get("store_home", ""))
+    # The store's own path outside: not reachable from inside (another agent's store is
+    # beside it), except where that path is inside $HOME, which is the store itself.
+    parent = os.path.dirname(os.path.dirname(store))
+    if parent and not parent.startswith(home + "/"):
+        assert not os.path.exists(parent), f"the stores' directory {parent} is visible"
+    for other in profiles.AGENT_NAMES:
+        if other == _agent().name:
+            continue
+        sibling = os.path.join(parent, other)
+        assert not (os.path.exists(sibling) and persists_outside(sibling)), \
+            f"{other}'s store is reachable at {sibling}"
+    note(request, f"$HOME is the store {store}")
+
+
+def _control_paths() -> list[str]:
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    return [os.path.join(workspace, rel) for rel in FACTS.get("controls", [])]
+
+
+def test_52_control_files_readonly(request: pytest.FixtureRequest) -> None:
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    open_to_writes = []
+    for path in _control_paths():
+        if path == os.path.join(workspace, ".git") and os.path.isdir(path):
+            mount = mount_at(path)
+            assert mount is not None, f"{path} is not pinned (it could be renamed away)"
+            continue
+        assert os.path.lexists(path), f"{path} is absent, so it could be created"
+        can, evidence = writable(path)
+        if can:
+            open_to_writes.append(evidence)
+        try:
+            os.rename(path, path + ".csbx-moved")
+        except OSError:
+            pass
+        else:
+            os.rename(path + ".csbx-moved", path)
+            open_to_writes.append(f"{path} could be renamed away")
+    assert not open_to_writes, "; ".join(open_to_writes)
+    git = shutil.which("git")
+    if git and os.path.isdir(os.path.join(workspace, ".git")):
+        probe = os.path.join(workspace, f"csbx-commit-{os.getpid()}")
+        Path(probe).write_text("x\n")
+        had_head = _git(git, workspace, "rev-parse", "-q", "--verify", "HEAD").returncode == 0
+        try:
+            for argv in (["add", probe], ["commit", "-q", "-m", "csbx probe", "--no-verify"]):
+                result = _git(git, workspace, *argv)
+                assert result.returncode == 0, f"git {argv[0]} failed: {result.stderr.strip()}"
+            undo = ["reset", "-q", "--soft", "HEAD~1"] if had_head else ["update-ref", "-d", "HEAD"]
+            _git(git, workspace, *undo)
+            _git(git, workspace, "rm", "-q", "--cached", probe)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+    note(request, f"{len(_control_paths())} control paths read-only; git add and commit work")
+
+
+def _git(git: str, workspace: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([git, *argv], cwd=workspace, capture_output=True, text=True,
+                          check=False)
+
+
+def plants(markers: str) -> dict[str, str]:
+    """What an agent would write in the workspace for programs outside to run: {path: text}.
+
+    Each names a command that leaves a marker file; the runner then starts the
+    real agents outside, in this workspace, and any marker means a plant ran
+    (tools/unwrapped.py). Shared with the adversarial suite.
+    """
+    def touch(name: str) -> str:
+        return f"/usr/bin/touch {markers}/{name}"
+
+    hook = {"hooks": [{"type": "command", "command": touch("claude-project-hook")}]}
+    return {
+        ".claude/settings.json": json.dumps({
+            "hooks": {"SessionStart": [hook]}, "env": {"CLAUDE_CODE_SIMPLE": "1"},
+            "apiKeyHelper": touch("claude-apikeyhelper")}),
+        ".mcp.json": json.dumps({"mcpServers": {"csbx": {
+            "type": "stdio", "command": "/usr/bin/touch",
+            "args": [f"{markers}/claude-project-mcp"]}}}),
+        ".codex/config.toml": f'[mcp_servers.csbx]\ncommand = "/usr/bin/touch"\n'
+                              f'args = ["{markers}/codex-project-mcp"]\n',
+        ".pi/extensions/csbx.ts": "import { execSync } from 'node:child_process';\n"
+                                  f"execSync('{touch('pi-project-extension')}');\n"
+                                  "export default function () {}\n",
+        ".git/hooks/post-checkout": f"#!/bin/sh\n{touch('git-hook')}\n",
+        ".git/config": f"[core]\n\tfsmonitor = {touch('git-fsmonitor')}\n",
+        ".vscode/tasks.json": json.dumps({"version": "2.0.0", "tasks": [{
+            "label": "csbx", "type": "shell", "command": touch("vscode-task"),
+            "runOptions": {"runOn": "folderOpen"}}]}),
+        ".devcontainer/devcontainer.json": json.dumps(
+            {"image": "x", "postCreateCommand": touch("devcontainer")}),
+        ".envrc": touch("direnv") + "\n",
+    }
+
+
+def test_54_workspace_plants_refused(request: pytest.FixtureRequest) -> None:
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    markers = os.path.join(workspace, ".csbx-markers")
+    os.makedirs(markers, exist_ok=True)
+    landed = []
+    for relative, text in plants(markers).items():
+        path = os.path.join(workspace, relative)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(text)
+            landed.append(relative)
+        except OSError:
+            continue
+    request.node.user_properties.append(("markers", markers))
+    assert not landed, f"written in the workspace: {', '.join(landed)}"
+    note(request, f"{len(plants(markers))} plants refused; the runner starts the agents outside")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from claude_sandbox import bwrap, config, paths, profiles
+from claude_sandbox import bwrap, config, controlfiles, paths, profiles, state
 from claude_sandbox.hostfacts import GuardEntry, HostFacts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,17 +22,15 @@ TEMPLATES = REPO / "docs" / "templates"
 REFERENCE = REPO / "docs" / "reference"
 HOME = "/home/dev"
 WORKSPACE = "/workspaces/project"
-FACTS_NOTE = (f"uid 1000, $HOME {HOME}, launched in {WORKSPACE}, with ~/.config/gh, "
-              "~/.local/share, ~/.cache, uv, /run/user and the docker socket present, "
-              "a user venv ahead of /usr/local/bin, the egress jail on")
+FACTS_NOTE = (f"uid 1000, $HOME {HOME}, launched in {WORKSPACE} (a git repository with a "
+              ".vscode directory), with ~/.config/gh, uv, /run/user and the docker socket "
+              "present, a user venv ahead of /usr/local/bin, the egress jail on")
 
 
 def representative_facts(profile: profiles.Profile) -> HostFacts:
     existing = frozenset({
         "/var/run/docker.sock", "/run/user",
-        *(f"{HOME}/{rel}" for rel in (".config/gh", ".local/share", ".cache",
-                                       ".local/share/applications", ".local/bin/uv",
-                                       ".local/bin/uvx")),
+        *(f"{HOME}/{rel}" for rel in (".config/gh", ".local/bin/uv", ".local/bin/uvx")),
     })
     binary = f"{paths.AGENTS_PREFIX}/bin/{profile.name}"
     guard = tuple(GuardEntry(f"{HOME}/.cache/venv/bin", name, "absent")
@@ -42,7 +40,17 @@ def representative_facts(profile: profiles.Profile) -> HostFacts:
         path=(f"{HOME}/.cache/venv/bin", "/usr/local/bin", "/usr/bin", "/bin"),
         existing=existing, real_binary=binary, real_root=binary, guard=guard,
         agent_tmp=profile.tmp_dir,
+        store_home=state.agent_home(f"{HOME}/{state.DEFAULT_RELATIVE}", profile.name),
     )
+
+
+def representative_layout() -> bwrap.Writable:
+    """A workspace that is a git repository with a .vscode directory, nothing else."""
+    present = {f"{WORKSPACE}/{rel}": kind for rel, kind in (
+        (".git", "dir"), (".git/config", "file"), (".git/hooks", "dir"), (".vscode", "dir"))}
+    table = controlfiles.controls((), ())
+    kinds = {path: present.get(path) for path in controlfiles.candidates(WORKSPACE, table, ())}
+    return bwrap.Writable(WORKSPACE, (), (controlfiles.plan(WORKSPACE, table, (), kinds),))
 
 
 def _cell(text: object) -> str:
@@ -69,7 +77,7 @@ def pages() -> dict[str, str]:
         extras = bwrap.Extras(gitconfig_fd=3, seccomp_fd=4, resolv_conf="JAIL/resolv.conf",
                               jailed=True)
         ops = bwrap.build_ops(profile, config.Config(), representative_facts(profile),
-                              WORKSPACE, (), extras)
+                              representative_layout(), extras)
         plans.append((profile.name, ops))
     return {
         "verification-checks.md": env.get_template("verification-checks.md.j2").render(

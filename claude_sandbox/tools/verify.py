@@ -20,6 +20,7 @@ import hashlib
 import importlib
 import json
 import os
+import pwd
 import secrets
 import shutil
 import socket
@@ -33,7 +34,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from claude_sandbox import config as config_module
-from claude_sandbox import hostfacts, paths, profiles
+from claude_sandbox import controlfiles, paths, profiles, state
 
 INSTALLED_CHECKS = f"{paths.LIBEXEC}/verification"
 TOOLS_PYTHON = f"{paths.TOOLS_VENV}/bin/python"
@@ -51,8 +52,9 @@ HOME_PATHS = (
     ".config", ".config/gh", ".config/glab-cli", ".config/autostart", ".config/systemd",
     ".config/git", ".local", ".local/bin", ".local/share", ".local/share/applications",
     ".local/share/claude", ".local/share/uv", ".local/share/uv/tools", ".local/share/pipx",
-    ".local/share/nvim", ".cache", ".cache/pre-commit", ".claude", ".codex",
-    ".codex/packages", ".pi",
+    ".local/share/nvim", ".local/state", ".cache", ".cache/pre-commit", ".cache/uv", ".npm",
+    ".claude", ".claude/settings.json", ".claude.json", ".codex", ".codex/config.toml",
+    ".codex/packages", ".pi", ".pi/agent", ".pi/agent/extensions",
 )
 
 
@@ -150,6 +152,8 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
         fixtures.files.append(tmp_socket)
     except OSError:
         tmp_socket = ""
+    canaries = _plant_home_canaries(fixtures)
+    _make_workspace_a_repository(workdir)
     shm_key = secrets.randbelow(1 << 30) + 1
     shm_id = _libc().shmget(shm_key, 4096, 0o1000 | 0o600)  # IPC_CREAT
     fixtures.shm_id = shm_id if shm_id >= 0 else None
@@ -162,8 +166,39 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
         "abstract_socket": abstract_name,
         "outer_tmp_socket": tmp_socket,
         "shm_key": shm_key if fixtures.shm_id is not None else None,
+        "home_canaries": canaries,
     }
     return fixtures, facts, planted
+
+
+def _plant_home_canaries(fixtures: Fixtures) -> list[str]:
+    """Files in the outer home (and ~/.config) that must not be visible inside (check 03)."""
+    home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    name = f".csbx-canary-{secrets.token_hex(6)}"
+    planted = []
+    for relative in (name, f".config/{name}"):
+        path = os.path.join(home, relative)
+        if not os.path.isdir(os.path.dirname(path)):
+            continue
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            os.close(fd)
+            fixtures.files.append(path)
+            planted.append(relative)
+    return planted
+
+
+def _make_workspace_a_repository(workdir: str) -> None:
+    """A git repository with hooks, .vscode and .claude present and .mcp.json absent (check 52)."""
+    git = shutil.which("git", path="/usr/bin:/bin")
+    if git is None:
+        return
+    subprocess.run([git, "init", "-q", workdir], check=False, capture_output=True,
+                   env={"PATH": "/usr/bin:/bin", "HOME": workdir})
+    for relative, text in ((".vscode/settings.json", "{}\n"), (".claude/settings.json", "{}\n")):
+        path = Path(workdir, relative)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
 
 
 def outer_devs(paths_: Sequence[str]) -> dict[str, int]:
@@ -174,13 +209,25 @@ def outer_devs(paths_: Sequence[str]) -> dict[str, int]:
     return devs
 
 
+def outer_ids(paths_: Sequence[str]) -> dict[str, list[int]]:
+    ids = {}
+    for path in paths_:
+        with contextlib.suppress(OSError):
+            info = os.stat(path)
+            ids[path] = [info.st_dev, info.st_ino]
+    return ids
+
+
 def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, Any]:
     """The facts only the outside knows, for the checks inside."""
     cfg = config_module.load(environ, agent=agent, agents=profiles.AGENT_NAMES,
                              path=paths.CONFIG_FILE)
-    home = hostfacts.probe(environ, agent=agent, wanted=lambda _home: (), tmp_base=None).home \
-        if os.path.exists(os.path.join(paths.REAL_BIN_DIR, agent)) \
-        else os.path.realpath(os.path.expanduser("~"))
+    home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    root = state.store_root(cfg.state_dir, home, os.getuid())
+    # Made now (the launch would make it, with the same first import) so that its
+    # inode can be compared with the $HOME the checks find inside.
+    store_home = state.ensure_home(root, agent, home, profiles.get(agent).imports,
+                                   os.getuid(), default_root=cfg.state_dir is None)
     path_entries = [p for p in environ.get("PATH", "").split(":") if p]
     watched = ["/dev", "/tmp", "/var/tmp", "/workspaces", os.path.dirname(workdir), "/etc",
                paths.SHIM_DIR, *path_entries,
@@ -192,6 +239,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "agent": agent,
         "uid": os.getuid(),
         "home": home,
+        "store_home": store_home,
         "workspace": os.path.realpath(workdir),
         "workdir": workdir,
         "path": path_entries,
@@ -200,10 +248,14 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "net_ns": os.readlink("/proc/self/ns/net"),
         "pid_ns": os.readlink("/proc/self/ns/pid"),
         "outer_devs": outer_devs(watched),
+        "outer_ids": outer_ids(watched),
+        "store_home_id": outer_ids([store_home]).get(store_home),
+        "controls": [c.path for c in controlfiles.controls(cfg.protect, cfg.unprotect)],
         "outer_tty_rdev": _outer_tty_rdev(),
         "outer_nameservers": _nameservers(),
         "dns_forwarder": paths.DNS_FORWARDER,
         "egress_jail": cfg.egress_jail,
+        "jail_may_widen": "egress-jail" in cfg.env_may_widen,
         "hardening": cfg.hardening,
         "allow_write": list(cfg.allow_write),
         "pass_env": list(cfg.pass_env),
@@ -327,6 +379,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             if outside_checks:
                 results.append(outside_module.check_27_workspace_refusal(
                     SHIM, agent, facts["home"], workdir, base_env))
+                results.append(outside_module.check_53_environment_only_narrows(
+                    SHIM, agent, facts["home"], workdir, base_env, facts["jail_may_widen"]))
                 results.append(outside_module.check_48_not_redirectable(
                     SHIM, agent, workdir, base_env))
                 results.append(outside_module.check_49_killed_launcher(
@@ -339,7 +393,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     before, ignore=[workdir, *fixtures.files]))
             else:
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
-                            for number in ("27", "48", "49", "35")]
+                            for number in ("27", "48", "49", "35", "53")]
             results += post_checks(inside, facts)
         finally:
             fixtures.close()

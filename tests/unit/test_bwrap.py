@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from claude_sandbox import bwrap, paths, profiles
+from claude_sandbox import bwrap, controlfiles, paths, profiles
 from claude_sandbox.config import Config
 from claude_sandbox.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.hostfacts import GuardEntry, HostFacts
@@ -39,7 +39,18 @@ def facts(
         real_root=root or real,
         guard=guard,
         agent_tmp="/var/tmp/claude-agent" if agent == "claude" else None,
+        store_home=f"{home}/.local/state/claude-sandbox/{agent}/home",
     )
+
+
+def layout(allow_write: tuple[str, ...] = (), *, repo: bool = False) -> bwrap.Writable:
+    """The workspace /work/project; with `repo`, a git repository with a .vscode directory."""
+    present = {".git": "dir", ".git/config": "file", ".git/hooks": "dir", ".vscode": "dir"}
+    table = controlfiles.controls((), ())
+    root = "/work/project"
+    kinds = {path: (present.get(path[len(root) + 1 :]) if repo else None)
+             for path in controlfiles.candidates(root, table, ())}
+    return bwrap.Writable(root, allow_write, (controlfiles.plan(root, table, (), kinds),))
 
 
 def build(
@@ -49,6 +60,7 @@ def build(
     allow_write: tuple[str, ...] = (),
     extras: bwrap.Extras | None = None,
     environ: dict[str, str] | None = None,
+    repo: bool = False,
 ) -> bwrap.Plan:
     profile = profiles.get(profile_name)
     host = host or facts(agent=profile_name)
@@ -56,8 +68,7 @@ def build(
         profile,
         cfg or Config(),
         host,
-        "/work/project",
-        allow_write,
+        layout(allow_write, repo=repo),
         extras or bwrap.Extras(gitconfig_fd=5),
         ("/real/agent",),
         environ or {},
@@ -83,9 +94,6 @@ def assert_order(argv: list[str], *sequences: tuple[str, ...]) -> None:
 ALL_EXISTING = (
     f"{HOME_USER}/.config/gh",
     f"{HOME_USER}/.config/glab-cli",
-    f"{HOME_USER}/.local/share",
-    f"{HOME_USER}/.cache",
-    f"{HOME_USER}/.local/share/applications",
     f"{HOME_USER}/.local/bin/uv",
     f"{HOME_USER}/.local/bin/uvx",
     "/run/user",
@@ -110,7 +118,9 @@ def test_matrix_skeleton_and_order(
         jailed=jailed,
         resolv_conf="/tmp/j/resolv.conf" if jailed else None,
     )
-    argv = flat(build(profile_name, Config(no_forge=no_forge), host, ("/srv/cache",), extras))
+    argv = flat(build(profile_name, Config(no_forge=no_forge), host, ("/srv/cache",), extras,
+                      repo=True))
+    store = host.store_home
 
     assert argv[0] == "/usr/bin/bwrap"
     for option in ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"):
@@ -127,12 +137,13 @@ def test_matrix_skeleton_and_order(
         ("--tmpfs", "/run/user"),
         ("--tmpfs", "/run/secrets"),
         ("--ro-bind", "/dev/null", "/run/docker.sock"),
-        ("--tmpfs", home),
-        ("--bind", f"{home}/.local/share", f"{home}/.local/share"),
-        ("--tmpfs", f"{home}/.local/share/applications"),
+        ("--bind", store, home),
         ("--ro-bind", paths.EMPTY_FILE, f"{home}/.netrc"),
         ("--bind", "/work/project", "/work/project"),
         ("--bind", "/srv/cache", "/srv/cache"),
+        ("--bind", "/work/project/.git", "/work/project/.git"),
+        ("--ro-bind", "/work/project/.vscode", "/work/project/.vscode"),
+        ("--ro-bind", "/work/project/.git/config", "/work/project/.git/config"),
         ("--ro-bind", "/dev/null", paths.INSIDE_MARKER),
         ("--ro-bind-data", "5", paths.GITCONFIG_INSIDE),
         ("--seccomp", "6"),
@@ -142,7 +153,8 @@ def test_matrix_skeleton_and_order(
     if no_forge:
         assert f"{home}/.config/gh" not in argv
     else:
-        assert_order(argv, ("--tmpfs", home), forge, ("--bind", "/work/project", "/work/project"))
+        assert_order(argv, ("--bind", store, home), forge,
+                     ("--bind", "/work/project", "/work/project"))
     user_map = ("--unshare-user", "--uid", str(uid), "--gid", str(uid))
     # Always a user namespace, root included: outer processes' /proc entries stay closed.
     assert_order(argv, user_map, ("--cap-drop", "ALL"), ("--ro-bind", "/", "/"))
@@ -154,44 +166,32 @@ def test_matrix_skeleton_and_order(
         assert "/etc/resolv.conf" not in argv
 
 
-def test_profile_state_binds_precede_their_masks() -> None:
-    argv = flat(build("codex", host=facts(agent="codex")))
-    assert_order(
-        argv,
-        ("--bind", f"{HOME_USER}/.codex", f"{HOME_USER}/.codex"),
-        ("--tmpfs", f"{HOME_USER}/.codex/packages"),
-    )
-    argv = flat(build("claude", host=facts(existing=(f"{HOME_USER}/.local/share",))))
-    assert_order(
-        argv,
-        ("--bind", f"{HOME_USER}/.local/share", f"{HOME_USER}/.local/share"),
-        ("--tmpfs", f"{HOME_USER}/.local/share/claude"),
-    )
-
-
-def test_each_profile_binds_only_its_own_state() -> None:
+def test_home_is_the_agents_own_store_and_nothing_of_the_outer_home() -> None:
     for profile in profiles.PROFILES:
-        argv = flat(build(profile.name, host=facts(agent=profile.name)))
-        for other in profiles.PROFILES:
-            for rel in other.state_dirs:
-                present = f"{HOME_USER}/{rel}" in argv
-                assert present == (other is profile), (profile.name, rel)
+        host = facts(agent=profile.name)
+        argv = flat(build(profile.name, host=host))
+        assert ("--bind", host.store_home, HOME_USER) == tuple(
+            argv[index_of(argv, "--bind", host.store_home) :][:3])
+        assert "--tmpfs" not in [a for i, a in enumerate(argv) if argv[i + 1 : i + 2] ==
+                                 [HOME_USER]]
+        for rel in (".claude", ".claude.json", ".codex", ".pi", ".local/share", ".cache"):
+            assert f"{HOME_USER}/{rel}" not in argv, (profile.name, rel)
 
 
 def test_missing_optional_dirs_are_not_bound() -> None:
     argv = flat(build(host=facts(existing=())))
-    for rel in (".config/gh", ".local/share", ".cache", ".local/bin/uv"):
+    for rel in (".config/gh", ".local/bin/uv"):
         assert f"{HOME_USER}/{rel}" not in argv
     assert "/run/user" not in argv and "/run/docker.sock" not in argv
-    # The claude mask sits under ~/.local/share, which is not bound: nothing to re-mask.
-    assert f"{HOME_USER}/.local/share/claude" not in argv
 
 
 def test_real_binary_is_bound_read_only_and_its_package_when_under_home() -> None:
     real = f"{HOME_USER}/.npm-global/lib/node_modules/@openai/codex/bin/codex.js"
     root = f"{HOME_USER}/.npm-global/lib/node_modules/@openai/codex"
     argv = flat(build("codex", host=facts(agent="codex", real=real, root=root)))
-    assert_order(argv, ("--tmpfs", HOME_USER), ("--ro-bind", root, root), ("--ro-bind", real, real))
+    store = facts(agent="codex").store_home
+    assert_order(argv, ("--bind", store, HOME_USER), ("--ro-bind", root, root),
+                 ("--ro-bind", real, real))
     claude = flat(build("claude"))
     real_claude = "/usr/libexec/claude-sandbox/agents/bin/claude"
     assert_order(
@@ -281,8 +281,20 @@ def test_fresh_procfs_keeps_kernel_knobs_read_only_for_root() -> None:
     assert "--proc" not in argv
 
 
-def test_every_agents_masks_apply_in_every_profile() -> None:
-    share = f"{HOME_USER}/.local/share"
-    for name in ("codex", "pi"):
-        argv = flat(build(name, host=facts(agent=name, existing=(share,))))
-        assert_order(argv, ("--bind", share, share), ("--tmpfs", f"{share}/claude"))
+def test_control_paths_follow_every_writable_bind_pins_first() -> None:
+    argv = flat(build(allow_write=("/work",), repo=True))
+    assert_order(
+        argv,
+        ("--bind", "/work/project", "/work/project"),
+        ("--bind", "/work", "/work"),
+        ("--bind", "/work/project/.git", "/work/project/.git"),
+        ("--ro-bind", "/work/project/.mcp.json", "/work/project/.mcp.json"),
+        ("--ro-bind", "/work/project/.git/hooks", "/work/project/.git/hooks"),
+    )
+
+
+def test_the_unwrapped_claude_policy_is_empty_inside() -> None:
+    argv = flat(build(host=facts(existing=(paths.UNWRAPPED_SETTINGS,))))
+    assert_order(argv, ("--ro-bind", "/", "/"),
+                 ("--ro-bind", paths.EMPTY_SETTINGS, paths.UNWRAPPED_SETTINGS))
+    assert paths.UNWRAPPED_SETTINGS not in flat(build())

@@ -86,6 +86,9 @@ def test_every_key_parses() -> None:
         ("hardening.gemini = harsh", "'gemini' is not an agent"),
         ("allow-ip.codex = 10.1.1.1", "cannot be set per agent"),
         ("= value", "unknown key ''"),
+        ("protect = /etc", "is not a plain path inside the workspace"),
+        ("env-may-widen = bogus", "not a key with a variable"),
+        ("state-dir = relative", "is not an absolute path"),
     ],
 )
 def test_bad_lines_name_file_and_line(line: str, expected: str) -> None:
@@ -120,14 +123,61 @@ def test_every_denied_pass_env_name_is_refused(name: str) -> None:
     assert message.startswith("$CLAUDE_SANDBOX_PASS_ENV: ") and "deny-list" in message
 
 
-def test_environment_wins_for_scalars_and_adds_to_lists() -> None:
+def test_environment_may_narrow_but_never_widen() -> None:
+    # Items the file already has, the jail on, no-forge on: nothing widens.
     cfg = parse(
-        "egress-jail = 1\nallow-write = /a\n",
-        {"CLAUDE_SANDBOX_EGRESS_JAIL": "0", "CLAUDE_SANDBOX_ALLOW_WRITE": "/b,/c\n/d"},
+        "allow-write = /a\nallow-write = /b\nno-forge\nlocal-port = 9000\n",
+        {"CLAUDE_SANDBOX_EGRESS_JAIL": "1", "CLAUDE_SANDBOX_ALLOW_WRITE": "/b",
+         "CLAUDE_SANDBOX_NO_FORGE": "1", "CLAUDE_SANDBOX_LOCAL_PORTS": "9000",
+         "CLAUDE_SANDBOX_LOCAL_MODEL_PORT": "0"},
     )
-    assert cfg.egress_jail is False
-    assert cfg.allow_write == ("/a", "/b", "/c", "/d")
-    assert cfg.origins["egress-jail"] == "$CLAUDE_SANDBOX_EGRESS_JAIL"
+    assert cfg.egress_jail is True and cfg.no_forge is True
+    assert cfg.allow_write == ("/a", "/b")
+    widening = [
+        ("", {"CLAUDE_SANDBOX_EGRESS_JAIL": "0"}, "turns the egress jail off"),
+        ("", {"CLAUDE_SANDBOX_ALLOW_WRITE": "/home/u/.ssh"}, "/home/u/.ssh is not in"),
+        ("allow-write = /a", {"CLAUDE_SANDBOX_ALLOW_WRITE": "/a,/b"}, "/b is not in"),
+        ("", {"CLAUDE_SANDBOX_ALLOW_IP": "10.1.2.3"}, "10.1.2.3 is not in"),
+        ("", {"CLAUDE_SANDBOX_LOCAL_PORTS": "8080"}, "8080 is not in"),
+        ("", {"CLAUDE_SANDBOX_CALLBACK_PORTS": "8080"}, "8080 is not in"),
+        ("", {"CLAUDE_SANDBOX_LOCAL_MODEL_PORT": "11434"}, "port 11434"),
+        ("", {"CLAUDE_SANDBOX_PASS_ENV": "AWS_SECRET_ACCESS_KEY"}, "is not in"),
+        ("no-forge", {"CLAUDE_SANDBOX_NO_FORGE": "0"}, "turns no-forge off"),
+        ("workspace-root = /srv/p", {"CLAUDE_SANDBOX_WORKSPACE_ROOT": "/srv"}, "outside"),
+    ]
+    for text, environ, expected in widening:
+        message = refusal(text, environ)
+        variable = next(iter(environ))
+        assert message.startswith(f"${variable}: ") and expected in message, message
+        assert "env-may-widen" in message
+
+
+def test_the_file_may_let_the_environment_widen_a_key() -> None:
+    cfg = parse(
+        "env-may-widen = egress-jail\nenv-may-widen = allow-write\n",
+        {"CLAUDE_SANDBOX_EGRESS_JAIL": "0", "CLAUDE_SANDBOX_ALLOW_WRITE": "/srv/x"},
+    )
+    assert cfg.egress_jail is False and cfg.allow_write == ("/srv/x",)
+    assert cfg.path_origins["/srv/x"] == "$CLAUDE_SANDBOX_ALLOW_WRITE"
+    # The permission is for that key only.
+    assert "is not in" in refusal("env-may-widen = egress-jail",
+                                  {"CLAUDE_SANDBOX_ALLOW_IP": "10.1.2.3"})
+    assert "not a key with a variable" in refusal("env-may-widen = hardening")
+    # Inside the file's workspace-root the variable only narrows it.
+    cfg = parse("workspace-root = /srv", {"CLAUDE_SANDBOX_WORKSPACE_ROOT": "/srv/p"})
+    assert cfg.workspace_root == "/srv/p"
+
+
+def test_the_new_keys_parse() -> None:
+    cfg = parse("state-dir = /var/lib/cs\nprotect = .github/workflows\nunprotect = .idea\n"
+                "allow-read = /opt/cache\nallow-socket = /run/postgresql\n")
+    assert cfg.state_dir == "/var/lib/cs"
+    assert cfg.protect == (".github/workflows",) and cfg.unprotect == (".idea",)
+    assert cfg.allow_read == ("/opt/cache",) and cfg.allow_socket == ("/run/postgresql",)
+    assert cfg.path_origins["/opt/cache"] == f"{PATH}:4"
+    for bad in ("/abs", "../up", "a/../b", "a//b", ".", ""):
+        line = f"protect = {bad}" if bad else "protect ="
+        assert refusal(line)
 
 
 def test_bad_variable_is_named() -> None:

@@ -1,0 +1,183 @@
+"""Placeholders for absent control paths: made before the sandbox starts, removed after.
+
+A protected path that does not exist yet needs something to mount over, or
+the agent could create it (controlfiles.py). The launcher makes that
+something (an empty directory, or a neutral file inside .git), and removes
+it when the session ends. A launcher that is killed cannot clean up, so each
+launch writes a ledger of what it made into the user's state store, and every
+launch first removes what the ledgers of dead launchers name, but only where
+the path still holds exactly the placeholder that was made (same inode, still
+empty or still its neutral content): nothing else is ever removed.
+
+Two launches in one workspace share placeholders: a path a live launch's
+ledger names is left for that launch to remove.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+
+from .controlfiles import Placeholder
+
+LEDGER_DIR = "placeholders"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _ledger(store: str, pid: int) -> str:
+    return os.path.join(store, LEDGER_DIR, str(pid))
+
+
+def _read(path: str) -> list[dict[str, object]]:
+    import json  # only when a ledger exists: json imports re, ms at every launch
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return []
+    return [row for row in value if isinstance(row, dict)] if isinstance(value, list) else []
+
+
+def _claimed_by_others(store: str, me: int) -> set[str]:
+    directory = os.path.join(store, LEDGER_DIR)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return set()
+    claimed: set[str] = set()
+    for name in names:
+        if name.isdigit() and int(name) != me and _alive(int(name)):
+            claimed |= {str(row.get("path")) for row in _read(os.path.join(directory, name))}
+    return claimed
+
+
+def _still_ours(row: dict[str, object]) -> bool:
+    path = str(row.get("path"))
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if (info.st_dev, info.st_ino) != (row.get("dev"), row.get("ino")):
+        return False
+    if row.get("kind") == "dir":
+        return stat.S_ISDIR(info.st_mode) and not os.listdir(path)
+    if not stat.S_ISREG(info.st_mode):
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read() == row.get("content")
+    except OSError:
+        return False
+
+
+def _remove(rows: Iterable[dict[str, object]], keep: set[str]) -> list[str]:
+    """Remove each placeholder that is still exactly ours; the paths left behind."""
+    left = []
+    for row in rows:
+        path = str(row.get("path"))
+        if path in keep:
+            continue
+        if not _still_ours(row):
+            if os.path.lexists(path):
+                left.append(path)
+            continue
+        try:
+            if row.get("kind") == "dir":
+                os.chmod(path, 0o700)
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            left.append(path)
+    return left
+
+
+def sweep(store: str) -> None:
+    """Remove what killed launchers left: their placeholders and their ledgers."""
+    directory = os.path.join(store, LEDGER_DIR)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not name.isdigit() or _alive(int(name)):
+            continue
+        ledger = os.path.join(directory, name)
+        _remove(_read(ledger), _claimed_by_others(store, int(name)))
+        try:
+            os.unlink(ledger)
+        except OSError:
+            pass
+
+
+class Made:
+    """The placeholders one launch made; `remove()` once the session is over."""
+
+    def __init__(self, store: str, rows: list[dict[str, object]]) -> None:
+        self._store = store
+        self._rows = rows
+
+    def remove(self) -> list[str]:
+        """Remove them; the paths that could not be (someone changed them)."""
+        if not self._rows:
+            return []
+        me = os.getpid()
+        left = _remove(self._rows, _claimed_by_others(self._store, me))
+        self._rows = []
+        try:
+            os.unlink(_ledger(self._store, me))
+        except OSError:
+            pass
+        return left
+
+
+def make(store: str, wanted: Sequence[Placeholder]) -> Made:
+    """Create each placeholder that is still absent, recording each in the ledger.
+
+    A launcher killed in the instant between making a placeholder and
+    recording its inode leaves that one placeholder behind: `sweep` removes
+    only what a ledger proves was made by the launch.
+    """
+    if not wanted:
+        return Made(store, [])
+    os.makedirs(os.path.join(store, LEDGER_DIR), mode=0o700, exist_ok=True)
+    rows: list[dict[str, object]] = []
+    ledger = _ledger(store, os.getpid())
+    for item in wanted:
+        try:
+            if item.kind == "dir":
+                os.mkdir(item.path, 0o755)
+            else:
+                fd = os.open(item.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o644)
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(item.content)
+        except FileExistsError:
+            continue  # made meanwhile (another launch): held read-only all the same
+        info = os.lstat(item.path)
+        rows.append({"path": item.path, "kind": item.kind, "content": item.content,
+                     "dev": info.st_dev, "ino": info.st_ino})
+        _write_ledger(ledger, rows)
+        if item.kind == "dir":
+            os.chmod(item.path, 0o555)  # nothing is created in it from outside either
+    return Made(store, rows)
+
+
+def _write_ledger(path: str, rows: list[dict[str, object]]) -> None:
+    import json
+
+    temporary = f"{path}.part"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(rows, handle)
+    os.replace(temporary, path)

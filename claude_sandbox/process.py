@@ -1,0 +1,146 @@
+"""Starting child processes on the launch path, without subprocess.
+
+`subprocess` imports threading, selectors and locale (about 10 ms, ADR 0004),
+and glibc's posix_spawn leaves signals ignored in the child; the launch path
+forks and execs itself instead, here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
+import os
+import select
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Child:
+    """A child process, with the part of subprocess.Popen's interface jail.py uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: gone all the same
+                self.returncode = 0
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        """The exit status (negative: the signal that ended it)."""
+        while self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.returncode = 0
+                break
+            except InterruptedError:
+                continue
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, _signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
+_LIBC: Any = None
+
+
+def load_libc() -> Any:
+    """libc through ctypes, loaded once (make_tap, fork_exec and jail.py need it)."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
+def fork_exec(
+    argv: list[str],
+    env: dict[str, str],
+    streams: dict[int, int],
+    setsid: bool,
+    die_with_parent: bool = False,
+) -> Child:
+    """fork and exec, with `streams` (target fd: source fd) in place of 0, 1, 2.
+
+    Not posix_spawn: glibc's posix_spawn leaves its two internal signals (32,
+    33) ignored in the child, and an ignored disposition survives every exec
+    down to the agent, where nothing can reset it. Python opens descriptors
+    non-inheritable, so the child gets the three streams and nothing else.
+    Python ignores SIGPIPE and SIGXFSZ; the child gets them back at their
+    defaults, as subprocess does (pasta even refuses to start otherwise:
+    "Couldn't install signal handlers").
+
+    `die_with_parent`: the kernel SIGKILLs the child when this process ends,
+    even by SIGKILL, when nothing of ours can run to tear down (pasta and the
+    outside relays: nothing else would ever end them).
+    """
+    libc = load_libc() if die_with_parent else None
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if libc is not None:
+                # Checked: a child that could outlive the launcher must not start.
+                if libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
+                    os._exit(127)
+                if os.getppid() != parent:  # the parent died before the prctl
+                    os._exit(127)
+            for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
+                _signal.signal(signum, _signal.SIG_DFL)
+            if setsid:
+                os.setsid()
+            for target, source in streams.items():
+                os.dup2(source, target)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    return Child(pid)
+
+
+def capture(argv: list[str], env: dict[str, str], timeout: float = 5.0) -> tuple[int, str]:
+    """Run `argv` with stdin from /dev/null; (exit status, stdout). Status -1: it hung.
+
+    stderr is discarded: the callers want an answer, not the tool's diagnostics.
+    """
+    read_end, write_end = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        child = fork_exec(argv, env, {0: null, 1: write_end, 2: null}, setsid=False)
+    finally:
+        os.close(write_end)
+        os.close(null)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    os.set_blocking(read_end, False)
+    try:
+        while True:
+
+            left = deadline - time.monotonic()
+            if left <= 0:
+                child.kill()
+                child.wait()
+                return -1, ""
+            ready, _, _ = select.select([read_end], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+    return child.wait(), b"".join(chunks).decode("utf-8", "surrogateescape")

@@ -1,0 +1,106 @@
+"""The one-way state store: a first launch imports the login and settings, nothing flows back."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from claude_sandbox import placeholders, profiles, state
+from claude_sandbox.controlfiles import Placeholder
+from claude_sandbox.errors import SandboxError
+
+
+def _outer_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / ".claude" / "projects" / "p").mkdir(parents=True)
+    (home / ".claude" / ".credentials.json").write_text('{"token": "t"}')
+    (home / ".claude" / "settings.json").write_text('{"model": "x"}')
+    (home / ".claude" / "projects" / "p" / "t.jsonl").write_text("transcript")
+    (home / ".claude.json").write_text('{"oauthAccount": {}}')
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "CLAUDE.md").write_text("notes")
+    (home / ".claude" / "CLAUDE.md").symlink_to(dotfiles / "CLAUDE.md")
+    (home / ".claude" / "linked-dir").symlink_to(dotfiles)
+    return home
+
+
+def test_first_launch_imports_login_and_settings_but_not_transcripts(tmp_path: Path) -> None:
+    home = _outer_home(tmp_path)
+    root = state.store_root(None, str(home), os.getuid())
+    claude = profiles.get("claude")
+    made = Path(state.ensure_home(root, "claude", str(home), claude.imports, os.getuid(),
+                                  default_root=True))
+    assert made == Path(root, "claude", "home")
+    assert (made / ".claude" / ".credentials.json").read_text() == '{"token": "t"}'
+    assert (made / ".claude.json").read_text() == '{"oauthAccount": {}}'
+    assert (made / ".claude" / "CLAUDE.md").read_text() == "notes"  # a linked file, copied
+    assert not (made / ".claude" / "projects").exists()
+    assert not (made / ".claude" / "linked-dir").exists()  # a linked directory is not followed
+    assert oct(os.stat(root).st_mode & 0o777) == "0o700"
+    # Later changes inside stay inside; a second launch does not import again.
+    (made / ".claude" / "settings.json").write_text('{"hooks": "planted"}')
+    again = state.ensure_home(root, "claude", str(home), claude.imports, os.getuid(),
+                              default_root=True)
+    assert Path(again, ".claude", "settings.json").read_text() == '{"hooks": "planted"}'
+    assert (home / ".claude" / "settings.json").read_text() == '{"model": "x"}'
+
+
+def test_import_copies_again_on_request_and_reset_removes(tmp_path: Path) -> None:
+    home = _outer_home(tmp_path)
+    root = state.store_root(str(tmp_path / "shared"), str(home), os.getuid())
+    (tmp_path / "shared").mkdir()
+    pi = profiles.get("pi")
+    made = state.ensure_home(root, "pi", str(home), pi.imports, os.getuid(), default_root=False)
+    (home / ".pi" / "agent" / "sessions").mkdir(parents=True)
+    (home / ".pi" / "agent" / "auth.json").write_text("{}")
+    (home / ".pi" / "agent" / "sessions" / "s.jsonl").write_text("x")
+    lines = state.import_into(str(home), made, pi.imports)
+    assert lines and Path(made, ".pi", "agent", "auth.json").exists()
+    assert not Path(made, ".pi", "agent", "sessions").exists()
+    assert state.reset(root, "pi") and not Path(made).exists()
+    assert not state.reset(root, "pi")
+
+
+def test_a_store_that_is_not_ours_refuses(tmp_path: Path) -> None:
+    (tmp_path / "shared").mkdir()
+    root = state.store_root(str(tmp_path / "shared"), "/nonexistent", os.getuid())
+    os.symlink("/etc", root)
+    with pytest.raises(SandboxError) as caught:
+        state.ensure_home(root, "claude", "/nonexistent", (), os.getuid(), default_root=False)
+    assert "remove it" in caught.value.message
+    with pytest.raises(SandboxError):
+        state.ensure_home(str(tmp_path / "absent" / "1000"), "claude", "/x", (), os.getuid(),
+                          default_root=False)
+
+
+def test_placeholders_are_made_and_removed_only_when_unchanged(tmp_path: Path) -> None:
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    store.mkdir()
+    ws.mkdir()
+    wanted = [Placeholder(str(ws / ".mcp.json"), "dir"),
+              Placeholder(str(ws / "commondir"), "file", ".\n")]
+    made = placeholders.make(str(store), wanted)
+    assert (ws / ".mcp.json").is_dir() and (ws / "commondir").read_text() == ".\n"
+    assert list((store / "placeholders").iterdir())
+    assert made.remove() == []
+    assert not (ws / ".mcp.json").exists() and not (ws / "commondir").exists()
+    # Changed meanwhile: left in place and reported.
+    made = placeholders.make(str(store), wanted)
+    (ws / "commondir").write_text("../elsewhere\n")
+    assert made.remove() == [str(ws / "commondir")]
+    assert (ws / "commondir").exists()
+
+
+def test_a_killed_launchers_placeholders_are_swept(tmp_path: Path) -> None:
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    store.mkdir()
+    ws.mkdir()
+    placeholders.make(str(store), [Placeholder(str(ws / ".vscode"), "dir")])
+    ledger = next((store / "placeholders").iterdir())
+    dead = store / "placeholders" / "999999999"  # no such process
+    ledger.rename(dead)
+    placeholders.sweep(str(store))
+    assert not (ws / ".vscode").exists() and not dead.exists()
