@@ -32,7 +32,10 @@ class Launcher:
         cwd: str | None = None,
         timeout: float = 120,
         input: str | None = None,
+        config: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """`config`: text bound over /etc/claude-sandbox.conf for this launch only, in a
+        private mount namespace made as root before the launch drops to the user."""
         base = {
             "PATH": f"{SHIM_DIR}:/usr/bin:/bin",
             "HOME": self.home,
@@ -42,6 +45,7 @@ class Launcher:
         }
         base.update(env or {})
         command = list(argv)
+        conf_dir = None
         if self.user != "root":
             # setpriv leaves the environment alone, and passes nothing on a command line.
             command = [
@@ -51,6 +55,24 @@ class Launcher:
                 "--init-groups",
                 *command,
             ]
+        if config is not None:
+            conf_dir = tempfile.mkdtemp(prefix="cs-conf-")
+            conf = os.path.join(conf_dir, "claude-sandbox.conf")
+            with open(conf, "w", encoding="utf-8") as handle:
+                handle.write(config)
+            os.chmod(conf_dir, 0o755)
+            os.chmod(conf, 0o644)
+            script = f'mount --bind {conf} /etc/claude-sandbox.conf && exec "$@"'
+            command = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+                       *command]
+        try:
+            return self._run(command, base, cwd, timeout, input)
+        finally:
+            if conf_dir is not None:
+                shutil.rmtree(conf_dir, ignore_errors=True)
+
+    def _run(self, command: list[str], base: dict[str, str], cwd: str | None, timeout: float,
+             input: str | None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             command,
             cwd=cwd or self.workspace,

@@ -70,7 +70,7 @@ def _plant(trap: str, workspace: str, home: str, uid: int) -> dict[str, str]:
         for name in dirs + files:
             os.chmod(os.path.join(root, name), 0o777)
     return {
-        "PATH": f"{bin_dir}:{workspace}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         "PYTHONPATH": py_dir,
         "PYTHONSTARTUP": os.path.join(py_dir, "sitecustomize.py"),
         "PYTHONUSERBASE": os.path.join(home, ".local"),

@@ -40,8 +40,8 @@ def _our_commands(settings: dict[str, Any], event: str) -> list[str]:
 
 def test_merge_into_nothing_installs_the_policy() -> None:
     merged, added = integrity.merge_settings({})
-    assert merged["env"] == {"DISABLE_AUTOUPDATER": "1"}
-    assert added == ("DISABLE_AUTOUPDATER",)
+    assert merged["env"] == {"DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_SIMPLE": "0"}
+    assert added == ("DISABLE_AUTOUPDATER", "CLAUDE_CODE_SIMPLE")
     assert _our_commands(merged, "UserPromptSubmit") == [f"{integrity.HOOKS_DIR}/prompt-gate"]
     assert _our_commands(merged, "SessionStart") == [f"{integrity.HOOKS_DIR}/session-start"]
 
@@ -59,8 +59,16 @@ def test_merge_keeps_the_administrators_policy() -> None:
 
 def test_an_administrators_own_autoupdater_key_is_not_claimed() -> None:
     merged, added = integrity.merge_settings({"env": {"DISABLE_AUTOUPDATER": "1"}})
-    assert added == ()
+    assert added == ("CLAUDE_CODE_SIMPLE",)
     assert integrity.unmerge_settings(merged, added) == {"env": {"DISABLE_AUTOUPDATER": "1"}}
+
+
+def test_the_unwrapped_drop_in_allows_no_user_or_project_code() -> None:
+    dropin = integrity.unwrapped_settings()
+    assert dropin["allowManagedHooksOnly"] is True
+    assert dropin["allowManagedMcpServersOnly"] is True and dropin["allowedMcpServers"] == []
+    for name in integrity.UNWRAPPED_HELPERS:
+        assert dropin[name] == integrity.hook_path(integrity.REFUSE_HELPER)
 
 
 @given(SETTINGS)

@@ -1,0 +1,169 @@
+"""Nothing written inside comes back out: the state store and the workspace's control files.
+
+Real launches through the installed shim, as root and as an unprivileged user.
+Each test asserts what a user relies on: the outer file is unchanged, the
+login is found inside, the plant is not on disk outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from .conftest import Launcher
+
+pytestmark = pytest.mark.integration
+
+
+def _store(launcher: Launcher, agent: str = "claude") -> str:
+    return os.path.join(launcher.home, ".local/state/claude-sandbox", agent)
+
+
+@pytest.fixture
+def fresh_store(launcher: Launcher) -> Iterator[str]:
+    """The launching user's claude store removed before and after: a first launch each time."""
+    store = _store(launcher)
+    shutil.rmtree(store, ignore_errors=True)
+    yield store
+    shutil.rmtree(store, ignore_errors=True)
+
+
+@pytest.fixture
+def outer_login(launcher: Launcher) -> Iterator[dict[str, str]]:
+    """An existing Claude Code login and settings in the user's real home."""
+    files = {
+        ".claude/.credentials.json": json.dumps({"claudeAiOauth": {"accessToken": "tok"}}),
+        ".claude/settings.json": json.dumps({"model": "sonnet"}),
+        ".claude.json": json.dumps({"oauthAccount": {"emailAddress": "u@example.com"}}),
+    }
+    saved = {}
+    for relative, text in files.items():
+        path = os.path.join(launcher.home, relative)
+        saved[path] = open(path).read() if os.path.exists(path) else None  # noqa: SIM115
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write(text)
+        os.chown(path, launcher.uid, launcher.uid)
+        os.chown(os.path.dirname(path), launcher.uid, launcher.uid)
+    yield {os.path.join(launcher.home, k): v for k, v in files.items()}
+    for path, text in saved.items():
+        if text is None:
+            os.unlink(path)
+        else:
+            with open(path, "w") as handle:
+                handle.write(text)
+
+
+def test_a_login_is_found_inside_and_writes_stay_in_the_store(
+    launcher: Launcher, fresh_store: str, outer_login: dict[str, str]
+) -> None:
+    home = launcher.home
+    plant = json.dumps({"hooks": {"SessionStart": [{"hooks": [
+        {"type": "command", "command": "touch /tmp/pwned"}]}]}, "env": {"CLAUDE_CODE_SIMPLE": "1"}})
+    script = (
+        f"cat {home}/.claude/.credentials.json {home}/.claude.json && "
+        f"printf '%s' '{plant}' > {home}/.claude/settings.json && "
+        f"mkdir -p {home}/.cache/uv {home}/.local/share/uv/tools/x/bin && "
+        f"echo poisoned > {home}/.cache/uv/wheel && "
+        f"echo '#!/bin/sh' > {home}/.local/share/uv/tools/x/bin/x && "
+        f"mkdir -p {home}/.codex {home}/.pi/agent/extensions && "
+        f"echo '[mcp_servers.x]' > {home}/.codex/config.toml && "
+        f"echo 'export default 1' > {home}/.pi/agent/extensions/x.ts && echo done"
+    )
+    result = launcher.shell("/bin/sh", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert '"accessToken": "tok"' in result.stdout and "u@example.com" in result.stdout
+    assert "state: copied" in result.stderr  # the first launch says what it imported
+    # Outside: the real files are as they were, and nothing new exists.
+    for path, text in outer_login.items():
+        with open(path) as handle:
+            assert handle.read() == text, path
+    for relative in (".cache/uv/wheel", ".local/share/uv/tools/x", ".codex/config.toml",
+                     ".pi/agent/extensions/x.ts"):
+        assert not os.path.exists(os.path.join(home, relative)), relative
+    # The store kept them: the next session sees its own settings, and no new import.
+    again = launcher.shell("/bin/sh", "-c", f"cat {home}/.claude/settings.json")
+    assert "CLAUDE_CODE_SIMPLE" in again.stdout and "state: copied" not in again.stderr
+    store_home = os.path.join(fresh_store, "home")
+    assert os.stat(store_home).st_uid == launcher.uid
+    assert oct(os.stat(os.path.dirname(fresh_store)).st_mode & 0o777) == "0o700"
+
+
+def test_state_import_and_reset(launcher: Launcher, fresh_store: str,
+                                outer_login: dict[str, str]) -> None:
+    cli = "/usr/local/bin/claude-sandbox"
+    shown = launcher.run([cli, "state"])
+    assert shown.returncode == 0 and "not made yet" in shown.stdout
+    assert launcher.run([cli, "state", "import"]).returncode == 0
+    assert os.path.exists(os.path.join(fresh_store, "home/.claude/.credentials.json"))
+    refused = launcher.run([cli, "state", "reset"])
+    assert refused.returncode == 64 and "--yes" in refused.stderr
+    assert launcher.run([cli, "state", "reset", "--yes"]).returncode == 0
+    assert not os.path.exists(fresh_store)
+
+
+def _git(launcher: Launcher, *argv: str) -> None:
+    subprocess.run(["git", "-c", "safe.directory=*", "-C", launcher.workspace, *argv],
+                   check=True, capture_output=True)
+
+
+def test_control_files_are_read_only_and_git_still_commits(launcher: Launcher) -> None:
+    _git(launcher, "init", "-q")
+    os.makedirs(os.path.join(launcher.workspace, ".vscode"))
+    subprocess.run(["chown", "-R", f"{launcher.uid}:{launcher.uid}", launcher.workspace],
+                   check=True)
+    before = sorted(os.listdir(launcher.workspace))
+    attempts = " ; ".join(
+        f"(echo x >> {path} && echo WROTE {path})" for path in (
+            ".git/hooks/pre-commit", ".git/config", ".git/commondir", ".mcp.json",
+            ".claude/settings.json", ".vscode/tasks.json", ".devcontainer/devcontainer.json",
+            ".envrc", ".pi/extensions/x.ts", ".codex/config.toml"))
+    script = (f"{attempts} ; (mv .git .git-old && echo WROTE moved) ; "
+              "echo hi > file && git add file && git commit -qm first && git log --oneline")
+    result = launcher.shell("/bin/sh", "-c", script)
+    assert "WROTE" not in result.stdout, result.stdout
+    assert "first" in result.stdout, result.stderr
+    # Outside: the placeholders are gone, git sees the commit, no hook was planted.
+    assert sorted(os.listdir(launcher.workspace)) == sorted({*before, "file"})
+    assert not os.path.exists(os.path.join(launcher.workspace, ".git/hooks/pre-commit"))
+    log = subprocess.run(["git", "-c", "safe.directory=*", "-C", launcher.workspace, "log",
+                          "--oneline"], capture_output=True, text=True, check=True)
+    assert "first" in log.stdout
+
+
+def test_a_nested_control_file_is_reported_when_the_session_ends(launcher: Launcher) -> None:
+    result = launcher.shell("/bin/sh", "-c", "mkdir -p sub/.claude && echo '{}' > sub/.mcp.json")
+    assert result.returncode == 0
+    assert f"the session created or changed {launcher.workspace}/sub/.mcp.json" in result.stderr
+
+
+def test_the_environment_cannot_widen_the_operators_file(launcher: Launcher) -> None:
+    ssh = os.path.join(launcher.home, ".ssh")
+    base = "env-may-widen = egress-jail\n"
+    refused = launcher.shell("/bin/true", env={"CLAUDE_SANDBOX_ALLOW_WRITE": ssh}, config=base)
+    assert refused.returncode == 78
+    assert refused.stderr.startswith("claude-sandbox: $CLAUDE_SANDBOX_ALLOW_WRITE: ")
+    jail = launcher.shell("/bin/true", config="")
+    assert jail.returncode == 78 and "$CLAUDE_SANDBOX_EGRESS_JAIL" in jail.stderr
+    # Even from the file, a credential directory cannot be made writable.
+    listed = launcher.shell("/bin/true", config=base + f"allow-write = {ssh}\n")
+    assert listed.returncode == 78 and f"under {ssh}" in listed.stderr
+    assert "/etc/claude-sandbox.conf:2" in listed.stderr
+
+
+def test_a_workspace_under_a_dot_directory_is_refused(launcher: Launcher) -> None:
+    dot = os.path.join(launcher.home, ".csbx-dotted")
+    inside = os.path.join(dot, "project")
+    os.makedirs(inside, exist_ok=True)
+    try:
+        result = launcher.run(["/usr/local/bin/claude-sandbox", "shell", "--", "/bin/true"],
+                              cwd=inside)
+        assert result.returncode == 78
+        assert "the launch directory" in result.stderr and "Traceback" not in result.stderr
+    finally:
+        shutil.rmtree(dot)
