@@ -20,8 +20,8 @@ from .hostfacts import HostFacts
 from .profiles import Profile
 from .record import record
 
-# Container-engine and system-bus sockets: a socket on a read-only mount can
-# still be connected to, and any of these is root on the host.
+# Container-engine and system-bus sockets, for the checks' and probes' reference:
+# none of them is reached inside, by the mechanisms below, not by this list.
 RUNTIME_SOCKETS = (
     "/run/docker.sock",
     "/var/run/docker.sock",
@@ -29,8 +29,10 @@ RUNTIME_SOCKETS = (
     "/run/containerd/containerd.sock",
     "/run/dbus/system_bus_socket",
 )
-# Per-user runtime and secret trees, masked with an empty tmpfs (checks 12, 13).
-MASKED_TREES = ("/run/user", "/run/secrets")
+# Runtime trees, where daemons put their sockets and secrets (/run/user, /run/secrets,
+# docker.sock): each a fresh, empty tmpfs inside, so a socket there is not reachable,
+# whether it existed at launch or is made later (ADR 0006; checks 12, 13, 36, 57).
+RUNTIME_TREES = ("/run", "/var/run", "/var/tmp")
 # Dotfiles that hold credentials or reach the outer display (checks 14, 15).
 NULLED_DOTFILES = (".netrc", ".Xauthority", ".ICEauthority")
 # Of the outer home only the forge CLIs' stores come back, read-only: gh aliases
@@ -91,6 +93,7 @@ class Plan:
     env: tuple[tuple[str, str], ...]
     command: tuple[str, ...]
     layout: Writable  # what the launcher prepares for the ops: placeholders
+    hide_outer_proc: bool = False  # _enter hides the outer processes (procmask.py)
 
     def argv(self, bwrap: str) -> list[str]:
         flat = [arg for op in self.ops for arg in op.args]
@@ -105,8 +108,6 @@ def optional_paths(profile: Profile, home: str) -> tuple[str, ...]:
     in_home = (*FORGE_CONFIG, *LOCAL_BIN_TOOLS)
     return (
         paths.UNWRAPPED_SETTINGS,
-        *RUNTIME_SOCKETS,
-        *MASKED_TREES,
         *(os.path.join(home, rel) for rel in in_home),
     )
 
@@ -148,10 +149,11 @@ def writable_targets(ops: Sequence[Op]) -> tuple[str, ...]:
     """Every path the plan makes writable inside: read-write binds and tmpfs mounts."""
     targets = ["/dev/shm"]  # bwrap's private /dev holds a writable shm directory
     for op in ops:
-        if op.args[0] == "--bind":
-            targets.append(op.args[2])
-        elif op.args[0] == "--tmpfs":
-            targets.append(op.args[1])
+        args = op.args[2:] if op.args[0] == "--size" else op.args  # --size N --tmpfs DEST
+        if args[0] == "--bind":
+            targets.append(args[2])
+        elif args[0] == "--tmpfs":
+            targets.append(args[1])
     return tuple(dict.fromkeys(targets))
 
 
@@ -164,7 +166,6 @@ def exec_targets(ops: Sequence[Op]) -> tuple[str, ...]:
         and op.args[1] not in ("/dev/null", paths.EMPTY_FILE)
         and op.args[1] != "/"
         and op.args[2] not in ("/proc", "/etc/resolv.conf")
-        and not op.args[2].startswith(("/run/", "/var/run/"))
     )
 
 
@@ -246,6 +247,45 @@ def _guard_ops(facts: HostFacts, writable: Sequence[str]) -> list[Op]:
     return ops
 
 
+def _under_any(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _runtime_ops(config: Config, facts: HostFacts) -> list[Op]:
+    """Fresh tmpfs over the runtime trees; what must come back, read-only."""
+    size = str(config.tmpfs_size)
+    ops = [Op(("--size", size, "--tmpfs", tree), f"a private {tree}: no daemon's socket "
+              "or secret, then or later (checks 12, 13, 57)") for tree in facts.runtime_dirs]
+    masked = list(facts.runtime_dirs)
+    if facts.resolv_target != "/etc/resolv.conf" and _under_any(facts.resolv_target, masked):
+        ops.append(Op(("--ro-bind", facts.resolv_target, facts.resolv_target),
+                      "/etc/resolv.conf leads here: back, read-only"))
+    for entry in facts.path:
+        if entry.startswith("/") and _under_any(entry, masked) and os.path.isdir(entry):
+            ops.append(Op(("--ro-bind", entry, entry), "a PATH directory under a runtime "
+                          "tree: back, read-only"))
+    for path in config.allow_socket:
+        ops.append(Op(("--ro-bind", path, path), "allow-socket: the operator lets the "
+                      "sandbox connect here (check 57)"))
+    return ops
+
+
+def _socket_ops(config: Config, facts: HostFacts, layout: Writable) -> list[Op]:
+    """Every other socket bound or mounted on the host: covered, so it cannot be connected.
+
+    A socket on a read-only mount still accepts connections; covering it with an
+    empty file refuses them (ECONNREFUSED). Sockets in the workspace, the
+    sandbox's own directories and what the operator allowed stay reachable.
+    """
+    own = [*facts.runtime_dirs, "/tmp", "/dev", facts.home, layout.workspace,
+           *layout.allow_write, *config.allow_socket]
+    if facts.agent_tmp:
+        own.append(facts.agent_tmp)
+    return [Op(("--ro-bind", paths.EMPTY_FILE, sock), "a socket of the host: not "
+               "connectable inside (check 57)")
+            for sock in facts.sockets if not _under_any(sock, own)]
+
+
 def _control_ops(controls: Sequence[ControlPlan]) -> list[Op]:
     """After every writable bind: pins first, then the read-only control paths (ADR 0005)."""
     ops: list[Op] = []
@@ -283,19 +323,13 @@ def build_ops(
         Op(("--ro-bind", "/", "/"), "default deny by inversion: everything read-only"),
         *_proc_ops(facts),
         Op(("--dev", "/dev"), "a private /dev with only the basic devices (check 10)"),
-        Op(("--tmpfs", "/tmp"), "a private /tmp: IDE sockets stay outside (check 11)"),
+        Op(("--size", str(config.tmpfs_size), "--tmpfs", "/dev/shm"),
+           "a private /dev/shm of bounded size (check 58)"),
+        Op(("--size", str(config.tmpfs_size), "--tmpfs", "/tmp"),
+           "a private /tmp of bounded size: IDE sockets stay outside (checks 11, 58)"),
     ]
-    for tree in MASKED_TREES:
-        if tree in facts.existing:
-            ops.append(Op(("--tmpfs", tree), f"mask {tree} (checks 12, 13)"))
-    for sock in RUNTIME_SOCKETS:
-        if sock in facts.existing:
-            ops.append(
-                Op(
-                    ("--ro-bind", "/dev/null", sock),
-                    "a container-engine or system-bus socket is root on the host",
-                )
-            )
+    ops += _runtime_ops(config, facts)
+    ops += _socket_ops(config, facts, layout)
     ops += _home_ops(profile, config, facts)
     ops += _binary_ops(profile, facts)
     writable = [layout.workspace, *layout.allow_write]
@@ -417,4 +451,5 @@ def build(
         env=build_env(profile, config, facts, environ, extras),
         command=tuple(command),
         layout=layout,
+        hide_outer_proc=not facts.proc_mountable,
     )

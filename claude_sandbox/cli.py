@@ -215,6 +215,7 @@ def explain(agent: str) -> str:
         ),
         cfg,
         limit_plan,
+        hide_fd=4 if not facts.proc_mountable else None,
     )
     lines = [
         f"# claude-sandbox {__version__}: the sandbox for {profile.name}",

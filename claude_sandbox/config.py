@@ -166,6 +166,14 @@ KEYS: tuple[Key, ...] = (
         "unix sockets (or directories of them) outside the workspace the sandbox may connect to",
     ),
     Key(
+        "tmpfs-size",
+        None,
+        Kind.SIZE,
+        "1G",
+        "the size of each private tmpfs (/tmp, /run, /var/tmp, /dev/shm)",
+        per_agent=True,
+    ),
+    Key(
         "hardening",
         None,
         Kind.LEVEL,
@@ -298,6 +306,7 @@ class Config:
     allow_read: tuple[str, ...] = ()
     allow_socket: tuple[str, ...] = ()
     env_may_widen: tuple[str, ...] = ()
+    tmpfs_size: int = 1 << 30
     # Where each non-default value came from ("FILE:LINE" or the variable).
     origins: Mapping[str, str] = MappingProxyType({})
     # Where each path of allow-write, allow-read and allow-socket came from.
@@ -621,6 +630,7 @@ def _assemble(
         allow_read=_strings(lists["allow-read"]),
         allow_socket=_strings(lists["allow-socket"]),
         env_may_widen=_strings(lists["env-may-widen"]),
+        tmpfs_size=int(str(scalars.get("tmpfs-size", 1 << 30))),
         origins=MappingProxyType(dict(origins)),
         path_origins=MappingProxyType(where_from),
     )

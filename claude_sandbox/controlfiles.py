@@ -116,22 +116,20 @@ def controls(protect: Sequence[str], unprotect: Sequence[str]) -> tuple[Control,
     return tuple(kept)
 
 
-@record
-class Entry:
-    """What is at a candidate path on this host: lstat's type, or None when absent."""
-
-    path: str  # absolute
-    kind: str | None  # "dir", "file", "link", "other" or None
-
-
 def probe(paths_: Iterable[str]) -> dict[str, str | None]:
-    """lstat each path: the only file-system reads the planner needs."""
+    """lstat each path: the only file-system reads the planner needs.
+
+    An absent path whose directory this user cannot write is "locked": the
+    agent, with the same uid and no capabilities, cannot create it either.
+    """
     found: dict[str, str | None] = {}
     for path in paths_:
         try:
             mode = os.lstat(path).st_mode
         except OSError:
-            found[path] = None
+            parent = os.path.dirname(path)
+            writable = os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
+            found[path] = None if writable else "locked"
             continue
         if stat.S_ISDIR(mode):
             found[path] = "dir"
@@ -188,6 +186,9 @@ def plan(
             kind = kinds.get(ancestor)
             if kind == "link":
                 _refuse_link(ancestor, control.path)
+            if kind == "locked":
+                blocked = True  # nothing below can be created by this user at all
+                break
             if kind is None:
                 # Nothing below can be created while an empty read-only directory stands here.
                 hold(ancestor, f"placeholder for {control.path}: {control.why}",
@@ -205,6 +206,8 @@ def plan(
         kind = kinds.get(path)
         if kind == "link":
             _refuse_link(path, control.path)
+        if kind == "locked":
+            continue
         if kind is None:
             hold(path, f"{control.why} (absent: a placeholder stands in until the end)",
                  Placeholder(path, control.placeholder, control.content))

@@ -36,7 +36,9 @@ LEVELS = ("standard", "harsh")
 # agent only where the launch itself inherited them ignored (`--keep-ignored int,quit`).
 _TERMINAL_SIGNALS = {"int": signal.SIGINT, "quit": signal.SIGQUIT}
 
-Entry = namedtuple("Entry", "level max_pids max_memory writable exec_files keep_ignored")
+Entry = namedtuple(
+    "Entry", "level max_pids max_memory writable exec_files keep_ignored hide_outer_proc"
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -63,7 +65,7 @@ def parse(argv: list[str]) -> tuple[Entry, list[str]]:
     head, agent = argv[:split], argv[split + 1 :]
     if len(head) % 2:
         raise SandboxError(f"_enter: option without a value in {head!r}", EXIT_USAGE)
-    level, nproc, data, keep_ignored = "standard", None, None, ()
+    level, nproc, data, keep_ignored, hide = "standard", None, None, (), None
     writable: list[str] = []
     exec_files: list[str] = []
     for flag, value in zip(head[::2], head[1::2], strict=True):
@@ -80,13 +82,16 @@ def parse(argv: list[str]) -> tuple[Entry, list[str]]:
                 writable.append(value)
             elif flag == "--exec-file" and value.startswith("/"):
                 exec_files.append(value)
+            elif flag == "--hide-outer-proc":
+                hide = int(value)
             else:
                 raise ValueError
         except ValueError:
             raise SandboxError(f"_enter: bad option {flag} {value!r}", EXIT_USAGE) from None
     if not agent or not agent[0].startswith("/"):
         raise SandboxError("_enter: the agent must be named by absolute path", EXIT_USAGE)
-    return Entry(level, nproc, data, tuple(writable), tuple(exec_files), keep_ignored), agent
+    entry = Entry(level, nproc, data, tuple(writable), tuple(exec_files), keep_ignored, hide)
+    return entry, agent
 
 
 def apply_rlimits(settings: Entry) -> None:
@@ -124,6 +129,10 @@ def reset_signals(keep_ignored: tuple[int, ...]) -> None:
 def main(argv: list[str]) -> NoReturn:
     """`argv` is everything after `_enter`."""
     settings, agent = parse(argv)
+    if settings.hide_outer_proc is not None:
+        from . import procmask  # only where the outer /proc is bound
+
+        procmask.request_hiding(settings.hide_outer_proc)
     reset_signals(settings.keep_ignored)
     apply_rlimits(settings)
     landlock.enter(settings.level, settings.writable, settings.exec_files)

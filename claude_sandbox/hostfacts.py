@@ -43,6 +43,13 @@ class HostFacts:
     # A fresh procfs can be mounted: nothing is mounted over parts of /proc. Container
     # runtimes mask /proc/kcore and friends, and the kernel then refuses a new procfs.
     proc_mountable: bool = False
+    # Every pathname socket a process has bound in this network namespace, and every
+    # socket mounted somewhere (a host's docker.sock at an odd path), resolved.
+    sockets: tuple[str, ...] = ()
+    # Runtime directories that are real directories here (not symlinks), and the file
+    # /etc/resolv.conf leads to: the runtime trees are masked, that file comes back.
+    runtime_dirs: tuple[str, ...] = ()
+    resolv_target: str = "/etc/resolv.conf"
 
 
 def _entry_state(path: str) -> str:
@@ -98,6 +105,39 @@ def proc_mountable(mountinfo: str) -> bool:
         if mount.mountpoint.startswith("/proc/") and "binfmt_misc" not in mount.mountpoint:
             return False
     return True
+
+
+def bound_sockets(proc_net_unix: str) -> list[str]:
+    """Pure: the pathname of every socket in /proc/net/unix (abstract ones start with @)."""
+    found = []
+    for line in proc_net_unix.splitlines()[1:]:
+        fields = line.split(None, 7)
+        if len(fields) == 8 and fields[7].startswith("/"):
+            found.append(fields[7])
+    return found
+
+
+def socket_paths(mountinfo: str) -> tuple[str, ...]:
+    """Sockets bound here and sockets mounted anywhere, as this process sees them."""
+    candidates: list[str] = []
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="surrogateescape") as handle:
+            candidates += bound_sockets(handle.read())
+    except OSError:
+        pass
+    candidates += [m.mountpoint for m in mountinfo_module.parse(mountinfo)]
+    found: list[str] = []
+    for path in candidates:
+        real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        try:
+            if stat.S_ISSOCK(os.lstat(real).st_mode) and real not in found:
+                found.append(real)
+        except OSError:
+            continue
+    return tuple(found)
+
+
+RUNTIME_DIRS = ("/run", "/var/run", "/var/tmp")
 
 
 def _read_mountinfo() -> str:
@@ -212,6 +252,7 @@ def probe(
     path_entries = tuple(p for p in environ.get("PATH", "").split(":") if p)
     binary = real_binary(agent)
     store = store_home(home, uid)
+    mounts = _read_mountinfo()
 
     def seen_as(directory: str) -> str:
         if directory == home or directory.startswith(home + "/"):
@@ -231,5 +272,9 @@ def probe(
         guard=guard_entries(path_entries, seen_as),
         agent_tmp=agent_tmp_dir(tmp_base, uid) if tmp_base else None,
         store_home=store,
-        proc_mountable=proc_mountable(_read_mountinfo()),
+        proc_mountable=proc_mountable(mounts),
+        sockets=socket_paths(mounts),
+        runtime_dirs=tuple(d for d in RUNTIME_DIRS
+                           if os.path.isdir(d) and not os.path.islink(d)),
+        resolv_target=os.path.realpath("/etc/resolv.conf"),
     )

@@ -17,6 +17,7 @@ import json
 import os
 import py_compile
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ SOURCE = Path(__file__).resolve().parent
 VERIFICATION_SOURCE = SOURCE.parent / "verification"
 VERIFICATION_DIR = f"{paths.LIBEXEC}/verification"
 APT_PACKAGES = (
-    "bubblewrap", "passt", "util-linux", "bsdutils", "iproute2", "socat", "git",
+    "bubblewrap", "passt", "util-linux", "bsdutils", "iproute2", "iptables", "socat", "git",
     "python3", "python3-venv", "ca-certificates",
 )
 NPM_PACKAGES = {
@@ -371,6 +372,27 @@ def install_files(report: Report) -> None:
                     functools.partial(_write, mount_point, "", 0o644))
     report.step(f"empty file {paths.EMPTY_FILE}", _differs(paths.EMPTY_FILE, "", 0o444),
                 lambda: _write(paths.EMPTY_FILE, "", 0o444))
+    report.step(f"empty directory {paths.EMPTY_DIR}", not _empty_dir_ok(paths.EMPTY_DIR),
+                functools.partial(_make_empty_dir, paths.EMPTY_DIR))
+
+
+def _empty_dir_ok(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == 0
+            and stat.S_IMODE(info.st_mode) == 0o555 and not os.listdir(path))
+
+
+def _make_empty_dir(path: str) -> None:
+    if os.path.lexists(path) and not os.path.isdir(path):
+        os.unlink(path)
+    os.makedirs(path, exist_ok=True)
+    for name in os.listdir(path):
+        shutil.rmtree(os.path.join(path, name), ignore_errors=True)
+    os.chown(path, 0, 0)
+    os.chmod(path, 0o555)
 
 
 def install_verification(report: Report) -> None:

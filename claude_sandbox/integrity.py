@@ -156,6 +156,20 @@ def session_start(inside: bool) -> tuple[int, str, str]:
     return 0, json.dumps(output) + "\n", NOT_SANDBOXED + "\n"
 
 
+def refuse_helper(allowed: bool, environ: Mapping[str, str]) -> tuple[int, str, str]:
+    """Pure: what stands in for every helper program of an unwrapped session.
+
+    It runs nothing of the user's or the workspace's settings. Claude Code waits
+    for ever on a failing apiKeyHelper, so where an administrator accepted
+    unwrapped sessions (ALLOW_FLAG) it answers with the key from the
+    environment when there is one; a login-based session then needs that key.
+    """
+    key = environ.get("ANTHROPIC_API_KEY", "")
+    if allowed and key:
+        return 0, key + "\n", ""
+    return 1, "", f"{NOT_SANDBOXED} (helper programs do not run)\n"
+
+
 def hook_main(role: str) -> int:
     try:
         from .guard import inside_sandbox
@@ -167,7 +181,7 @@ def hook_main(role: str) -> int:
         elif role == "session-start":
             status, out, err = session_start(inside)
         elif role == "refuse-helper":
-            status, out, err = 1, "", f"{NOT_SANDBOXED} (helper programs do not run)\n"
+            status, out, err = refuse_helper(allow_flag_set(), os.environ)
         else:
             status, out, err = EXIT_BLOCK, "", f"claude-sandbox: unknown hook role {role}\n"
     except Exception as error:

@@ -60,6 +60,7 @@ class JailSettings:
     local_ports: tuple[int, ...]
     callback_ports: tuple[int, ...]
     trace: bool
+    host: tuple[str, ...] = ()  # every IPv4 address and gateway of the host: blackholed
 
 
 # --- the plan, for `claude-sandbox explain` ----------------------------------
@@ -332,7 +333,8 @@ class Jail:
         if rc != 0 or len(docs) != 2:
             raise SandboxError(f"egress jail: cannot read the namespace: {err.strip()}", EXIT_JAIL)
         facts = routes.parse_facts(docs[0], docs[1])
-        plan = routes.build_plan(facts, paths.DNS_FORWARDER, self.settings.allow_ip)
+        plan = routes.build_plan(facts, paths.DNS_FORWARDER, self.settings.allow_ip,
+                                 self.settings.host)
         self._plan = plan
         self._trace("namespace read, plan built")
         v6 = self._ask(["ipv6off"])
@@ -355,6 +357,23 @@ class Jail:
                 EXIT_JAIL,
             )
         self._trace("routes programmed and verified")
+        self._filter_dns()
+
+    def _filter_dns(self) -> None:
+        """Only DNS reaches the forwarder (routes.dns_filter); read back like the routes."""
+        dns = paths.DNS_FORWARDER
+        for tool, args, text in (("iptables-restore", [], routes.dns_filter_restore(dns)),
+                                 ("iptables-save", ["-t", "filter"], "")):
+            reply = self._ask(["run", text, paths.tool(tool), *args])
+            if reply[0] != "ok" or reply[1] != "0":
+                why = reply[1] if reply[0] != "ok" else reply[3].strip()
+                raise SandboxError(f"egress jail: {tool} failed ({why}); the DNS forwarder "
+                                   "cannot be limited to DNS", EXIT_JAIL)
+        problem = routes.filter_differs(dns, reply[2])
+        if problem:
+            raise SandboxError(f"egress jail: the DNS filter read back differs ({problem}); "
+                               "refusing to launch", EXIT_JAIL)
+        self._trace("DNS filter programmed and verified")
 
     def _failed_rows(self, plan: routes.Plan, lines: set[int], extra: int, err: str) -> set[int]:
         """Map failed batch lines to plan rows; refuse when a required one failed.

@@ -348,10 +348,14 @@ class KernelSettings:
     max_memory: int | None = None  # RLIMIT_DATA, per process
     writable: tuple[str, ...] = ()  # paths the sandbox can write (harsh: no EXECUTE there)
     exec_files: tuple[str, ...] = ()  # read-only binds inside writable trees that must run
+    # The outer /proc is bound: the descriptor on which _enter asks the launcher's
+    # helper to hide its processes (procmask.py); None with a fresh procfs.
+    hide_outer_proc: int | None = None
 
 
 def kernel_settings(
-    level: str, plan: LimitPlan, writable: Sequence[str] = (), exec_files: Sequence[str] = ()
+    level: str, plan: LimitPlan, writable: Sequence[str] = (), exec_files: Sequence[str] = (),
+    hide_outer_proc: int | None = None,
 ) -> KernelSettings:
     """The settings for `_enter` that go with `plan`."""
     rl = dict(plan.rlimits)
@@ -361,6 +365,7 @@ def kernel_settings(
         rl.get(resource.RLIMIT_DATA),
         tuple(writable),
         tuple(exec_files),
+        hide_outer_proc,
     )
 
 
@@ -375,6 +380,8 @@ def enter_argv(settings: KernelSettings) -> list[str]:
         args += ["--writable", path]
     for path in settings.exec_files:
         args += ["--exec-file", path]
+    if settings.hide_outer_proc is not None:
+        args += ["--hide-outer-proc", str(settings.hide_outer_proc)]
     return args
 
 

@@ -25,6 +25,8 @@ INSIDE_MARKER = f"{LIBEXEC}/inside"
 # An empty root-owned file, 0444: what masked dotfiles read as. (/dev/null would
 # not do: bwrap binds are nodev, so a bound device node cannot even be opened.)
 EMPTY_FILE = f"{LIBEXEC}/empty"
+# An empty root-owned directory, 0555: bound over outer processes' /proc entries.
+EMPTY_DIR = f"{LIBEXEC}/empty-dir"
 CONFIG_FILE = "/etc/claude-sandbox.conf"
 # Claude Code's managed-settings drop-in for unwrapped sessions only (integrity.py):
 # inside the sandbox EMPTY_SETTINGS, an empty object, is bound over it, so a
@@ -77,6 +79,8 @@ _PACKAGES = {
     "ip": "iproute2",
     "ss": "iproute2",
     "socat": "socat",
+    "iptables-restore": "iptables",
+    "iptables-save": "iptables",
     "git": "git",
 }
 

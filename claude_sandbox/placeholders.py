@@ -20,6 +20,7 @@ import stat
 from collections.abc import Iterable, Sequence
 
 from .controlfiles import Placeholder
+from .errors import EXIT_REFUSED, SandboxError
 
 LEDGER_DIR = "placeholders"
 
@@ -165,6 +166,11 @@ def make(store: str, wanted: Sequence[Placeholder]) -> Made:
                     handle.write(item.content)
         except FileExistsError:
             continue  # made meanwhile (another launch): held read-only all the same
+        except OSError as error:
+            Made(store, rows).remove()
+            raise SandboxError(
+                f"cannot make the placeholder {item.path} that keeps a control path from "
+                f"being created inside ({error.strerror})", EXIT_REFUSED) from None
         info = os.lstat(item.path)
         rows.append({"path": item.path, "kind": item.kind, "content": item.content,
                      "dev": info.st_dev, "ino": info.st_ino})

@@ -181,7 +181,8 @@ def _blocked_rows(facts: NetFacts) -> list[PlannedRoute]:
 
 def _via_gateway(facts: NetFacts, addr: str, required: bool, why: str) -> PlannedRoute:
     return PlannedRoute(
-        f"route add {_host(addr)} via {facts.gateway} dev {facts.iface} src {facts.address}",
+        f"route add {_host(addr)} via {facts.gateway} dev {facts.iface} src {facts.address} "
+        "onlink",
         Route(
             "main",
             "unicast",
@@ -189,50 +190,97 @@ def _via_gateway(facts: NetFacts, addr: str, required: bool, why: str) -> Planne
             gateway=facts.gateway,
             dev=facts.iface,
             prefsrc=facts.address,
+            flags=("onlink",),
         ),
         required,
         why,
     )
 
 
-def build_plan(facts: NetFacts, dns: str, allow_ip: Sequence[str]) -> Plan:
+def _covered(addr: str, blocked: Iterable[str]) -> bool:
+    ip = ipaddress.ip_address(addr)
+    return any(ip in ipaddress.ip_network(net) for net in blocked)
+
+
+def _host_rows(facts: NetFacts, host: Iterable[str], skip: set[str]) -> list[PlannedRoute]:
+    """A blackhole /32 for the gateway and for every address of the host.
+
+    pasta makes a connection to any of them from the host: to the gateway's own
+    services, or to whatever listens on the host's other interfaces (a TEST-NET
+    or public address the private-range rows do not cover).
+    """
+    blocked = [_network(b.cidr) for b in BLOCKED] + ["127.0.0.0/8"]
+    rows: list[PlannedRoute] = []
+    seen: set[str] = set()
+    for addr, why in [(facts.gateway, "the gateway: its own services, through pasta"),
+                      *((a, "an address of the host: its services, through pasta")
+                        for a in host)]:
+        if addr in seen or addr in skip or _covered(addr, blocked):
+            continue
+        seen.add(addr)
+        rows.append(PlannedRoute(
+            f"route add blackhole {_host(addr)} src {facts.address}",
+            Route("main", "blackhole", _host(addr), prefsrc=facts.address),
+            True,
+            why,
+        ))
+    return rows
+
+
+def build_plan(facts: NetFacts, dns: str, allow_ip: Sequence[str],
+               host: Sequence[str] = ()) -> Plan:
     """The route programme for `facts`, in the order it must be applied.
 
-    The gateway /32 comes before the default route because the kernel refuses
-    a nexthop it cannot reach on-link ("Nexthop has invalid gateway").
-    Optional rows come last so a failure among them cannot stop a required
-    row from being programmed.
+    `host` holds every IPv4 address of the host (read where the launcher runs).
+    The gateway is the default route's nexthop but not a destination: the
+    nexthop is `onlink` (the kernel then needs no route to it), and a
+    blackhole /32 stops connections to it. Optional rows come last so a
+    failure among them cannot stop a required row from being programmed.
     """
     src = facts.address
     rows = _blocked_rows(facts)
+    rows += _host_rows(facts, host, set(allow_ip))
     rows.append(
         PlannedRoute(
-            f"route add {_host(facts.gateway)} dev {facts.iface} scope link src {src}",
+            f"route add default via {facts.gateway} dev {facts.iface} src {src} onlink",
             Route(
-                "main", "unicast", _host(facts.gateway), dev=facts.iface, prefsrc=src, scope="link"
-            ),
-            True,
-            "pin the gateway on-link so the default route has a nexthop",
-        )
-    )
-    rows.append(
-        PlannedRoute(
-            f"route add default via {facts.gateway} dev {facts.iface} src {src}",
-            Route(
-                "main", "unicast", "0.0.0.0/0", gateway=facts.gateway, dev=facts.iface, prefsrc=src
+                "main", "unicast", "0.0.0.0/0", gateway=facts.gateway, dev=facts.iface,
+                prefsrc=src, flags=("onlink",),
             ),
             True,
             "the internet, through pasta",
         )
     )
     rows.append(_via_gateway(facts, dns, False, "pasta's DNS forwarder"))
-    seen = {facts.gateway, dns}
+    seen = {dns}
     for addr in allow_ip:
         if addr in seen:
             continue
         seen.add(addr)
         rows.append(_via_gateway(facts, addr, False, "allow-ip exception"))
     return Plan(tuple(rows), expected_local_table(facts.addresses))
+
+
+def host_addresses(fib_trie: str, route: str) -> tuple[str, ...]:
+    """Pure: every local IPv4 address (from /proc/net/fib_trie) and gateway (/proc/net/route)."""
+    found: list[str] = []
+    last = ""
+    for line in fib_trie.splitlines():
+        text = line.strip()
+        if text.startswith("|--"):
+            last = text[3:].strip()
+        elif text.endswith("/32 host LOCAL") and last and last not in found:
+            found.append(last)
+    for line in route.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] != "00000000":
+            try:
+                gateway = str(ipaddress.IPv4Address(bytes.fromhex(fields[2])[::-1]))
+            except ValueError:
+                continue
+            if gateway not in found:
+                found.append(gateway)
+    return tuple(a for a in found if not a.startswith("127."))
 
 
 def expected_local_table(addresses: Iterable[Address]) -> tuple[Route, ...]:
@@ -487,3 +535,36 @@ def parse_facts(addr_doc: object, route_doc: object) -> NetFacts:
     if not own:
         raise SandboxError(f"egress jail: pasta's interface {iface} has no IPv4 address", EXIT_JAIL)
     return NetFacts(iface, own[0].address, gateway, tuple(addresses), tuple(copied))
+
+
+# --- the DNS forwarder answers DNS only ---------------------------------------
+# pasta hands every connection to the forwarder's address to the host's resolver,
+# on any port: without a filter the resolver host's other services are one
+# connect() away. The jail's own filter table lets port 53 through and rejects
+# the rest; it is written with iptables-restore and read back with iptables-save.
+
+
+def dns_filter(dns: str) -> tuple[str, ...]:
+    """The filter table's rules, as iptables-save prints them."""
+    return (
+        f"-A OUTPUT -d {dns}/32 -p udp -m udp --dport 53 -j ACCEPT",
+        f"-A OUTPUT -d {dns}/32 -p tcp -m tcp --dport 53 -j ACCEPT",
+        f"-A OUTPUT -d {dns}/32 -j REJECT --reject-with icmp-port-unreachable",
+    )
+
+
+def dns_filter_restore(dns: str) -> str:
+    """iptables-restore input: the whole filter table, replaced."""
+    chains = [":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
+    return "\n".join(["*filter", *chains, *dns_filter(dns), "COMMIT", ""])
+
+
+def filter_differs(dns: str, saved: str) -> str | None:
+    """Why an iptables-save of the filter table is not exactly the plan, or None."""
+    rules = [line for line in saved.splitlines() if line.startswith("-")]
+    policies = [line.split()[:2] for line in saved.splitlines() if line.startswith(":")]
+    if sorted(policies) != [[":FORWARD", "ACCEPT"], [":INPUT", "ACCEPT"], [":OUTPUT", "ACCEPT"]]:
+        return f"filter chains {policies}"
+    if tuple(rules) != dns_filter(dns):
+        return f"filter rules {rules}"
+    return None

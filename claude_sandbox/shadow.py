@@ -29,7 +29,7 @@ from . import (
     state,
     workspace,
 )
-from .errors import SandboxError
+from .errors import EXIT_JAIL, SandboxError
 from .record import record, replace
 from .trace import Trace
 
@@ -146,7 +146,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
 
     cgroup = limits.create(limit_plan)  # None unless a cap needs one
     jail = None
-    made: placeholders.Made | None = None
+    prepared: Prepared | None = None
     try:
         if cfg.egress_jail:
             from . import jail_start
@@ -161,6 +161,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
 
             settings = jail_module.JailSettings(
                 allow_ip=cfg.allow_ip,
+                host=_host_addresses(),
                 local_ports=cfg.local_ports,
                 callback_ports=cfg.callback_ports,
                 trace=trace.enabled,
@@ -169,17 +170,17 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
             trace.phase("jail started")
         else:
             sys.stderr.write(JAIL_OFF_WARNING)
-        argv, env, fds, made, layout = _prepare(profile, cfg, limit_plan, request, environ,
-                                                jail, signals)
+        prepared = _prepare(profile, cfg, limit_plan, request, environ, jail, signals)
         trace.phase("plan built")
         # The launcher always waits: placeholders and cgroups are removed, and the
         # session's changes reported, only by a process that outlives the sandbox.
         started = time.time_ns()
+        argv, env, fds = prepared.argv, prepared.env, prepared.fds
         if jail is not None:
             status = jail.run(argv, env, fds)
         else:
             status = limits.run_supervised(argv, env, cgroup, pass_fds=fds)
-        _report_changes(cfg, layout, started)
+        _report_changes(cfg, prepared.layout, started)
         return status
     finally:
         if jail is not None:
@@ -187,10 +188,39 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
         if cgroup is not None:
             cgroup.leave()
             cgroup.remove()
-        if made is not None:
-            for path in made.remove():
-                sys.stderr.write(f"claude-sandbox: warning: {path} was a placeholder the "
-                                 "sandbox made and has changed; left as it is\n")
+        if prepared is not None:
+            _undo(prepared)
+
+
+def _undo(prepared: Prepared) -> None:
+    """After the session: the /proc helper reaped, the placeholders removed."""
+    if prepared.helper is not None:
+        try:
+            os.kill(prepared.helper, 9)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(prepared.helper, 0)
+        except ChildProcessError:
+            pass
+    for path in prepared.made.remove():
+        sys.stderr.write(f"claude-sandbox: warning: {path} was a placeholder the sandbox made "
+                         "and has changed; left as it is\n")
+
+
+def _host_addresses() -> tuple[str, ...]:
+    """This network namespace's own addresses and gateways, read before the jail exists."""
+    from .routes import host_addresses
+
+    texts = []
+    for name in ("/proc/net/fib_trie", "/proc/net/route"):
+        try:
+            with open(name, encoding="ascii", errors="replace") as handle:
+                texts.append(handle.read())
+        except OSError as error:
+            raise SandboxError(f"egress jail: cannot read {name} ({error.strerror}): the "
+                               "host's addresses must be known to block them", EXIT_JAIL) from None
+    return host_addresses(texts[0], texts[1])
 
 
 def _report_changes(cfg: config.Config, layout: bwrap.Writable, since_ns: int) -> None:
@@ -268,7 +298,7 @@ def _prepare(
     environ: Mapping[str, str],
     jail: object | None,
     signals: str,
-) -> tuple[list[str], dict[str, str], tuple[int, ...], placeholders.Made, bwrap.Writable]:
+) -> Prepared:
     bwrap_path = paths.tool("bwrap")
     script = paths.tool("script") if _has_terminal() else None
     facts = probe(profile, cfg, environ, dry_run=False)
@@ -288,9 +318,13 @@ def _prepare(
         jailed=jail is not None,
         via_script=script is not None,
     )
-    plan = with_enter(
-        plan_for(profile, cfg, request, facts, environ, extras), cfg, limit_plan, signals
-    )
+    plan = plan_for(profile, cfg, request, facts, environ, extras)
+    helper, hide_fd = None, None
+    if plan.hide_outer_proc:
+        from . import procmask  # only where the outer /proc is bound
+
+        helper, hide_fd = procmask.start_helper(paths.EMPTY_DIR)
+    plan = with_enter(plan, cfg, limit_plan, signals, hide_fd)
     argv = plan.argv(bwrap_path)
     if script is not None:
         # script(1) gives the sandbox its own pty: TIOCSTI inside reaches that pty,
@@ -298,7 +332,20 @@ def _prepare(
         argv = [script, "-q", "-e", "-c", "exec " + sh_join(argv), "/dev/null"]
     wanted = [p for control in plan.layout.controls for p in control.placeholders]
     made = placeholders.make(store, wanted)
-    return argv, plan.environ(), (git_fd, seccomp_fd), made, plan.layout
+    fds = (git_fd, seccomp_fd) if hide_fd is None else (git_fd, seccomp_fd, hide_fd)
+    return Prepared(argv, plan.environ(), fds, made, plan.layout, helper)
+
+
+@record
+class Prepared:
+    """What a launch made before the sandbox starts, and must undo after it."""
+
+    argv: list[str]
+    env: dict[str, str]
+    fds: tuple[int, ...]
+    made: placeholders.Made
+    layout: bwrap.Writable
+    helper: int | None  # the /proc helper's pid (procmask.py)
 
 
 def sh_join(argv: Sequence[str]) -> str:
@@ -307,7 +354,8 @@ def sh_join(argv: Sequence[str]) -> str:
 
 
 def with_enter(
-    plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPlan, signals: str = ""
+    plan: bwrap.Plan, cfg: config.Config, limit_plan: limits.LimitPlan, signals: str = "",
+    hide_fd: int | None = None,
 ) -> bwrap.Plan:
     """Put `_enter` (Landlock, in-sandbox rlimits) between bwrap and the program.
 
@@ -315,7 +363,8 @@ def with_enter(
     run bwrap), so the last step inside is the same isolated interpreter.
     """
     kernel = limits.kernel_settings(
-        cfg.hardening, limit_plan, bwrap.writable_targets(plan.ops), bwrap.exec_targets(plan.ops)
+        cfg.hardening, limit_plan, bwrap.writable_targets(plan.ops), bwrap.exec_targets(plan.ops),
+        hide_outer_proc=hide_fd,
     )
     prefix = (*paths.internal_argv("_enter"), "--keep-ignored", signals,
               *limits.enter_argv(kernel), "--")

@@ -282,9 +282,10 @@ def test_20_jail_behaviour(request: pytest.FixtureRequest) -> None:
         leaks = [f"{t} ({v})" for t in targets if forwardable(v := route_get(ipr, t))]
         gateway = default_gateway(ipr)
         assert gateway, "no gateway"
-        verdict = route_get(ipr, gateway)
+        internet = route_get(ipr, "203.0.113.10")
     assert not leaks, f"forwardable: {', '.join(leaks)}"
-    assert forwardable(verdict), f"the gateway {gateway} is {verdict}"
+    # The gateway is the internet's nexthop, never a destination of its own (check 56).
+    assert internet == f"unicast via {gateway}", f"the internet is {internet}"
 
 
 def test_21_codex_package_mask(request: pytest.FixtureRequest) -> None:
@@ -920,3 +921,31 @@ def test_54_workspace_plants_refused(request: pytest.FixtureRequest) -> None:
     request.node.user_properties.append(("markers", markers))
     assert not landed, f"written in the workspace: {', '.join(landed)}"
     note(request, f"{len(plants(markers))} plants refused; the runner starts the agents outside")
+
+
+def test_55_dns_forwarder_dns_only(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    forwarder = str(FACTS.get("dns_forwarder", paths.DNS_FORWARDER))
+    reached = [f"tcp/{port}" for port in (22, 80, 443, 8080)
+               if connect_error(forwarder, port) is None]
+    assert not reached, f"the DNS forwarder {forwarder} answers {', '.join(reached)}"
+    note(request, f"{forwarder}: port 53 only")
+
+
+def test_56_host_addresses_unreachable(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    host = [str(a) for a in FACTS.get("host_addresses", [])]
+    assert host, "the runner found no address of the host"
+    with iproute() as ipr:
+        routed = [f"{a} ({v})" for a in host if forwardable(v := route_get(ipr, a))]
+        own = {str(x.get_attr("IFA_ADDRESS")) for x in ipr.get_addr(family=socket.AF_INET)}
+    assert not routed, f"the host is reachable at {', '.join(routed)}"
+    listener = FACTS.get("host_listener")
+    if listener:
+        address, port = str(listener[0]), int(listener[1])
+        if address not in own:
+            assert connect_error(address, port) is not None, \
+                f"a listener on the host's {address}:{port} answered"
+    note(request, f"blackholed: {', '.join(host)}")

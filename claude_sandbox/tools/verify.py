@@ -139,6 +139,7 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
+    host_listener = _host_listener(fixtures)
     abstract_name = f"csbx-verify-{secrets.token_hex(6)}"
     abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     abstract.bind("\0" + abstract_name)
@@ -167,8 +168,29 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
         "outer_tmp_socket": tmp_socket,
         "shm_key": shm_key if fixtures.shm_id is not None else None,
         "home_canaries": canaries,
+        "host_addresses": list(_host_addresses()),
+        "host_listener": host_listener,
     }
     return fixtures, facts, planted
+
+
+def _host_addresses() -> tuple[str, ...]:
+    from claude_sandbox.routes import host_addresses
+
+    return host_addresses(Path("/proc/net/fib_trie").read_text(encoding="ascii"),
+                          Path("/proc/net/route").read_text(encoding="ascii"))
+
+
+def _host_listener(fixtures: Fixtures) -> list[object] | None:
+    """A TCP listener on every address of the host: what the jail must not reach (check 56)."""
+    addresses = _host_addresses()
+    if not addresses:
+        return None
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("0.0.0.0", 0))
+    server.listen(8)
+    fixtures.sockets.append(server)
+    return [addresses[0], server.getsockname()[1]]
 
 
 def _plant_home_canaries(fixtures: Fixtures) -> list[str]:

@@ -77,6 +77,12 @@ def test_gate_decisions() -> None:
     assert integrity.session_start(inside=True) == (0, "", "")
 
 
+def test_the_refusing_helper_runs_nothing_and_hands_an_allowed_session_its_key() -> None:
+    assert integrity.refuse_helper(False, {"ANTHROPIC_API_KEY": "k"})[0] == 1
+    assert integrity.refuse_helper(True, {})[0] == 1
+    assert integrity.refuse_helper(True, {"ANTHROPIC_API_KEY": "k"}) == (0, "k\n", "")
+
+
 def test_flag_counts_only_root_owned_and_unwritable(tmp_path: Path) -> None:
     flag = tmp_path / "allow"
     assert not integrity.allow_flag_set(str(flag))

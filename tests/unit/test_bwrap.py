@@ -40,6 +40,9 @@ def facts(
         guard=guard,
         agent_tmp="/var/tmp/claude-agent" if agent == "claude" else None,
         store_home=f"{home}/.local/state/claude-sandbox/{agent}/home",
+        runtime_dirs=("/run", "/var/tmp"),
+        sockets=("/opt/app/app.sock", "/work/project/dev.sock", "/run/docker.sock",
+                 f"{home}/.gnupg/S.gpg-agent"),
     )
 
 
@@ -134,9 +137,9 @@ def test_matrix_skeleton_and_order(
         ("--ro-bind", "/", "/"),
         ("--dev", "/dev"),
         ("--tmpfs", "/tmp"),
-        ("--tmpfs", "/run/user"),
-        ("--tmpfs", "/run/secrets"),
-        ("--ro-bind", "/dev/null", "/run/docker.sock"),
+        ("--tmpfs", "/run"),
+        ("--tmpfs", "/var/tmp"),
+        ("--ro-bind", paths.EMPTY_FILE, "/opt/app/app.sock"),
         ("--bind", store, home),
         ("--ro-bind", paths.EMPTY_FILE, f"{home}/.netrc"),
         ("--bind", "/work/project", "/work/project"),
@@ -158,6 +161,9 @@ def test_matrix_skeleton_and_order(
     user_map = ("--unshare-user", "--uid", str(uid), "--gid", str(uid))
     # Always a user namespace, root included: outer processes' /proc entries stay closed.
     assert_order(argv, user_map, ("--cap-drop", "ALL"), ("--ro-bind", "/", "/"))
+    # Sockets in the workspace, under a masked tree or in $HOME stay as they are.
+    for kept in ("/work/project/dev.sock", "/run/docker.sock", f"{home}/.gnupg/S.gpg-agent"):
+        assert kept not in argv
     if jailed:
         assert_order(
             argv, ("--ro-bind", "/tmp/j/resolv.conf", "/etc/resolv.conf"), ("--seccomp", "6")
@@ -183,6 +189,25 @@ def test_missing_optional_dirs_are_not_bound() -> None:
     for rel in (".config/gh", ".local/bin/uv"):
         assert f"{HOME_USER}/{rel}" not in argv
     assert "/run/user" not in argv and "/run/docker.sock" not in argv
+
+
+def test_allowed_sockets_and_the_resolver_come_back_after_the_runtime_masks() -> None:
+    host = replace(facts(), resolv_target="/run/systemd/resolve/stub-resolv.conf")
+    argv = flat(build(cfg=Config(allow_socket=("/run/postgresql", "/opt/app/app.sock")),
+                      host=host))
+    assert_order(argv, ("--tmpfs", "/run"),
+                 ("--ro-bind", "/run/systemd/resolve/stub-resolv.conf",
+                  "/run/systemd/resolve/stub-resolv.conf"),
+                 ("--ro-bind", "/run/postgresql", "/run/postgresql"))
+    assert paths.EMPTY_FILE + " /opt/app/app.sock" not in " ".join(argv)
+
+
+def test_every_tmpfs_is_sized_and_counts_as_writable() -> None:
+    plan = build(cfg=Config(tmpfs_size=256 << 20))
+    argv = flat(plan)
+    for tree in ("/tmp", "/dev/shm", "/run", "/var/tmp"):
+        assert_order(argv, ("--size", str(256 << 20), "--tmpfs", tree))
+    assert {"/tmp", "/run", "/var/tmp", "/dev/shm"} <= set(bwrap.writable_targets(plan.ops))
 
 
 def test_real_binary_is_bound_read_only_and_its_package_when_under_home() -> None:

@@ -77,6 +77,14 @@ def test_a_symbolic_link_is_refused(link: str) -> None:
     assert caught.value.status == EXIT_REFUSED and "symbolic link" in caught.value.message
 
 
+def test_a_path_this_user_cannot_create_needs_no_placeholder() -> None:
+    result = plan({".git": "dir", ".git/config": "file", ".git/hooks": "dir",
+                   ".git/commondir": "locked", ".mcp.json": "locked"})
+    made = [p.path for p in result.placeholders]
+    assert "/ws/.git/commondir" not in made and "/ws/.mcp.json" not in made
+    assert "/ws/.mcp.json" not in result.read_only
+
+
 def test_the_operator_adds_and_removes() -> None:
     table = controlfiles.controls((".github/workflows", ".vscode"), (".idea", ".envrc"))
     paths = [c.path for c in table]
@@ -84,7 +92,7 @@ def test_the_operator_adds_and_removes() -> None:
     assert ".idea" not in paths and ".envrc" not in paths
 
 
-_kind = st.sampled_from([None, "dir", "file", "other"])
+_kind = st.sampled_from([None, "dir", "file", "other", "locked"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -99,6 +107,8 @@ def test_every_control_path_ends_up_held_whatever_the_host(kinds: dict[str, str 
         # and a path below a file cannot exist at all.
         below_file = any(kinds.get(f"{ROOT}/{control.path.split('/')[0]}") in ("file", "other")
                          for _ in [0]) and "/" in control.path
-        assert covered or (control.whole is False) or below_file, (control.path, kinds)
+        locked = any(kinds.get(f"{ROOT}/{'/'.join(control.path.split('/')[:n])}") == "locked"
+                     for n in range(1, control.path.count("/") + 2))
+        assert covered or (control.whole is False) or below_file or locked, (control.path, kinds)
     for pin in result.pinned:
         assert not any(pin == h or pin.startswith(h + "/") for h in held)

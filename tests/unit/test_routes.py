@@ -81,24 +81,62 @@ def test_plan_blocks_every_private_range_and_keeps_the_internet() -> None:
     assert "route add blackhole 192.0.2.0/24 src 192.0.2.2" in cmds
     assert "route add blackhole 10.88.0.0/16 src 192.0.2.2" in cmds
     # Every route leaves from the interface's own address.
-    assert all(c.endswith("src 192.0.2.2") for c in cmds)
+    assert all(c.removesuffix(" onlink").endswith("src 192.0.2.2") for c in cmds)
 
 
-def test_gateway_pin_precedes_default_and_optional_rows_come_last() -> None:
-    plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ("10.1.2.3", "10.1.2.3", "192.0.2.1"))
+def test_the_gateway_is_a_nexthop_not_a_destination_and_optional_rows_come_last() -> None:
+    plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ("10.1.2.3", "10.1.2.3"))
     cmds = [r.command for r in plan.routes]
-    pin = cmds.index("route add 192.0.2.1/32 dev eth0 scope link src 192.0.2.2")
-    default = cmds.index("route add default via 192.0.2.1 dev eth0 src 192.0.2.2")
-    assert pin < default
+    assert "route add blackhole 192.0.2.1/32 src 192.0.2.2" in cmds
+    assert "route add default via 192.0.2.1 dev eth0 src 192.0.2.2 onlink" in cmds
     required = [r.required for r in plan.routes]
     assert required == sorted(required, reverse=True)  # all True, then all False
     optional = [r.command for r in plan.routes if not r.required]
-    # DNS first; duplicate allow-ip and the gateway itself are not added twice.
+    # DNS first; a duplicate allow-ip is not added twice.
     assert optional == [
-        "route add 169.254.1.53/32 via 192.0.2.1 dev eth0 src 192.0.2.2",
-        "route add 10.1.2.3/32 via 192.0.2.1 dev eth0 src 192.0.2.2",
+        "route add 169.254.1.53/32 via 192.0.2.1 dev eth0 src 192.0.2.2 onlink",
+        "route add 10.1.2.3/32 via 192.0.2.1 dev eth0 src 192.0.2.2 onlink",
     ]
+    # The operator may allow the gateway itself: then it is reachable, not blackholed.
+    allowed = [r.command for r in routes.build_plan(FACTS, routes.DNS_FORWARDER,
+                                                    ("192.0.2.1",)).routes]
+    assert "route add blackhole 192.0.2.1/32 src 192.0.2.2" not in allowed
+    assert "route add 192.0.2.1/32 via 192.0.2.1 dev eth0 src 192.0.2.2 onlink" in allowed
     assert plan.batch().startswith("route flush table main\n")
+
+
+def test_every_address_of_the_host_is_blackholed_whatever_its_range() -> None:
+    host = ("198.51.100.7", "203.0.113.9", "10.0.0.5", "192.0.2.2")
+    plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ("203.0.113.9",), host)
+    cmds = [r.command for r in plan.routes]
+    assert "route add blackhole 198.51.100.7/32 src 192.0.2.2" in cmds
+    assert "route add blackhole 192.0.2.2/32 src 192.0.2.2" in cmds  # the jail's own: local wins
+    assert not any("10.0.0.5/32" in c for c in cmds)  # inside a blackholed range already
+    assert not any(c.startswith("route add blackhole 203.0.113.9") for c in cmds)  # allow-ip
+    assert routes.compare(plan, (), _readback_text(plan)) == []
+
+
+def test_host_addresses_from_proc() -> None:
+    fib_trie = """Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 10.0.2.0/24 2 0 2
+        |-- 10.0.2.100
+           /32 host LOCAL
+     |-- 198.51.100.7
+        /32 host LOCAL
+  +-- 127.0.0.0/8 2 0 2
+     |-- 127.0.0.1
+        /32 host LOCAL
+Local:
+  |-- 10.0.2.100
+     /32 host LOCAL
+"""
+    route = ("Iface\tDestination\tGateway \tFlags\n"
+             "eth0\t00000000\t0202000A\t0003\n"
+             "eth0\t0002000A\t00000000\t0001\n")
+    assert routes.host_addresses(fib_trie, route) == ("10.0.2.100", "198.51.100.7", "10.0.2.2")
 
 
 def test_local_table_prediction_matches_the_kernel() -> None:

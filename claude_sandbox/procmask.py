@@ -1,0 +1,193 @@
+"""Where only the outer /proc can be bound: hide the outer processes before the agent runs.
+
+Container engines mask parts of /proc (Docker's and podman's default), and the
+kernel then refuses the sandbox a procfs of its own, so bwrap binds the outer
+one read-only. Every process of the container is then listed there, and for
+some files nothing but the pid is needed: /proc/PID/cmdline (secrets passed on
+a command line) and /proc/PID/net (the container's connections) are not
+ptrace-guarded the way environ, fd and maps are (ADR 0006).
+
+So an empty root-owned directory is bound over /proc/PID for every process
+outside the sandbox's pid namespace and each of its threads (a thread's
+/proc/TID is reachable though never listed). bwrap cannot do it: it re-reads
+the mount table for every bind, and hundreds of them cost seconds. Nor can
+anything inside the sandbox: it holds no capability, and must not. The
+launcher can: it owns the user namespace that owns the sandbox's mount
+namespace. Two halves talk over a socketpair:
+
+- `_enter`, inside, once bwrap has set everything up, sends its pid (as the
+  outer procfs numbers it) and waits; nothing of the agent has run yet;
+- a helper the launcher forked joins that user and mount namespace (setns),
+  binds the empty directory over each outer task's entry, and answers.
+
+A task that ends meanwhile is skipped, never a failed launch. Processes started
+outside after this point are listed; where that matters, give the container an
+unmasked /proc (docs/explanation/kernel-layers.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from .errors import EXIT_UNAVAILABLE, SandboxError
+
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
+TIMEOUT = 10.0
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_void_p)
+    return libc
+
+
+def _outer(pid: str) -> bool:
+    """Whether `pid` lives outside the sandbox: one NSpid level in the outer procfs."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("NSpid:"):
+                    return len(line.split()) == 2
+    except OSError:
+        return False
+    return False
+
+
+def outer_tasks() -> list[str]:
+    """Every outer process and thread id visible in /proc now."""
+    found: list[str] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or not _outer(name):
+            continue
+        try:
+            found += [tid for tid in os.listdir(f"/proc/{name}/task") if tid not in found]
+        except OSError:
+            continue
+        if name not in found:
+            found.append(name)
+    return found
+
+
+# ------------------------------------------------------------------ inside: _enter
+
+
+def own_outer_pid() -> str:
+    """This process's pid as the outer procfs numbers it (NSpid's first field)."""
+    with open("/proc/self/status", encoding="ascii", errors="replace") as handle:
+        for line in handle:
+            if line.startswith("NSpid:"):
+                return line.split()[1]
+    raise SandboxError("_enter: no NSpid in /proc/self/status", EXIT_UNAVAILABLE)
+
+
+def request_hiding(fd: int) -> None:
+    """Ask the launcher's helper to hide the outer processes; wait until it has."""
+    try:
+        os.write(fd, (own_outer_pid() + "\n").encode())
+        answer = os.read(fd, 512).decode(errors="replace").strip()
+    except OSError as error:
+        answer = f"the launcher's helper is gone ({error.strerror})"
+    finally:
+        os.close(fd)
+    if answer != "ok":
+        raise SandboxError(f"_enter: the outer processes could not be hidden in /proc: "
+                           f"{answer or 'no answer'}", EXIT_UNAVAILABLE)
+
+
+# ------------------------------------------------------------------ outside: the helper
+
+
+def _join(pid: int) -> None:
+    """Enter the user namespace that owns `pid`'s mount namespace, then that namespace."""
+    libc = _libc()
+    mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        owner = libc.ioctl(mnt, _NS_GET_USERNS, 0)
+        if owner < 0:
+            raise OSError(ctypes.get_errno(), "NS_GET_USERNS")
+        try:
+            if libc.setns(owner, _CLONE_NEWUSER) != 0:
+                raise OSError(ctypes.get_errno(), "setns(user)")
+        finally:
+            os.close(owner)
+        if libc.setns(mnt, _CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "setns(mnt)")
+    finally:
+        os.close(mnt)
+    os.chdir("/")
+
+
+def hide_outer(empty_dir: str) -> int:
+    """In the sandbox's mount namespace: the empty directory over each outer task's entry."""
+    libc = _libc()
+    hidden = 0
+    for tid in outer_tasks():
+        if libc.mount(empty_dir.encode(), f"/proc/{tid}".encode(), None, _MS_BIND, None) == 0:
+            hidden += 1
+        elif os.path.exists(f"/proc/{tid}/status"):  # still there, and not hidden
+            raise OSError(ctypes.get_errno(), f"mount over /proc/{tid}")
+    return hidden
+
+
+def serve(fd: int, empty_dir: str) -> int:
+    """The helper's whole life (a forked child of the launcher): one request, one answer.
+
+    Only `_enter` holds the other end (it closes it before the agent runs); the
+    pid it names must lead to a mount namespace other than the launcher's.
+    """
+    try:
+        import select
+
+        ready, _, _ = select.select([fd], [], [], TIMEOUT)
+        request = os.read(fd, 64).decode(errors="replace").strip() if ready else ""
+        if not request.isdigit():
+            os.write(fd, b"no request from inside\n")
+            return 1
+        pid = int(request)
+        if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
+            os.write(fd, b"the request came from outside the sandbox\n")
+            return 1
+        _join(pid)
+        hide_outer(empty_dir)
+        os.write(fd, b"ok\n")
+        return 0
+    except OSError as error:
+        try:
+            os.write(fd, f"{error.filename or ''} {error.strerror or error}\n".encode())
+        except OSError:
+            pass
+        return 1
+
+
+def start_helper(empty_dir: str) -> tuple[int, int]:
+    """Fork the helper; (its pid, the end `_enter` gets, inheritable)."""
+    import _socket
+
+    from .process import load_libc
+
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            theirs.close()
+            keep = ours.fileno()
+            os.closerange(3, keep)  # the jail's channel and the rest are not its business
+            os.closerange(keep + 1, 1 << 16)
+            # Ends with the launcher, even SIGKILLed: nothing else would end it.
+            load_libc().prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+            if os.getppid() == parent:
+                status = serve(ours.detach(), empty_dir)
+        finally:
+            os._exit(status)
+    ours.close()
+    fd = theirs.detach()
+    os.set_inheritable(fd, True)
+    return pid, fd
