@@ -19,7 +19,6 @@ from __future__ import annotations
 import _signal as signal  # type: ignore[import-not-found]  # `signal` imports enum
 import os
 import resource
-import sys
 from collections import namedtuple
 
 from . import landlock
@@ -101,10 +100,6 @@ def apply_rlimits(settings: Entry) -> None:
         caps.append((resource.RLIMIT_NPROC, settings.max_pids))
     if settings.max_memory is not None:
         caps.append((resource.RLIMIT_DATA, settings.max_memory))
-        sys.stderr.write(
-            "claude-sandbox: warning: max-memory is a per-process cap (RLIMIT_DATA) here, "
-            "not a cap on the whole sandbox\n"
-        )
     for which, value in caps:
         try:
             resource.setrlimit(which, (value, value))

@@ -360,15 +360,21 @@ class Jail:
         self._filter_dns()
 
     def _filter_dns(self) -> None:
-        """Only DNS reaches the forwarder (routes.dns_filter); read back like the routes."""
+        """Only DNS reaches the forwarder (routes.dns_filter); read back like the routes.
+
+        One run does both (`iptables-restore && iptables-save`): a separate read-back
+        run right after the restore was seen to lose the holder's reply under CPU load.
+        """
         dns = paths.DNS_FORWARDER
-        for tool, args, text in (("iptables-restore", [], routes.dns_filter_restore(dns)),
-                                 ("iptables-save", ["-t", "filter"], "")):
-            reply = self._ask(["run", text, paths.tool(tool), *args])
-            if reply[0] != "ok" or reply[1] != "0":
-                why = reply[1] if reply[0] != "ok" else reply[3].strip()
-                raise SandboxError(f"egress jail: {tool} failed ({why}); the DNS forwarder "
-                                   "cannot be limited to DNS", EXIT_JAIL)
+        restore, save = paths.tool("iptables-restore"), paths.tool("iptables-save")
+        script = f"{restore} && exec {save} -t filter"
+        reply = self._ask(["run", routes.dns_filter_restore(dns), paths.tool("sh"), "-c",
+                           script])
+        if reply[0] != "ok" or reply[1] != "0":
+            why = reply[1] if reply[0] != "ok" else reply[3].strip()
+            raise SandboxError(f"egress jail: iptables failed ({why}); the DNS forwarder "
+                               "cannot be limited to DNS; install the iptables package",
+                               EXIT_JAIL)
         problem = routes.filter_differs(dns, reply[2])
         if problem:
             raise SandboxError(f"egress jail: the DNS filter read back differs ({problem}); "

@@ -40,11 +40,22 @@ _PREFIX = "claude-sandbox-"
 
 @record
 class CgroupFacts:
-    """Writable cgroup directories the launcher may make children in ("" = none)."""
+    """Writable cgroup directories the launcher may make children in ("" = none),
+    and the limits the launcher already lives under (0: none found)."""
 
     v2: str = ""  # a v2 directory whose subtree_control enables pids and memory
     v1_pids: str = ""
     v1_memory: str = ""
+    pids_limit: int = 0  # the tightest pids.max above us, or RLIMIT_NPROC
+    memory_limit: int = 0  # the tightest memory limit above us, or MemTotal
+
+
+# Caps every sandbox gets unless the operator sets its own (ADR 0006): half of
+# the processes the container may still start, at most DEFAULT_PIDS, and three
+# quarters of its memory. A runaway agent then hits its own wall first, and the
+# container's shell, IDE server and this launcher keep working.
+DEFAULT_PIDS = 4096
+MEMORY_SHARE = (3, 4)
 
 
 @record
@@ -107,13 +118,100 @@ def probe_cgroups(proc_cgroup: str | None = None) -> CgroupFacts:
             if own_v1 and os.path.exists(f"{hierarchy}/cgroup.procs")
             else ""
         )
-    return CgroupFacts(v2, v1["pids"], v1["memory"])
+    return CgroupFacts(v2, v1["pids"], v1["memory"], _pids_limit(proc_cgroup),
+                       _memory_limit(proc_cgroup))
+
+
+def _number(path: str) -> int:
+    """A cgroup limit file's value; 0 for "max", absent or unreadable."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            text = handle.read().strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def _ancestors(mount: str, own: str | None) -> list[str]:
+    if own is None:
+        return []
+    path = os.path.normpath(mount + own)
+    found = []
+    while path.startswith(mount):
+        found.append(path)
+        if path == mount:
+            break
+        path = os.path.dirname(path)
+    return found
+
+
+def _tightest(values: list[int]) -> int:
+    positive = [v for v in values if v > 0]
+    return min(positive) if positive else 0
+
+
+def _pids_limit(proc_cgroup: str) -> int:
+    values = [_number(f"{d}/pids.max") for d in
+              _ancestors(CGROUP_ROOT, _own_cgroup("", proc_cgroup)) +
+              _ancestors(f"{CGROUP_ROOT}/pids", _own_cgroup("pids", proc_cgroup))]
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft != resource.RLIM_INFINITY and os.getuid() != 0:
+        values.append(soft)
+    return _tightest(values)
+
+
+def _memory_limit(proc_cgroup: str) -> int:
+    values = [_number(f"{d}/memory.max") for d in
+              _ancestors(CGROUP_ROOT, _own_cgroup("", proc_cgroup))]
+    values += [_number(f"{d}/memory.limit_in_bytes") for d in
+               _ancestors(f"{CGROUP_ROOT}/memory", _own_cgroup("memory", proc_cgroup))]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemTotal:"):
+                    values.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError):
+        pass
+    # v1 reports "no limit" as a huge number, not "max".
+    return _tightest([v for v in values if v < 1 << 60])
+
+
+def prefer_for_oom() -> None:
+    """Make this launch (everything it starts inherits it) the kernel's first choice
+    when memory runs out: the agent is killed, the container's own work is not.
+
+    Raising oom_score_adj needs no privilege; nothing inside can lower it again.
+    Where /proc is read-only here the write fails and the caps above stand alone.
+    """
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as handle:
+            handle.write("1000")
+    except OSError:
+        pass
+
+
+def default_caps(facts: CgroupFacts) -> tuple[int, int]:
+    """(max-pids, max-memory) when the operator set none: see DEFAULT_PIDS."""
+    pids = min(DEFAULT_PIDS, facts.pids_limit // 2) if facts.pids_limit else DEFAULT_PIDS
+    memory = facts.memory_limit * MEMORY_SHARE[0] // MEMORY_SHARE[1]
+    return max(pids, 64), memory
 
 
 def plan_limits(
     max_pids: int | None, max_memory: int | None, facts: CgroupFacts, uid: int
 ) -> LimitPlan:
-    """Pure: which mechanism enforces each cap, and what cannot be enforced."""
+    """Pure: which mechanism enforces each cap, and what cannot be enforced.
+
+    A cap the operator did not set is the default (default_caps) and best
+    effort: where nothing can enforce it, it is left out without a warning
+    (`claude-sandbox explain` shows what holds). A cap the operator set is
+    enforced or refused, and a weaker mechanism is said aloud.
+    """
+    explicit_pids, explicit_memory = max_pids is not None, max_memory is not None
+    auto_pids, auto_memory = default_caps(facts)
+    max_pids = max_pids if explicit_pids else auto_pids
+    max_memory = max_memory if explicit_memory else (auto_memory or None)
     cgroup: list[CgroupWrite] = []
     rlimits: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]  # always: no core files
     warnings: list[str] = []
@@ -122,13 +220,13 @@ def plan_limits(
             cgroup.append(CgroupWrite(facts.v2, "pids.max", str(max_pids)))
         elif facts.v1_pids:
             cgroup.append(CgroupWrite(facts.v1_pids, "pids.max", str(max_pids)))
-        elif uid == 0:
+        elif uid == 0 and explicit_pids:
             raise SandboxError(
                 "max-pids cannot be enforced: no writable pids cgroup, and the kernel "
                 "ignores RLIMIT_NPROC for root; unset max-pids or delegate a cgroup",
                 EXIT_UNAVAILABLE,
             )
-        else:
+        elif uid != 0:
             rlimits.append((resource.RLIMIT_NPROC, max_pids))
     if max_memory is not None:
         if facts.v2:
@@ -142,10 +240,11 @@ def plan_limits(
             cgroup.append(CgroupWrite(base, "memory.memsw.limit_in_bytes", value, optional=True))
         else:
             rlimits.append((resource.RLIMIT_DATA, max_memory))
-            warnings.append(
-                "max-memory is enforced per process (RLIMIT_DATA), not for the whole "
-                "sandbox: no writable memory cgroup"
-            )
+            if explicit_memory:
+                warnings.append(
+                    "max-memory is enforced per process (RLIMIT_DATA), not for the whole "
+                    "sandbox: no writable memory cgroup"
+                )
     return LimitPlan(tuple(cgroup), tuple(rlimits), tuple(warnings))
 
 
@@ -326,10 +425,14 @@ def describe(max_pids: int | None, max_memory: int | None, plan: LimitPlan) -> l
     for which, value in plan.rlimits:
         if which in names:
             lines.append(f"  {names[which]} = {value}")
+    enforced = {write.file for write in plan.cgroup} | {which for which, _ in plan.rlimits}
     if max_pids is None:
-        lines.append("  max-pids: off")
+        held = "pids.max" in enforced or resource.RLIMIT_NPROC in enforced
+        lines.append("  max-pids: the default" + ("" if held else
+                     ": nothing here can enforce it (root, no pids cgroup)"))
     if max_memory is None:
-        lines.append("  max-memory: off")
+        lines.append("  max-memory: the default")
+    lines.append("  oom_score_adj 1000: the sandbox is what the kernel kills first")
     lines.extend(f"  WARNING: {w}" for w in plan.warnings)
     return lines
 

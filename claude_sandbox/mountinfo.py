@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 #   dev: "major:minor"; root: the path inside its file system that is mounted.
-Mount = namedtuple("Mount", "dev root mountpoint readonly")
+#   fstype: the file system's type, after the " - " separator.
+Mount = namedtuple("Mount", "dev root mountpoint readonly fstype", defaults=("",))
 
 _OCTAL = frozenset("01234567")
 
@@ -53,5 +54,8 @@ def parse(text: str) -> tuple[Mount, ...]:
         if len(fields) < 6:
             continue
         readonly = "ro" in fields[5].split(",")
-        mounts.append(Mount(fields[2], unescape(fields[3]), unescape(fields[4]), readonly))
+        separator = fields.index("-", 6) if "-" in fields[6:] else -1
+        fstype = fields[separator + 1] if 0 < separator < len(fields) - 1 else ""
+        mounts.append(Mount(fields[2], unescape(fields[3]), unescape(fields[4]), readonly,
+                            fstype))
     return tuple(mounts)

@@ -79,6 +79,7 @@ _PACKAGES = {
     "ip": "iproute2",
     "ss": "iproute2",
     "socat": "socat",
+    "sh": "dash",
     "iptables-restore": "iptables",
     "iptables-save": "iptables",
     "git": "git",

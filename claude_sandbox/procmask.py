@@ -1,4 +1,9 @@
-"""Where only the outer /proc can be bound: hide the outer processes before the agent runs.
+"""Late masks: what bwrap cannot hide cheaply, hidden by a helper before the agent runs.
+
+Two things need more mounts than bwrap can make in reasonable time (it
+re-reads the whole mount table for every bind: hundreds of binds cost
+seconds): the outer processes in /proc, and, on a root launch, the files and
+directories root keeps from others (rootonly.py).
 
 Container engines mask parts of /proc (Docker's and podman's default), and the
 kernel then refuses the sandbox a procfs of its own, so bwrap binds the outer
@@ -9,16 +14,16 @@ ptrace-guarded the way environ, fd and maps are (ADR 0006).
 
 So an empty root-owned directory is bound over /proc/PID for every process
 outside the sandbox's pid namespace and each of its threads (a thread's
-/proc/TID is reachable though never listed). bwrap cannot do it: it re-reads
-the mount table for every bind, and hundreds of them cost seconds. Nor can
-anything inside the sandbox: it holds no capability, and must not. The
-launcher can: it owns the user namespace that owns the sandbox's mount
-namespace. Two halves talk over a socketpair:
+/proc/TID is reachable though never listed), and an empty file or directory
+over each root-only path. Nothing inside the sandbox can make these mounts:
+it holds no capability, and must not. The launcher can: it owns the user
+namespace that owns the sandbox's mount namespace. Two halves talk over a
+socketpair:
 
 - `_enter`, inside, once bwrap has set everything up, sends its pid (as the
   outer procfs numbers it) and waits; nothing of the agent has run yet;
 - a helper the launcher forked joins that user and mount namespace (setns),
-  binds the empty directory over each outer task's entry, and answers.
+  makes the mounts, and answers.
 
 A task that ends meanwhile is skipped, never a failed launch. Processes started
 outside after this point are listed; where that matters, give the container an
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 
 from .errors import EXIT_UNAVAILABLE, SandboxError
 
@@ -77,24 +83,24 @@ def outer_tasks() -> list[str]:
 # ------------------------------------------------------------------ inside: _enter
 
 
-def own_outer_pid() -> str:
-    """This process's pid as the outer procfs numbers it (NSpid's first field)."""
-    with open("/proc/self/status", encoding="ascii", errors="replace") as handle:
-        for line in handle:
-            if line.startswith("NSpid:"):
-                return line.split()[1]
-    raise SandboxError("_enter: no NSpid in /proc/self/status", EXIT_UNAVAILABLE)
-
-
 def request_hiding(fd: int) -> None:
-    """Ask the launcher's helper to hide the outer processes; wait until it has."""
+    """Ask the launcher's helper to make the late masks; wait until it has.
+
+    The request carries this process's credentials (SCM_CREDENTIALS): the
+    kernel checks them and turns the pid into the helper's pid namespace.
+    """
+    import _socket
+    import struct
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
     try:
-        os.write(fd, (own_outer_pid() + "\n").encode())
-        answer = os.read(fd, 512).decode(errors="replace").strip()
+        creds = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
+        sock.sendmsg([b"mask\n"], [(_socket.SOL_SOCKET, _socket.SCM_CREDENTIALS, creds)])
+        answer = sock.recv(512).decode(errors="replace").strip()
     except OSError as error:
         answer = f"the launcher's helper is gone ({error.strerror})"
     finally:
-        os.close(fd)
+        sock.close()
     if answer != "ok":
         raise SandboxError(f"_enter: the outer processes could not be hidden in /proc: "
                            f"{answer or 'no answer'}", EXIT_UNAVAILABLE)
@@ -135,26 +141,52 @@ def hide_outer(empty_dir: str) -> int:
     return hidden
 
 
-def serve(fd: int, empty_dir: str) -> int:
+def hide_paths(private: dict[str, bool], empty_dir: str, empty_file: str) -> int:
+    """An empty directory or file over each path; one gone meanwhile is skipped."""
+    libc = _libc()
+    hidden = 0
+    for path, is_dir in private.items():
+        source = empty_dir if is_dir else empty_file
+        if libc.mount(source.encode(), path.encode(), None, _MS_BIND, None) == 0:
+            hidden += 1
+        elif os.path.lexists(path):
+            raise OSError(ctypes.get_errno(), f"mount over {path}")
+    return hidden
+
+
+def serve(fd: int, masks: Masks) -> int:
     """The helper's whole life (a forked child of the launcher): one request, one answer.
 
     Only `_enter` holds the other end (it closes it before the agent runs); the
     pid it names must lead to a mount namespace other than the launcher's.
     """
     try:
+        import _socket
         import select
+        import struct
 
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)
+        # Computed before joining: the walk must see the host's tree, not the sandbox's,
+        # and it overlaps bwrap's set-up.
+        private = masks.private() if masks.private is not None else {}
         ready, _, _ = select.select([fd], [], [], TIMEOUT)
-        request = os.read(fd, 64).decode(errors="replace").strip() if ready else ""
-        if not request.isdigit():
+        pid = 0
+        if ready:
+            _data, ancillary, _, _ = sock.recvmsg(64, _socket.CMSG_SPACE(12))
+            for level, kind, payload in ancillary:
+                if (level, kind) == (_socket.SOL_SOCKET, _socket.SCM_CREDENTIALS):
+                    pid = struct.unpack("3i", payload[:12])[0]
+        if pid <= 0:
             os.write(fd, b"no request from inside\n")
             return 1
-        pid = int(request)
         if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
             os.write(fd, b"the request came from outside the sandbox\n")
             return 1
         _join(pid)
-        hide_outer(empty_dir)
+        if masks.outer_proc:
+            hide_outer(masks.empty_dir)
+        hide_paths(private, masks.empty_dir, masks.empty_file)
         os.write(fd, b"ok\n")
         return 0
     except OSError as error:
@@ -165,13 +197,26 @@ def serve(fd: int, empty_dir: str) -> int:
         return 1
 
 
-def start_helper(empty_dir: str) -> tuple[int, int]:
+class Masks:
+    """What the helper hides: the outer processes, and root-only paths {path: is_dir}
+    (a function: the helper finds them while bwrap sets up)."""
+
+    def __init__(self, outer_proc: bool, private: Callable[[], dict[str, bool]] | None,
+                 empty_dir: str, empty_file: str) -> None:
+        self.outer_proc = outer_proc
+        self.private = private
+        self.empty_dir = empty_dir
+        self.empty_file = empty_file
+
+
+def start_helper(masks: Masks) -> tuple[int, int]:
     """Fork the helper; (its pid, the end `_enter` gets, inheritable)."""
     import _socket
 
     from .process import load_libc
 
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    ours.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)  # before anything is sent
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
@@ -184,7 +229,7 @@ def start_helper(empty_dir: str) -> tuple[int, int]:
             # Ends with the launcher, even SIGKILLed: nothing else would end it.
             load_libc().prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
             if os.getppid() == parent:
-                status = serve(ours.detach(), empty_dir)
+                status = serve(ours.detach(), masks)
         finally:
             os._exit(status)
     ours.close()

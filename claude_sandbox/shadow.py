@@ -137,6 +137,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     for _, signum in terminal:
         _signal.signal(signum, _signal.SIG_IGN)
     cfg = load_config(profile.name, environ)
+    limits.prefer_for_oom()
     limit_plan = limits.plan_limits(
         cfg.max_pids, cfg.max_memory, limits.probe_cgroups(), os.getuid()
     )
@@ -190,6 +191,21 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
             cgroup.remove()
         if prepared is not None:
             _undo(prepared)
+
+
+def _root_only(cfg: config.Config, facts: hostfacts.HostFacts,
+               layout: bwrap.Writable) -> dict[str, bool]:
+    """On a root launch: the paths outside the workspace root keeps from others (rootonly.py)."""
+    from . import mountinfo, rootonly
+
+    store = state.store_root(cfg.state_dir, facts.home, facts.uid)
+    mounts = [(m.mountpoint, m.fstype) for m in mountinfo.parse(mountinfo.read())]
+    masked = [*facts.runtime_dirs, "/run", "/proc", "/sys", "/dev", "/tmp", facts.home, store]
+    skip = [*masked, layout.workspace, *rootonly.pseudo_mounts(mounts)]
+    private = rootonly.private_paths(os.path.join(store, rootonly.CACHE_NAME), skip)
+    shown = [*masked, layout.workspace, *layout.allow_write]
+    return {path: is_dir for path, is_dir in private.items()
+            if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in shown)}
 
 
 def _undo(prepared: Prepared) -> None:
@@ -320,10 +336,13 @@ def _prepare(
     )
     plan = plan_for(profile, cfg, request, facts, environ, extras)
     helper, hide_fd = None, None
-    if plan.hide_outer_proc:
-        from . import procmask  # only where the outer /proc is bound
+    if plan.hide_outer_proc or facts.uid == 0:
+        from . import procmask  # a root launch, or where only the outer /proc is bound
 
-        helper, hide_fd = procmask.start_helper(paths.EMPTY_DIR)
+        layout = plan.layout
+        private = (lambda: _root_only(cfg, facts, layout)) if facts.uid == 0 else None
+        masks = procmask.Masks(plan.hide_outer_proc, private, paths.EMPTY_DIR, paths.EMPTY_FILE)
+        helper, hide_fd = procmask.start_helper(masks)
     plan = with_enter(plan, cfg, limit_plan, signals, hide_fd)
     argv = plan.argv(bwrap_path)
     if script is not None:

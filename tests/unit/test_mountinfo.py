@@ -36,7 +36,8 @@ def test_every_mount_point_reads_back_exactly(table: list[tuple[str, str, bool]]
     text = "".join(line(n, root, point, "ro,nosuid" if ro else "rw,nodev")
                    for n, (root, point, ro) in enumerate(table))
     assert mountinfo.parse(text) == tuple(
-        mountinfo.Mount(f"254:{n}", root, point, ro) for n, (root, point, ro) in enumerate(table)
+        mountinfo.Mount(f"254:{n}", root, point, ro, "ext4")
+        for n, (root, point, ro) in enumerate(table)
     )
 
 
