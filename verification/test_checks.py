@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import hashlib
 import json
 import os
 import resource
@@ -533,8 +534,16 @@ def test_32_readonly_uv_and_agent(request: pytest.FixtureRequest) -> None:
 
 
 def _proc_opened(pid: int) -> list[str]:
-    """What of an outer process's /proc entry opens (each needs ptrace-read access)."""
+    """What of an outer process's /proc entry opens: its command line, net view,
+    environment, memory, maps, root, cwd and descriptors."""
     opened = []
+    for entry in ("cmdline", "net/tcp", "net/unix", "maps"):
+        try:
+            with open(f"/proc/{pid}/{entry}", "rb") as handle:
+                if handle.read(1):
+                    opened.append(entry)
+        except OSError:
+            pass
     for entry in ("environ", "mem"):
         try:
             with open(f"/proc/{pid}/{entry}", "rb") as handle:
@@ -569,7 +578,18 @@ def test_33_outer_proc_closed(request: pytest.FixtureRequest) -> None:
     assert not opened, f"readable: {', '.join(opened)}"
     others = [f"{pid} {', '.join(got)}" for pid in outer_pids() if (got := _proc_opened(pid))]
     assert not others, f"outer processes open: {'; '.join(others[:4])}"
-    note(request, "closed: the launcher, a decoy holding a secret, every outer process")
+    prefix, digest = str(FACTS.get("canary_prefix", "")), str(FACTS.get("canary_sha256", ""))
+    for name in os.listdir("/proc"):
+        try:
+            text = Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        for word in text.replace("=", "\0").split("\0"):
+            if prefix and word.startswith(prefix):
+                assert hashlib.sha256(word.encode()).hexdigest() != digest, \
+                    f"the decoy's secret is on a readable command line (/proc/{name})"
+    note(request, "closed: the launcher, a decoy with a secret on its command line and in its "
+         "environment, every outer process (cmdline, net, environ, maps, mem, fd, root, cwd)")
 
 
 def test_34_readonly_config() -> None:
@@ -581,21 +601,23 @@ def test_34_readonly_config() -> None:
         assert not can, f"writable inside: {evidence}"
 
 
+def _connects(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        try:
+            sock.connect(path)
+        except OSError:
+            return False
+    return True
+
+
 def test_36_engine_sockets_masked(request: pytest.FixtureRequest) -> None:
-    null = os.stat("/dev/null").st_rdev
     outer = FACTS.get("runtime_sockets", [])
-    for path in bwrap.RUNTIME_SOCKETS:
-        if not os.path.lexists(path):
-            continue
-        info = os.stat(path)
-        assert stat.S_ISCHR(info.st_mode) and info.st_rdev == null, f"{path} is not masked"
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            try:
-                sock.connect(path)
-                pytest.fail(f"connected to {path}")
-            except OSError:
-                pass
-    note(request, f"masked: {', '.join(outer)}" if outer else "no engine socket on this host")
+    reached = [path for path in (*bwrap.RUNTIME_SOCKETS, *outer)
+               if os.path.lexists(path) and _connects(path)]
+    assert not reached, f"connected to {', '.join(reached)}"
+    note(request, f"not connectable: {', '.join(outer)}" if outer
+         else "no engine socket on this host")
 
 
 def test_37_environment_allow_list() -> None:
@@ -949,3 +971,88 @@ def test_56_host_addresses_unreachable(request: pytest.FixtureRequest) -> None:
             assert connect_error(address, port) is not None, \
                 f"a listener on the host's {address}:{port} answered"
     note(request, f"blackholed: {', '.join(host)}")
+
+
+def test_57_sockets_deny_by_default(request: pytest.FixtureRequest) -> None:
+    planted = [str(p) for p in FACTS.get("host_sockets", [])]
+    assert planted, "the runner could not plant a socket outside the workspace"
+    reached = [path for path in planted if os.path.lexists(path) and _connects(path)]
+    assert not reached, f"connected to the host's {', '.join(reached)}"
+    for tree in ("/run", "/var/tmp"):
+        mount = mount_at(tree)
+        assert mount is not None and mount.fstype == "tmpfs", f"{tree} is not a private tmpfs"
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    own = os.path.join(workspace, f".csbx-own-{os.getpid()}.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(own)
+        server.listen(1)
+        assert _connects(own), "a socket the sandbox made in its workspace does not work"
+    finally:
+        server.close()
+        os.unlink(own)
+    note(request, f"not connectable: {', '.join(planted)}; /run and /var/tmp private")
+
+
+def test_58_caps_by_default(request: pytest.FixtureRequest) -> None:
+    size = int(FACTS.get("tmpfs_size", 1 << 30))
+    for tree in ("/tmp", "/dev/shm", "/run", "/var/tmp"):
+        stats = os.statvfs(tree)
+        total = stats.f_blocks * stats.f_frsize
+        assert 0 < total <= size, f"{tree} holds {total} bytes, more than tmpfs-size {size}"
+    adj = Path("/proc/self/oom_score_adj").read_text().strip()
+    assert adj == "1000", f"oom_score_adj is {adj}"
+    pids = _cgroup_value("pids", "pids.max") or _rlimit(resource.RLIMIT_NPROC)
+    memory = _cgroup_value("memory", "memory.max", "memory.limit_in_bytes") or \
+        _rlimit(resource.RLIMIT_DATA)
+    assert memory, "no memory cap: neither a cgroup limit nor RLIMIT_DATA"
+    if not pids:
+        assert os.getuid() == 0, "no pids cap: neither a cgroup nor RLIMIT_NPROC"
+        note(request, f"memory {memory}; pids: no cgroup here, and RLIMIT_NPROC does not "
+             "bind root (the documented fallback)")
+        return
+    note(request, f"pids {pids}, memory {memory}, tmpfs {size}, oom_score_adj 1000")
+
+
+def _cgroup_value(controller: str, *names: str) -> int:
+    """A limit of this launch's cgroup, 0 when none. Inside, the cgroup namespace hides
+    the path, so it is built from the runner's facts: base/claude-sandbox-LAUNCHER_PID."""
+    bases = [str(b) for b in FACTS.get("cgroup_bases", {}).get(controller, [])]
+    if not bases:
+        return 0
+    pid = int(later_fact("launcher_pid"))
+    for base in bases:
+        for name in names:
+            try:
+                text = Path(base, f"claude-sandbox-{pid}", name).read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit() and int(text) < 1 << 60:
+                return int(text)
+    return 0
+
+
+def _rlimit(which: int) -> int:
+    soft, _ = resource.getrlimit(which)
+    return 0 if soft == resource.RLIM_INFINITY else soft
+
+
+def test_59_root_only_files_hidden(request: pytest.FixtureRequest) -> None:
+    planted = [str(p) for p in FACTS.get("root_only", [])]
+    readable = []
+    for path in ["/etc/shadow", "/etc/gshadow", *planted]:
+        if not os.path.lexists(path):
+            continue
+        try:
+            if os.path.isdir(path):
+                if os.listdir(path):
+                    readable.append(path)
+            elif Path(path).read_bytes():
+                readable.append(path)
+        except OSError:
+            continue
+    assert not readable, f"readable: {', '.join(readable)}"
+    if os.getuid() != 0:
+        note(request, "not root: the owner's modes keep these files out")
+        return
+    note(request, f"hidden: /etc/shadow and {len(planted)} file(s) the runner made root-only")

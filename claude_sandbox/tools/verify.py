@@ -75,6 +75,7 @@ class Fixtures:
     decoy: subprocess.Popen[bytes] | None = None
     sockets: list[socket.socket] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
     shm_id: int | None = None
 
     def close(self) -> None:
@@ -88,6 +89,8 @@ class Fixtures:
                 os.unlink(path)
         if self.shm_id is not None:
             _libc().shmctl(self.shm_id, 0, None)  # IPC_RMID
+        for directory in self.dirs:
+            shutil.rmtree(directory, ignore_errors=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -134,7 +137,9 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
                "CSBX_CANARY": canary}
     # An outer process whose environment holds the secret, like the user's shell.
     sleep = shutil.which("sleep", path="/usr/bin:/bin") or "/bin/sleep"
-    fixtures.decoy = subprocess.Popen([sleep, "3600"], env={"PATH": "/usr/bin:/bin", **planted},
+    # Its command line holds the secret too, as a careless `tool --token=...` would.
+    fixtures.decoy = subprocess.Popen([f"csbx-decoy --token={canary}", "3600"], executable=sleep,
+                                      env={"PATH": "/usr/bin:/bin", **planted},
                                       stdin=subprocess.DEVNULL)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
@@ -170,8 +175,59 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
         "home_canaries": canaries,
         "host_addresses": list(_host_addresses()),
         "host_listener": host_listener,
+        "host_sockets": _plant_host_sockets(fixtures, workdir),
+        "root_only": _plant_root_only(fixtures),
     }
     return fixtures, facts, planted
+
+
+def _plant_host_sockets(fixtures: Fixtures, workdir: str) -> list[str]:
+    """Listening sockets outside the workspace, at paths no list could name (check 57)."""
+    name = secrets.token_hex(4)
+    places = [os.path.join(os.path.dirname(workdir), f"csbx-verify-{name}.sock")]
+    if os.getuid() == 0:
+        directory = f"/var/lib/csbx-verify-{name}"
+        os.mkdir(directory, 0o755)
+        fixtures.dirs.append(directory)
+        places.append(os.path.join(directory, "app.sock"))
+    made = []
+    for path in places:
+        with contextlib.suppress(OSError):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(path)
+            server.listen(8)
+            fixtures.sockets.append(server)
+            fixtures.files.append(path)
+            made.append(path)
+    return made
+
+
+def _plant_root_only(fixtures: Fixtures) -> list[str]:
+    """On a root launch: a file only root may read, outside the workspace (check 59)."""
+    if os.getuid() != 0:
+        return []
+    directory = f"/var/lib/csbx-verify-{secrets.token_hex(4)}"
+    os.mkdir(directory, 0o755)
+    fixtures.dirs.append(directory)
+    path = os.path.join(directory, "secret")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"csbx-root-only\n")
+    os.close(fd)
+    fixtures.files.append(path)
+    private_dir = os.path.join(directory, "private")
+    os.mkdir(private_dir, 0o700)
+    Path(private_dir, "key").write_text("csbx\n")
+    fixtures.files.append(os.path.join(private_dir, "key"))
+    return [path, private_dir]
+
+
+def _cgroup_bases() -> dict[str, list[str]]:
+    """Where the launch's cgroups will be made, per controller (check 58)."""
+    from claude_sandbox import limits
+
+    facts = limits.probe_cgroups()
+    return {"pids": [b for b in (facts.v2, facts.v1_pids) if b],
+            "memory": [b for b in (facts.v2, facts.v1_memory) if b]}
 
 
 def _host_addresses() -> tuple[str, ...]:
@@ -277,6 +333,8 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "outer_nameservers": _nameservers(),
         "dns_forwarder": paths.DNS_FORWARDER,
         "egress_jail": cfg.egress_jail,
+        "tmpfs_size": cfg.tmpfs_size,
+        "cgroup_bases": _cgroup_bases(),
         "jail_may_widen": "egress-jail" in cfg.env_may_widen,
         "hardening": cfg.hardening,
         "allow_write": list(cfg.allow_write),
