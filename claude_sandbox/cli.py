@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--adversarial", action="store_true", help="also run the fixed escape attempts"
     )
+    verify.add_argument(
+        "--quick", action="store_true",
+        help="do not start the real agents outside for check 54 (faster; 54 then covers "
+        "only the refusals inside)",
+    )
     return parser
 
 

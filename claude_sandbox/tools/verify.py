@@ -441,8 +441,8 @@ def workspace() -> Iterator[str]:
 
 def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
               prefix: Sequence[str] | None = None, adversarial: bool = False,
-              environ: Mapping[str, str] | None = None, outside_checks: bool = True
-              ) -> tuple[list[Row], Launch]:
+              environ: Mapping[str, str] | None = None, outside_checks: bool = True,
+              run_agents: bool = True) -> tuple[list[Row], Launch]:
     """Run the catalogue for `agent`; `prefix` runs a command inside (default: the shim)."""
     sys.path.insert(0, directory)
     outside_module = importlib.import_module("outside")  # verification/outside.py
@@ -474,17 +474,36 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             else:
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
                             for number in ("27", "48", "49", "35", "53")]
-            results += post_checks(inside, facts)
+            results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()
     return merge(catalogue, inside, results, adversarial), inside
 
 
-def post_checks(inside: Launch, facts: Mapping[str, Any]) -> list[Any]:
-    """Adversarial plants confirmed from outside (they only count when they persisted)."""
+def post_checks(inside: Launch, facts: Mapping[str, Any], run_agents: bool = True
+                ) -> list[Any]:
+    """Adversarial plants confirmed from outside (they only count when they persisted),
+    and check 54's outside half: the real agents started outside run no plant."""
     from claude_sandbox.tools import adversarial
 
-    return adversarial.confirm(inside.rows or (), facts)
+    results: list[Any] = list(adversarial.confirm(inside.rows or (), facts))
+    for row in inside.rows or ():
+        if row.get("id") != "54" or not row.get("markers"):
+            continue
+        refused = row.get("outcome") == "PASS"
+        if not run_agents and refused:
+            results.append(adversarial.Confirmed("54", "PASS", f"{row.get('detail', '')} "
+                                                 "(--quick: the agents were not started)"))
+            continue
+        from claude_sandbox.tools import unwrapped
+
+        got = unwrapped.run_all(str(facts["workspace"]), str(row["markers"]))
+        if refused:
+            results.append(adversarial.Confirmed("54", got.outcome, got.detail))
+        else:
+            results.append(adversarial.Confirmed("54", "FAIL", f"{row.get('detail', '')}; "
+                                                 f"{got.detail}"))
+    return results
 
 
 # ------------------------------------------------------------------ output
@@ -558,13 +577,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--junit", metavar="FILE")
     parser.add_argument("--plain", action="store_true")
     parser.add_argument("--adversarial", action="store_true")
+    parser.add_argument("--quick", action="store_true")
     options = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(INSTALLED_CHECKS, "checks.yaml")):
         print(f"claude-sandbox: no checks at {INSTALLED_CHECKS}; re-run the installer",
               file=sys.stderr)
         return 69
     try:
-        rows, inside = run_suite(options.agent, adversarial=options.adversarial)
+        rows, inside = run_suite(options.agent, adversarial=options.adversarial,
+                                 run_agents=not options.quick)
     except Exception as error:  # a nameable failure of the runner itself, not a check
         print(f"claude-sandbox: verify could not run: {error}", file=sys.stderr)
         return 70

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import agents, mockapi
+from claude_sandbox.tools import agentrun as agents
+from claude_sandbox.tools import mockapi
 
 TEST_USER = "sbxuser"
 TIMEOUT = 60.0

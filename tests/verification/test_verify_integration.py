@@ -174,6 +174,18 @@ def test_a_sandbox_that_lets_written_binaries_run_fails_check_50(
     assert "a binary written here ran:" in results["50"][1], results["50"]
 
 
+def test_plants_in_an_unprotected_workspace_run_outside_and_fail_check_54(weakened) -> None:  # type: ignore[no-untyped-def]
+    """Without the control-file binds the plants land, and the real agents and git,
+    started outside, run them: the detection works. Claude Code's own plants still do
+    not run: the unwrapped-only managed policy stops them even when written."""
+    results = _run_with(weakened())
+    outcome, detail = results["54"]
+    assert outcome == "FAIL" and "ran outside:" in detail, detail
+    for marker in ("git-fsmonitor", "pi-project-extension"):
+        assert marker in detail, detail
+    assert "claude-project-hook" not in detail and "claude-project-mcp" not in detail, detail
+
+
 def test_a_network_namespace_of_its_own_fails_the_jail_lock() -> None:
     """Check 47 fails where the checks hold CAP_NET_ADMIN over their namespace."""
     results = _run_with(["flock", LOCK, "unshare", "--user", "--map-root-user", "--net", "--"],

@@ -2,7 +2,7 @@
 
 Why: end-to-end tests need to see what a real agent did (ran a command, fired a hook)
 without the internet. ``run_agent`` builds the argv, the environment and the few files each
-agent needs to talk to ``tests.e2e.mockapi`` instead of its vendor, runs it in its own
+agent needs to talk to ``claude_sandbox.tools.mockapi`` instead of its vendor, runs it in its own
 process group and always leaves no process behind.
 
 The environment is built from scratch, never inherited (the caller's ``env`` is laid on
@@ -59,7 +59,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from tests.e2e.mockapi import MODEL, MockAPI
+from claude_sandbox.tools.mockapi import MODEL, MockAPI
 
 AGENTS = ("claude", "codex", "pi")
 REAL_DIR = Path("/usr/libexec/claude-sandbox/real")
