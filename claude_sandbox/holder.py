@@ -227,6 +227,13 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
     # `_enter` gives the agent back the default dispositions (enter.reset_signals).
     for signum in (_signal.SIGINT, _signal.SIGQUIT):
         _signal.signal(signum, _signal.SIG_IGN)
+    # The session dies with the launcher, even a SIGKILLed one: script(1) is not
+    # bwrap's --die-with-parent, and would otherwise keep the agent running.
+    from .process import die_with_parent
+
+    if not die_with_parent():
+        send_frame(sock, ["err", "cannot tie the session to the launcher (PR_SET_PDEATHSIG)"])
+        os._exit(127)
     try:
         os.execve(argv[0], argv, environ)
     except OSError as exc:

@@ -21,7 +21,7 @@ import time
 
 from . import paths
 from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
-from .process import Child, fork_exec, load_libc
+from .process import Child, fork_exec, forward_hangup_too, load_libc
 from .record import record
 
 __all__ = ["Child", "fork_exec", "load_libc"]  # jail.py reaches them through this module
@@ -171,10 +171,7 @@ class Forwarder:
     def __call__(self, signum: int, _frame: object) -> None:
         self.signalled = signum
         if self.holder.returncode is None:
-            try:
-                os.kill(self.holder.pid, signum)
-            except ProcessLookupError:
-                pass
+            forward_hangup_too(self.holder.pid, signum)
 
     def restore(self) -> None:
         for signum, handler in self.previous.items():

@@ -388,20 +388,27 @@ def run_supervised(
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     for fd in pass_fds:
         os.set_inheritable(fd, True)
+    from .process import die_with_parent
+
     pid = os.fork()
     if pid == 0:
         try:
             if cgroup is not None:
                 cgroup.join()
-            os.execve(argv[0], list(argv), dict(env))
+            # The session dies with the launcher, even a SIGKILLed one (script(1)
+            # would otherwise keep bwrap and the agent running).
+            if die_with_parent():
+                os.execve(argv[0], list(argv), dict(env))
         finally:
             os._exit(127)
     for fd in pass_fds:
         os.close(fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    from .process import forward_hangup_too
+
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+        signal.signal(sig, lambda s, _f: forward_hangup_too(pid, s))
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -413,7 +420,8 @@ def run_supervised(
             continue
     if cgroup is not None:
         cgroup.remove()
-    return os.waitstatus_to_exitcode(status) if status >= 0 else 1
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code  # the shell's convention: 128 + signal
 
 
 def describe(max_pids: int | None, max_memory: int | None, plan: LimitPlan) -> list[str]:

@@ -111,6 +111,29 @@ def fork_exec(
     return Child(pid)
 
 
+def forward_hangup_too(pid: int, signum: int) -> None:
+    """Send `signum` to `pid`; after a hang-up, SIGTERM as well.
+
+    A session under script(1) ignores SIGHUP; SIGTERM ends script, whose pty
+    closes, and the agent then gets its hang-up from the kernel, as it would
+    from a closed terminal without the sandbox.
+    """
+    for sent in (signum, _signal.SIGTERM) if signum == _signal.SIGHUP else (signum,):
+        try:
+            os.kill(pid, sent)
+        except ProcessLookupError:
+            return
+
+
+def die_with_parent() -> bool:
+    """SIGKILL this process when its parent ends (kept across exec); False if the
+    parent is already gone or the kernel refused."""
+    parent = os.getppid()
+    if load_libc().prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
+        return False
+    return os.getppid() == parent
+
+
 def capture(argv: list[str], env: dict[str, str], timeout: float = 5.0) -> tuple[int, str]:
     """Run `argv` with stdin from /dev/null; (exit status, stdout). Status -1: it hung.
 

@@ -82,3 +82,93 @@ def test_ctrl_c_and_resize_reach_the_agent_and_only_it(jail: str, tmp_path: obje
     # The agent handled Ctrl-C and went on: bwrap did not die of it and take it along.
     assert terminal.wait_for("SURVIVED"), terminal.seen
     assert terminal.status() == 42
+
+
+SLEEPER = """
+import os, signal, sys, time
+marker = sys.argv[1]
+signal.signal(signal.SIGHUP, lambda *a: (open(marker, "w").write("hup"), sys.exit(1)))
+print("READY", flush=True)
+time.sleep(120)
+"""
+
+
+def _sandbox_processes(token: str) -> list[str]:
+    """Processes of a launch: anything whose command line holds the test's token."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    if token.encode() in handle.read():
+                        found.append(pid)
+            except OSError:
+                pass
+    return found
+
+
+def _gone_within(token: str, seconds: float) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while (left := _sandbox_processes(token)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def _start(jail: str, workspace: str, token: str) -> Terminal:
+    terminal = Terminal.__new__(Terminal)
+    terminal.pid, terminal.fd = pty.fork()
+    if terminal.pid == 0:
+        os.chdir(workspace)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "TERM": "xterm",
+               "CLAUDE_SANDBOX_EGRESS_JAIL": jail}
+        os.execve("/usr/local/bin/claude-sandbox",
+                  ["claude-sandbox", "shell", "--", "/usr/bin/python3", "-c", SLEEPER,
+                   os.path.join(workspace, token)], env)
+    terminal.seen = b""
+    assert terminal.wait_for("READY"), terminal.seen
+    return terminal
+
+
+@pytest.mark.parametrize("jail", ["0", "1"])
+def test_closing_the_terminal_hangs_up_the_agent_and_ends_everything(
+        jail: str, tmp_path: object) -> None:
+    token = f"csbx-hup-{os.getpid()}-{jail}"
+    terminal = _start(jail, str(tmp_path), token)
+    os.kill(terminal.pid, 1)  # what the kernel sends the foreground group on a hang-up
+    left = _gone_within(token, 2.0)
+    status = os.waitstatus_to_exitcode(os.waitpid(terminal.pid, 0)[1])
+    assert left == [], f"still running 2 s after the hang-up: {left}"
+    assert status in (129, -1), status  # 128 + SIGHUP, the shell's convention
+    assert os.path.exists(os.path.join(str(tmp_path), token)), "the agent got no hang-up"
+
+
+@pytest.mark.parametrize("jail", ["0", "1"])
+def test_a_sigkilled_launcher_with_a_terminal_leaves_nothing(jail: str, tmp_path: object) -> None:
+    token = f"csbx-kill-{os.getpid()}-{jail}"
+    terminal = _start(jail, str(tmp_path), token)
+    os.kill(terminal.pid, 9)
+    os.waitpid(terminal.pid, 0)
+    left = _gone_within(token, 2.0)
+    assert left == [], f"still running 2 s after the launcher's SIGKILL: {left}"
+
+
+def test_a_command_resolves_as_the_inside_sees_it(tmp_path: object) -> None:
+    """A PATH entry under $HOME ahead of /usr/bin (a pyenv shim) is not there inside."""
+    import subprocess
+
+    shims = "/root/.csbx-shims"
+    os.makedirs(shims, exist_ok=True)
+    with open(f"{shims}/python3", "w") as handle:
+        handle.write("#!/bin/sh\necho outer-shim\n")
+    os.chmod(f"{shims}/python3", 0o755)
+    try:
+        result = subprocess.run(
+            ["/usr/local/bin/claude-sandbox", "shell", "--", "python3", "-c", "print('inner')"],
+            cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
+            env={"PATH": f"{shims}:/usr/local/bin:/usr/bin:/bin", "HOME": "/root",
+                 "CLAUDE_SANDBOX_EGRESS_JAIL": "0"})
+    finally:
+        import shutil
+        shutil.rmtree(shims)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "inner"
