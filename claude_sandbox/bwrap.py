@@ -69,6 +69,7 @@ class Extras:
     """Per-launch inputs that are not host facts: fds and the jail's files."""
 
     gitconfig_fd: int
+    codex_config_fd: int | None = None  # codex's managed config for inside (codexconfig.py)
     seccomp_fd: int | None = None
     resolv_conf: str | None = None  # the jail's generated resolv.conf
     jailed: bool = False
@@ -108,6 +109,7 @@ def optional_paths(profile: Profile, home: str) -> tuple[str, ...]:
     in_home = (*FORGE_CONFIG, *LOCAL_BIN_TOOLS)
     return (
         paths.UNWRAPPED_SETTINGS,
+        paths.CODEX_MANAGED_CONFIG,
         *(os.path.join(home, rel) for rel in in_home),
     )
 
@@ -370,6 +372,14 @@ def build_ops(
             "the curated gitconfig, read-only (check 16)",
         )
     )
+    if extras.codex_config_fd is not None and paths.CODEX_MANAGED_CONFIG in facts.existing:
+        ops.append(
+            Op(
+                ("--ro-bind-data", str(extras.codex_config_fd), paths.CODEX_MANAGED_CONFIG),
+                "codex runs its commands in this sandbox, not in one of its own, which "
+                "cannot start here as root (codexconfig.py)",
+            )
+        )
     if extras.resolv_conf:
         ops.append(
             Op(

@@ -40,7 +40,7 @@ from . import paths
 MANAGED_SETTINGS = "/etc/claude-code/managed-settings.json"
 UNWRAPPED_SETTINGS = paths.UNWRAPPED_SETTINGS
 EMPTY_SETTINGS = paths.EMPTY_SETTINGS
-CODEX_MANAGED_CONFIG = "/etc/codex/managed_config.toml"
+CODEX_MANAGED_CONFIG = paths.CODEX_MANAGED_CONFIG
 ALLOW_FLAG = "/etc/claude-sandbox.allow-unsandboxed"
 HOOKS_DIR = f"{paths.LIBEXEC}/hooks"
 # The installer records here which managed-settings keys were ours, so that

@@ -33,6 +33,9 @@ CONFIG_FILE = "/etc/claude-sandbox.conf"
 # user's own hooks and MCP servers work there.
 UNWRAPPED_SETTINGS = "/etc/claude-code/managed-settings.d/90-claude-sandbox-unwrapped.json"
 EMPTY_SETTINGS = f"{LIBEXEC}/empty-settings.json"
+# Codex's managed configuration, its top layer. Inside the sandbox a copy that also
+# sets sandbox_mode = "danger-full-access" is bound over it (codexconfig.py).
+CODEX_MANAGED_CONFIG = "/etc/codex/managed_config.toml"
 GITCONFIG_INSIDE = "/etc/claude-gitconfig"
 AGENT_TMP = "/var/tmp/claude-agent"
 SHIM_DIR = "/usr/local/bin"

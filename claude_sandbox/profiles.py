@@ -6,6 +6,8 @@ these fields and nothing else about an agent.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from .errors import EXIT_USAGE, SandboxError
 from .record import record
 
@@ -38,6 +40,12 @@ class Profile:
     tmp_variable: str | None = None
     # Bind the real binary read-only at ~/.local/bin/NAME too (native-install checks).
     local_bin_alias: bool = False
+    # Variables that carry the agent's credentials: held back like every other unless
+    # the operator passes them, and the launch says so (one line) when one is set.
+    credentials: tuple[str, ...] = ()
+    # Arguments for which the agent answers at once (a version query): nothing is
+    # injected then, or the agent's own fast path is lost.
+    quick_args: tuple[tuple[str, ...], ...] = ()
 
 
 PROFILES: tuple[Profile, ...] = (
@@ -59,6 +67,8 @@ PROFILES: tuple[Profile, ...] = (
         tmp_dir="/var/tmp/claude-agent",
         tmp_variable="CLAUDE_CODE_TMPDIR",
         local_bin_alias=True,
+        credentials=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
+        quick_args=(("--version",), ("-v",), ("-V",)),
     ),
     Profile(
         name="codex",
@@ -67,11 +77,13 @@ PROFILES: tuple[Profile, ...] = (
             Import(".codex", skip=("sessions", "archived_sessions", "log", "tmp", "packages",
                                    "cache", ".tmp")),
         ),
+        credentials=("OPENAI_API_KEY", "CODEX_API_KEY"),
     ),
     Profile(
         name="pi",
         description="Pi coding agent (@mariozechner/pi-coding-agent)",
         imports=(Import(".pi", skip=("agent/sessions",)),),
+        credentials=("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"),
     ),
 )
 AGENT_NAMES: tuple[str, ...] = tuple(profile.name for profile in PROFILES)
@@ -87,5 +99,12 @@ def get(name: str) -> Profile:
 def agent_args(profile: Profile, args: tuple[str, ...]) -> tuple[str, ...]:
     """The agent's own arguments with the profile's stripped and injected ones."""
     kept = tuple(arg for arg in args if arg not in profile.strip_args)
+    if kept in profile.quick_args:
+        return kept
     added = tuple(arg for arg in profile.add_args if arg not in kept)
     return added + kept
+
+
+def held_back(profile: Profile, environ: Mapping[str, str], passed: Sequence[str]) -> list[str]:
+    """The agent's credential variables set here that the sandbox will not let through."""
+    return [name for name in profile.credentials if environ.get(name) and name not in passed]

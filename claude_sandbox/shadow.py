@@ -12,7 +12,7 @@ import _signal  # type: ignore[import-not-found]  # the C module: `signal` impor
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from . import (
     bwrap,
@@ -29,7 +29,7 @@ from . import (
     state,
     workspace,
 )
-from .errors import EXIT_JAIL, SandboxError
+from .errors import EXIT_CONFIG, EXIT_JAIL, SandboxError
 from .record import record, replace
 from .trace import Trace
 
@@ -137,6 +137,8 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     for _, signum in terminal:
         _signal.signal(signum, _signal.SIG_IGN)
     cfg = load_config(profile.name, environ)
+    if request.command is None:
+        _say_held_back(profile, cfg, environ)
     limits.prefer_for_oom()
     limit_plan = limits.plan_limits(
         cfg.max_pids, cfg.max_memory, limits.probe_cgroups(), os.getuid()
@@ -239,6 +241,34 @@ def _host_addresses() -> tuple[str, ...]:
     return host_addresses(texts[0], texts[1])
 
 
+def _codex_config() -> int:
+    """A pipe holding codex's managed config for inside (codexconfig.py)."""
+    from . import codexconfig
+
+    try:
+        with open(paths.CODEX_MANAGED_CONFIG, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnicodeDecodeError) as error:
+        raise SandboxError(f"{paths.CODEX_MANAGED_CONFIG}: cannot be read ({error})",
+                           EXIT_CONFIG) from None
+    return _pipe_with(codexconfig.inside(text).encode())
+
+
+def _say_held_back(profile: profiles.Profile, cfg: config.Config,
+                   environ: Mapping[str, str]) -> None:
+    """One line when a credential variable is set here and the sandbox holds it back."""
+    names = profiles.held_back(profile, environ, cfg.pass_env)
+    if names:
+        lines = "".join(f"pass-env = {name}\n" for name in names)
+        sys.stderr.write(
+            f"claude-sandbox: {', '.join(names)} {'is' if len(names) == 1 else 'are'} set "
+            f"here but not passed into the sandbox; to pass {'it' if len(names) == 1 else 'them'}"
+            f", add to {paths.CONFIG_FILE}: {lines.strip().replace(chr(10), '; ')} "
+            f"(or log in inside: the login stays in the agent's state store)\n")
+
+
 def _report_changes(cfg: config.Config, layout: bwrap.Writable, since_ns: int) -> None:
     """Control files the session made below the top of a writable root (aftermath.py)."""
     from . import aftermath
@@ -263,16 +293,41 @@ def _exec_nested(profile: profiles.Profile, request: Request, environ: Mapping[s
         raise SandboxError(f"cannot run {program[0]}: {error.strerror}", 126) from None
 
 
-def _resolve_command(command: Sequence[str], path: str) -> str:
-    """argv[0] of a `shell` command, found on the inner PATH (it runs inside, not here)."""
+def _resolve_command(command: Sequence[str], path: str,
+                     seen_as: Callable[[str], str | None] = lambda d: d) -> str:
+    """argv[0] of a `shell` command, found on the inner PATH as the inside sees it.
+
+    `seen_as(directory)` is where the launcher can look at what the sandbox will
+    show at that directory, or None where the sandbox shows nothing there (a
+    private tmpfs): a pyenv shim in the outer home does not exist inside.
+    """
     name = command[0]
     if "/" in name:
         return name
     for directory in path.split(":"):
-        candidate = os.path.join(directory, name)
+        # uv and uvx come back read-only from the outer ~/.local/bin (bwrap.LOCAL_BIN_TOOLS).
+        visible = directory if (directory.endswith("/.local/bin") and name in ("uv", "uvx")) \
+            else seen_as(directory)
+        if visible is None:
+            continue
+        candidate = os.path.join(visible, name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
+            return os.path.join(directory, name)
     raise SandboxError(f"{name}: command not found on the sandbox's PATH", 127)
+
+
+def _inner_view(facts: hostfacts.HostFacts) -> Callable[[str], str | None]:
+    """Where the launcher sees what the sandbox will show at a directory (bwrap.py's mounts)."""
+    hidden = (*facts.runtime_dirs, "/tmp", "/dev")
+
+    def seen_as(directory: str) -> str | None:
+        if directory == facts.home or directory.startswith(facts.home + "/"):
+            return facts.store_home + directory[len(facts.home):]
+        if any(directory == h or directory.startswith(h + "/") for h in hidden):
+            return None
+        return directory
+
+    return seen_as
 
 
 def probe(
@@ -302,7 +357,8 @@ def plan_for(
         command: tuple[str, ...] = (facts.real_binary, *profiles.agent_args(profile, request.args))
     else:
         inner = bwrap.inner_path(facts)
-        command = (_resolve_command(request.command, inner), *request.command[1:])
+        command = (_resolve_command(request.command, inner, _inner_view(facts)),
+                   *request.command[1:])
     return bwrap.build(profile, cfg, facts, layout, extras, command, environ)
 
 
@@ -326,9 +382,11 @@ def _prepare(
         gitconfig.identity(facts.user, facts.home), gitconfig.forge_helpers(cfg.no_forge)
     )
     git_fd = _pipe_with(text.encode())
+    codex_fd = _codex_config() if profile.name == "codex" else None
     seccomp_fd = seccomp.filter_fd(cfg.hardening)
     extras = bwrap.Extras(
         gitconfig_fd=git_fd,
+        codex_config_fd=codex_fd,
         seccomp_fd=seccomp_fd,
         resolv_conf=getattr(jail, "resolv_conf", None),
         jailed=jail is not None,
@@ -351,7 +409,7 @@ def _prepare(
         argv = [script, "-q", "-e", "-c", "exec " + sh_join(argv), "/dev/null"]
     wanted = [p for control in plan.layout.controls for p in control.placeholders]
     made = placeholders.make(store, wanted)
-    fds = (git_fd, seccomp_fd) if hide_fd is None else (git_fd, seccomp_fd, hide_fd)
+    fds = tuple(fd for fd in (git_fd, seccomp_fd, codex_fd, hide_fd) if fd is not None)
     return Prepared(argv, plan.environ(), fds, made, plan.layout, helper)
 
 

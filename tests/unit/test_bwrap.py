@@ -289,6 +289,17 @@ def test_agent_args_strip_and_inject() -> None:
     assert profiles.agent_args(claude, ("--chrome", "-p", "hi")) == ("--no-chrome", "-p", "hi")
     assert profiles.agent_args(claude, ("--no-chrome",)) == ("--no-chrome",)
     assert profiles.agent_args(profiles.get("codex"), ("--chrome",)) == ("--chrome",)
+    # A version query keeps Claude Code's own fast path: nothing injected.
+    assert profiles.agent_args(claude, ("--version",)) == ("--version",)
+    assert profiles.agent_args(claude, ("--version", "x")) == ("--no-chrome", "--version", "x")
+
+
+def test_a_held_back_credential_is_named() -> None:
+    claude = profiles.get("claude")
+    environ = {"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "o", "ANTHROPIC_AUTH_TOKEN": ""}
+    assert profiles.held_back(claude, environ, ()) == ["ANTHROPIC_API_KEY"]
+    assert profiles.held_back(claude, environ, ("ANTHROPIC_API_KEY",)) == []
+    assert profiles.held_back(profiles.get("codex"), environ, ()) == ["OPENAI_API_KEY"]
 
 
 def test_fresh_procfs_keeps_kernel_knobs_read_only_for_root() -> None:
