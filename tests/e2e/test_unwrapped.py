@@ -174,6 +174,11 @@ def test_plants_from_inside_run_nowhere_outside(user: pwd.struct_passwd, workspa
         assert os.listdir(markers) == [], f"ran outside: {os.listdir(markers)}"
     finally:
         _restore(before)
+        # The plants stay in the agents' stores, where they would run in the next
+        # sandboxed session: gone, so that later tests meet clean homes.
+        for agent in AGENTS:
+            shutil.rmtree(os.path.join(home, ".local/state/claude-sandbox", agent),
+                          ignore_errors=True)
 
 
 def test_the_same_plants_written_outside_do_fire(user: pwd.struct_passwd,

@@ -91,7 +91,11 @@ def _assert_installed(host: Any) -> None:
     assert host.file(f"{LIBEXEC}/real/codex").linked_to == f"{LIBEXEC}/vendor/codex"
     settings = json.loads(host.file("/etc/claude-code/managed-settings.json").content_string)
     assert settings["permissions"] == ADMIN_SETTINGS["permissions"]
-    assert settings["env"] == {**ADMIN_SETTINGS["env"], "DISABLE_AUTOUPDATER": "1"}
+    assert settings["env"] == {**ADMIN_SETTINGS["env"], "DISABLE_AUTOUPDATER": "1",
+                               "CLAUDE_CODE_SIMPLE": "0"}
+    dropin = json.loads(host.file(
+        "/etc/claude-code/managed-settings.d/90-claude-sandbox-unwrapped.json").content_string)
+    assert dropin["allowManagedHooksOnly"] is True and dropin["allowedMcpServers"] == []
     gates = [h["command"] for g in settings["hooks"]["UserPromptSubmit"] for h in g["hooks"]]
     assert gates == ["/opt/corp/audit", f"{LIBEXEC}/hooks/prompt-gate"]
     assert "check_for_update_on_startup = false" in host.file(
