@@ -31,6 +31,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from .errors import EXIT_UNAVAILABLE, SandboxError
+from .process import pid_alive
 from .record import record
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -313,16 +314,6 @@ def _write(path: str, value: str) -> None:
         ) from None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale(base: str) -> None:
     """Remove directories whose launcher died without cleaning up (SIGKILL)."""
     try:
@@ -331,7 +322,7 @@ def sweep_stale(base: str) -> None:
         return
     for name in names:
         pid = name[len(_PREFIX):] if name.startswith(_PREFIX) else ""
-        if pid.isascii() and pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isascii() and pid.isdigit() and not pid_alive(int(pid)):
             try:
                 os.rmdir(os.path.join(base, name))
             except OSError:

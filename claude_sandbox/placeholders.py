@@ -21,18 +21,9 @@ from collections.abc import Iterable, Sequence
 
 from .controlfiles import Placeholder
 from .errors import EXIT_REFUSED, SandboxError
+from .process import pid_alive
 
 LEDGER_DIR = "placeholders"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _ledger(store: str, pid: int) -> str:
@@ -58,7 +49,7 @@ def _claimed_by_others(store: str, me: int) -> set[str]:
         return set()
     claimed: set[str] = set()
     for name in names:
-        if name.isdigit() and int(name) != me and _alive(int(name)):
+        if name.isdigit() and int(name) != me and pid_alive(int(name)):
             claimed |= {str(row.get("path")) for row in _read(os.path.join(directory, name))}
     return claimed
 
@@ -112,7 +103,7 @@ def sweep(store: str) -> None:
     except OSError:
         return
     for name in names:
-        if not name.isdigit() or _alive(int(name)):
+        if not name.isdigit() or pid_alive(int(name)):
             continue
         ledger = os.path.join(directory, name)
         _remove(_read(ledger), _claimed_by_others(store, int(name)))

@@ -125,6 +125,17 @@ def forward_hangup_too(pid: int, signum: int) -> None:
             return
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (it may belong to another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def die_with_parent() -> bool:
     """SIGKILL this process when its parent ends (kept across exec); False if the
     parent is already gone or the kernel refused."""
