@@ -24,7 +24,8 @@ BUDGET = 1.0  # seconds
 
 def scan(roots: Iterable[str], names: frozenset[str], since_ns: int,
          budget: float = BUDGET) -> tuple[list[str], bool]:
-    """Paths below each root (not at its top) named in `names` and changed since `since_ns`.
+    """Paths below each root (not at its top) named in `names` and changed since `since_ns`,
+    and directories anywhere (the top included) that became bare git repositories.
 
     Returns (found, complete). Symbolic links are not followed; a changed
     entry's subtree is not searched further.
@@ -49,9 +50,24 @@ def scan(roots: Iterable[str], names: frozenset[str], since_ns: int,
                 if depth >= 1 and entry.name in names and _changed(entry.path, info, since_ns):
                     found.append(entry.path)
                     continue
+                if entry.name == "HEAD" and _bare_repository(directory, since_ns):
+                    found.append(directory)  # a git directory in its own right (bare)
+                    continue
                 if stat.S_ISDIR(info.st_mode) and entry.name != ".git":
                     stack.append((entry.path, depth + 1))
     return found, True
+
+
+def _bare_repository(directory: str, since_ns: int) -> bool:
+    """`directory` looks like a git directory (HEAD, objects/, refs/, config) that the
+    session made or changed: git run there outside would use its config and hooks."""
+    parts = [os.path.join(directory, n) for n in ("HEAD", "objects", "refs", "config")]
+    if not all(os.path.lexists(p) for p in parts) or directory.endswith("/.git"):
+        return False
+    try:
+        return any(os.lstat(p).st_ctime_ns >= since_ns for p in parts)
+    except OSError:
+        return False
 
 
 def _changed(path: str, info: os.stat_result, since_ns: int) -> bool:

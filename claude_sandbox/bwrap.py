@@ -258,18 +258,28 @@ def _runtime_ops(config: Config, facts: HostFacts) -> list[Op]:
     size = str(config.tmpfs_size)
     ops = [Op(("--size", size, "--tmpfs", tree), f"a private {tree}: no daemon's socket "
               "or secret, then or later (checks 12, 13, 57)") for tree in facts.runtime_dirs]
-    masked = list(facts.runtime_dirs)
-    if facts.resolv_target != "/etc/resolv.conf" and _under_any(facts.resolv_target, masked):
-        ops.append(Op(("--ro-bind", facts.resolv_target, facts.resolv_target),
-                      "/etc/resolv.conf leads here: back, read-only"))
-    for entry in facts.path:
-        if entry.startswith("/") and _under_any(entry, masked) and os.path.isdir(entry):
-            ops.append(Op(("--ro-bind", entry, entry), "a PATH directory under a runtime "
-                          "tree: back, read-only"))
+    for path in restored(facts):
+        why = ("/etc/resolv.conf leads here" if path == facts.resolv_target
+               else "a PATH directory under a runtime tree")
+        ops.append(Op(("--ro-bind-try", path, path), f"{why}: back, read-only"))
     for path in config.allow_socket:
         ops.append(Op(("--ro-bind", path, path), "allow-socket: the operator lets the "
                       "sandbox connect here (check 57)"))
     return ops
+
+
+def restored(facts: HostFacts) -> list[str]:
+    """What comes back from under the masked runtime trees: resolv.conf's target and
+    PATH directories, resolved, never a tree itself (a PATH of `/run/.` would bring
+    back all of /run)."""
+    masked = list(facts.runtime_dirs)
+    found: list[str] = []
+    candidates = [facts.resolv_target] if facts.resolv_target != "/etc/resolv.conf" else []
+    candidates += [os.path.realpath(e) for e in facts.path if e.startswith("/")]
+    for path in candidates:
+        if path not in masked and path not in found and _under_any(path, masked):
+            found.append(path)
+    return found
 
 
 def _socket_ops(config: Config, facts: HostFacts, layout: Writable) -> list[Op]:
@@ -283,9 +293,12 @@ def _socket_ops(config: Config, facts: HostFacts, layout: Writable) -> list[Op]:
            *layout.allow_write, *config.allow_socket]
     if facts.agent_tmp:
         own.append(facts.agent_tmp)
+    back = restored(facts)  # what came back from a masked tree is the host's again
     return [Op(("--ro-bind", paths.EMPTY_FILE, sock), "a socket of the host: not "
                "connectable inside (check 57)")
-            for sock in facts.sockets if not _under_any(sock, own)]
+            for sock in facts.sockets
+            if not _under_any(sock, own) or (_under_any(sock, back)
+                                             and not _under_any(sock, config.allow_socket))]
 
 
 def _control_ops(controls: Sequence[ControlPlan]) -> list[Op]:
@@ -343,10 +356,12 @@ def build_ops(
             )
         )
         writable.append(facts.agent_tmp)
-    ops.append(Op(("--bind", layout.workspace, layout.workspace), "the workspace, writable "
-                  "(check 17)"))
-    for path in layout.allow_write:
-        ops.append(Op(("--bind", path, path), "allow-write, after the masks it reaches through"))
+    # Shallow first: an allow-write path that holds the workspace must not cover its
+    # bind, or the workspace could be renamed away with its control files.
+    for path in sorted([layout.workspace, *layout.allow_write], key=lambda p: p.count("/")):
+        why = ("the workspace, writable (check 17)" if path == layout.workspace
+               else "allow-write, after the masks it reaches through")
+        ops.append(Op(("--bind", path, path), why))
     ops += _control_ops(layout.controls)
     ops += [Op(("--ro-bind", path, path), "allow-read: visible, never writable")
             for path in config.allow_read]

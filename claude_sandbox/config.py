@@ -565,7 +565,9 @@ def _narrow_scalar(
     elif key.name == "local-model-port" and value not in (0, current):
         _refuse_widening(key, where, f"port {value} is not the file's", may_widen, path)
     elif key.name == "workspace-root" and current is not None:
-        inside = value == current or str(value).startswith(str(current).rstrip("/") + "/")
+        # Resolved: a link planted under the file's root must not lead the root elsewhere.
+        value, current = os.path.realpath(str(value)), os.path.realpath(str(current))
+        inside = value == current or value.startswith(current.rstrip("/") + "/")
         if not inside:
             _refuse_widening(key, where, f"{value} is outside the file's {current}",
                              may_widen, path)

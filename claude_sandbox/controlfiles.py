@@ -79,10 +79,14 @@ CONTROL: tuple[Control, ...] = (
     Control(".envrc", "direnv runs it in the user's shell on cd"),
     Control(".pre-commit-config.yaml", "pre-commit: the commands the installed git hook runs"),
     Control(".husky", "husky: the git hooks directory it points core.hooksPath at"),
-    Control("lefthook.yml", "lefthook: the commands its git hooks run"),
-    Control(".lefthook.yml", "lefthook: the commands its git hooks run"),
-    Control("mise.toml", "mise: tasks, hooks and env it runs on cd"),
-    Control(".mise.toml", "mise: tasks, hooks and env it runs on cd"),
+    *(Control(name, "lefthook: the commands its git hooks run") for name in (
+        "lefthook.yml", ".lefthook.yml", "lefthook.yaml", ".lefthook.yaml",
+        "lefthook-local.yml")),
+    *(Control(name, "mise: tasks, hooks and env it runs on cd") for name in (
+        "mise.toml", ".mise.toml", "mise.local.toml", ".mise")),
+    Control(".yarnrc.yml", "yarn: yarnPath names the program every `yarn` runs"),
+    Control(".cursor", "Cursor's project MCP servers and rules"),
+    Control(".gemini", "Gemini CLI's project settings and MCP servers"),
 )
 CONTROL_BY_PATH = {control.path: control for control in CONTROL}
 
@@ -119,8 +123,9 @@ def controls(protect: Sequence[str], unprotect: Sequence[str]) -> tuple[Control,
 def probe(paths_: Iterable[str]) -> dict[str, str | None]:
     """lstat each path: the only file-system reads the planner needs.
 
-    An absent path whose directory this user cannot write is "locked": the
-    agent, with the same uid and no capabilities, cannot create it either.
+    An absent path whose directory this user cannot write, and does not own, is
+    "locked": the agent, with the same uid and no capabilities, cannot create it
+    and cannot chmod the directory to do so.
     """
     found: dict[str, str | None] = {}
     for path in paths_:
@@ -128,7 +133,11 @@ def probe(paths_: Iterable[str]) -> dict[str, str | None]:
             mode = os.lstat(path).st_mode
         except OSError:
             parent = os.path.dirname(path)
-            writable = os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
+            try:
+                ours = os.stat(parent).st_uid == os.getuid()
+            except OSError:
+                ours = False
+            writable = os.path.isdir(parent) and (ours or os.access(parent, os.W_OK | os.X_OK))
             found[path] = None if writable else "locked"
             continue
         if stat.S_ISDIR(mode):

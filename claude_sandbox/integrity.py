@@ -88,6 +88,9 @@ HOOKS: tuple[Hook, ...] = (
 # Not a Claude Code hook: the program the unwrapped drop-in names for every
 # helper setting. It prints nothing and fails, so no credential helper runs.
 REFUSE_HELPER = Hook("", "refuse-helper", "refuse-helper")
+# apiKeyHelper's stand-in: the same refusal, except that where an administrator
+# accepted unwrapped sessions it answers with the key from the environment.
+KEY_HELPER = Hook("", "api-key-helper", "api-key-helper")
 
 NOT_SANDBOXED = (
     "claude-sandbox: THIS SESSION IS NOT SANDBOXED. Claude Code is running outside "
@@ -181,6 +184,8 @@ def hook_main(role: str) -> int:
         elif role == "session-start":
             status, out, err = session_start(inside)
         elif role == "refuse-helper":
+            status, out, err = refuse_helper(False, {})
+        elif role == "api-key-helper":
             status, out, err = refuse_helper(allow_flag_set(), os.environ)
         else:
             status, out, err = EXIT_BLOCK, "", f"claude-sandbox: unknown hook role {role}\n"
@@ -267,6 +272,7 @@ def unwrapped_settings() -> dict[str, Any]:
         "allowedMcpServers": [],
         "strictKnownMarketplaces": [],
         **{name: refuse for name in UNWRAPPED_HELPERS},
+        "apiKeyHelper": hook_path(KEY_HELPER),
     }
 
 

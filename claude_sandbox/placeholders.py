@@ -9,8 +9,10 @@ launch first removes what the ledgers of dead launchers name, but only where
 the path still holds exactly the placeholder that was made (same inode, still
 empty or still its neutral content): nothing else is ever removed.
 
-Two launches in one workspace share placeholders: a path a live launch's
-ledger names is left for that launch to remove.
+Two launches in one workspace share placeholders: a launch that finds a path
+another live launch's ledger names copies that row into its own ledger, and a
+path a live ledger names is left for that launch to remove, so the last one
+ends it (a placeholder removed under a running session would end its hold).
 """
 
 from __future__ import annotations
@@ -41,17 +43,22 @@ def _read(path: str) -> list[dict[str, object]]:
     return [row for row in value if isinstance(row, dict)] if isinstance(value, list) else []
 
 
-def _claimed_by_others(store: str, me: int) -> set[str]:
+def _live_rows(store: str, me: int) -> list[dict[str, object]]:
+    """The rows of every other live launch's ledger."""
     directory = os.path.join(store, LEDGER_DIR)
     try:
         names = os.listdir(directory)
     except OSError:
-        return set()
-    claimed: set[str] = set()
+        return []
+    rows: list[dict[str, object]] = []
     for name in names:
         if name.isdigit() and int(name) != me and pid_alive(int(name)):
-            claimed |= {str(row.get("path")) for row in _read(os.path.join(directory, name))}
-    return claimed
+            rows += _read(os.path.join(directory, name))
+    return rows
+
+
+def _claimed_by_others(store: str, me: int) -> set[str]:
+    return {str(row.get("path")) for row in _live_rows(store, me)}
 
 
 def _still_ours(row: dict[str, object]) -> bool:
@@ -134,18 +141,22 @@ class Made:
         return left
 
 
-def make(store: str, wanted: Sequence[Placeholder]) -> Made:
+def make(store: str, wanted: Sequence[Placeholder], held: Sequence[str] = ()) -> Made:
     """Create each placeholder that is still absent, recording each in the ledger.
 
     A launcher killed in the instant between making a placeholder and
     recording its inode leaves that one placeholder behind: `sweep` removes
     only what a ledger proves was made by the launch.
     """
-    if not wanted:
+    others = {str(row.get("path")): row for row in _live_rows(store, os.getpid())}
+    shared = [others[path] for path in held if path in others]
+    if not wanted and not shared:
         return Made(store, [])
     os.makedirs(os.path.join(store, LEDGER_DIR), mode=0o700, exist_ok=True)
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, object]] = list(shared)  # another launch's, now ours as well
     ledger = _ledger(store, os.getpid())
+    if rows:
+        _write_ledger(ledger, rows)
     for item in wanted:
         try:
             if item.kind == "dir":

@@ -120,6 +120,42 @@ def derived_controls(top: str, facts: hostfacts.HostFacts) -> list[tuple[str, st
     hooks = hostfacts.git_hooks_path(top, facts.home)
     if hooks and hooks.startswith(top + "/"):
         rows.append((hooks[len(top) + 1 :], "git's core.hooksPath: hooks run from here"))
+    rows += _git_dir_rows(top)
+    return rows
+
+
+def _git_dir_rows(top: str) -> list[tuple[str, str]]:
+    """Where git's own directory is not plainly `.git`: worktrees and a `.git` file.
+
+    A linked worktree's metadata (.git/worktrees/ID/commondir, config.worktree,
+    gitdir) can send that worktree's git to a config and hooks of the agent's; a
+    `.git` file (a `.bare` layout, a submodule) names a git directory whose config
+    and hooks sit elsewhere in the workspace.
+    """
+    rows: list[tuple[str, str]] = []
+    why = "a linked worktree's git metadata: where its config and hooks come from"
+    worktrees = os.path.join(top, ".git", "worktrees")
+    try:
+        names = os.listdir(worktrees) if not os.path.islink(worktrees) else []
+    except OSError:
+        names = []
+    for name in names:
+        for leaf in ("commondir", "config.worktree", "gitdir"):
+            if os.path.lexists(os.path.join(worktrees, name, leaf)):
+                rows.append((f".git/worktrees/{name}/{leaf}", why))
+    gitfile = os.path.join(top, ".git")
+    if os.path.isfile(gitfile) and not os.path.islink(gitfile):
+        try:
+            with open(gitfile, encoding="utf-8", errors="replace") as handle:
+                line = handle.readline().strip()
+        except OSError:
+            line = ""
+        if line.startswith("gitdir:"):
+            target = os.path.realpath(os.path.join(top, line[len("gitdir:"):].strip()))
+            if target.startswith(top + "/"):
+                relative = target[len(top) + 1 :]
+                rows += [(f"{relative}/{leaf}", "the git directory the .git file names")
+                         for leaf in ("config", "hooks", "commondir", "config.worktree")]
     return rows
 
 
@@ -203,7 +239,9 @@ def _root_only(cfg: config.Config, facts: hostfacts.HostFacts,
     store = state.store_root(cfg.state_dir, facts.home, facts.uid)
     mounts = [(m.mountpoint, m.fstype) for m in mountinfo.parse(mountinfo.read())]
     masked = [*facts.runtime_dirs, "/run", "/proc", "/sys", "/dev", "/tmp", facts.home, store]
-    skip = [*masked, layout.workspace, *rootonly.pseudo_mounts(mounts)]
+    # The workspace is walked too (and only filtered below): a cache made from another
+    # workspace must know the root-only files of this one.
+    skip = [*masked, *rootonly.pseudo_mounts(mounts)]
     private = rootonly.private_paths(os.path.join(store, rootonly.CACHE_NAME), skip)
     shown = [*masked, layout.workspace, *layout.allow_write]
     return {path: is_dir for path, is_dir in private.items()
@@ -408,7 +446,8 @@ def _prepare(
         # never the outer terminal (decision 9). It runs bwrap through `$SHELL -c`.
         argv = [script, "-q", "-e", "-c", "exec " + sh_join(argv), "/dev/null"]
     wanted = [p for control in plan.layout.controls for p in control.placeholders]
-    made = placeholders.make(store, wanted)
+    held = [p for control in plan.layout.controls for p in control.read_only]
+    made = placeholders.make(store, wanted, held)
     fds = tuple(fd for fd in (git_fd, seccomp_fd, codex_fd, hide_fd) if fd is not None)
     return Prepared(argv, plan.environ(), fds, made, plan.layout, helper)
 

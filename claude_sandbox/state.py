@@ -131,6 +131,10 @@ def import_into(outer_home: str, home: str, imports: Iterable[Import]) -> list[s
         if not os.path.lexists(source):
             continue
         target = os.path.join(home, item.path)
+        if not _plain_below(home, target):
+            report.append(f"warning: ~/{item.path} not imported: a symbolic link in the "
+                          "store stands in its way (claude-sandbox state reset starts over)")
+            continue
         os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
         copied = _copy(source, target, "", item.skip, budget)
         if copied:
@@ -139,6 +143,20 @@ def import_into(outer_home: str, home: str, imports: Iterable[Import]) -> list[s
         report.append(f"warning: the import stopped at {IMPORT_LIMIT >> 20} MiB; "
                       "large files were left out")
     return report
+
+
+def _plain_below(home: str, path: str) -> bool:
+    """No component of `path` below `home` is a symbolic link (the agent may plant one
+    in its store; an import must never write through it, out of the store)."""
+    relative = os.path.relpath(path, home)
+    if relative == ".":
+        return True
+    current = home
+    for part in relative.split(os.sep):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            return False
+    return True
 
 
 def _copy(source: str, target: str, relative: str, skip: tuple[str, ...],
@@ -153,6 +171,8 @@ def _copy(source: str, target: str, relative: str, skip: tuple[str, ...],
                 return 0
     except OSError:
         return 0
+    if os.path.islink(target):
+        return 0  # planted in the store: never written through
     if stat.S_ISDIR(info.st_mode):
         os.makedirs(target, mode=0o700, exist_ok=True)
         count = 0
@@ -177,9 +197,12 @@ def _copy(source: str, target: str, relative: str, skip: tuple[str, ...],
     budget[0] -= len(data)
     if os.path.lexists(target) and not os.path.isfile(target):
         return 0
-    temporary = f"{target}.import-{os.getpid()}"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                 stat.S_IMODE(info.st_mode) & 0o700 or 0o600)
+    temporary = f"{target}.import-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     stat.S_IMODE(info.st_mode) & 0o700 or 0o600)
+    except OSError:
+        return 0
     with os.fdopen(fd, "wb") as writer:
         writer.write(data)
     os.replace(temporary, target)

@@ -12,7 +12,10 @@ the resolved path (a symlink into one of them is refused too):
   appearing there;
 - a directory on the launching PATH, or under one: a program planted there
   runs when someone types its name;
-- system trees: what the machine runs and how it boots.
+- a system tree, or a directory that holds one: what the machine runs and how
+  it boots;
+- /tmp and /var/tmp themselves (a directory below them is fine): other
+  programs' sockets live directly in them.
 
 Every refusal exits with EXIT_CONFIG and names where the path came from.
 """
@@ -42,6 +45,9 @@ SYSTEM_TREES = (
     "/var/spool",
     "/var/cache",
 )
+# Shared scratch trees: other programs' sockets and files live directly in them
+# (tmux, X11, IDE and ssh-agent sockets); a directory below them is fine.
+SHARED_TREES = ("/tmp", "/var/tmp")
 
 
 @record
@@ -88,6 +94,11 @@ def forbidden_reason(resolved: str, rules: PathRules) -> str | None:
     for tree in SYSTEM_TREES:
         if _within(resolved, tree):
             return f"it is under {tree}"
+        if _within(tree, resolved):
+            return f"it contains {tree}"
+    for tree in SHARED_TREES:
+        if _within(tree, resolved):
+            return f"it is {tree} itself, or holds it: other programs' sockets live there"
     return None
 
 

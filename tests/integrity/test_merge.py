@@ -68,7 +68,8 @@ def test_the_unwrapped_drop_in_allows_no_user_or_project_code() -> None:
     assert dropin["allowManagedHooksOnly"] is True
     assert dropin["allowManagedMcpServersOnly"] is True and dropin["allowedMcpServers"] == []
     for name in integrity.UNWRAPPED_HELPERS:
-        assert dropin[name] == integrity.hook_path(integrity.REFUSE_HELPER)
+        wanted = integrity.KEY_HELPER if name == "apiKeyHelper" else integrity.REFUSE_HELPER
+        assert dropin[name] == integrity.hook_path(wanted)
 
 
 @given(SETTINGS)

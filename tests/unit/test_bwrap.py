@@ -196,10 +196,22 @@ def test_allowed_sockets_and_the_resolver_come_back_after_the_runtime_masks() ->
     argv = flat(build(cfg=Config(allow_socket=("/run/postgresql", "/opt/app/app.sock")),
                       host=host))
     assert_order(argv, ("--tmpfs", "/run"),
-                 ("--ro-bind", "/run/systemd/resolve/stub-resolv.conf",
+                 ("--ro-bind-try", "/run/systemd/resolve/stub-resolv.conf",
                   "/run/systemd/resolve/stub-resolv.conf"),
                  ("--ro-bind", "/run/postgresql", "/run/postgresql"))
     assert paths.EMPTY_FILE + " /opt/app/app.sock" not in " ".join(argv)
+
+
+def test_a_path_entry_never_brings_a_masked_tree_back() -> None:
+    host = replace(facts(), path=("/run/.", "/run", "/run/../tmp", "/usr/bin"),
+                   sockets=("/run/docker.sock",))
+    assert bwrap.restored(host) == []
+    nix = replace(facts(), path=("/run/current-system/sw/bin",),
+                  sockets=("/run/current-system/sw/bin/agent.sock",))
+    argv = flat(build(host=nix))
+    assert_order(argv, ("--tmpfs", "/run"),
+                 ("--ro-bind-try", "/run/current-system/sw/bin", "/run/current-system/sw/bin"),
+                 ("--ro-bind", paths.EMPTY_FILE, "/run/current-system/sw/bin/agent.sock"))
 
 
 def test_every_tmpfs_is_sized_and_counts_as_writable() -> None:
@@ -321,8 +333,8 @@ def test_control_paths_follow_every_writable_bind_pins_first() -> None:
     argv = flat(build(allow_write=("/work",), repo=True))
     assert_order(
         argv,
+        ("--bind", "/work", "/work"),  # a root that holds the workspace comes first
         ("--bind", "/work/project", "/work/project"),
-        ("--bind", "/work", "/work"),
         ("--bind", "/work/project/.git", "/work/project/.git"),
         ("--ro-bind", "/work/project/.mcp.json", "/work/project/.mcp.json"),
         ("--ro-bind", "/work/project/.git/hooks", "/work/project/.git/hooks"),

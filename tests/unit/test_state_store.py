@@ -104,3 +104,40 @@ def test_a_killed_launchers_placeholders_are_swept(tmp_path: Path) -> None:
     ledger.rename(dead)
     placeholders.sweep(str(store))
     assert not (ws / ".vscode").exists() and not dead.exists()
+
+
+def test_a_placeholder_two_launches_hold_is_removed_by_the_last(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    store.mkdir()
+    ws.mkdir()
+    path = str(ws / ".vscode")
+    # Another launch, alive, made the placeholder: its ledger names it.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        made = placeholders.make(str(store), [Placeholder(path, "dir")])
+        ledger = next((store / "placeholders").iterdir())
+        ledger.rename(store / "placeholders" / str(other.pid))
+        # This launch finds it there and holds it too.
+        ours = placeholders.make(str(store), [], held=[path])
+        assert ours.remove() == [] and os.path.isdir(path)  # the other still holds it
+        del made
+    finally:
+        other.kill()
+        other.wait()
+    placeholders.sweep(str(store))  # the other one is gone now: the last holder was it
+    assert not os.path.exists(path)
+
+
+def test_an_import_never_writes_through_a_link_in_the_store(tmp_path: Path) -> None:
+    home = _outer_home(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    store_home = tmp_path / "store-home"
+    store_home.mkdir()
+    (store_home / ".claude").symlink_to(victim)
+    lines = state.import_into(str(home), str(store_home), profiles.get("claude").imports)
+    assert list(victim.iterdir()) == []
+    assert any("symbolic link" in line for line in lines)

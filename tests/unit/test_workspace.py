@@ -47,6 +47,9 @@ RULES = workspace.PathRules(
         ("/sys", "under /sys"),
         ("/dev/shm", "under /dev"),
         ("/run/user/1000", "under /run"),
+        ("/var", "contains /var/lib"),
+        ("/tmp", "/tmp itself"),
+        ("/var/tmp", "/var/tmp itself"),
     ],
 )
 def test_refused(path: str, expected: str) -> None:
