@@ -32,15 +32,28 @@ def _ledger(store: str, pid: int) -> str:
     return os.path.join(store, LEDGER_DIR, str(pid))
 
 
-def _read(path: str) -> list[dict[str, object]]:
-    import json  # only when a ledger exists: json imports re, ms at every launch
+# A ledger is one line a placeholder: kind, dev, ino, then path and content with
+# unicode_escape, tab-separated. Not JSON: json imports re, milliseconds at every launch.
 
+
+def _read(path: str) -> list[dict[str, object]]:
     try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
+        with open(path, encoding="ascii") as handle:
+            lines = handle.read().splitlines()
     except (OSError, ValueError):
         return []
-    return [row for row in value if isinstance(row, dict)] if isinstance(value, list) else []
+    rows: list[dict[str, object]] = []
+    for line in lines:
+        fields = line.split("\t")
+        if len(fields) != 5 or not fields[1].isdigit() or not fields[2].isdigit():
+            continue
+        try:
+            path_, content = (f.encode("ascii").decode("unicode_escape") for f in fields[3:])
+        except (UnicodeError, ValueError):
+            continue
+        rows.append({"kind": fields[0], "dev": int(fields[1]), "ino": int(fields[2]),
+                     "path": path_, "content": content})
+    return rows
 
 
 def _live_rows(store: str, me: int) -> list[dict[str, object]]:
@@ -144,8 +157,8 @@ class Made:
 def make(store: str, wanted: Sequence[Placeholder], held: Sequence[str] = ()) -> Made:
     """Create each placeholder that is still absent, recording each in the ledger.
 
-    A launcher killed in the instant between making a placeholder and
-    recording its inode leaves that one placeholder behind: `sweep` removes
+    A launcher killed in the instant between making the placeholders and
+    recording their inodes leaves those placeholders behind: `sweep` removes
     only what a ledger proves was made by the launch.
     """
     others = {str(row.get("path")): row for row in _live_rows(store, os.getpid())}
@@ -157,6 +170,7 @@ def make(store: str, wanted: Sequence[Placeholder], held: Sequence[str] = ()) ->
     ledger = _ledger(store, os.getpid())
     if rows:
         _write_ledger(ledger, rows)
+    created: list[Placeholder] = []
     for item in wanted:
         try:
             if item.kind == "dir":
@@ -173,19 +187,27 @@ def make(store: str, wanted: Sequence[Placeholder], held: Sequence[str] = ()) ->
             raise SandboxError(
                 f"cannot make the placeholder {item.path} that keeps a control path from "
                 f"being created inside ({error.strerror})", EXIT_REFUSED) from None
+        created.append(item)
+    # One ledger write for them all: a launcher killed in between leaves these few
+    # empty placeholders behind, never a removal of anything that is not one.
+    for item in created:
         info = os.lstat(item.path)
         rows.append({"path": item.path, "kind": item.kind, "content": item.content,
                      "dev": info.st_dev, "ino": info.st_ino})
-        _write_ledger(ledger, rows)
         if item.kind == "dir":
             os.chmod(item.path, 0o555)  # nothing is created in it from outside either
+    if rows:
+        _write_ledger(ledger, rows)
     return Made(store, rows)
 
 
 def _write_ledger(path: str, rows: list[dict[str, object]]) -> None:
-    import json
+    def escaped(value: object) -> str:
+        return str(value).encode("unicode_escape").decode("ascii").replace("\t", "\\t")
 
     temporary = f"{path}.part"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(rows, handle)
+    with open(temporary, "w", encoding="ascii") as handle:
+        for row in rows:
+            handle.write(f"{row.get('kind')}\t{row.get('dev')}\t{row.get('ino')}\t"
+                         f"{escaped(row.get('path'))}\t{escaped(row.get('content', ''))}\n")
     os.replace(temporary, path)

@@ -22,7 +22,6 @@ place, so a launch interrupted during the import leaves no half-made home.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import sys
 from collections.abc import Iterable
@@ -88,6 +87,8 @@ def ensure_home(
     home = agent_home(root, agent)
     if os.path.isdir(home) and not os.path.islink(home):
         return home
+    import shutil  # only for a first launch: shutil costs ms at every import
+
     partial = f"{home}.new-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     os.mkdir(partial, 0o700)
@@ -211,6 +212,8 @@ def _copy(source: str, target: str, relative: str, skip: tuple[str, ...],
 
 def reset(root: str, agent: str) -> bool:
     """Remove an agent's store; whether there was one."""
+    import shutil
+
     directory = os.path.join(root, agent)
     if not os.path.lexists(directory):
         return False
