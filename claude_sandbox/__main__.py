@@ -3,7 +3,7 @@
 `_shadow`, `_jail_holder` and `_enter` are called by the shim, the jail and
 bwrap, never by a person; they are dispatched before argparse or any operator
 code is imported. Every SandboxError ends here, as one line and its status
-(DESIGN decision 13).
+(the exit statuses in README.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The whole bubblewrap command line, as a pure function (DESIGN decision 3).
+"""The whole bubblewrap command line, as a pure function (docs/reference/mounts.md).
 
 No other module adds a mount or a variable. bubblewrap applies its options in
 order, so the order below is part of the security model: a mask follows the
@@ -228,7 +228,7 @@ def _binary_ops(profile: Profile, facts: HostFacts) -> list[Op]:
 
 
 def _guard_ops(facts: HostFacts, writable: Sequence[str]) -> list[Op]:
-    """DESIGN decision 12: entry points in writable PATH directories ahead of the shims."""
+    """Check 22: entry points in writable PATH directories ahead of the shims."""
     ops: list[Op] = []
     for entry in facts.guard:
         if not _under(entry.directory, writable):
@@ -378,7 +378,7 @@ def build_ops(
     ops.append(
         Op(
             ("--ro-bind", "/dev/null", paths.INSIDE_MARKER),
-            "the nesting fact: a mount only the sandbox has (decision 7)",
+            "the nesting fact: a mount only the sandbox has (architecture.md, step 2)",
         )
     )
     ops.append(

@@ -187,7 +187,7 @@ def _state(action: str, agent: str | None, yes: bool) -> int:
 
 
 def _operator_tool(command: str, argv: list[str]) -> int:
-    """doctor and verify live in the tools tier (decision 1): hand over to its venv."""
+    """doctor and verify live in the tools tier: hand over to its venv."""
     python = os.path.join(paths.TOOLS_VENV, "bin", "python")
     if not os.access(python, os.X_OK):
         raise SandboxError(

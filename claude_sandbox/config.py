@@ -1,8 +1,8 @@
 """The operator's configuration: /etc/claude-sandbox.conf and CLAUDE_SANDBOX_* variables.
 
-Read from /etc only, never from the workspace (DESIGN decision 6): a file the
+Read from /etc only, never from the workspace (docs/reference/configuration.md): a file the
 agent can write must not widen its next launch. The keys and variables are the
-existing tool's (COMPAT.md) plus ours; unlike that tool we are strict: an
+existing tool's plus ours; unlike that tool we are strict: an
 unknown key, a malformed line, a relative path, a CIDR where an address is
 wanted or a port out of range refuses the launch naming FILE:LINE or the
 variable. Our own keys (hardening, max-pids, max-memory) have no variable:

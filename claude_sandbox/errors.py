@@ -2,7 +2,7 @@
 
 Every condition we can name is raised as SandboxError where it is detected and
 printed once, at the boundary in __main__, as `claude-sandbox: MESSAGE`
-(DESIGN decision 13). Statuses follow sysexits(3) so scripts can tell a
+(the exit statuses in README.md). Statuses follow sysexits(3) so scripts can tell a
 refusal from the agent's own failure.
 """
 

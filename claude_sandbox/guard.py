@@ -2,7 +2,7 @@
 
 IS_SANDBOX=1 is set inside, but any outer environment can forge it, and a
 forged variable must never make the shim run the real agent unwrapped
-(DESIGN decision 7). The facts used here are ones only the sandbox has
+(architecture.md, step 2). The facts used here are ones only the sandbox has
 together: a mount over the root-owned marker file (mounting needs privilege
 over the mount namespace, which an unprivileged user outside does not have),
 no effective capabilities, and no_new_privs.

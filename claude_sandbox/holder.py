@@ -1,8 +1,9 @@
 """The jail holder: the first process of the jail's user + network namespace.
 
 `unshare --user --map-root-user --net INTERPRETER -I -S -c CODE _jail_holder
---fd N` starts it (`paths.internal_argv`, as `_enter` starts; DESIGN decision
-8). It holds the namespace open while pasta attaches from outside, then
+--fd N` starts it (`paths.internal_argv`, as `_enter` starts;
+docs/explanation/egress-jail.md). It holds the namespace open while pasta
+attaches from outside, then
 carries out the parent's requests inside the namespace: run `ip`, switch
 IPv6 off, start an inside relay, and finally exec the session command. Policy (which routes, whether
 the read-back matches) lives in the parent (jail.py, routes.py); the holder
@@ -10,7 +11,7 @@ is a small executor, so its import cost stays off the launch's critical path.
 
 It talks to the parent only over the socketpair end it inherits as fd N,
 never a pipe or a file: a pipe can be reopened through /proc/PID/fd by any
-process of the same user, a socketpair cannot (seed 000). The session's argv
+process of the same user, a socketpair cannot (egress-jail.md, Channels). The session's argv
 and environment arrive on that socket, never on a command line
 (/proc/PID/cmdline is world-readable).
 
@@ -170,7 +171,7 @@ def start_relay(kind: str, where: str, argv: list[str]) -> list[str]:
     """Start an inside socat, in its own session, off the terminal; wait until it listens.
 
     Its own session keeps Ctrl-C for the agent, not the relay; /dev/null keeps
-    the relay off the terminal entirely (DESIGN decision 8).
+    the relay off the terminal entirely (docs/explanation/egress-jail.md).
     """
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     try:

@@ -150,7 +150,7 @@ def _read_mountinfo() -> str:
 def install_root(binary: str, home: str) -> str:
     """The npm package holding `binary` when it lives under $HOME, else the file.
 
-    The $HOME mask hides an install that lives there (FACTS: agent CLIs), and a
+    The $HOME mask hides an install that lives there (measured with the agent CLIs), and a
     node launcher needs its whole package beside it, so the package comes back.
     """
     if not binary.startswith(home + "/"):

@@ -1,4 +1,4 @@
-"""The integrity guard (DESIGN decision 11): agents refuse to work unsandboxed.
+"""The integrity guard (docs/explanation/architecture.md): agents refuse to work unsandboxed.
 
 The shims are the first line: `claude` on PATH is ours. This module is the
 second, for the day something runs the real binary directly (an IDE extension,

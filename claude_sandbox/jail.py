@@ -1,5 +1,5 @@
 """The egress jail: a per-launch network namespace that reaches the internet
-and nothing private (DESIGN decision 8, seed 002 "Egress-jail mechanism").
+and nothing private (docs/explanation/egress-jail.md).
 
 The order is the security argument, and every step fails closed:
 
@@ -78,7 +78,7 @@ def _write_resolv_conf(directory: str) -> str:
     """resolv.conf naming pasta's forwarder; keeps search/domain/options.
 
     pasta answers only queries sent to the forwarder address; queries to the
-    real resolver (inside blackholed 10/8 here) would time out (FACTS: pasta).
+    real resolver (inside blackholed 10/8 here) would time out (measured).
     """
     kept: list[str] = []
     with contextlib.suppress(OSError), open("/etc/resolv.conf") as f:
@@ -95,7 +95,7 @@ def _write_resolv_conf(directory: str) -> str:
 
 def _set_not_dumpable() -> None:
     """The waiting parent holds the jail's control socket: keep same-user
-    processes (the agent included) out of its memory and descriptors (seed 000)."""
+    processes (the agent included) out of its memory and descriptors (egress-jail.md, Channels)."""
     if jail_start.load_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
 
@@ -464,7 +464,7 @@ class Jail:
         # another added those up on every launch.
         dying: list[int] = []
         if self._pasta.poll() is None:
-            # pasta does not exit when the namespace dies (FACTS): end it. It is
+            # pasta does not exit when the namespace dies (measured): end it. It is
             # our child (-f), not yet reaped, so its pid cannot have been reused.
             with contextlib.suppress(OSError):
                 dying.append(os.pidfd_open(self._pasta.pid))

@@ -1,7 +1,7 @@
 """What a jailed launch does first: the preflight, then everything up to pasta's attach.
 
 The holder's namespace and pasta's attach are the longest wait of a jailed
-launch (DESIGN's performance targets), so they start before anything else is
+launch (ADR 0004), so they start before anything else is
 imported: this module needs only os, fcntl, stat, time, _signal,
 _socket (and ctypes, which jail.py needs as well). begin() spawns the
 holder, waits for its namespace, prepares the tap device and spawns pasta;
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # The jail's interface, which make_tap creates and pasta attaches to (-I).
 TAP_NAME = "eth0"
 # Flags shared with bench/bench_jail.py's floor, so the two measure the same
-# pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (FACTS).
+# pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (measured).
 # -t/-u/-T/-U none: no port forwarding in either direction, which also
 # halves pasta's attach time. -4: the jail has no IPv6 to configure.
 # -I: attach to the persistent device make_tap prepared (see there).
@@ -133,7 +133,7 @@ def preflight(*, needs_socat: bool) -> None:
 def spawn_holder() -> tuple[Child, _socket.socket]:
     """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N` (paths.internal_argv).
 
-    The socketpair is the only channel (seed 000: never a pipe). The holder
+    The socketpair is the only channel (never a pipe: egress-jail.md). The holder
     gets its end and the three standard streams only.
     """
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -216,7 +216,7 @@ def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
     network namespaces (opened here, where a holder that is gone is waited out).
 
     pasta cannot attach before the holder has its own network namespace
-    (setns EINVAL, FACTS: pasta) or before unshare has written the id maps.
+    (setns EINVAL, measured with this pasta) or before unshare has written the id maps.
     While a process is inside execve() its new mm is briefly not dumpable,
     and pasta (capabilities already dropped) then gets EACCES opening
     /proc/PID/ns/user. Waiting until unshare has exec'd the interpreter
@@ -327,7 +327,7 @@ def spawn_pasta(holder: Child, directory: str) -> Child:
     stays this process's child, which ends it by pid and reaps it. And since
     the kernel kills it when the launcher dies (die_with_parent), not even a
     SIGKILLed launcher leaves a pasta behind (a daemon would live on). Never
-    on the terminal (DESIGN decision 8): its streams are /dev/null and a log
+    on the terminal (docs/explanation/egress-jail.md): its streams are /dev/null and a log
     in `directory`.
     """
     pidfile = os.path.join(directory, "pasta.pid")

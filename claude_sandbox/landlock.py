@@ -1,15 +1,15 @@
 """The Landlock layer, entered inside bwrap just before the agent runs.
 
 Why inside: a process already in a Landlock domain cannot run bwrap ("Failed
-to make / slave", FACTS), and the domain is inherited by every descendant and
+to make / slave", measured), and the domain is inherited by every descendant and
 can never be left, so the last step before exec is the right place.
 
-What it does, best-effort by the kernel's ABI (DESIGN decision 10):
+What it does, best-effort by the kernel's ABI (docs/explanation/kernel-layers.md):
 - standard: scope signals and abstract unix sockets (ABI >= 6), so the agent
   cannot signal, or connect to an abstract socket of, anything outside the
   sandbox even where it can see the PID or share the network namespace;
 - harsh: also handle EXECUTE and grant it only on read-only subtrees, so a
-  binary the agent writes anywhere it can write does not run (seed 001).
+  binary the agent writes anywhere it can write does not run (check 50).
 A right the kernel lacks is reported once on stderr, never dropped quietly;
 harsh without Landlock at all refuses the launch.
 

@@ -1,4 +1,4 @@
-"""Resource caps: `max-pids`, `max-memory`, and core dumps off (DESIGN decision 10).
+"""Resource caps: `max-pids`, `max-memory`, and core dumps off (docs/explanation/kernel-layers.md).
 
 Two mechanisms, chosen per launch by `plan_limits` from probed host facts:
 
@@ -370,7 +370,7 @@ def run_supervised(
 
     The parent stays in the terminal's foreground process group with the
     child, so ^Z stops both and `fg` continues both; it ignores ^C and ^\\
-    (the child decides), forwards TERM and HUP, and is not dumpable (seed 000).
+    (the child decides), forwards TERM and HUP, and is not dumpable (egress-jail.md, Channels).
     Returns the child's exit status in shell form.
     """
     import ctypes  # only on this path: the plain launch never pays for it

@@ -1,6 +1,6 @@
 """Fixed locations, and the only way the launch path finds an external tool.
 
-The launch path never consults PATH (DESIGN decision 2): PATH is the caller's,
+The launch path never consults PATH (architecture.md, step 1): PATH is the caller's,
 and an agent can write to directories on it. Tools come from this fixed list
 of root-owned system directories instead.
 """
@@ -20,7 +20,7 @@ REAL_BIN_DIR = f"{LIBEXEC}/real"
 # Agents the installer fetched from the npm registry live under this prefix.
 AGENTS_PREFIX = f"{LIBEXEC}/agents"
 # An empty root-owned file; inside the sandbox a read-only bind covers it.
-# The mount is the nesting fact an outer environment cannot forge (decision 7).
+# The mount is the nesting fact an outer environment cannot forge (architecture.md, step 2).
 INSIDE_MARKER = f"{LIBEXEC}/inside"
 # An empty root-owned file, 0444: what masked dotfiles read as. (/dev/null would
 # not do: bwrap binds are nodev, so a bound device node cannot even be opened.)
@@ -46,7 +46,7 @@ SYSTEM_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
 # The address the agent's resolv.conf names in the egress jail. pasta answers
 # DNS sent here (`--dns-forward`) and relays it to the container's real
 # resolver, which on our machines sits inside 10/8 and is therefore blackholed
-# (FACTS: DNS). Link-local, so that without the /32 exception it falls under the
+# (measured here). Link-local, so that without the /32 exception it falls under the
 # unreachable 169.254/16 row, and outside the ranges clouds use for metadata.
 DNS_FORWARDER = "169.254.1.53"
 

@@ -10,10 +10,10 @@ crosses network namespaces, and the directory's mode keeps other users off it.
     callback-port N: container 127.0.0.1:N -> socat -> DIR/c-N -> socat -> jail 127.0.0.1:N
 
 Each relay grants service access the jail otherwise denies, so relays exist
-only for ports the operator configured (seed 002, network-identity
-disclosure). Relays run in their own session with /dev/null as standard
+only for ports the operator configured (docs/explanation/egress-jail.md,
+Relays). Relays run in their own session with /dev/null as standard
 streams: a terminal's Ctrl-C must reach the agent, not a relay, and no relay
-may read or write the user's terminal (DESIGN decision 8).
+may read or write the user's terminal (docs/explanation/egress-jail.md).
 """
 
 from __future__ import annotations

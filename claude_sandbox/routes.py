@@ -1,4 +1,4 @@
-"""The egress jail's route plan: pure functions, no I/O (DESIGN decision 8).
+"""The egress jail's route plan: pure functions, no I/O (docs/explanation/egress-jail.md).
 
 pasta copies the outer container's routes into the jail's namespace, so the
 holder throws the main table away and builds an allow-list from nothing:

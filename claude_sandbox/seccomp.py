@@ -1,7 +1,7 @@
 """The seccomp layer: a classic-BPF filter built from a table, no libseccomp at run time.
 
 bwrap loads the program with `--seccomp FD` after it has set up the sandbox
-and before it execs the entry (DESIGN decision 10, seeds 001/004). The policy
+and before it execs the entry (docs/explanation/kernel-layers.md). The policy
 is the `RULES` table below; `_compile` is the small interpreter that turns the
 rows into BPF. Everything not named is allowed: this is a deny-list of the
 calls an agent never needs and an attacker wants (reading another process's
@@ -64,7 +64,7 @@ class ArgTest:
     Only the low word is compared, on purpose: the kernel truncates an ioctl
     request to `unsigned int` and clone's flags to their lower 32 bits, so a
     caller who sets junk in the high word still gets TIOCSTI. A full 64-bit
-    compare (libseccomp's default) would let that junk through (FACTS,
+    compare (libseccomp's default) would let that junk through (measured,
     seccomp).
     """
 
@@ -96,7 +96,7 @@ RULES: tuple[Rule, ...] = (
          "TIOCLINUX can also inject console input (paste selection)",
          ArgTest(1, 0xFFFFFFFF, TIOCLINUX)),
     Rule("ptrace", 101, 117, EPERM, "standard",
-         "no Yama here: nothing else stops tracing a same-uid process (FACTS)"),
+         "no Yama here: nothing else stops tracing a same-uid process (measured)"),
     Rule("process_vm_readv", 310, 270, EPERM, "standard", "reads another process's memory"),
     Rule("process_vm_writev", 311, 271, EPERM, "standard", "writes another process's memory"),
     Rule("pidfd_getfd", 438, 438, EPERM, "standard",
@@ -121,7 +121,7 @@ RULES: tuple[Rule, ...] = (
     Rule("open_by_handle_at", 304, 265, EPERM, "standard",
          "opens files by handle, around the mount namespace (the 'shocker' escape)"),
     # Harsh: no nested user namespaces. Standard keeps them because codex and
-    # Anthropic's sandbox runtime build their own sandbox inside (FACTS).
+    # Anthropic's sandbox runtime build their own sandbox inside (measured).
     Rule("unshare", 272, 97, EPERM, "harsh", "a new user namespace regains capabilities",
          _NEWUSER),
     Rule("clone", 56, 220, EPERM, "harsh", "a new user namespace regains capabilities",

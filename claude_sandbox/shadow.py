@@ -1,4 +1,4 @@
-"""The launch: guard, prepare, build, exec (the spine of seed 002).
+"""The launch: guard, prepare, build, exec (docs/explanation/architecture.md).
 
 `_shadow NAME -- ARGS` lands here from the shim. Everything the sandbox will
 be is decided by bwrap.build from the profile, /etc's configuration and the
@@ -443,7 +443,7 @@ def _prepare(
     argv = plan.argv(bwrap_path)
     if script is not None:
         # script(1) gives the sandbox its own pty: TIOCSTI inside reaches that pty,
-        # never the outer terminal (decision 9). It runs bwrap through `$SHELL -c`.
+        # never the outer terminal (check 45). It runs bwrap through `$SHELL -c`.
         argv = [script, "-q", "-e", "-c", "exec " + sh_join(argv), "/dev/null"]
     wanted = [p for control in plan.layout.controls for p in control.placeholders]
     held = [p for control in plan.layout.controls for p in control.read_only]

@@ -98,7 +98,7 @@ def pasta_row() -> Finding:
                             check=False, timeout=10)
     version = (result.stdout or result.stderr).strip().splitlines()
     text = version[0] if version else "installed (no --version output)"
-    # Known quirks of Debian 12's 0.0~git20230309 (FACTS): it does not exit with
+    # Known quirks of Debian 12's 0.0~git20230309 (measured): it does not exit with
     # its namespace (the jail ends it by -P pidfile) and needs --no-map-gw.
     return Finding(True, f"{finding.detail}: {text} (quirks handled: no exit with the "
                    "namespace, gateway mapped to host loopback unless --no-map-gw)")
