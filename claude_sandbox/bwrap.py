@@ -73,9 +73,6 @@ class Extras:
     seccomp_fd: int | None = None
     resolv_conf: str | None = None  # the jail's generated resolv.conf
     jailed: bool = False
-    # script(1) runs bwrap through $SHELL -c, so the environment handed to it says
-    # SHELL=/bin/sh and bwrap sets the agent's SHELL back itself.
-    via_script: bool = False
 
 
 @record
@@ -403,13 +400,6 @@ def build_ops(
             )
         )
     ops.append(Op(("--chdir", facts.cwd), "start where you launched"))
-    if extras.via_script:
-        ops.append(
-            Op(
-                ("--setenv", "SHELL", AGENT_SHELL),
-                "script(1) needed SHELL=/bin/sh; the agent gets bash back",
-            )
-        )
     if extras.seccomp_fd is not None:
         ops.append(Op(("--seccomp", str(extras.seccomp_fd)), "the seccomp filter (check 23)"))
     return tuple(ops)
@@ -457,8 +447,6 @@ def build_env(
     for name in config.pass_env:
         if name in environ:
             env[name] = environ[name]
-    if extras.via_script:
-        env["SHELL"] = "/bin/sh"
     return tuple(sorted(env.items()))
 
 

@@ -31,9 +31,11 @@ if TYPE_CHECKING:
 LEVELS = ("standard", "harsh")
 
 # The parsed options: the same field names as limits.KernelSettings.
-# Ctrl-C and Ctrl-\\: ignored by the launcher for bwrap's sake; kept ignored for the
-# agent only where the launch itself inherited them ignored (`--keep-ignored int,quit`).
-_TERMINAL_SIGNALS = {"int": signal.SIGINT, "quit": signal.SIGQUIT}
+# Ctrl-C, Ctrl-\\, hang-up and TERM: ignored by bwrap so that the agent decides
+# (process.SESSION_IGNORED); kept ignored for the agent only where the launch
+# itself inherited them ignored (`--keep-ignored int,quit,hup,term`).
+_TERMINAL_SIGNALS = {"int": signal.SIGINT, "quit": signal.SIGQUIT, "hup": signal.SIGHUP,
+                     "term": signal.SIGTERM}
 
 Entry = namedtuple(
     "Entry", "level max_pids max_memory writable exec_files keep_ignored hide_outer_proc"
@@ -111,14 +113,49 @@ def reset_signals(keep_ignored: tuple[int, ...]) -> None:
     """Hand the agent the signal dispositions it would have had without us.
 
     Ignored dispositions survive exec. Python ignores SIGPIPE and SIGXFSZ at start,
-    and the launcher ignores SIGINT and SIGQUIT so that Ctrl-C reaches the agent
-    without killing bwrap (and with it, through --die-with-parent, the sandbox).
-    Those two stay ignored only if the launch itself inherited them ignored.
+    and bwrap ignores SIGINT, SIGQUIT, SIGHUP and SIGTERM so that they reach the
+    agent without killing bwrap (and with it, through --die-with-parent, the
+    sandbox). Those stay ignored only if the launch itself inherited them ignored.
     """
     restore = [signal.SIGPIPE, signal.SIGXFSZ]
     restore += [s for s in _TERMINAL_SIGNALS.values() if s not in keep_ignored]
     for signum in restore:
         signal.signal(signum, signal.SIG_DFL)
+
+
+def relay_stops() -> NoReturn:
+    """Stay as the agent's parent, outside its Landlock domain, and pass its Ctrl-Z on.
+
+    An agent that suspends itself in raw mode (Claude Code: `kill(0, SIGTSTP)`)
+    stops only what its domain may signal (Landlock's signal scope): itself,
+    not bwrap or the launcher, so the shell never gets the terminal back. This
+    parent sees the stop and sends the same stop to the whole job from outside
+    the domain; `fg` then continues every process of it, the agent included.
+    It ignores what the launcher forwards to the agent, and exits with the
+    agent's status.
+    """
+    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM,
+                   signal.SIGTSTP):
+        signal.signal(signum, signal.SIG_IGN)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WUNTRACED)
+        except ChildProcessError:
+            os._exit(0)
+        if os.WIFSTOPPED(status):
+            if _still_stopped(pid):  # not a stop `fg` has already ended
+                os.kill(0, signal.SIGTSTP)
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(128 - code if code < 0 else code)
+
+
+def _still_stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] == b"T"
+    except (OSError, IndexError):
+        return False
 
 
 def main(argv: list[str]) -> NoReturn:
@@ -130,6 +167,8 @@ def main(argv: list[str]) -> NoReturn:
         procmask.request_hiding(settings.hide_outer_proc)
     reset_signals(settings.keep_ignored)
     apply_rlimits(settings)
+    if os.isatty(0) and os.fork() != 0:
+        relay_stops()
     landlock.enter(settings.level, settings.writable, settings.exec_files)
     try:
         os.execv(agent[0], agent)

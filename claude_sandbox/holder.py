@@ -224,14 +224,12 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
     for signum in _PYTHON_IGNORED:
         _signal.signal(signum, _signal.SIG_DFL)
     # bwrap stays in the terminal's foreground group with the agent: it must not
-    # die of the agent's Ctrl-C, or --die-with-parent ends the whole sandbox.
-    # `_enter` gives the agent back the default dispositions (enter.reset_signals).
-    for signum in (_signal.SIGINT, _signal.SIGQUIT):
-        _signal.signal(signum, _signal.SIG_IGN)
-    # The session dies with the launcher, even a SIGKILLed one: script(1) is not
-    # bwrap's --die-with-parent, and would otherwise keep the agent running.
-    from .process import die_with_parent
+    # die of the agent's Ctrl-C or hang-up, or --die-with-parent ends the whole
+    # sandbox before the agent has had its say (process.SESSION_IGNORED).
+    from .process import die_with_parent, ignore_session_signals
 
+    ignore_session_signals()
+    # The session dies with the launcher, even a SIGKILLed one.
     if not die_with_parent():
         send_frame(sock, ["err", "cannot tie the session to the launcher (PR_SET_PDEATHSIG)"])
         os._exit(127)

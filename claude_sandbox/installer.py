@@ -32,7 +32,7 @@ SOURCE = Path(__file__).resolve().parent
 VERIFICATION_SOURCE = SOURCE.parent / "verification"
 VERIFICATION_DIR = f"{paths.LIBEXEC}/verification"
 APT_PACKAGES = (
-    "bubblewrap", "passt", "util-linux", "bsdutils", "iproute2", "iptables", "socat", "git",
+    "bubblewrap", "passt", "util-linux", "iproute2", "iptables", "socat", "git",
     "python3", "python3-venv", "ca-certificates",
 )
 NPM_PACKAGES = {

@@ -250,6 +250,8 @@ class Jail:
 
     def _holder_status(self) -> int:
         code = self._holder.wait()
+        if self._forward is not None:
+            return self._forward.forward.status(code)
         return 128 - code if code < 0 else code
 
     def _holder_ends_within(self, seconds: float) -> bool:
@@ -446,6 +448,8 @@ class Jail:
         if reply is not None:
             raise SandboxError(f"egress jail: {reply[1]}", EXIT_UNAVAILABLE)
         self._session_started = True
+        if self._forward is not None:
+            self._forward.session_started()
 
     # -- teardown --
 

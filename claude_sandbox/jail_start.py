@@ -21,7 +21,7 @@ import time
 
 from . import paths
 from .errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
-from .process import Child, fork_exec, forward_hangup_too, load_libc
+from .process import Child, Forward, fork_exec, load_libc
 from .record import record
 
 __all__ = ["Child", "fork_exec", "load_libc"]  # jail.py reaches them through this module
@@ -153,30 +153,34 @@ def spawn_holder() -> tuple[Child, _socket.socket]:
 
 
 class Forwarder:
-    """SIGTERM and SIGHUP handler from the holder's spawn to teardown.
+    """SIGTERM and SIGHUP handling from the holder's spawn to teardown.
 
     Before the session starts, forwarding ends the holder (its default
-    disposition) and with it the launch; afterwards it reaches the session,
-    whose end triggers teardown. Either way the launcher lives on to tear
-    down: a launcher killed by the default action would leave pasta behind.
-    restore() also gives back the terminal signals begin() ignored.
+    disposition) and with it the launch; afterwards it reaches the session
+    (process.Forward), whose end triggers teardown. Either way the launcher
+    lives on to tear down: a launcher killed by the default action would
+    leave pasta behind. restore() also gives back the terminal signals
+    begin() ignored.
     """
 
     def __init__(self, holder: Child, ignored: dict[int, object]) -> None:
         self.holder = holder
-        self.signalled = 0
-        self.previous = {**ignored,
-                         **{signum: _signal.signal(signum, self) for signum in _FORWARDED}}
+        self.ignored = ignored
+        self.forward = Forward(holder.pid, _FORWARDED)
 
-    def __call__(self, signum: int, _frame: object) -> None:
-        self.signalled = signum
-        if self.holder.returncode is None:
-            forward_hangup_too(self.holder.pid, signum)
+    @property
+    def signalled(self) -> int:
+        return self.forward.signalled
+
+    def session_started(self) -> None:
+        """Ctrl-C and Ctrl-\\ from a supervisor now reach the agent too."""
+        self.forward.handle(_TERMINAL)
 
     def restore(self) -> None:
-        for signum, handler in self.previous.items():
+        self.forward.close()
+        for signum, handler in self.ignored.items():
             _signal.signal(signum, handler)
-        self.previous = {}
+        self.ignored = {}
 
     def check(self) -> None:
         """Refuse to go on once a forwarded signal has ended the holder."""
@@ -424,14 +428,15 @@ def begin(trace: bool) -> Early:
     return Early(holder, sock, forward, userns_fd, directory, pasta, clock)
 
 
-def sweep_stale_dirs() -> None:
+def sweep_stale_dirs(dead: int = 0) -> None:
     """Remove this user's private directories whose launcher is gone.
 
     A SIGKILLed launcher cannot remove its directory (its processes die with
     it: die_with_parent, --die-with-parent). The next launch does, for a
     directory of this uid and pid namespace whose launcher pid no longer
     exists; a reused pid only postpones that. Best effort: a sweep never
-    stops a launch.
+    stops a launch. `dead`: a launcher known to be gone though its pid still
+    exists (the janitor's, not yet reaped).
     """
     try:
         mine = _own_prefix()
@@ -441,7 +446,9 @@ def sweep_stale_dirs() -> None:
     for entry in entries:
         pid = entry.name[len(mine) :].split(".")[0]
         try:
-            if not pid.isdigit() or int(pid) == os.getpid() or os.path.exists(f"/proc/{pid}"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            if int(pid) != dead and os.path.exists(f"/proc/{pid}"):
                 continue
             info = entry.stat(follow_symlinks=False)
             if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():

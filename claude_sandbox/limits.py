@@ -314,15 +314,18 @@ def _write(path: str, value: str) -> None:
         ) from None
 
 
-def sweep_stale(base: str) -> None:
-    """Remove directories whose launcher died without cleaning up (SIGKILL)."""
+def sweep_stale(base: str, dead: int = 0) -> None:
+    """Remove directories whose launcher died without cleaning up (SIGKILL).
+
+    `dead`: a launcher known to be gone though its pid still exists (janitor.py).
+    """
     try:
         names = os.listdir(base)
     except OSError:
         return
     for name in names:
         pid = name[len(_PREFIX):] if name.startswith(_PREFIX) else ""
-        if pid.isascii() and pid.isdigit() and not pid_alive(int(pid)):
+        if pid.isascii() and pid.isdigit() and (int(pid) == dead or not pid_alive(int(pid))):
             try:
                 os.rmdir(os.path.join(base, name))
             except OSError:
@@ -369,50 +372,47 @@ def run_supervised(
     """For an unjailed launch: fork, cap, exec, wait; the caller then cleans up.
 
     The parent stays in the terminal's foreground process group with the
-    child, so ^Z stops both and `fg` continues both; it ignores ^C and ^\\
-    (the child decides), forwards TERM and HUP, and is not dumpable (egress-jail.md, Channels).
-    Returns the child's exit status in shell form.
+    child, so ^Z stops both and `fg` continues both; signals sent to it reach
+    the session (process.Forward), and it is not dumpable (egress-jail.md,
+    Channels). Returns the child's exit status in shell form.
     """
     import ctypes  # only on this path: the plain launch never pays for it
-    import signal
+
+    from .process import Forward, die_with_parent, ignore_session_signals
 
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     for fd in pass_fds:
         os.set_inheritable(fd, True)
-    from .process import die_with_parent
-
     pid = os.fork()
     if pid == 0:
         try:
             if cgroup is not None:
                 cgroup.join()
-            # The session dies with the launcher, even a SIGKILLed one (script(1)
-            # would otherwise keep bwrap and the agent running).
+            ignore_session_signals()
+            # The session dies with the launcher, even a SIGKILLed one.
             if die_with_parent():
                 os.execve(argv[0], list(argv), dict(env))
         finally:
             os._exit(127)
     for fd in pass_fds:
         os.close(fd)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
-    from .process import forward_hangup_too
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda s, _f: forward_hangup_too(pid, s))
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except ChildProcessError:
-            status = 0
-            break
-        except InterruptedError:
-            continue
+    forward = Forward(pid)
+    try:
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                code = os.waitstatus_to_exitcode(status)
+                break
+            except ChildProcessError:
+                code = 0
+                break
+            except InterruptedError:
+                continue
+    finally:
+        forward.close()
     if cgroup is not None:
         cgroup.remove()
-    code = os.waitstatus_to_exitcode(status)
-    return 128 - code if code < 0 else code  # the shell's convention: 128 + signal
+    return forward.status(code)
 
 
 def describe(max_pids: int | None, max_memory: int | None, plan: LimitPlan) -> list[str]:

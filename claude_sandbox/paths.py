@@ -77,7 +77,6 @@ _PACKAGES = {
     "bwrap": "bubblewrap",
     "unshare": "util-linux",
     "setpriv": "util-linux",
-    "script": "util-linux (bsdutils)",
     "pasta": "passt",
     "ip": "iproute2",
     "ss": "iproute2",

@@ -115,15 +115,19 @@ def _remove(rows: Iterable[dict[str, object]], keep: set[str]) -> list[str]:
     return left
 
 
-def sweep(store: str) -> None:
-    """Remove what killed launchers left: their placeholders and their ledgers."""
+def sweep(store: str, dead: int = 0) -> None:
+    """Remove what killed launchers left: their placeholders and their ledgers.
+
+    `dead`: a launcher known to be gone though its pid still exists (a zombie
+    not yet reaped, when the janitor sweeps right after it died).
+    """
     directory = os.path.join(store, LEDGER_DIR)
     try:
         names = os.listdir(directory)
     except OSError:
         return
     for name in names:
-        if not name.isdigit() or pid_alive(int(name)):
+        if not name.isdigit() or (int(name) != dead and pid_alive(int(name))):
             continue
         ledger = os.path.join(directory, name)
         _remove(_read(ledger), _claimed_by_others(store, int(name)))

@@ -111,18 +111,109 @@ def fork_exec(
     return Child(pid)
 
 
-def forward_hangup_too(pid: int, signum: int) -> None:
-    """Send `signum` to `pid`; after a hang-up, SIGTERM as well.
+# The launcher-side processes of a session (bwrap, the jail holder once it is
+# bwrap) ignore these, so that the agent decides what they mean: a bwrap that
+# died of them would take the whole sandbox with it at once (--die-with-parent).
+# `_enter` gives the agent the defaults back (enter.reset_signals).
+SESSION_IGNORED = (_signal.SIGINT, _signal.SIGQUIT, _signal.SIGHUP, _signal.SIGTERM)
+# How long the agent has to end by itself after a TERM or a hang-up before the
+# launcher ends the sandbox: a session is gone within this and a second.
+GRACE = 1.0
 
-    A session under script(1) ignores SIGHUP; SIGTERM ends script, whose pty
-    closes, and the agent then gets its hang-up from the kernel, as it would
-    from a closed terminal without the sandbox.
-    """
-    for sent in (signum, _signal.SIGTERM) if signum == _signal.SIGHUP else (signum,):
+
+def ignore_session_signals() -> None:
+    """In a forked child about to exec the session's bwrap (see SESSION_IGNORED)."""
+    for signum in SESSION_IGNORED:
+        _signal.signal(signum, _signal.SIG_IGN)
+
+
+def session_processes(pid: int) -> list[int]:
+    """Every descendant of `pid`: bwrap's, and through it the sandbox's, processes."""
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        parent = queue.pop()
         try:
-            os.kill(pid, sent)
-        except ProcessLookupError:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children", "rb") as handle:
+                    children = [int(word) for word in handle.read().split()]
+            except OSError:
+                continue
+            found += children
+            queue += children
+    return found
+
+
+def _terminal_told_the_group() -> bool:
+    """Whether a Ctrl-C or Ctrl-\\ here came from the terminal to the whole group.
+
+    The launcher then shares the terminal's foreground group with the agent,
+    which got the signal itself; forwarding it would deliver it twice.
+    """
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
+class Forward:
+    """The launcher's handler for signals sent to it while the session runs.
+
+    The signal goes to every process of the session: bwrap ignores it
+    (SESSION_IGNORED), the agent and its children get it as they would
+    without the sandbox. After TERM or a hang-up the agent has GRACE seconds
+    to end; then the sandbox is killed, and the status is 128 + the signal.
+    """
+
+    def __init__(self, pid: int, signals: tuple[int, ...] = SESSION_IGNORED) -> None:
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)  # the grace kill can never hit a reused pid
+        self.signalled = 0
+        self.previous = {_signal.SIGALRM: _signal.signal(_signal.SIGALRM, self._expired)}
+        self.handle(signals)
+
+    def handle(self, signals: tuple[int, ...]) -> None:
+        for signum in signals:
+            self.previous.setdefault(signum, _signal.signal(signum, self))
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        terminal = signum in (_signal.SIGINT, _signal.SIGQUIT)
+        if terminal and _terminal_told_the_group():
             return
+        for pid in (self.pid, *session_processes(self.pid)):
+            try:
+                os.kill(pid, signum)
+            except OSError:  # gone meanwhile, or not ours to signal
+                continue
+        if not terminal:
+            self.signalled = self.signalled or signum
+            _signal.setitimer(_signal.ITIMER_REAL, GRACE)
+
+    def _expired(self, _signum: int, _frame: object) -> None:
+        try:
+            _signal.pidfd_send_signal(self.pidfd, _signal.SIGKILL)
+        except OSError:
+            pass
+
+    def status(self, code: int) -> int:
+        """The shell's form of the session's exit code (negative: a signal)."""
+        if self.signalled and code == -_signal.SIGKILL:
+            return 128 + self.signalled  # ended by us after the grace: the signal we got
+        return 128 - code if code < 0 else code
+
+    def close(self) -> None:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        for signum, handler in self.previous.items():
+            _signal.signal(signum, handler)
+        self.previous = {}
+        os.close(self.pidfd)
 
 
 def pid_alive(pid: int) -> bool:

@@ -30,8 +30,13 @@ from . import (
     workspace,
 )
 from .errors import EXIT_CONFIG, EXIT_JAIL, SandboxError
+from .janitor import Janitor
 from .record import record, replace
 from .trace import Trace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 JAIL_OFF_WARNING = (
     "claude-sandbox: warning: the egress jail is off (egress-jail = 0): the agent shares "
@@ -45,17 +50,6 @@ class Request:
     agent: str
     command: tuple[str, ...] | None  # None: the real agent with `args`
     args: tuple[str, ...]
-
-
-def _has_terminal() -> bool:
-    """Whether the launch holds a terminal a sandboxed process could inject into."""
-    if any(os.isatty(fd) for fd in (0, 1, 2)):
-        return True
-    try:
-        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
-    except OSError:
-        return False
-    return True
 
 
 def _pipe_with(data: bytes) -> int:
@@ -166,11 +160,13 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     if guard.inside_sandbox():
         _exec_nested(profile, request, environ)
     # bwrap shares the terminal's foreground group with the agent: ignoring Ctrl-C
-    # and Ctrl-\ from here on (inherited through exec) keeps bwrap alive when the
-    # agent gets them; _enter restores them for the agent (enter.reset_signals).
-    terminal = (("int", _signal.SIGINT), ("quit", _signal.SIGQUIT))
-    signals = ",".join(n for n, s in terminal if _signal.getsignal(s) == _signal.SIG_IGN)
-    for _, signum in terminal:
+    # and Ctrl-\\ from here on (inherited through exec) keeps bwrap alive when the
+    # agent gets them; _enter restores them for the agent (enter.reset_signals),
+    # and keeps ignored only what this launch itself inherited ignored (nohup).
+    inherited = (("int", _signal.SIGINT), ("quit", _signal.SIGQUIT),
+                 ("hup", _signal.SIGHUP), ("term", _signal.SIGTERM))
+    signals = ",".join(n for n, s in inherited if _signal.getsignal(s) == _signal.SIG_IGN)
+    for signum in (_signal.SIGINT, _signal.SIGQUIT):
         _signal.signal(signum, _signal.SIG_IGN)
     cfg = load_config(profile.name, environ)
     if request.command is None:
@@ -183,9 +179,14 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
         sys.stderr.write(f"claude-sandbox: warning: {warning}\n")
     trace.phase("config")
 
+    # Before anything exists that a killed launcher would leave behind.
+    janitor = Janitor()
     cgroup = limits.create(limit_plan)  # None unless a cap needs one
+    for directory in cgroup.dirs if cgroup is not None else ():
+        janitor.tell("cgroup", directory)
     jail = None
     prepared: Prepared | None = None
+    terminal = _terminal_modes()
     try:
         if cfg.egress_jail:
             from . import jail_start
@@ -209,7 +210,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
             trace.phase("jail started")
         else:
             sys.stderr.write(JAIL_OFF_WARNING)
-        prepared = _prepare(profile, cfg, limit_plan, request, environ, jail, signals)
+        prepared = _prepare(profile, cfg, limit_plan, request, environ, jail, signals, janitor)
         trace.phase("plan built")
         # The launcher always waits: placeholders and cgroups are removed, and the
         # session's changes reported, only by a process that outlives the sandbox.
@@ -224,11 +225,40 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     finally:
         if jail is not None:
             jail.close()
+        if prepared is not None:
+            _undo(prepared)  # first: the /proc helper is in the cgroup too
         if cgroup is not None:
             cgroup.leave()
             cgroup.remove()
-        if prepared is not None:
-            _undo(prepared)
+        _restore_terminal(terminal)
+        janitor.done()
+
+
+def _terminal_modes() -> list[Any] | None:
+    """The launching terminal's modes, to give back whatever state the agent leaves it in."""
+    import termios
+
+    try:
+        return termios.tcgetattr(0) if os.isatty(0) else None
+    except termios.error:
+        return None
+
+
+def _restore_terminal(modes: list[Any] | None) -> None:
+    """An agent killed in raw mode leaves the terminal unusable; the shell gets it back sane.
+
+    Only from the terminal's foreground group: a background launch writing the
+    modes would be stopped by SIGTTOU.
+    """
+    if modes is None:
+        return
+    import termios
+
+    try:
+        if os.tcgetpgrp(0) == os.getpgrp():
+            termios.tcsetattr(0, termios.TCSADRAIN, modes)
+    except (OSError, termios.error):
+        pass
 
 
 def _root_only(cfg: config.Config, facts: hostfacts.HostFacts,
@@ -408,14 +438,15 @@ def _prepare(
     environ: Mapping[str, str],
     jail: object | None,
     signals: str,
+    janitor: Janitor,
 ) -> Prepared:
     bwrap_path = paths.tool("bwrap")
-    script = paths.tool("script") if _has_terminal() else None
     facts = probe(profile, cfg, environ, dry_run=False)
     store = state.store_root(cfg.state_dir, facts.home, facts.uid)
     state.ensure_home(store, profile.name, facts.home, profile.imports, facts.uid,
                       default_root=cfg.state_dir is None)
     placeholders.sweep(store)
+    janitor.tell("store", store)
     text = gitconfig.render(
         gitconfig.identity(facts.user, facts.home), gitconfig.forge_helpers(cfg.no_forge)
     )
@@ -428,7 +459,6 @@ def _prepare(
         seccomp_fd=seccomp_fd,
         resolv_conf=getattr(jail, "resolv_conf", None),
         jailed=jail is not None,
-        via_script=script is not None,
     )
     plan = plan_for(profile, cfg, request, facts, environ, extras)
     helper, hide_fd = None, None
@@ -440,11 +470,11 @@ def _prepare(
         masks = procmask.Masks(plan.hide_outer_proc, private, paths.EMPTY_DIR, paths.EMPTY_FILE)
         helper, hide_fd = procmask.start_helper(masks)
     plan = with_enter(plan, cfg, limit_plan, signals, hide_fd)
+    # The agent shares the launching terminal, as it would without the sandbox:
+    # job control, resizes and hang-ups reach it directly. What a shared
+    # terminal allows beyond that, pushing input with TIOCSTI or TIOCLINUX, the
+    # seccomp filter refuses (check 45; docs/explanation/terminal.md).
     argv = plan.argv(bwrap_path)
-    if script is not None:
-        # script(1) gives the sandbox its own pty: TIOCSTI inside reaches that pty,
-        # never the outer terminal (check 45). It runs bwrap through `$SHELL -c`.
-        argv = [script, "-q", "-e", "-c", "exec " + sh_join(argv), "/dev/null"]
     wanted = [p for control in plan.layout.controls for p in control.placeholders]
     held = [p for control in plan.layout.controls for p in control.read_only]
     made = placeholders.make(store, wanted, held)
@@ -462,11 +492,6 @@ class Prepared:
     made: placeholders.Made
     layout: bwrap.Writable
     helper: int | None  # the /proc helper's pid (procmask.py)
-
-
-def sh_join(argv: Sequence[str]) -> str:
-    """POSIX sh quoting of each word (shlex.join without importing re at every launch)."""
-    return " ".join("'" + word.replace("'", "'\"'\"'") + "'" for word in argv)
 
 
 def with_enter(

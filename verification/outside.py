@@ -3,28 +3,31 @@
 The verify runner calls these around the launch: 27 launches from places the
 workspace check must refuse (they refuse before any namespace exists), 48
 launches from an environment planted with redirections, 49 SIGKILLs a
-launcher mid-session, 35 compares what existed before the launch with what
-is left after it.
+launcher mid-session and 60 hangs up its terminal, 35 compares what existed
+before the launch with what is left after it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 EXIT_REFUSED = 77
 EXIT_CONFIG = 78  # a path that may not be writable, from any source (ADR 0005)
 # Matched before any dot: pasta's process is named passt.avx2 (or passt.avx512)
 # after the wrapper picks the build for this CPU.
-WATCHED_COMMS = frozenset({"bwrap", "pasta", "passt", "unshare", "script", "socat"})
+WATCHED_COMMS = frozenset({"bwrap", "pasta", "passt", "unshare", "socat"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,50 +268,150 @@ def _reap_children() -> None:
             return
 
 
+class _Terminal:
+    """A pty whose slave becomes a launch's controlling terminal, as a user's terminal is."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = os.openpty()
+
+    def streams(self) -> dict[str, Any]:
+        return {"stdin": self.slave, "stdout": self.slave, "stderr": self.slave,
+                "start_new_session": True,
+                "preexec_fn": lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0)}
+
+    def started(self) -> None:
+        os.close(self.slave)
+        os.set_blocking(self.master, False)
+
+    def drain(self) -> None:
+        """Read what the launch wrote, so that a full pty never blocks it."""
+        try:
+            while os.read(self.master, 65536):
+                pass
+        except OSError:
+            pass
+
+    def hang_up(self) -> None:
+        os.close(self.master)  # the kernel hangs up the slave: SIGHUP to the session
+
+
+def _quiet() -> dict[str, Any]:
+    return {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+            "stderr": subprocess.DEVNULL, "start_new_session": True}
+
+
+def _workspace_files(workdir: str) -> frozenset[str]:
+    return frozenset(os.path.join(root, name) for root, dirs, files in os.walk(workdir)
+                     for name in dirs + files)
+
+
 def check_49_killed_launcher(shim: str, agent: str, workdir: str,
                              environ: Mapping[str, str], settle: float = 5.0) -> Result:
-    """SIGKILL the launcher mid-session: nothing of the launch may keep running,
-    and the next launch removes what the killed one could not (its temp files).
+    """SIGKILL the launcher mid-session, with a terminal and without: nothing of
+    the launch may keep running, and its files (placeholders, the jail's
+    directory, cgroups) are gone within the settle time, without a next launch.
 
     The runner makes itself a subreaper for the check, as an init would be: the
     launch's orphans come to it, and it reaps them, so only what still runs counts.
     """
+    for terminal in (_Terminal(), None):
+        failure = _killed_launcher(shim, agent, workdir, environ, settle, terminal)
+        if failure:
+            where = "with a terminal" if terminal else "without a terminal"
+            return Result("49", "FAIL", f"{where}: {failure}")
+    return Result("49", "PASS", "with a terminal and without, nothing ran on and no file "
+                                "of the launch was left")
+
+
+def _killed_launcher(shim: str, agent: str, workdir: str, environ: Mapping[str, str],
+                     settle: float, terminal: _Terminal | None) -> str:
     marker = f"{30 + secrets.randbelow(1000) / 1000:.3f}"  # sleep's argument, unique
     libc = ctypes.CDLL(None)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     runner = os.getpid()
     try:
         before = snapshot()
+        files = _workspace_files(workdir)
         launcher = subprocess.Popen([shim, "shell", "--agent", agent, "--", "/bin/sleep", marker],
-                                    cwd=workdir, env=dict(environ), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    cwd=workdir, env=dict(environ),
+                                    **(terminal.streams() if terminal else _quiet()))
+        if terminal:
+            terminal.started()
         deadline = time.monotonic() + 60
         while not _started(before, marker):
+            if terminal:
+                terminal.drain()
             if launcher.poll() is not None or time.monotonic() > deadline:
-                return Result("49", "FAIL", f"the session never started (exit {launcher.poll()})")
+                return f"the session never started (exit {launcher.poll()})"
             time.sleep(0.05)
         launcher.kill()
         launcher.wait()
         # Everything of the launch must end by itself within the settle time: what
-        # still runs then fails the check, whatever it is called.
+        # still runs then fails the check, whatever it is called; and the janitor
+        # the launcher left removes its files in that time too.
+        deadline = time.monotonic() + settle
+        while True:
+            _reap_children()
+            left = _launch_processes(before, runner)
+            temps = sorted(path for path in _temp_entries() - before.temp_entries
+                           if "claude-sandbox" in path)
+            planted = sorted(_workspace_files(workdir) - files)
+            if not (left or temps or planted) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if terminal:
+            terminal.hang_up()
+        if left:
+            return f"still running after the launcher's SIGKILL: {', '.join(left)}"
+        if temps or planted:
+            return f"left behind: {', '.join(temps + planted)}"
+        return ""
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        _reap_children()
+
+
+def check_60_hang_up_ends_the_session(shim: str, agent: str, workdir: str,
+                                      environ: Mapping[str, str], settle: float = 2.0
+                                      ) -> Result:
+    """Close the terminal of a running session: the agent gets the hang-up, and
+    nothing of the launch runs `settle` seconds later."""
+    mark = os.path.join(workdir, f"csbx-hup-{secrets.token_hex(4)}")
+    script = (f'trap "echo hup > {mark}; exit 3" HUP; echo READY; '
+              "while :; do sleep 0.1; done")
+    terminal = _Terminal()
+    libc = ctypes.CDLL(None)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    runner = os.getpid()
+    try:
+        before = snapshot()
+        launcher = subprocess.Popen([shim, "shell", "--agent", agent, "--", "/bin/sh", "-c",
+                                     script], cwd=workdir, env=dict(environ),
+                                    **terminal.streams())
+        terminal.started()
+        seen, deadline = b"", time.monotonic() + 60
+        while b"READY" not in seen:
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                return Result("60", "FAIL", f"the session never started (exit {launcher.poll()})")
+            try:
+                seen += os.read(terminal.master, 65536)
+            except BlockingIOError:
+                time.sleep(0.02)
+            except OSError:
+                break
+        terminal.hang_up()
         deadline = time.monotonic() + settle
         while (left := _launch_processes(before, runner)) and time.monotonic() < deadline:
             _reap_children()
-            time.sleep(0.1)
-        _reap_children()
-        left = _launch_processes(before, runner)
+            time.sleep(0.05)
+        status = launcher.wait(timeout=10)
         if left:
-            return Result("49", "FAIL", f"still running after the launcher's SIGKILL: "
+            return Result("60", "FAIL", f"still running {settle:.0f} s after the hang-up: "
                                         f"{', '.join(left)}")
-        subprocess.run([shim, "shell", "--agent", agent, "--", "/bin/true"], cwd=workdir,
-                       env=dict(environ), capture_output=True, check=False,
-                       stdin=subprocess.DEVNULL, timeout=120)
-        temps = sorted(path for path in _temp_entries() - before.temp_entries
-                       if "claude-sandbox" in path)
-        if temps:
-            return Result("49", "FAIL", f"not removed by the next launch: {', '.join(temps)}")
-        return Result("49", "PASS", "nothing ran on, and the next launch removed its files")
+        if not os.path.exists(mark):
+            return Result("60", "FAIL", f"the agent never got the hang-up (exit {status})")
+        os.unlink(mark)
+        return Result("60", "PASS", f"the agent got SIGHUP and the launch ended (exit {status})")
     finally:
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         _reap_children()

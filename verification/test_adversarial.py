@@ -409,7 +409,7 @@ def test_a25_tiocsti_outer_terminal(request: Req) -> None:
     os.close(write_end)
     if same and err != 1:
         pytest.fail("the sandbox holds the launching terminal and TIOCSTI is not filtered")
-    _blocked(request, "own pty" if not same else "TIOCSTI refused by seccomp")
+    _blocked(request, "its own terminal" if not same else "TIOCSTI refused by seccomp")
 
 
 def test_a26_hostname(request: Req) -> None:

@@ -625,7 +625,7 @@ def test_37_environment_allow_list() -> None:
     allowed = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "IS_SANDBOX", "IS_SANDBOX_AGENT",
                "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", *bwrap.PASSED_THROUGH,
                *(name for name, _ in profile.env), *FACTS.get("pass_env", []),
-               # set by the shells between bwrap and the program (script(1) runs sh -c)
+               # set by a shell between bwrap and the program (a `shell -- sh -c` command)
                "PWD", "OLDPWD", "SHLVL", "_"}
     if profile.tmp_variable:
         allowed.add(profile.tmp_variable)

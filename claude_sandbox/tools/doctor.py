@@ -230,7 +230,6 @@ ROWS: tuple[Row, ...] = (
     Row("ip", True, lambda: _tool("ip", "iproute2")),
     Row("socat (relays)", False, lambda: _tool("socat", "socat")),
     Row("setpriv (relays)", False, lambda: _tool("setpriv", "util-linux")),
-    Row("script", False, lambda: _tool("script", "bsdutils")),
     Row("Landlock", False, landlock_row),
     Row("seccomp", True, seccomp_row),
     Row("cgroup delegation", False, cgroup_row),

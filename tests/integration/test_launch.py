@@ -222,21 +222,19 @@ def test_the_jail_off_warning_is_said_once(launcher: Launcher) -> None:
     assert result.stderr.count("the egress jail is off") == 1
 
 
-def test_terminal_launch_goes_through_script(launcher: Launcher) -> None:
-    """With a terminal, the sandbox gets its own pty from script(1) (decision 9)."""
-    inner = "readlink /proc/self/fd/0"
-    command = [
-        "script",
-        "-qec",
-        f"tty; /usr/local/bin/claude-sandbox shell -- sh -c '{inner}'",
-        "/dev/null",
-    ]
+def test_the_agent_cannot_push_input_into_the_launching_terminal(launcher: Launcher) -> None:
+    """The agent shares the terminal (job control works as without the sandbox), and
+    TIOCSTI, which would type a command for the user's shell, is refused (check 45)."""
+    inner = ("import fcntl, os, termios\n"
+             "fd = os.open('/dev/tty', os.O_RDWR)\n"
+             "try:\n    fcntl.ioctl(fd, termios.TIOCSTI, b'x')\n    print('INJECTED')\n"
+             "except OSError as error:\n    print('REFUSED', error.errno)\n")
+    command = ["script", "-qec",
+               f"/usr/local/bin/claude-sandbox shell -- /usr/bin/python3 -c \"{inner}\"",
+               "/dev/null"]
     result = launcher.run(command)
     assert result.returncode == 0, result.stderr
-    ptys = [line.strip("\x00\r ") for line in result.stdout.splitlines() if "/dev/pts/" in line]
-    assert len(ptys) == 2, result.stdout
-    outer, inside = ptys
-    assert outer != inside, "the sandbox holds the launching terminal itself"
+    assert "REFUSED 1" in result.stdout, result.stdout  # EPERM from the seccomp filter
 
 
 def test_explain_lists_every_option_with_a_reason(launcher: Launcher) -> None:

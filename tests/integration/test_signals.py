@@ -1,0 +1,316 @@
+"""Every signal at every phase of an interactive launch leaves nothing behind.
+
+Each launch runs in a real pty, as root and as a user, jail off and on. A
+signal arrives during set-up, while the agent runs, or while the launcher
+tears down, the way a user (Ctrl-C and Ctrl-\\ reach the terminal's whole
+foreground group) or a supervisor (TERM, HUP, KILL to the launcher) sends it.
+Afterwards: no process, mount, cgroup, jail directory or placeholder of the
+launch is left, and the status is the agent's own or 128 + the signal.
+Job control (Ctrl-Z, `fg`) runs under a real interactive bash.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import pwd
+import random
+import select
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from .conftest import TEST_USER
+
+pytestmark = pytest.mark.integration
+
+SHIM = "/usr/local/bin/claude-sandbox"
+# The agent: says READY, runs a while, says BYE and exits 7 (its own status).
+AGENT = (
+    "import sys, time; print('READY', flush=True); time.sleep(float(sys.argv[1])); "
+    "print('BYE', flush=True); sys.exit(7)  # csbx-signal-agent"
+)
+SIGNALS = {
+    "INT": signal.SIGINT, "QUIT": signal.SIGQUIT, "TERM": signal.SIGTERM,
+    "HUP": signal.SIGHUP, "KILL": signal.SIGKILL,
+}  # fmt: skip
+# Where the signal lands: after a trace line of set-up, after the agent's first
+# line, or after its last (the launcher is then tearing down).
+PHASES = {"set-up": None, "running": "READY", "teardown": "BYE"}
+
+
+def _user_argv(user: str, argv: list[str]) -> list[str]:
+    if user == "root":
+        return argv
+    uid = pwd.getpwnam(user).pw_uid
+    return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--init-groups", *argv]
+
+
+def _env(user: str, jail: str) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": pwd.getpwnam(user).pw_dir,
+            "USER": user, "TERM": "xterm", "LANG": "C.UTF-8",
+            "CLAUDE_SANDBOX_EGRESS_JAIL": jail, "CLAUDE_SANDBOX_TRACE": "1"}
+
+
+class Session:
+    """One launch in its own pty; the launcher is the pty's session leader."""
+
+    def __init__(self, user: str, jail: str, workspace: str, seconds: float) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.chdir(workspace)
+            argv = [SHIM, "shell", "--", "/usr/bin/python3", "-c", AGENT, str(seconds)]
+            argv = _user_argv(user, argv)
+            os.execve(argv[0], argv, _env(user, jail))
+        self.seen = b""
+
+    def wait_for(self, text: str, timeout: float = 30) -> bool:
+        deadline = time.monotonic() + timeout
+        while text.encode() not in self.seen and time.monotonic() < deadline:
+            if select.select([self.fd], [], [], 0.02)[0]:
+                try:
+                    self.seen += os.read(self.fd, 65536)
+                except OSError:
+                    break
+        return text.encode() in self.seen
+
+    def send(self, signum: int) -> None:
+        """INT and QUIT as a terminal sends them (the foreground group), others to the launcher."""
+        if signum in (signal.SIGINT, signal.SIGQUIT):
+            try:
+                group = os.tcgetpgrp(self.fd)
+            except OSError:
+                return  # the terminal has no foreground group left: the launch is over
+            if group > 0 and group != os.getpgrp():  # never the test's own group
+                os.killpg(group, signum)
+        else:
+            os.kill(self.pid, signum)
+
+    def status(self, timeout: float = 30) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.wait_for("\0never", timeout=0.05)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                code = os.waitstatus_to_exitcode(status)
+                return 128 - code if code < 0 else code
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError(f"the launcher did not end: {self.seen[-2000:]!r}")
+
+
+# ------------------------------------------------------------------ leftovers
+def _ours(pid: str) -> bool:
+    """A process a launch starts: the launcher and its helpers, bwrap, pasta, relays."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read()
+        with open(f"/proc/{pid}/comm", "rb") as handle:
+            comm = handle.read().strip()
+    except OSError:
+        return False
+    return (b"claude_sandbox" in cmdline or b"csbx-signal-agent" in cmdline
+            or comm in (b"bwrap", b"pasta", b"pasta.avx2", b"passt", b"socat"))
+
+
+def _processes() -> set[str]:
+    return {pid for pid in os.listdir("/proc") if pid.isdigit() and _ours(pid)}
+
+
+def _mounts() -> set[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+        return {" ".join(line.split()[3:5]) for line in handle}
+
+
+def _cgroups() -> set[str]:
+    found = set()
+    for root, dirs, _ in os.walk("/sys/fs/cgroup"):
+        found |= {os.path.join(root, d) for d in dirs if d.startswith("claude-sandbox-")}
+        if root.count("/") > 5:
+            dirs[:] = []
+    return found
+
+
+def _tmp() -> set[str]:
+    return {name for name in os.listdir("/tmp") if name.startswith("claude-sandbox-jail.")}
+
+
+def _tree(workspace: str) -> set[str]:
+    return {os.path.join(root, name) for root, dirs, files in os.walk(workspace)
+            for name in dirs + files}
+
+
+class Snapshot:
+    def __init__(self, workspace: str) -> None:
+        self.workspace = workspace
+        self.state = self._take()
+
+    def _take(self) -> dict[str, set[str]]:
+        return {"processes": _processes(), "mounts": _mounts(), "cgroups": _cgroups(),
+                "jail directories": _tmp(), "workspace files": _tree(self.workspace)}
+
+    def left(self, within: float = 3.0) -> dict[str, set[str]]:
+        """What exists now that did not before, once the launch had `within` s to go."""
+        deadline = time.monotonic() + within
+        while True:
+            now = self._take()
+            extra = {k: now[k] - self.state[k] for k in now if now[k] - self.state[k]}
+            if not extra or time.monotonic() > deadline:
+                return extra
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def workspace(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    user = request.param
+    path = tempfile.mkdtemp(prefix="cs-sig-", dir="/tmp")
+    entry = pwd.getpwnam(user)
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+    try:
+        yield user, path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(path + "-user", ignore_errors=True)
+
+
+USERS = ["root", TEST_USER]
+
+
+@pytest.mark.parametrize("workspace", USERS, indirect=True)
+@pytest.mark.parametrize("jail", ["0", "1"])
+@pytest.mark.parametrize("phase", list(PHASES))
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_a_signal_at_any_phase_leaves_nothing(
+        workspace: tuple[str, str], jail: str, phase: str, name: str) -> None:
+    user, path = workspace
+    signum = SIGNALS[name]
+    before = Snapshot(path)
+    session = Session(user, jail, path, seconds=30 if phase == "running" else 0.2)
+    marker = PHASES[phase] or ("jail started" if jail == "1" else "plan built")
+    assert session.wait_for(marker), session.seen[-2000:]
+    session.send(signum)
+    status = session.status()
+    left = before.left()
+    assert not left, f"left behind: {left}\n{session.seen[-1500:]!r}"
+    allowed = {7, 128 + signum}
+    if phase == "running" and signum != signal.SIGKILL:
+        allowed = {128 + signum}  # the agent does not handle it: it dies of it
+    assert status in allowed, (status, session.seen[-1500:])
+
+
+# ---------------------------------------------------------------- job control
+JOB = (
+    "import os, signal, sys, time\n"
+    "print('READY', flush=True)\n"
+    "if sys.argv[1] == 'self': os.kill(0, signal.SIGTSTP)  # Claude Code's Ctrl-Z in raw mode\n"
+    "print('RESUMED', flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+class Shell:
+    """An interactive bash in a pty: the user's shell, with job control."""
+
+    def __init__(self, user: str, jail: str, workspace: str) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.chdir(workspace)
+            env = {**_env(user, jail), "PS1": "PROMPT$ "}
+            del env["CLAUDE_SANDBOX_TRACE"]
+            argv = _user_argv(user, ["/bin/bash", "--norc", "--noprofile", "-i"])
+            os.execve(argv[0], argv, env)
+        self.seen = b""
+        assert self.wait_for("PROMPT$ ")
+
+    def wait_for(self, text: str, timeout: float = 30) -> bool:
+        return Session.wait_for(self, text, timeout)  # type: ignore[arg-type]
+
+    def type(self, text: str, then: str, timeout: float = 30) -> None:
+        mark = len(self.seen)
+        os.write(self.fd, text.encode())
+        deadline = time.monotonic() + timeout
+        while then.encode() not in self.seen[mark:] and time.monotonic() < deadline:
+            self.wait_for("\0never", timeout=0.05)
+        assert then.encode() in self.seen[mark:], (text, then, self.seen[-1500:])
+
+    def close(self) -> None:
+        os.write(self.fd, b"exit\n")
+        time.sleep(0.2)
+        os.close(self.fd)
+        os.waitpid(self.pid, 0)
+
+
+@pytest.mark.parametrize("workspace", USERS, indirect=True)
+@pytest.mark.parametrize("jail", ["0", "1"])
+@pytest.mark.parametrize("how", ["ctrl-z", "self"])
+def test_ctrl_z_and_fg(workspace: tuple[str, str], jail: str, how: str) -> None:
+    """Ctrl-Z gives the shell its prompt back, `fg` resumes the agent: as without the sandbox.
+
+    `self`: the agent stops itself with kill(0, SIGTSTP), as Claude Code does
+    on Ctrl-Z in raw mode; its Landlock domain cannot signal the launcher, so
+    the sandbox passes the stop on.
+    """
+    user, path = workspace
+    before = Snapshot(path)
+    shell = Shell(user, jail, path)
+    try:
+        mode = "self" if how == "self" else "wait"
+        shell.type(f"{SHIM} shell -- /usr/bin/python3 -c \"$(printf '%b' '{_escaped(JOB)}')\" "
+                   f"{mode}\n", "READY")
+        if how == "ctrl-z":
+            shell.type("\x1a", "Stopped")
+        else:
+            assert shell.wait_for("Stopped"), shell.seen[-1500:]
+        shell.type("jobs\n", "Stopped")
+        shell.type("fg\n", "RESUMED" if how == "self" else "claude-sandbox")
+        time.sleep(0.3)
+        shell.type("\x03", "PROMPT$ ")
+        shell.type("echo STATUS=$?\n", "STATUS=130")  # fg's status: the agent's, 128 + SIGINT
+    finally:
+        shell.close()
+    assert not before.left(), before.left()
+
+
+def _escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("'", "\\047")
+
+
+# ----------------------------------------------------------------------- soak
+SOAK = int(os.environ.get("CLAUDE_SANDBOX_TERMINAL_SOAK", "100"))
+
+
+@pytest.mark.parametrize("workspace", ["root"], indirect=True)
+def test_interactive_sessions_killed_at_random_moments_leave_nothing(
+        workspace: tuple[str, str]) -> None:
+    """SOAK sessions (100 by default), users and jail alternating, each signalled at a
+    random moment between its start and a little after its end."""
+    _, root_path = workspace
+    user_path = root_path + "-user"
+    os.mkdir(user_path)
+    os.chown(user_path, *(lambda e: (e.pw_uid, e.pw_gid))(pwd.getpwnam(TEST_USER)))
+    before = {p: Snapshot(p) for p in (root_path, user_path)}
+    rng = random.Random(int(os.environ.get("CLAUDE_SANDBOX_SOAK_SEED", "12")))
+    statuses = []
+    started = time.monotonic()
+    for index in range(SOAK):
+        user, path = (("root", root_path), (TEST_USER, user_path))[index % 2]
+        jail = "1" if index % 4 >= 2 else "0"
+        name = rng.choice(list(SIGNALS))
+        session = Session(user, jail, path, seconds=0.3)
+        time.sleep(rng.uniform(0, 0.6))
+        try:
+            session.send(SIGNALS[name])
+        except ProcessLookupError:
+            pass
+        statuses.append((name, session.status()))
+        assert time.monotonic() - started < 600, "the soak is bounded to 10 minutes"
+    for snapshot in before.values():
+        left = snapshot.left(within=5.0)
+        assert not left, f"after {SOAK} sessions: {left}"
+    allowed = {0, 7, *(128 + s for s in SIGNALS.values())}
+    odd = [(name, status) for name, status in statuses if status not in allowed]
+    assert not odd, odd
