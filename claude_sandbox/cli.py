@@ -96,9 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor",
         help="check that this host can run the sandbox, with fixes",
         description="Check every host fact the sandbox needs and print a row each, with the "
-        "fix for each failing row. Exit 0 only when every required row is ok.",
+        "fix for each failing row. In a Kubernetes pod the fixes name the pod's settings "
+        "(deploy/pod.yaml). Exit 0 only when every required row is ok.",
     )
-    doctor.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    doctor_form = doctor.add_mutually_exclusive_group()
+    doctor_form.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    doctor_form.add_argument("--plain", action="store_true",
+                             help="the plain-text form: [ok|FAIL|warn] name: detail, and the "
+                             "fix under each failing row")
 
     verify = sub.add_parser(
         "verify",

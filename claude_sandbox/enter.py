@@ -11,7 +11,7 @@ It runs at every launch in a fresh interpreter, so it imports little:
 `landlock` (ctypes), `resource`, `collections`. Not `typing`, not
 `dataclasses` (about 35 ms together on this machine, more than everything
 else `_enter` does); the launcher-side half (KernelSettings, enter_argv,
-describe) lives in limits.py and is re-exported lazily below.
+describe) lives in limits.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~35 ms at every launch: not here
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from typing import NoReturn
 
 LEVELS = ("standard", "harsh")
 
@@ -40,18 +40,6 @@ _TERMINAL_SIGNALS = {"int": signal.SIGINT, "quit": signal.SIGQUIT, "hup": signal
 Entry = namedtuple(
     "Entry", "level max_pids max_memory writable exec_files keep_ignored hide_outer_proc"
 )
-
-
-def __getattr__(name: str) -> Any:
-    # The launcher-side half (KernelSettings, enter_argv, describe) lives in
-    # limits.py, which runs outside the sandbox where dataclasses are loaded.
-    names = {"KernelSettings": "KernelSettings", "enter_argv": "enter_argv",
-             "describe": "describe_kernel"}  # fmt: skip
-    if name in names:
-        from . import limits
-
-        return getattr(limits, names[name])
-    raise AttributeError(name)
 
 
 def _names(value: str) -> list[str]:

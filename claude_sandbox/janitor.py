@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 
+from .errors import EXIT_UNAVAILABLE, SandboxError
+
 
 class Janitor:
     """The launcher's end of the pipe."""
@@ -26,7 +28,13 @@ class Janitor:
     def __init__(self) -> None:
         read_end, self._write_end = os.pipe()
         launcher = os.getpid()
-        self.pid = os.fork()
+        try:
+            self.pid = os.fork()
+        except OSError as error:
+            os.close(read_end)
+            os.close(self._write_end)
+            raise SandboxError(f"cannot start a process ({error.strerror}): the user's "
+                               "process limit is reached", EXIT_UNAVAILABLE) from None
         if self.pid == 0:
             try:
                 os.close(self._write_end)

@@ -249,17 +249,6 @@ def plan_limits(
     return LimitPlan(tuple(cgroup), tuple(rlimits), tuple(warnings))
 
 
-def apply_rlimits(rlimits: Sequence[tuple[int, int]]) -> None:
-    """Inside bwrap: soft = hard, so the agent (no CAP_SYS_RESOURCE) cannot raise them."""
-    for which, value in rlimits:
-        try:
-            resource.setrlimit(which, (value, value))
-        except (OSError, ValueError) as exc:
-            raise SandboxError(
-                f"cannot set rlimit {which} to {value}: {exc}", EXIT_UNAVAILABLE
-            ) from None
-
-
 # ------------------------------------------------------------------ cgroups
 @record
 class Cgroup:

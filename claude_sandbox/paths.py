@@ -37,7 +37,6 @@ EMPTY_SETTINGS = f"{LIBEXEC}/empty-settings.json"
 # sets sandbox_mode = "danger-full-access" is bound over it (codexconfig.py).
 CODEX_MANAGED_CONFIG = "/etc/codex/managed_config.toml"
 GITCONFIG_INSIDE = "/etc/claude-gitconfig"
-AGENT_TMP = "/var/tmp/claude-agent"
 SHIM_DIR = "/usr/local/bin"
 ENTRY_POINTS = ("claude", "codex", "pi", "claude-sandbox")
 

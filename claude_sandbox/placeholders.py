@@ -75,12 +75,20 @@ def _claimed_by_others(store: str, me: int) -> set[str]:
 
 
 def _still_ours(row: dict[str, object]) -> bool:
+    """Whether the path holds exactly the placeholder the row records.
+
+    A row with inode 0 is one a launch was about to make when it died: the path
+    must then hold that placeholder's kind and content, made by this user.
+    """
     path = str(row.get("path"))
     try:
         info = os.lstat(path)
     except OSError:
         return False
-    if (info.st_dev, info.st_ino) != (row.get("dev"), row.get("ino")):
+    if row.get("ino") == 0:
+        if info.st_uid != os.getuid():
+            return False
+    elif (info.st_dev, info.st_ino) != (row.get("dev"), row.get("ino")):
         return False
     if row.get("kind") == "dir":
         return stat.S_ISDIR(info.st_mode) and not os.listdir(path)
@@ -161,9 +169,7 @@ class Made:
 def make(store: str, wanted: Sequence[Placeholder], held: Sequence[str] = ()) -> Made:
     """Create each placeholder that is still absent, recording each in the ledger.
 
-    A launcher killed in the instant between making the placeholders and
-    recording their inodes leaves those placeholders behind: `sweep` removes
-    only what a ledger proves was made by the launch.
+    `sweep` removes only what a ledger names and the path still holds exactly.
     """
     others = {str(row.get("path")): row for row in _live_rows(store, os.getpid())}
     shared = [others[path] for path in held if path in others]
@@ -172,8 +178,12 @@ def make(store: str, wanted: Sequence[Placeholder], held: Sequence[str] = ()) ->
     os.makedirs(os.path.join(store, LEDGER_DIR), mode=0o700, exist_ok=True)
     rows: list[dict[str, object]] = list(shared)  # another launch's, now ours as well
     ledger = _ledger(store, os.getpid())
-    if rows:
-        _write_ledger(ledger, rows)
+    # Written before anything is made: a launcher killed while it makes them leaves
+    # a ledger that names each (inode 0: about to be made), so its janitor, or the
+    # next launch, removes what it finds there that is exactly such a placeholder.
+    planned = [{"path": item.path, "kind": item.kind, "content": item.content,
+                "dev": 0, "ino": 0} for item in wanted]
+    _write_ledger(ledger, rows + planned)
     created: list[Placeholder] = []
     for item in wanted:
         try:
@@ -187,22 +197,30 @@ def make(store: str, wanted: Sequence[Placeholder], held: Sequence[str] = ()) ->
         except FileExistsError:
             continue  # made meanwhile (another launch): held read-only all the same
         except OSError as error:
-            Made(store, rows).remove()
+            Made(store, rows + _rows_of(created)).remove()
             raise SandboxError(
                 f"cannot make the placeholder {item.path} that keeps a control path from "
                 f"being created inside ({error.strerror})", EXIT_REFUSED) from None
         created.append(item)
-    # One ledger write for them all: a launcher killed in between leaves these few
-    # empty placeholders behind, never a removal of anything that is not one.
+    # The inodes replace the plan, one write for them all.
+    rows += _rows_of(created)
     for item in created:
-        info = os.lstat(item.path)
-        rows.append({"path": item.path, "kind": item.kind, "content": item.content,
-                     "dev": info.st_dev, "ino": info.st_ino})
         if item.kind == "dir":
             os.chmod(item.path, 0o555)  # nothing is created in it from outside either
     if rows:
         _write_ledger(ledger, rows)
+    else:
+        os.unlink(ledger)
     return Made(store, rows)
+
+
+def _rows_of(created: Sequence[Placeholder]) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for item in created:
+        info = os.lstat(item.path)
+        rows.append({"path": item.path, "kind": item.kind, "content": item.content,
+                     "dev": info.st_dev, "ino": info.st_ino})
+    return rows
 
 
 def _write_ledger(path: str, rows: list[dict[str, object]]) -> None:

@@ -23,7 +23,30 @@ from claude_sandbox.errors import SandboxError
 
 TUN = "/dev/net/tun"
 TUN_RDEV = os.makedev(10, 200)
-RUNTIME_FIX = 'add "--device=/dev/net/tun" to runArgs in devcontainer.json'
+
+
+def in_pod() -> bool:
+    """A Kubernetes pod: the kubelet sets the service's address, or mounts the account."""
+    return "KUBERNETES_SERVICE_HOST" in os.environ or \
+        os.path.isdir("/var/run/secrets/kubernetes.io")
+
+
+def tun_fix() -> str:
+    if in_pod():
+        return ("in a Kubernetes pod: mount the node's /dev/net/tun with a hostPath volume "
+                "of type CharDevice (deploy/pod.yaml, docs/how-to/kubernetes.md)")
+    return ('add "--device=/dev/net/tun" to runArgs in devcontainer.json '
+            "(podman/docker run: --device /dev/net/tun)")
+
+
+def userns_fix() -> str:
+    if in_pod():
+        return ("in a Kubernetes pod: securityContext.seccompProfile and appArmorProfile "
+                "type Unconfined (deploy/pod.yaml); the node must allow user namespaces "
+                "(user.max_user_namespaces > 0)")
+    return ("sysctl -w kernel.unprivileged_userns_clone=1 and user.max_user_namespaces>0, or "
+            "run the container without a seccomp or AppArmor profile that blocks unshare "
+            "(docker/podman run: --security-opt seccomp=unconfined)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +94,7 @@ def bwrap_row() -> Finding:
 def userns_row() -> Finding:
     problem = installer.userns_problem()
     if problem:
-        return Finding(False, problem, "sysctl -w kernel.unprivileged_userns_clone=1 and "
-                       "user.max_user_namespaces>0, or run the container without a seccomp "
-                       "profile that blocks unshare")
+        return Finding(False, problem, userns_fix())
     return Finding(True, "unprivileged user + network namespaces work")
 
 
@@ -81,9 +102,14 @@ def tun_row() -> Finding:
     try:
         info = os.stat(TUN)
     except FileNotFoundError:
-        return Finding(False, f"{TUN} is missing", RUNTIME_FIX)
+        return Finding(False, f"{TUN} is missing", tun_fix())
     if not stat.S_ISCHR(info.st_mode) or info.st_rdev != TUN_RDEV:
-        return Finding(False, f"{TUN} is not the tun device (10:200)", RUNTIME_FIX)
+        return Finding(False, f"{TUN} is not the tun device (10:200)", tun_fix())
+    try:
+        os.close(os.open(TUN, os.O_RDWR))
+    except OSError as error:
+        return Finding(False, f"{TUN} exists but does not open ({error.strerror}): the "
+                       "container's device rules refuse it", tun_fix())
     if stat.S_IMODE(info.st_mode) & 0o006 != 0o006:
         return Finding(False, f"{TUN} is {oct(stat.S_IMODE(info.st_mode))}: rootless pasta "
                        "needs it world read-write", f"chmod 666 {TUN}")
@@ -120,7 +146,8 @@ def seccomp_row() -> Finding:
     try:
         text = Path("/proc/self/status").read_text()
     except OSError as error:
-        return Finding(False, f"cannot read /proc/self/status: {error}")
+        return Finding(False, f"cannot read /proc/self/status: {error}",
+                       "mount /proc in the container (every runtime does by default)")
     if "Seccomp:" not in text:
         return Finding(False, "the kernel has no seccomp (no Seccomp: in /proc/self/status)",
                        "a kernel built with CONFIG_SECCOMP_FILTER")
@@ -128,17 +155,9 @@ def seccomp_row() -> Finding:
 
 
 def cgroup_row() -> Finding:
-    try:
-        from claude_sandbox import limits
+    from claude_sandbox import limits
 
-        facts = limits.probe_cgroups() if hasattr(limits, "probe_cgroups") else None
-    except Exception as error:  # the limits layer is still being wired
-        return Finding(False, f"cannot probe cgroups: {error}")
-    if facts is None:
-        v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists() or \
-            Path("/sys/fs/cgroup/unified/cgroup.controllers").exists()
-        return Finding(v2, "cgroup v2 present" if v2 else "no cgroup v2",
-                       "" if v2 else "max-pids falls back to RLIMIT_NPROC")
+    facts = limits.probe_cgroups()
     usable = [name for name in ("v2", "v1_pids", "v1_memory") if getattr(facts, name, "")]
     if not usable:
         return Finding(False, "no delegated cgroup: max-pids/max-memory fall back to rlimits",
@@ -247,24 +266,37 @@ def run(rows: Sequence[Row] = ROWS) -> list[Result]:
         try:
             finding = row.probe()
         except Exception as error:  # a probe that breaks is a failing row, not a traceback
-            finding = Finding(False, f"probe failed: {error}")
+            finding = Finding(False, f"probe failed: {error}",
+                              "re-run the installer as root (./install.sh); if this row "
+                              "still fails, report it with `claude-sandbox doctor --json`")
         results.append(Result(row.name, row.required, finding.ok, finding.detail, finding.fix))
     return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="claude-sandbox doctor")
-    parser.add_argument("--json", action="store_true")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true")
+    form.add_argument("--plain", action="store_true")
     options = parser.parse_args(argv)
     results = run()
     healthy = all(r.ok for r in results if r.required)
+    where = "a Kubernetes pod" if in_pod() else "this machine"
     if options.json:
-        print(json.dumps({"ok": healthy, "rows": [asdict(r) for r in results]}, indent=1))
+        print(json.dumps({"ok": healthy, "where": where,
+                          "rows": [asdict(r) for r in results]}, indent=1))
+    elif options.plain:
+        for r in results:
+            mark = "ok" if r.ok else ("FAIL" if r.required else "warn")
+            print(f"[{mark}] {r.name}: {r.detail}")
+            if not r.ok:
+                print(f"       fix: {r.fix}")
+        print(f"{where}: " + ("ok" if healthy else "not ready: fix the FAIL rows above"))
     else:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title="claude-sandbox doctor")
+        table = Table(title=f"claude-sandbox doctor ({where})")
         for column in ("check", "", "detail", "fix"):
             table.add_column(column, overflow="fold")
         for r in results:

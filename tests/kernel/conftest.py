@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from claude_sandbox import seccomp  # noqa: E402
-from claude_sandbox.enter import KernelSettings, enter_argv  # noqa: E402
+from claude_sandbox.limits import KernelSettings, enter_argv  # noqa: E402
 
 PYTHON = "/usr/bin/python3"  # readable by sbxuser, unlike a venv under /root
 USER = "sbxuser"

@@ -17,7 +17,7 @@ import pytest
 from conftest import USER, Sandbox
 
 from claude_sandbox import landlock, limits
-from claude_sandbox.enter import KernelSettings
+from claude_sandbox.limits import KernelSettings
 
 pytestmark = pytest.mark.kernel
 

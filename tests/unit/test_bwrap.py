@@ -261,10 +261,10 @@ def test_environment_is_an_allow_list() -> None:
     assert env["PATH"].endswith(f":{HOME_USER}/.local/bin")  # appended, never first
 
 
-def test_script_gets_sh_and_bwrap_sets_the_agent_shell_back() -> None:
-    plan = build(extras=bwrap.Extras(gitconfig_fd=5, via_script=True))
-    assert plan.environ()["SHELL"] == "/bin/sh"
-    assert_order(flat(plan), ("--setenv", "SHELL", "/bin/bash"), ("--", "/real/agent"))
+def test_the_agent_gets_bash_as_its_shell_and_no_setenv() -> None:
+    plan = build()
+    assert plan.environ()["SHELL"] == "/bin/bash"
+    assert "--setenv" not in flat(plan)
 
 
 def test_entry_point_guard_binds_devnull_in_writable_dirs_ahead_of_shims() -> None:

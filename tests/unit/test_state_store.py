@@ -106,6 +106,27 @@ def test_a_killed_launchers_placeholders_are_swept(tmp_path: Path) -> None:
     assert not (ws / ".vscode").exists() and not dead.exists()
 
 
+def test_a_launcher_killed_while_it_makes_placeholders_leaves_none(tmp_path: Path) -> None:
+    """The ledger names each placeholder before it is made (inode 0): the sweep removes
+    what is exactly such a placeholder, and nothing else of the same name."""
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    (store / "placeholders").mkdir(parents=True)
+    ws.mkdir()
+    (ws / ".vscode").mkdir()  # made, then the launcher died before writing its inode
+    (ws / "commondir").write_text(".\n")
+    (ws / ".claude").mkdir()  # a user's directory with something in it: not a placeholder
+    (ws / ".claude" / "settings.json").write_text("{}")
+    (ws / "config").write_text("[core]\n")  # other content: not the placeholder
+    planned = [("dir", ".vscode", ""), ("file", "commondir", ".\\n"), ("dir", ".claude", ""),
+               ("file", "config", ""), ("dir", ".idea", "")]
+    (store / "placeholders" / "999999999").write_text(
+        "".join(f"{kind}\t0\t0\t{ws / name}\t{content}\n" for kind, name, content in planned))
+    placeholders.sweep(str(store))
+    assert not (ws / ".vscode").exists() and not (ws / "commondir").exists()
+    assert (ws / ".claude" / "settings.json").exists() and (ws / "config").exists()
+    assert not (store / "placeholders" / "999999999").exists()
+
+
 def test_a_placeholder_two_launches_hold_is_removed_by_the_last(tmp_path: Path) -> None:
     import subprocess
     import sys
