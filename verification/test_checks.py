@@ -577,7 +577,13 @@ def test_33_outer_proc_closed(request: pytest.FixtureRequest) -> None:
     opened = [f"{who} {entry}" for who, pid in pids.items() for entry in _proc_opened(pid)]
     assert not opened, f"readable: {', '.join(opened)}"
     others = [f"{pid} {', '.join(got)}" for pid in outer_pids() if (got := _proc_opened(pid))]
-    assert not others, f"outer processes open: {'; '.join(others[:4])}"
+    # Those are processes started outside after the launch: a masked /proc gives the
+    # sandbox no /proc of its own, and only what existed at launch could be hidden.
+    assert not others, (
+        f"outer processes open: {'; '.join(others[:4])}; the container masks /proc, so "
+        "processes started outside after the launch show: run it with --security-opt "
+        "unmask=/proc/* (podman) or systempaths=unconfined (docker), "
+        "docs/how-to/devcontainer-feature.md")
     prefix, digest = str(FACTS.get("canary_prefix", "")), str(FACTS.get("canary_sha256", ""))
     for name in os.listdir("/proc"):
         try:

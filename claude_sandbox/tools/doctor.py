@@ -165,6 +165,23 @@ def cgroup_row() -> Finding:
     return Finding(True, f"delegated: {', '.join(usable)}")
 
 
+def proc_row() -> Finding:
+    """Whether the sandbox can have a /proc of its own (ADR 0002)."""
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text(errors="replace")
+    except OSError as error:
+        return Finding(False, f"cannot read /proc/self/mountinfo: {error.strerror}",
+                       "mount /proc in the container (every runtime does by default)")
+    if hostfacts.proc_mountable(mounts):
+        return Finding(True, "the sandbox gets a /proc of its own")
+    return Finding(False, "the container masks /proc: the sandbox shows the outer /proc with "
+                   "the processes of launch time hidden; processes started outside later "
+                   "show their command lines (check 33)",
+                   "run the container with --security-opt unmask=/proc/* (podman) or "
+                   "--security-opt systempaths=unconfined (docker); in a pod, procMount: "
+                   "Unmasked with hostUsers: false (docs/how-to/devcontainer-feature.md)")
+
+
 def shims_row() -> Finding:
     bad = []
     for name in paths.ENTRY_POINTS:
@@ -251,6 +268,7 @@ ROWS: tuple[Row, ...] = (
     Row("setpriv (relays)", False, lambda: _tool("setpriv", "util-linux")),
     Row("Landlock", False, landlock_row),
     Row("seccomp", True, seccomp_row),
+    Row("private /proc", False, proc_row),
     Row("cgroup delegation", False, cgroup_row),
     Row("shims intact", True, shims_row),
     Row("core venv purity", True, venv_row),

@@ -26,6 +26,12 @@ if [ -n "$agents" ]; then
   [ "$node_major" -ge 20 ] || die "agents need Node.js >= 20 (found: ${node_major}); add the node Feature or use a Node 20 base"
 fi
 
+# The image keeps no download: npm's cache goes to a directory removed after the
+# install, pip keeps none, and apt's lists and archives are cleaned at the end.
+npm_cache="$(mktemp -d /tmp/claude-sandbox-feature-npm.XXXXXX)"
+trap 'rm -rf "$npm_cache"' EXIT
+export npm_config_cache="$npm_cache" PIP_NO_CACHE_DIR=1
+
 # The build sandbox is not where the container will run: the user-namespace
 # probe is left to `claude-sandbox doctor` at run time.
 "$payload/install.sh" --no-host-check --agents "$agents" \
@@ -72,3 +78,6 @@ fi
 rmdir "$scratch"
 
 install -d -m 0700 /var/tmp/claude-agent
+
+apt-get clean
+rm -rf /var/lib/apt/lists/*

@@ -1,20 +1,15 @@
-"""Build (once) an offline Debian bookworm base image with Node >= 20, for podman tests.
+"""The podman tests' shared parts: the offline base, the image build, containers.
 
-No registry is reachable from CI, so the base comes from debootstrap and the
-machine's own Node 20 (FACTS.md "Containers"): Debian 12's nodejs is 18, and
-the machine's Node 20 is an installed package apt cannot fetch again, so it is
-repacked with dpkg-repack; its npm was upgraded in place and is broken in the
-repack, so the machine's /usr/lib/node_modules/npm is copied beside it.
-
-The debootstrap tree and the image are cached (CACHE_DIR, BASE_IMAGE): a second
-run costs nothing. `python -m tests.image.podman_base` builds it by hand.
+No registry is reachable from CI, so the base comes from image/offline-base.sh
+(debootstrap and this machine's own Node 20) and the image from image/build.sh,
+the two commands docs/how-to/image.md gives a user. The debootstrap tree and the
+base are cached (CACHE_DIR, BASE_IMAGE): a second run costs nothing.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -42,7 +37,8 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 """
 PODMAN = ("podman",)
-RUN_FLAGS = ("--device", "/dev/net/tun")
+# The flags docs/how-to/image.md gives for `podman run` and `docker run`.
+RUN_FLAGS = ("--init", "--device", "/dev/net/tun")
 
 
 def use_test_containers_conf() -> None:
@@ -73,92 +69,15 @@ def image_exists(name: str) -> bool:
     return subprocess.run([*PODMAN, "image", "exists", name], check=False).returncode == 0
 
 
-def debian_mirror() -> str:
-    """The Debian mirror this machine's apt already uses (deb822 or one-line sources)."""
-    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
-    for source in sources:
-        try:
-            text = source.read_text()
-        except OSError:
-            continue
-        for match in re.finditer(r"(?:URIs:\s*|^deb\s+(?:\[[^]]*\]\s+)?)(\S+)", text, re.M):
-            uri = match.group(1)
-            if "security" not in uri and "debian" in uri:
-                return uri
-    return "http://deb.debian.org/debian"
-
-
-def _node_deb() -> Path:
-    out = CACHE_DIR / "node"
-    debs = sorted(out.glob("nodejs_*.deb"))
-    if debs:
-        return debs[-1]
-    out.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["dpkg-repack", "nodejs"], cwd=out, check=True, capture_output=True)
-    return sorted(out.glob("nodejs_*.deb"))[-1]
-
-
-def _rootfs() -> Path:
-    root = CACHE_DIR / "rootfs"
-    done = CACHE_DIR / "rootfs.done"
-    if done.exists():
-        return root
-    bootstrapped = CACHE_DIR / "rootfs.debootstrapped"
-    if not bootstrapped.exists():
-        if root.exists():
-            shutil.rmtree(root)
-        subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,ca-certificates",
-                        "bookworm", str(root), debian_mirror()], check=True, capture_output=True)
-        bootstrapped.touch()
-    deb = _node_deb()
-    shutil.copy(deb, root / "tmp" / deb.name)
-    subprocess.run(["chroot", str(root), "dpkg", "-i", f"/tmp/{deb.name}"], check=True,
-                   capture_output=True)
-    (root / "tmp" / deb.name).unlink()
-    npm = root / "usr/lib/node_modules/npm"
-    if npm.exists():
-        shutil.rmtree(npm)
-    shutil.copytree("/usr/lib/node_modules/npm", npm, symlinks=True)
-    link = root / "usr/bin/npm"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to("../lib/node_modules/npm/bin/npm-cli.js")
-    # The machine's apt sources and npm registry setting: the image build fetches
-    # through the same mirrors CI may reach.
-    shutil.copytree("/etc/apt/sources.list.d", root / "etc/apt/sources.list.d",
-                    dirs_exist_ok=True)
-    if Path("/etc/apt/sources.list").exists():
-        shutil.copy("/etc/apt/sources.list", root / "etc/apt/sources.list")
-    # A TLS-intercepting egress proxy's CA, if this machine trusts one.
-    for cert in Path("/usr/local/share/ca-certificates").glob("*.crt"):
-        shutil.copy(cert, root / "usr/local/share/ca-certificates" / cert.name)
-    subprocess.run(["chroot", str(root), "update-ca-certificates"], check=True,
-                   capture_output=True)
-    for npmrc in ("/etc/npmrc", "/usr/etc/npmrc"):
-        if Path(npmrc).exists():
-            (root / npmrc.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(npmrc, root / npmrc.lstrip("/"))
-    subprocess.run(["chroot", str(root), "apt-get", "clean"], check=True, capture_output=True)
-    done.touch()
-    return root
-
-
 def ensure_base_image() -> str:
+    """The offline base, made by the script a user runs too (docs/how-to/image.md)."""
     use_test_containers_conf()
-    if image_exists(BASE_IMAGE):
-        return BASE_IMAGE
-    root = _rootfs()
-    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-    # npm reads its cafile setting from PREFIX/etc/npmrc, and the installer runs
-    # npm with its own --prefix: the extra CA has to come through node's variable.
-    # A tar import has no environment at all; give it the PATH a registry image has.
-    changes = ["--change", "ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt",
-               "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
-    subprocess.run([*PODMAN, "import", *changes, "-", BASE_IMAGE], stdin=tar.stdout,
-                   check=True, capture_output=True)
-    if tar.wait() != 0:
-        raise RuntimeError("tar of the base rootfs failed")
-    return BASE_IMAGE
+    env = {**os.environ, "BASE_TAG": BASE_IMAGE, "BASE_CACHE": str(CACHE_DIR)}
+    result = subprocess.run([str(REPO / "image" / "offline-base.sh")], env=env,
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"image/offline-base.sh failed:\n{result.stderr[-4000:]}")
+    return result.stdout.strip()
 
 
 SOURCE_PARTS = ("install.sh", "pyproject.toml", "claude_sandbox", "verification", "image",
@@ -193,32 +112,43 @@ def source_snapshot() -> Path:
 
 
 def build_image(tag: str = IMAGE) -> float:
-    """Build image/Dockerfile on the offline base; returns the seconds it took."""
-    base = ensure_base_image()
+    """Build with image/build.sh on the offline base, as the how-to says; returns seconds."""
+    ensure_base_image()
     context = source_snapshot()
     started = time.monotonic()
-    args = [f"--build-arg=BASE_IMAGE={base}",
-            f"--build-arg=CLAUDE_CODE_VERSION={AGENT_VERSIONS['claude']}",
-            f"--build-arg=CODEX_VERSION={AGENT_VERSIONS['codex']}",
-            f"--build-arg=PI_VERSION={AGENT_VERSIONS['pi']}"]
+    env = {**os.environ, "BASE_TAG": BASE_IMAGE, "BASE_CACHE": str(CACHE_DIR),
+           "CLAUDE_CODE_VERSION": AGENT_VERSIONS["claude"],
+           "CODEX_VERSION": AGENT_VERSIONS["codex"], "PI_VERSION": AGENT_VERSIONS["pi"]}
     # Niced and without the namespace lock: a long build must not hold up others.
     # --force-rm: a failed build must not leave its working container mounted
     # (each one is an overlay mount every later bwrap walks).
-    result = subprocess.run(["nice", "-n", "10", *PODMAN, "build", "--isolation", "chroot",
-                             "--force-rm", "-f", "image/Dockerfile", *args, "-t", tag, "."],
-                            cwd=context, capture_output=True, text=True, check=False)
+    result = subprocess.run(["nice", "-n", "10", str(context / "image" / "build.sh"),
+                             "--offline-base", "--tag", tag, "--",
+                             "--isolation", "chroot", "--force-rm"],
+                            env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = (result.stdout + result.stderr)[-6000:]
-        raise RuntimeError(f"podman build failed:\n{tail}")
+        raise RuntimeError(f"image/build.sh failed:\n{tail}")
     return time.monotonic() - started
+
+
+_BUILT: list[float] = []
+
+
+def image_once() -> str:
+    """IMAGE, built at most once per test run (the image and the pod tests share it)."""
+    if not _BUILT:
+        _BUILT.append(build_image())
+        print(f"\nimage build: {_BUILT[0]:.0f} s (base cached: {BASE_IMAGE})")
+    return IMAGE
 
 
 def start(image: str, name: str, *extra: str) -> str:
     """A detached container that idles, for exec-based checks; removed first if left over."""
     subprocess.run([*PODMAN, "rm", "-f", "-t", "0", name], capture_output=True, check=False)
-    # --init: with `sleep` as PID 1 nothing reaps the orphans a finished launch
-    # leaves to it, and verify's check 35 (no leftovers) rightly counts the zombies.
-    subprocess.run([*PODMAN, "run", "-d", "--init", "--name", name, *RUN_FLAGS, *extra, image,
+    # --init (in RUN_FLAGS): with `sleep` as PID 1 nothing reaps the orphans a finished
+    # launch leaves to it, and verify's check 35 (no leftovers) rightly counts the zombies.
+    subprocess.run([*PODMAN, "run", "-d", "--name", name, *RUN_FLAGS, *extra, image,
                     "sleep", "infinity"], check=True, capture_output=True)
     return name
 
