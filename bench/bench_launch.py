@@ -6,7 +6,7 @@ Rows, each the median of RUNS interleaved runs of the same `/bin/true`:
   launch, no jail  claude-sandbox shell -- /bin/true with egress-jail off
   jail floor       unshare -rn holder + pasta attach (the jail's flags) + bwrap /bin/true
   launch, jailed   claude-sandbox shell -- /bin/true (the default)
-DESIGN's targets: no jail <= bwrap floor + 15 ms; jailed <= 1.2 x jail floor.
+The first targets (ADR 0004): no jail <= bwrap floor + 15 ms; jailed <= 1.2 x jail floor.
 
     flock /tmp/claude-sandbox-ns.lock python bench/bench_launch.py [RUNS]
 """

@@ -255,12 +255,9 @@ def _explain_jail(cfg: config.Config) -> list[str]:
     lines = []
     if cfg.egress_jail:
         lines.append("# egress jail: on (a per-launch network namespace; routes below)")
-        try:
-            from . import jail
+        from . import jail
 
-            lines += [f"  {line}" for line in jail.explain_lines(cfg.allow_ip)]
-        except (ImportError, AttributeError):
-            lines.append("  (route plan unavailable)")
+        lines += [f"  {line}" for line in jail.explain_lines(cfg.allow_ip)]
     else:
         lines.append("# egress jail: OFF (egress-jail = 0): the container's network is shared")
     return lines

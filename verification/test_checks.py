@@ -64,7 +64,7 @@ def _home() -> str:
     return str(FACTS.get("home") or os.path.expanduser("~"))
 
 
-# ------------------------------------------------------------------ 01-22 (COMPAT.md)
+# ---------------------------------------------------------- 01-22 (the predecessor's numbers)
 
 def test_01_is_sandbox() -> None:
     env = initial_environ()

@@ -81,8 +81,7 @@ def pages() -> dict[str, str]:
         plans.append((profile.name, ops))
     return {
         "verification-checks.md": env.get_template("verification-checks.md.j2").render(
-            checks=catalogue["checks"], adversarial=catalogue.get("adversarial", []),
-            layers=catalogue.get("layers", {})),
+            checks=catalogue["checks"], adversarial=catalogue.get("adversarial", [])),
         "configuration.md": env.get_template("configuration.md.j2").render(
             keys=config.KEYS, denied_names=sorted(config.DENIED_NAMES),
             denied_prefixes=config.DENIED_PREFIXES, config_file=paths.CONFIG_FILE),

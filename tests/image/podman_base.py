@@ -132,6 +132,12 @@ def build_image(tag: str = IMAGE) -> float:
     return time.monotonic() - started
 
 
+# What tool_call.py needs of the operator's file: the mock API is on the container's
+# 127.0.0.1, which the jail keeps out, and the agents take their keys from the variables.
+TOOL_CALL_CONF = ("env-may-widen = egress-jail\\npass-env = ANTHROPIC_API_KEY\\n"
+                  "pass-env = ANTHROPIC_BASE_URL\\npass-env = CODEX_MOCK_API_KEY\\n"
+                  "pass-env = CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC\\n")
+
 _BUILT: list[float] = []
 
 

@@ -142,20 +142,13 @@ def test_verify(container: str, user: str, agent: str) -> None:
     _ok(container, f"claude-sandbox verify --agent {agent} --plain", user)
 
 
-# What the tool call needs of the operator's file: the mock API is on the container's
-# 127.0.0.1, which the jail keeps out, and the agents take their keys from the variables.
-TOOL_CALL_CONF = ("env-may-widen = egress-jail\npass-env = ANTHROPIC_API_KEY\n"
-                  "pass-env = ANTHROPIC_BASE_URL\npass-env = CODEX_MOCK_API_KEY\n"
-                  "pass-env = CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC\n")
-
-
 @pytest.fixture(scope="module")
 def tool_call(container: str) -> Iterator[str]:
     script = "/usr/local/share/csbx-tool-call.py"
     pb.subprocess.run([*pb.PODMAN, "cp", str(pb.REPO / "tests" / "image" / "tool_call.py"),
                        f"{container}:{script}"], check=True, capture_output=True)
     _ok(container, f"chmod 644 {script} && cp /etc/claude-sandbox.conf /etc/csbx.conf.orig "
-                   f"&& printf '{TOOL_CALL_CONF}' >> /etc/claude-sandbox.conf")
+                   f"&& printf '{pb.TOOL_CALL_CONF}' >> /etc/claude-sandbox.conf")
     yield script
     _ok(container, "mv /etc/csbx.conf.orig /etc/claude-sandbox.conf")
 

@@ -44,6 +44,7 @@ def pod(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     name = f"csbx-pod-{os.getpid()}-{request.node.name[-8:].strip('[]_')}".lower()
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(_manifest(name, without_tun="doctor" in request.node.name))
+    pb.image_once()
     pb.use_test_containers_conf()
     played = subprocess.run([*pb.PODMAN, "kube", "play", "--replace", str(manifest)],
                             capture_output=True, text=True, check=False, timeout=300)
@@ -70,3 +71,20 @@ def test_doctor_names_the_missing_pod_setting(pod: str) -> None:
     tun = next(row for row in report["rows"] if row["name"] == "/dev/net/tun")
     assert not tun["ok"]
     assert "hostPath volume of type CharDevice" in tun["fix"], tun
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_each_agent_runs_a_tool_call_in_the_pod(pod: str, agent: str) -> None:
+    """The pod's user (uid 1000, every capability dropped) gets a working agent."""
+    script = "/tmp/csbx-tool-call.py"
+    subprocess.run([*pb.PODMAN, "cp", str(pb.REPO / "tests" / "image" / "tool_call.py"),
+                    f"{pod}:{script}"], check=True, capture_output=True)
+    # The operator's file is root's: root in the pod, without capabilities, still owns it.
+    setup = pb.execute(pod, f"chmod 644 {script}; grep -q env-may-widen "
+                            f"/etc/claude-sandbox.conf || printf '{pb.TOOL_CALL_CONF}' >> "
+                            "/etc/claude-sandbox.conf", user="0", lock=False)
+    assert setup.returncode == 0, setup.stderr
+    python = "/usr/libexec/claude-sandbox/tools-venv/bin/python"
+    result = pb.execute(pod, f"{python} -I {script} {agent}", user="1000", timeout=300)
+    assert result.returncode == 0 and "ran inside the sandbox" in result.stdout, \
+        result.stdout[-3000:] + result.stderr[-2000:]

@@ -100,3 +100,23 @@ def test_up_and_verify(workspace: Path) -> None:
          "--quick"], capture_output=True, text=True, check=False, timeout=900)
     assert verify.returncode == 0, (verify.stdout + verify.stderr)[-6000:]
     assert "0 FAIL" in verify.stdout
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_each_agent_runs_a_tool_call(workspace: Path, agent: str) -> None:
+    """After test_up_and_verify: the container the CLI started, the Feature's agents."""
+    ids = subprocess.run(["podman", "ps", "-q", "--filter",
+                          f"label=devcontainer.local_folder={workspace}"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert ids, "no container from devcontainer up"
+    script = "/usr/local/share/csbx-tool-call.py"
+    subprocess.run(["podman", "cp", str(pb.REPO / "tests" / "image" / "tool_call.py"),
+                    f"{ids[0]}:{script}"], check=True, capture_output=True)
+    setup = pb.execute(ids[0], f"chmod 644 {script}; grep -q env-may-widen "
+                               f"/etc/claude-sandbox.conf || printf '{pb.TOOL_CALL_CONF}' >> "
+                               "/etc/claude-sandbox.conf", lock=False)
+    assert setup.returncode == 0, setup.stderr
+    python = "/usr/libexec/claude-sandbox/tools-venv/bin/python"
+    result = pb.execute(ids[0], f"{python} -I {script} {agent}", timeout=300)
+    assert result.returncode == 0 and "ran inside the sandbox" in result.stdout, \
+        result.stdout[-3000:] + result.stderr[-2000:]

@@ -32,7 +32,7 @@ def trap_dir(launcher: Launcher) -> Iterator[str]:
 
 
 def _plant(trap: str, workspace: str, home: str, uid: int) -> dict[str, str]:
-    """Every redirection route of DESIGN decision 2, each leaving a marker if it ever runs."""
+    """Every redirection route of ADR 0000 §2, each leaving a marker if it ever runs."""
     fired = os.path.join(trap, "fired")
     os.mkdir(fired)
     os.chmod(fired, 0o777)

@@ -108,7 +108,7 @@ def test_harsh_denies_exec_where_writable(sandbox: Sandbox) -> None:
 
 
 # Nested user namespaces need a writable /proc/self/uid_map: with the outer
-# /proc bound read-only (DESIGN decision 4) `unshare -r` fails with EROFS
+# /proc bound read-only (ADR 0000 §4) `unshare -r` fails with EROFS
 # whatever our layers say, so these tests give the sandbox a fresh procfs to
 # isolate what seccomp and Landlock decide. (Reported to the launch core.)
 def _nested_userns_baseline(sandbox: Sandbox, argv: list[str]) -> None:

@@ -129,7 +129,7 @@ def test_matrix_skeleton_and_order(
     for option in ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"):
         assert option in argv
     assert "--clearenv" not in argv and "--setenv" not in argv  # values never on a command line
-    assert "--new-session" not in argv  # it breaks job control in a TUI (decision 9)
+    assert "--new-session" not in argv  # it breaks job control in a TUI (ADR 0000 §9)
     assert "--unshare-net" not in argv  # the network is the jail's (or the container's)
     assert_order(
         argv,
