@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +42,8 @@ def _manifest(name: str, without_tun: bool = False) -> str:
 
 @pytest.fixture
 def pod(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = f"csbx-pod-{os.getpid()}-{request.node.name[-8:].strip('[]_')}".lower()
+    suffix = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[-24:].strip("-")
+    name = f"csbx-pod-{os.getpid()}-{suffix}"
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(_manifest(name, without_tun="doctor" in request.node.name))
     pb.image_once()
