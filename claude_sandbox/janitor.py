@@ -71,7 +71,7 @@ def _serve(read_end: int, launcher: int) -> None:
     # Nothing of the launcher's stays open here: above all not the jail
     # holder's socket, whose end of file tells the holder the launcher is gone.
     keep = sorted({0, 1, 2, read_end})
-    for low, high in zip(keep, [*keep[1:], 1 << 20], strict=True):
+    for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
         os.closerange(low + 1, high)
     data = b""
     while chunk := _read(read_end):

@@ -225,7 +225,7 @@ def start_helper(masks: Masks) -> tuple[int, int]:
             theirs.close()
             keep = ours.fileno()
             os.closerange(3, keep)  # the jail's channel and the rest are not its business
-            os.closerange(keep + 1, 1 << 16)
+            os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
             # Ends with the launcher, even SIGKILLed: nothing else would end it.
             load_libc().prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
             if os.getppid() == parent:

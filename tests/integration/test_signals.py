@@ -15,7 +15,6 @@ import os
 import pty
 import pwd
 import random
-import select
 import shutil
 import signal
 import tempfile
@@ -25,6 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from .conftest import TEST_USER
+from .ptyio import PtyProcess
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,7 @@ def _env(user: str, jail: str) -> dict[str, str]:
             "CLAUDE_SANDBOX_EGRESS_JAIL": jail, "CLAUDE_SANDBOX_TRACE": "1"}
 
 
-class Session:
+class Session(PtyProcess):
     """One launch in its own pty; the launcher is the pty's session leader."""
 
     def __init__(self, user: str, jail: str, workspace: str, seconds: float) -> None:
@@ -67,16 +67,6 @@ class Session:
             argv = _user_argv(user, argv)
             os.execve(argv[0], argv, _env(user, jail))
         self.seen = b""
-
-    def wait_for(self, text: str, timeout: float = 30) -> bool:
-        deadline = time.monotonic() + timeout
-        while text.encode() not in self.seen and time.monotonic() < deadline:
-            if select.select([self.fd], [], [], 0.02)[0]:
-                try:
-                    self.seen += os.read(self.fd, 65536)
-                except OSError:
-                    break
-        return text.encode() in self.seen
 
     def send(self, signum: int) -> None:
         """INT and QUIT as a terminal sends them (the foreground group), others to the launcher."""
@@ -225,7 +215,7 @@ JOB = (
 )
 
 
-class Shell:
+class Shell(PtyProcess):
     """An interactive bash in a pty: the user's shell, with job control."""
 
     def __init__(self, user: str, jail: str, workspace: str) -> None:
@@ -238,9 +228,6 @@ class Shell:
             os.execve(argv[0], argv, env)
         self.seen = b""
         assert self.wait_for("PROMPT$ ")
-
-    def wait_for(self, text: str, timeout: float = 30) -> bool:
-        return Session.wait_for(self, text, timeout)  # type: ignore[arg-type]
 
     def type(self, text: str, then: str, timeout: float = 30) -> None:
         mark = len(self.seen)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
-import select
 import struct
 import termios
 import time
 
 import pytest
+
+from .ptyio import PtyProcess
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,7 @@ sys.exit(42)
 """
 
 
-class Terminal:
+class Terminal(PtyProcess):
     def __init__(self, jail: str, workspace: str) -> None:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
@@ -51,16 +52,6 @@ class Terminal:
 
     def resize(self, rows: int, cols: int) -> None:
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("hhhh", rows, cols, 0, 0))
-
-    def wait_for(self, text: str, timeout: float = 30) -> bool:
-        deadline = time.monotonic() + timeout
-        while text.encode() not in self.seen and time.monotonic() < deadline:
-            if select.select([self.fd], [], [], 0.1)[0]:
-                try:
-                    self.seen += os.read(self.fd, 4096)
-                except OSError:
-                    break
-        return text.encode() in self.seen
 
     def status(self) -> int:
         while self.wait_for("\0never", timeout=0.2):
