@@ -121,18 +121,24 @@ def relay_stops() -> NoReturn:
     the domain; `fg` then continues every process of it, the agent included.
     It ignores what the launcher forwards to the agent, and exits with the
     agent's status.
+
+    A Ctrl-Z from the terminal stops the whole job by itself, and sends this
+    parent a SIGTSTP too (blocked here, so it waits as pending); the agent's
+    own stop never reaches it (the domain's scope). A pending SIGTSTP thus
+    tells the two apart, with no race against an `fg` that follows at once.
     """
-    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM,
-                   signal.SIGTSTP):
+    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTSTP})
     while True:
         try:
             pid, status = os.waitpid(-1, os.WUNTRACED)
         except ChildProcessError:
             os._exit(0)
         if os.WIFSTOPPED(status):
-            if _still_stopped(pid):  # not a stop `fg` has already ended
-                os.kill(0, signal.SIGTSTP)
+            if signal.SIGTSTP not in signal.sigpending() and _still_stopped(pid):
+                os.kill(0, signal.SIGTSTP)  # reaches this parent too: pending, taken below
+            signal.sigtimedwait({signal.SIGTSTP}, 0)
             continue
         code = os.waitstatus_to_exitcode(status)
         os._exit(128 - code if code < 0 else code)
