@@ -6,4 +6,4 @@ cd "$(dirname "$0")"
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv' 2>/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv
 fi
-exec /usr/bin/python3 -m claude_sandbox.installer "$@"
+exec /usr/bin/python3 -m claude_sandbox.install.installer "$@"

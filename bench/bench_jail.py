@@ -19,7 +19,10 @@ import sys
 import tempfile
 import time
 
-from claude_sandbox import jail, jail_start, paths
+from claude_sandbox.core import paths
+from claude_sandbox.jail import session as jail
+from claude_sandbox.jail import start as jail_start
+from claude_sandbox.jail.spec import JailSpec
 
 BWRAP = [
     paths.tool("bwrap"),
@@ -68,7 +71,7 @@ def floor_once(tmp: str) -> float:
 
 def jailed_once() -> float:
     start = time.perf_counter()
-    j = jail.start(jail.JailSettings((), (), (), False))
+    j = jail.start(JailSpec((), (), ()))
     status = j.run(BWRAP, {"PATH": "/usr/bin:/bin"})
     assert status == 0
     return time.perf_counter() - start
@@ -85,7 +88,7 @@ def rss_kib(pid: int) -> int:
 def resident() -> dict[str, int]:
     """RSS of the parent, pasta and a relay pair while a session runs."""
     probe = os.path.join(tempfile.mkdtemp(), "rss")
-    j = jail.start(jail.JailSettings((), (18999,), (), False))
+    j = jail.start(JailSpec((), (18999,), ()))
     # The session itself reports once everything is up, then waits.
     argv = ["/bin/sh", "-c", f"touch {probe}; sleep 1"]
     figures: dict[str, int] = {}

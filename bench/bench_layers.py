@@ -18,8 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from claude_sandbox import seccomp  # noqa: E402
-from claude_sandbox.limits import KernelSettings, enter_argv  # noqa: E402
+from claude_sandbox.inside.spec import Inner, encode  # noqa: E402
+from claude_sandbox.launch import seccomp  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 BASE = [
@@ -28,16 +28,27 @@ BASE = [
 ]  # fmt: skip
 
 
-def timed(argv: list[str], runs: int, with_filter: bool) -> float:
+def _record(data: bytes) -> int:
+    fd = os.memfd_create("inner", 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def timed(argv: list[str], runs: int, with_filter: bool, record: bytes = b"") -> float:
+    """`record`: the inner record `_enter` reads; its descriptor replaces "RECORD" in argv."""
     samples = []
     for _ in range(runs):
         fd = seccomp.filter_fd("standard") if with_filter else -1
-        cmd = [*argv[:len(BASE)], "--seccomp", str(fd), *argv[len(BASE):]] if with_filter else argv
+        inner = _record(record) if record else -1
+        cmd = [str(inner) if arg == "RECORD" else arg for arg in argv]
+        cmd = [*cmd[:len(BASE)], "--seccomp", str(fd), *cmd[len(BASE):]] if with_filter else cmd
         start = time.perf_counter()
-        subprocess.run(cmd, pass_fds=[fd] if with_filter else [], check=True)
+        subprocess.run(cmd, pass_fds=[f for f in (fd, inner) if f >= 0], check=True)
         samples.append(time.perf_counter() - start)
-        if with_filter:
-            os.close(fd)
+        for opened in (fd, inner):
+            if opened >= 0:
+                os.close(opened)
     return statistics.median(samples) * 1000
 
 
@@ -49,23 +60,23 @@ def main() -> None:
         "from claude_sandbox.__main__ import main; sys.exit(main())"
     )
 
-    def enter(level: str) -> list[str]:
-        settings = KernelSettings(level, writable=(work,))
-        return [*BASE, "--bind", work, work, PYTHON, "-I", "-c", boot, "_enter",
-                *enter_argv(settings), "--", "/bin/true"]  # fmt: skip
+    enter = [*BASE, "--bind", work, work, PYTHON, "-I", "-c", boot, "_enter", "RECORD"]
+
+    def record(level: str) -> bytes:
+        return encode(Inner(level, writable=(work,), command=("/bin/true",)), None)
 
     rows = [
-        ("bwrap /bin/true (floor)", [*BASE, "/bin/true"], False),
-        ("+ seccomp (--seccomp FD)", [*BASE, "/bin/true"], True),
-        ("bwrap python -I -c pass", [*BASE, PYTHON, "-I", "-c", "pass"], True),
-        ("+ _enter standard", enter("standard"), True),
-        ("+ _enter harsh", enter("harsh"), True),
+        ("bwrap /bin/true (floor)", [*BASE, "/bin/true"], False, b""),
+        ("+ seccomp (--seccomp FD)", [*BASE, "/bin/true"], True, b""),
+        ("bwrap python -I -c pass", [*BASE, PYTHON, "-I", "-c", "pass"], True, b""),
+        ("+ _enter standard", enter, True, record("standard")),
+        ("+ _enter harsh", enter, True, record("harsh")),
     ]
     start = time.perf_counter()
     for _ in range(1000):
         seccomp.build_filter.__wrapped__("harsh")
     build_us = (time.perf_counter() - start) * 1000
-    results = [(name, timed(argv, runs, f)) for name, argv, f in rows]
+    results = [(name, timed(argv, runs, f, r)) for name, argv, f, r in rows]
     floor, py = results[0][1], results[2][1]
     print(f"{'layer':32} {'median ms':>10} {'x floor':>8}")
     for name, ms in results:

@@ -1,6 +1,6 @@
 """Entry points. The launch path imports nothing it does not need.
 
-`_shadow`, `_jail_holder` and `_enter` are called by the shim, the jail and
+`_launch`, `_jail_holder` and `_enter` are called by the shim, the jail and
 bwrap, never by a person; they are dispatched before argparse or any operator
 code is imported. Every SandboxError ends here, as one line and its status
 (the exit statuses in README.md).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from .errors import EXIT_USAGE, SandboxError
+from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
 
 
 def _split_dashdash(argv: Sequence[str], what: str) -> tuple[list[str], list[str]]:
@@ -24,19 +24,19 @@ def _split_dashdash(argv: Sequence[str], what: str) -> tuple[list[str], list[str
 def _internal(command: str, argv: list[str]) -> int:
     import os
 
-    if command == "_shadow":
-        from . import shadow
+    if command == "_launch":
+        from claude_sandbox.launch import run
 
-        before, after = _split_dashdash(argv, "_shadow")
+        before, after = _split_dashdash(argv, "_launch")
         if len(before) != 1:
-            raise SandboxError("_shadow: expected exactly one agent name", EXIT_USAGE)
-        return shadow.launch(shadow.Request(before[0], None, tuple(after)), os.environ)
+            raise SandboxError("_launch: expected exactly one agent name", EXIT_USAGE)
+        return run.launch(run.Request(before[0], None, tuple(after)), os.environ)
     if command == "_jail_holder":
-        from . import holder
+        from claude_sandbox.jail import holder
 
         return holder.main(argv)
     if command == "_enter":
-        from . import enter
+        from claude_sandbox.inside import enter
 
         return enter.main(argv)
     raise SandboxError(f"unknown internal command {command}", EXIT_USAGE)
@@ -70,10 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if fast is not None:
                 import os
 
-                from . import shadow
+                from claude_sandbox.launch import run
 
-                return shadow.launch(shadow.Request(fast[0], fast[1], ()), os.environ)
-        from . import cli
+                return run.launch(run.Request(fast[0], fast[1], ()), os.environ)
+        from claude_sandbox import cli
 
         return cli.main(args)
     except SandboxError as error:

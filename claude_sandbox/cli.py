@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from collections.abc import Sequence
 
-from . import __version__, bwrap, config, paths, profiles, shadow
-from .errors import EXIT_STATUSES, EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
+from claude_sandbox import __version__
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_STATUSES, EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
+from claude_sandbox.launch import profiles, run
+from claude_sandbox.launch.gather import load_config
 
 DESCRIPTION = """\
 A launch-time sandbox for AI coding agents. `claude`, `codex` and `pi` run
@@ -65,11 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser(
         "explain",
         help="print the sandbox's command line with the reason for each part",
-        description="Print the bubblewrap command line an agent's launch would use, one mount "
-        "or setting per line with the reason it is there, then the environment "
-        "(pass-env values hidden) and the egress jail's route plan. Starts nothing.",
+        description="Print the plan an agent's launch from here would run: the bubblewrap "
+        "command line, one mount or setting per line with the reason it is there, the "
+        "program `_enter` runs inside, the environment (pass-env values hidden), the "
+        "descriptors' contents, the kernel layers and the egress jail's route plan. The "
+        "plan is made the way a launch makes it; its digest is the one a launch with "
+        "CLAUDE_SANDBOX_TRACE=1 prints. Starts nothing, creates nothing.",
     )
     explain.add_argument("--agent", default=None, help=agent_help)
+    explain.add_argument("--json", action="store_true",
+                         help="print the whole plan as JSON (pass-env values hidden)")
+    explain.add_argument(
+        "cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
+        help="explain `claude-sandbox shell -- CMD` instead of the agent itself",
+    )
 
     sub.add_parser("version", help="print the version", description="Print the version.")
 
@@ -142,29 +153,35 @@ def main(argv: Sequence[str]) -> int:
     if options.command == "state":
         return _state(options.action, options.agent, options.yes)
     if options.command == "explain":
-        print(explain(options.agent or _agent_default()))
+        agent = options.agent or _agent_default()
+        print(explain(agent, _command(options.cmd), as_json=options.json))
         return 0
     return _operator_tool(options.command, list(argv[1:]))
 
 
-def _shell(agent: str, cmd: list[str]) -> int:
+def _command(cmd: list[str]) -> tuple[str, ...] | None:
+    """The words after `--`, or None where there are none."""
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    command = tuple(cmd) if cmd else ("bash",)
-    return shadow.launch(shadow.Request(agent, command, ()), os.environ)
+    return tuple(cmd) or None
+
+
+def _shell(agent: str, cmd: list[str]) -> int:
+    command = _command(cmd) or ("bash",)
+    return run.launch(run.Request(agent, command, ()), os.environ)
 
 
 def _state(action: str, agent: str | None, yes: bool) -> int:
     import pwd
 
-    from . import state
+    from claude_sandbox.launch import state
 
     uid = os.getuid()
     home = os.path.realpath(pwd.getpwuid(uid).pw_dir)
     names = [agent] if agent else (list(profiles.AGENT_NAMES) if action == "show"
                                     else [_agent_default()])
     chosen = [profiles.get(name) for name in names]
-    cfg = shadow.load_config(chosen[0].name, os.environ)
+    cfg = load_config(chosen[0].name, os.environ)
     root = state.store_root(cfg.state_dir, home, uid)
     if action == "show":
         for profile in chosen:
@@ -204,63 +221,32 @@ def _operator_tool(command: str, argv: list[str]) -> int:
     return 0  # not reached
 
 
-def explain(agent: str) -> str:
-    profile = profiles.get(agent)
-    cfg = shadow.load_config(profile.name, os.environ)
-    facts = shadow.probe(profile, cfg, os.environ, dry_run=True)
-    extras = bwrap.Extras(
-        gitconfig_fd=3,
-        seccomp_fd=None,
-        jailed=cfg.egress_jail,
-        resolv_conf="JAIL/resolv.conf" if cfg.egress_jail else None,
-    )
-    from . import limits, seccomp
+def explain(agent: str, command: tuple[str, ...] | None = None, *,
+            as_json: bool = False) -> str:
+    """The plan a launch of `agent` (or of `shell -- COMMAND`) from here would run, made
+    the way the launch makes it."""
+    from claude_sandbox.launch import cgroups, gather, limits, plan, render
 
+    profile = profiles.get(agent)
+    cfg = gather.load_config(profile.name, os.environ)
     limit_plan = limits.plan_limits(
-        cfg.max_pids, cfg.max_memory, limits.probe_cgroups(), os.getuid()
+        cfg.max_pids, cfg.max_memory, cgroups.probe_cgroups(), os.getuid()
     )
-    plan = shadow.with_enter(
-        shadow.plan_for(
-            profile, cfg, shadow.Request(profile.name, None, ()), facts, os.environ, extras
-        ),
-        cfg,
-        limit_plan,
-        hide_fd=4 if not facts.proc_mountable else None,
-    )
+    request = gather.Request(profile.name, command, ())
+    gathered = gather.gather(profile, cfg, request, os.environ, run.inherited_ignored())
+    the_plan = plan.make(profile, cfg, gathered, limit_plan)
+    if as_json:
+        return render.as_json(the_plan)
     lines = [
         f"# claude-sandbox {__version__}: the sandbox for {profile.name}",
         f"# configuration: {paths.CONFIG_FILE}",
     ]
     for key, where in sorted(cfg.origins.items()):
         lines.append(f"#   {key} from {where}")
-    lines.append(f"{paths.find_tool('bwrap') or 'bwrap'} \\")
-    width = min(48, max(len(shlex.join(op.args)) for op in plan.ops))
-    for op in plan.ops:
-        lines.append(f"  {shlex.join(op.args):<{width}}  # {op.reason}")
-    lines.append(f"  -- {shlex.join(plan.command)}")
-    lines.append("# environment (the whole of it; pass-env values hidden):")
-    for name, value in plan.env:
-        shown = "<from the launching environment>" if name in cfg.pass_env else value
-        lines.append(f"  {name}={shown}")
-    lines.append(f"# kernel layers (hardening = {cfg.hardening}):")
-    lines += [f"  {line}" for line in seccomp.describe(cfg.hardening)]
-    kernel = limits.kernel_settings(cfg.hardening, limit_plan)
-    lines += [f"  {line}" for line in limits.describe_kernel(kernel)]
-    lines += [f"  {line}" for line in limits.describe(cfg.max_pids, cfg.max_memory, limit_plan)]
-    lines += _explain_jail(cfg)
+    lines.append(f"# plan {render.digest(the_plan)} (a launch with CLAUDE_SANDBOX_TRACE=1 "
+                 "prints the digest of the plan it runs)")
+    lines += render.explain_lines(the_plan)
     return "\n".join(lines)
-
-
-def _explain_jail(cfg: config.Config) -> list[str]:
-    lines = []
-    if cfg.egress_jail:
-        lines.append("# egress jail: on (a per-launch network namespace; routes below)")
-        from . import jail
-
-        lines += [f"  {line}" for line in jail.explain_lines(cfg.allow_ip)]
-    else:
-        lines.append("# egress jail: OFF (egress-jail = 0): the container's network is shared")
-    return lines
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ from probes import (
     writable,
 )
 
-from claude_sandbox import bwrap, paths
+from claude_sandbox.core import paths
+from claude_sandbox.launch import mounts, profiles
 
 Req = pytest.FixtureRequest
 
@@ -273,7 +274,7 @@ def test_a15_private_resolver_direct(request: Req) -> None:
 
 
 def test_a16_container_engine_socket(request: Req) -> None:
-    candidates = (*bwrap.RUNTIME_SOCKETS, f"/run/user/{os.getuid()}/docker.sock",
+    candidates = (*mounts.RUNTIME_SOCKETS, f"/run/user/{os.getuid()}/docker.sock",
                   f"/run/user/{os.getuid()}/podman/podman.sock")
     reached = []
     for path in candidates:
@@ -559,7 +560,7 @@ def test_a35_other_agent_binary_cache(request: Req) -> None:
 
 def test_a36_widen_config(request: Req) -> None:
     targets = [paths.CONFIG_FILE, "/etc", *(os.path.join(paths.SHIM_DIR, n)
-                                            for n in paths.ENTRY_POINTS),
+                                            for n in profiles.ENTRY_POINTS),
                paths.CORE_VENV, f"{paths.LIBEXEC}/real", "/etc/claude-code",
                "/etc/claude-code/managed-settings.json", "/etc/codex"]
     hits = [t for t in targets if os.path.exists(t) and writable(t)[0]]
@@ -576,7 +577,7 @@ def test_a37_config_in_workspace(request: Req) -> None:
     request.node.user_properties.append(("planted", planted))
     result = subprocess.run(
         [f"{paths.CORE_VENV}/bin/python", "-I", "-c",
-         "from claude_sandbox import shadow; c = shadow.load_config('claude', {}); "
+         "from claude_sandbox.launch import gather; c = gather.load_config('claude', {}); "
          "print(c.allow_write)"], capture_output=True, text=True, check=False, cwd=cwd)
     if "'/'" in result.stdout:
         pytest.fail("the core read allow-write = / from the workspace")

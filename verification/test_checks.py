@@ -50,7 +50,9 @@ from probes import (
     writable,
 )
 
-from claude_sandbox import bwrap, installer, paths, profiles
+from claude_sandbox.core import paths
+from claude_sandbox.install import installer
+from claude_sandbox.launch import mounts, profiles
 
 LIBEXEC = paths.LIBEXEC
 CORE_PYTHON = f"{paths.CORE_VENV}/bin/python"
@@ -237,8 +239,8 @@ def test_18_shim_and_etc_config(host, tmp_path_factory) -> None:  # type: ignore
     # it were read, and ask the installed core which file it reads.
     cwd = os.getcwd()
     planted = [os.path.join(cwd, name) for name in ("claude-sandbox.conf", ".claude-sandbox.conf")]
-    probe = ("import os; from claude_sandbox import paths, shadow; "
-             "shadow.load_config('claude', {}); print(paths.CONFIG_FILE)")
+    probe = ("import os; from claude_sandbox.core import paths; from claude_sandbox.launch import "
+             "gather; gather.load_config('claude', {}); print(paths.CONFIG_FILE)")
     try:
         for path in planted:
             Path(path).write_text("this is not a key\n")
@@ -314,7 +316,7 @@ def test_22_entry_point_guard(request: pytest.FixtureRequest) -> None:
     null = os.stat("/dev/null").st_rdev
     dirs = _guarded_dirs()
     for directory in dirs:
-        for name in paths.ENTRY_POINTS:
+        for name in profiles.ENTRY_POINTS:
             path = os.path.join(directory, name)
             assert os.path.lexists(path), f"{path} is not guarded (absent, so it can be planted)"
             info = os.stat(path)
@@ -599,7 +601,7 @@ def test_33_outer_proc_closed(request: pytest.FixtureRequest) -> None:
 
 
 def test_34_readonly_config() -> None:
-    targets = [paths.CONFIG_FILE, *(os.path.join(paths.SHIM_DIR, n) for n in paths.ENTRY_POINTS),
+    targets = [paths.CONFIG_FILE, *(os.path.join(paths.SHIM_DIR, n) for n in profiles.ENTRY_POINTS),
                f"{paths.CORE_VENV}/bin", _core_site(), f"{LIBEXEC}/verification",
                f"{LIBEXEC}/real", LIBEXEC]
     for path in targets:
@@ -619,7 +621,7 @@ def _connects(path: str) -> bool:
 
 def test_36_engine_sockets_masked(request: pytest.FixtureRequest) -> None:
     outer = FACTS.get("runtime_sockets", [])
-    reached = [path for path in (*bwrap.RUNTIME_SOCKETS, *outer)
+    reached = [path for path in (*mounts.RUNTIME_SOCKETS, *outer)
                if os.path.lexists(path) and _connects(path)]
     assert not reached, f"connected to {', '.join(reached)}"
     note(request, f"not connectable: {', '.join(outer)}" if outer
@@ -629,7 +631,7 @@ def test_36_engine_sockets_masked(request: pytest.FixtureRequest) -> None:
 def test_37_environment_allow_list() -> None:
     profile = _agent()
     allowed = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "IS_SANDBOX", "IS_SANDBOX_AGENT",
-               "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", *bwrap.PASSED_THROUGH,
+               "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", *mounts.PASSED_THROUGH,
                *(name for name, _ in profile.env), *FACTS.get("pass_env", []),
                # set by a shell between bwrap and the program (a `shell -- sh -c` command)
                "PWD", "OLDPWD", "SHLVL", "_"}
@@ -655,7 +657,7 @@ def test_38_capability_sets_empty(request: pytest.FixtureRequest) -> None:
 
 def test_39_forge_config_readonly(request: pytest.FixtureRequest) -> None:
     present = []
-    for rel in bwrap.FORGE_CONFIG:
+    for rel in mounts.FORGE_CONFIG:
         path = os.path.join(_home(), rel)
         if os.path.isdir(path):
             present.append(path)
@@ -694,7 +696,7 @@ def test_41_nesting_marker() -> None:
     assert mount is not None and mount.readonly, f"{paths.INSIDE_MARKER} is not a read-only mount"
     result = subprocess.run(
         [CORE_PYTHON, "-I", "-c",
-         "from claude_sandbox import guard; print(guard.inside_sandbox())"],
+         "from claude_sandbox.core import guard; print(guard.inside_sandbox())"],
         capture_output=True, text=True, check=False)
     assert result.stdout.strip() == "True", f"the core's guard says {result.stdout.strip()!r}"
 

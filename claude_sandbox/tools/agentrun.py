@@ -59,9 +59,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from claude_sandbox.launch import profiles
 from claude_sandbox.tools.mockapi import MODEL, MockAPI
 
-AGENTS = ("claude", "codex", "pi")
+AGENTS = profiles.AGENT_NAMES
 REAL_DIR = Path("/usr/libexec/claude-sandbox/real")
 MANAGED_DIR = "/etc/claude-code"
 MANAGED_SETTINGS = f"{MANAGED_DIR}/managed-settings.json"

@@ -18,8 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from claude_sandbox import config, hostfacts, installer, paths, profiles
-from claude_sandbox.errors import SandboxError
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import SandboxError
+from claude_sandbox.install import installer
+from claude_sandbox.launch import config, hostfacts, profiles
 
 TUN = "/dev/net/tun"
 TUN_RDEV = os.makedev(10, 200)
@@ -131,7 +133,7 @@ def pasta_row() -> Finding:
 
 
 def landlock_row() -> Finding:
-    from claude_sandbox import landlock
+    from claude_sandbox.inside import landlock
 
     abi = landlock.abi_version()
     if abi == 0:
@@ -155,9 +157,9 @@ def seccomp_row() -> Finding:
 
 
 def cgroup_row() -> Finding:
-    from claude_sandbox import limits
+    from claude_sandbox.launch import cgroups
 
-    facts = limits.probe_cgroups()
+    facts = cgroups.probe_cgroups()
     usable = [name for name in ("v2", "v1_pids", "v1_memory") if getattr(facts, name, "")]
     if not usable:
         return Finding(False, "no delegated cgroup: max-pids/max-memory fall back to rlimits",
@@ -184,7 +186,7 @@ def proc_row() -> Finding:
 
 def shims_row() -> Finding:
     bad = []
-    for name in paths.ENTRY_POINTS:
+    for name in profiles.ENTRY_POINTS:
         path = os.path.join(paths.SHIM_DIR, name)
         try:
             info = os.lstat(path)
@@ -198,7 +200,7 @@ def shims_row() -> Finding:
             bad.append(f"{path} is not a root-owned 0755 file")
     if bad:
         return Finding(False, "; ".join(bad), "re-run the installer (./install.sh) as root")
-    return Finding(True, f"{len(paths.ENTRY_POINTS)} shims match installer.shim_text")
+    return Finding(True, f"{len(profiles.ENTRY_POINTS)} shims match installer.shim_text")
 
 
 def venv_row() -> Finding:

@@ -2,8 +2,8 @@
 
 The pages are committed; `--check` renders into memory and fails, naming the
 page, when a committed one differs (tests/verification/test_render.py runs it).
-The mounts page renders bwrap.build_ops over a fixed, representative HostFacts
-so it does not depend on the machine that renders it.
+The mounts page renders the launch plan (launch/plan.py) made from fixed,
+representative facts, so it does not depend on the machine that renders it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from claude_sandbox import bwrap, config, controlfiles, paths, profiles, state
-from claude_sandbox.hostfacts import GuardEntry, HostFacts
+from claude_sandbox.core import paths
+from claude_sandbox.launch import (
+    config,
+    controlfiles,
+    keys,
+    limits,
+    plan,
+    profiles,
+    render,
+    state,
+)
+from claude_sandbox.launch.gather import Gathered
+from claude_sandbox.launch.hostfacts import GuardEntry, HostFacts
+from claude_sandbox.launch.mounts import Writable
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "docs" / "templates"
@@ -34,7 +46,7 @@ def representative_facts(profile: profiles.Profile) -> HostFacts:
     })
     binary = f"{paths.AGENTS_PREFIX}/bin/{profile.name}"
     guard = tuple(GuardEntry(f"{HOME}/.cache/venv/bin", name, "absent")
-                  for name in paths.ENTRY_POINTS)
+                  for name in profiles.ENTRY_POINTS)
     return HostFacts(
         uid=1000, gid=1000, user="dev", home=HOME, cwd=WORKSPACE,
         path=(f"{HOME}/.cache/venv/bin", "/usr/local/bin", "/usr/bin", "/bin"),
@@ -44,13 +56,13 @@ def representative_facts(profile: profiles.Profile) -> HostFacts:
     )
 
 
-def representative_layout() -> bwrap.Writable:
+def representative_layout() -> Writable:
     """A workspace that is a git repository with a .vscode directory, nothing else."""
     present = {f"{WORKSPACE}/{rel}": kind for rel, kind in (
         (".git", "dir"), (".git/config", "file"), (".git/hooks", "dir"), (".vscode", "dir"))}
     table = controlfiles.controls((), ())
     kinds = {path: present.get(path) for path in controlfiles.candidates(WORKSPACE, table, ())}
-    return bwrap.Writable(WORKSPACE, (), (controlfiles.plan(WORKSPACE, table, (), kinds),))
+    return Writable(WORKSPACE, (), (controlfiles.plan(WORKSPACE, table, (), kinds),))
 
 
 def _cell(text: object) -> str:
@@ -74,17 +86,19 @@ def pages() -> dict[str, str]:
     catalogue = yaml.safe_load((REPO / "verification" / "checks.yaml").read_text())
     plans = []
     for profile in profiles.PROFILES:
-        extras = bwrap.Extras(gitconfig_fd=3, seccomp_fd=4, resolv_conf="JAIL/resolv.conf",
-                              jailed=True)
-        ops = bwrap.build_ops(profile, config.Config(), representative_facts(profile),
-                              representative_layout(), extras)
-        plans.append((profile.name, ops))
+        facts = representative_facts(profile)
+        gathered = Gathered(facts=facts, layout=representative_layout(),
+                            command=(facts.real_binary,), gitconfig="", codex_config="",
+                            resolv_conf="", host_addresses=(), keep_ignored=(), environ=())
+        none = limits.LimitPlan((), (), ())
+        made = plan.make(profile, config.Config(), gathered, none)
+        plans.append((profile.name, render.option_rows(made)))
     return {
         "verification-checks.md": env.get_template("verification-checks.md.j2").render(
             checks=catalogue["checks"], adversarial=catalogue.get("adversarial", [])),
         "configuration.md": env.get_template("configuration.md.j2").render(
-            keys=config.KEYS, denied_names=sorted(config.DENIED_NAMES),
-            denied_prefixes=config.DENIED_PREFIXES, config_file=paths.CONFIG_FILE),
+            keys=keys.KEYS, denied_names=sorted(keys.DENIED_NAMES),
+            denied_prefixes=keys.DENIED_PREFIXES, config_file=paths.CONFIG_FILE),
         "mounts.md": env.get_template("mounts.md.j2").render(plans=plans, facts_note=FACTS_NOTE),
     }
 

@@ -23,9 +23,11 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from claude_sandbox.core import paths
+from claude_sandbox.launch import profiles
 from claude_sandbox.tools import agentrun, mockapi
 
-AGENTS = ("claude", "codex", "pi")
+AGENTS = profiles.AGENT_NAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,7 @@ def run_all(workspace: str, markers: str, agents: Sequence[str] = AGENTS,
                 ran.append(agent)
             finally:
                 shutil.rmtree(home, ignore_errors=True)
-    git = shutil.which("git", path="/usr/bin:/bin")
+    git = paths.which("git", ("/usr/bin", "/bin"))
     if git:
         subprocess.run([git, "-C", workspace, "status", "--short"], capture_output=True,
                        check=False, timeout=60, env={"PATH": "/usr/bin:/bin",

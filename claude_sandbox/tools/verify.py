@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from claude_sandbox import config as config_module
-from claude_sandbox import controlfiles, paths, profiles, state
+from claude_sandbox.core import paths
+from claude_sandbox.launch import config as config_module
+from claude_sandbox.launch import controlfiles, profiles, state
 
 INSTALLED_CHECKS = f"{paths.LIBEXEC}/verification"
 TOOLS_PYTHON = f"{paths.TOOLS_VENV}/bin/python"
@@ -136,7 +137,7 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
                "AWS_SECRET_ACCESS_KEY": canary, "SSH_AUTH_SOCK": "/tmp/csbx-agent.sock",
                "CSBX_CANARY": canary}
     # An outer process whose environment holds the secret, like the user's shell.
-    sleep = shutil.which("sleep", path="/usr/bin:/bin") or "/bin/sleep"
+    sleep = paths.which("sleep", ("/usr/bin", "/bin")) or "/bin/sleep"
     # Its command line holds the secret too, as a careless `tool --token=...` would.
     fixtures.decoy = subprocess.Popen([f"csbx-decoy --token={canary}", "3600"], executable=sleep,
                                       env={"PATH": "/usr/bin:/bin", **planted},
@@ -223,15 +224,15 @@ def _plant_root_only(fixtures: Fixtures) -> list[str]:
 
 def _cgroup_bases() -> dict[str, list[str]]:
     """Where the launch's cgroups will be made, per controller (check 58)."""
-    from claude_sandbox import limits
+    from claude_sandbox.launch import cgroups
 
-    facts = limits.probe_cgroups()
+    facts = cgroups.probe_cgroups()
     return {"pids": [b for b in (facts.v2, facts.v1_pids) if b],
             "memory": [b for b in (facts.v2, facts.v1_memory) if b]}
 
 
 def _host_addresses() -> tuple[str, ...]:
-    from claude_sandbox.routes import host_addresses
+    from claude_sandbox.jail.routes import host_addresses
 
     return host_addresses(Path("/proc/net/fib_trie").read_text(encoding="ascii"),
                           Path("/proc/net/route").read_text(encoding="ascii"))
@@ -268,7 +269,7 @@ def _plant_home_canaries(fixtures: Fixtures) -> list[str]:
 
 def _make_workspace_a_repository(workdir: str) -> None:
     """A git repository with hooks, .vscode and .claude present and .mcp.json absent (check 52)."""
-    git = shutil.which("git", path="/usr/bin:/bin")
+    git = paths.which("git", ("/usr/bin", "/bin"))
     if git is None:
         return
     subprocess.run([git, "init", "-q", workdir], check=False, capture_output=True,
@@ -310,7 +311,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
     watched = ["/dev", "/tmp", "/var/tmp", "/workspaces", os.path.dirname(workdir), "/etc",
                paths.SHIM_DIR, *path_entries,
                *(os.path.join(home, rel) if rel else home for rel in HOME_PATHS)]
-    from claude_sandbox import bwrap
+    from claude_sandbox.launch import mounts
 
     real = os.path.realpath(os.path.join(paths.REAL_BIN_DIR, agent))
     return {
@@ -342,7 +343,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "max_pids": cfg.max_pids,
         "max_memory": cfg.max_memory,
         "real_binary": real,
-        "runtime_sockets": [s for s in bwrap.RUNTIME_SOCKETS if os.path.exists(s)],
+        "runtime_sockets": [s for s in mounts.RUNTIME_SOCKETS if os.path.exists(s)],
     }
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from claude_sandbox import state
+from claude_sandbox.launch import state
 from claude_sandbox.tools import agentrun, mockapi
 
 pytestmark = pytest.mark.integration

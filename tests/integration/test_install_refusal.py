@@ -15,7 +15,7 @@ def test_install_refuses_without_user_namespaces() -> None:
     # A throw-away user namespace whose own limit on nested namespaces is 0.
     script = (
         "echo 0 > /proc/sys/user/max_user_namespaces && "
-        "exec /usr/bin/python3 -m claude_sandbox.installer --check --no-apt --no-tools"
+        "exec /usr/bin/python3 -m claude_sandbox.install.installer --check --no-apt --no-tools"
     )
     result = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", script],
                             cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -250,6 +250,33 @@ def test_explain_lists_every_option_with_a_reason(launcher: Launcher) -> None:
     assert any(f"--bind {store} {launcher.home} " in line for line in lines)
 
 
+@pytest.mark.parametrize("jail", ["0", "1"])
+def test_explain_shows_the_plan_a_launch_runs(launcher: Launcher, jail: str) -> None:
+    """The same plan, not a look-alike: explain's digest is the digest the launch traced,
+    and its JSON holds the command, the writable paths and the environment the launch got."""
+    env = {"CLAUDE_SANDBOX_EGRESS_JAIL": jail, "TERM": "xterm", "LC_ALL": "C.UTF-8"}
+    config = "env-may-widen = egress-jail\n" if jail == "0" else None
+    command = ["/bin/sh", "-c", 'echo "HOME=$HOME"; echo "SHELL=$SHELL"']
+    explained = launcher.run(["/usr/local/bin/claude-sandbox", "explain", "--", *command],
+                             env=env, config=config)
+    assert explained.returncode == 0, explained.stderr
+    digest = next(line.split()[2] for line in explained.stdout.splitlines()
+                  if line.startswith("# plan "))
+    ran = launcher.run(["/usr/local/bin/claude-sandbox", "shell", "--", *command],
+                       env={**env, "CLAUDE_SANDBOX_TRACE": "1"}, config=config)
+    assert ran.returncode == 0, ran.stderr
+    traced = [line.split()[3].rstrip(":") for line in ran.stderr.splitlines()
+              if line.startswith("claude-sandbox: trace: plan ")]
+    assert traced == [digest], ran.stderr
+    plan = json.loads(launcher.run(["/usr/local/bin/claude-sandbox", "explain", "--json", "--",
+                                    *command], env=env, config=config).stdout)
+    assert plan["inner"]["command"] == command
+    assert launcher.workspace in plan["inner"]["writable"]
+    shown = dict(plan["env"])
+    assert f"HOME={shown['HOME']}" in ran.stdout and f"SHELL={shown['SHELL']}" in ran.stdout
+    assert (plan["jail"] is not None) == (jail == "1")
+
+
 def test_no_sandbox_process_outlives_the_launch(launcher: Launcher) -> None:
     marker = "cs-leak-" + secrets.token_hex(4)
     launcher.shell("/bin/sh", "-c", f"sleep 300 & exec -a {marker} sleep 0.1")

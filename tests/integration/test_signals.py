@@ -193,7 +193,7 @@ def test_a_signal_at_any_phase_leaves_nothing(
     signum = SIGNALS[name]
     before = Snapshot(path)
     session = Session(user, jail, path, seconds=30 if phase == "running" else 0.2)
-    marker = PHASES[phase] or ("jail started" if jail == "1" else "plan built")
+    marker = PHASES[phase] or ("jail started" if jail == "1" else "trace: plan")
     assert session.wait_for(marker), session.seen[-2000:]
     session.send(signum)
     status = session.status()

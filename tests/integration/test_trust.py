@@ -148,7 +148,7 @@ def _imported_modules(stderr: str) -> set[str]:
 
 
 def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: Launcher) -> None:
-    """Every interpreter of a jailed launch (_shadow, _jail_holder, _enter) under -X importtime."""
+    """Every interpreter of a jailed launch (_launch, _jail_holder, _enter) under -X importtime."""
     result = launcher.run(
         [
             CORE_PYTHON,
@@ -157,7 +157,7 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
             "importtime",
             "-m",
             "claude_sandbox",
-            "_shadow",
+            "_launch",
             "claude",
             "--",
             "--version",
@@ -166,7 +166,7 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
     )
     assert result.returncode == 0, result.stderr[-2000:]
     modules = _imported_modules(result.stderr)
-    assert "claude_sandbox.shadow" in modules
+    assert "claude_sandbox.launch.run" in modules
     stdlib = set(sys.stdlib_module_names)
     # The distribution's own root-owned sitecustomize (Debian: an optional apport hook,
     # absent here) and copy.py's probe for Jython's org.python.core are the interpreter's.

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from claude_sandbox import integrity, paths
+from claude_sandbox.core import paths
+from claude_sandbox.install import integrity
 
 REPO = Path(__file__).resolve().parents[2]
 CORE_PYTHON = f"{paths.CORE_VENV}/bin/python"

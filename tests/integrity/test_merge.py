@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claude_sandbox import integrity
+from claude_sandbox.install import integrity
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
 JSON_VALUES = st.recursive(

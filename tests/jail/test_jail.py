@@ -15,8 +15,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from claude_sandbox import jail, jail_start
-from claude_sandbox.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.jail import dirs
+from claude_sandbox.jail import session as jail
+from claude_sandbox.jail.spec import JailSpec
+from claude_sandbox.launch.plan import resolv_conf
 
 from .conftest import (
     PROBE,
@@ -35,8 +38,8 @@ pytestmark = [
 
 def _settings(
     allow_ip: Sequence[str] = (), local: Sequence[int] = (), callback: Sequence[int] = ()
-) -> jail.JailSettings:
-    return jail.JailSettings(tuple(allow_ip), tuple(local), tuple(callback), trace=False)
+) -> JailSpec:
+    return JailSpec(tuple(allow_ip), tuple(local), tuple(callback))
 
 
 def _alive(pid: int) -> bool:
@@ -72,7 +75,7 @@ def assert_torn_down(j: jail.Jail, private_dir: str | None) -> None:
 
 
 def launch(
-    settings: jail.JailSettings, argv: Sequence[str], tmp_path: os.PathLike[str]
+    settings: JailSpec, argv: Sequence[str], tmp_path: os.PathLike[str]
 ) -> tuple[int, str, jail.Jail]:
     """Run argv jailed, its stdout captured in a file; check nothing is left."""
     out = os.path.join(tmp_path, f"out-{time.monotonic_ns()}")
@@ -93,7 +96,7 @@ def launch(
 
 
 def probe(
-    settings: jail.JailSettings, targets: Sequence[str], tmp_path: os.PathLike[str]
+    settings: JailSpec, targets: Sequence[str], tmp_path: os.PathLike[str]
 ) -> dict[str, str]:
     status, out, _ = launch(settings, [SYSTEM_PY, "-c", PROBE, *targets], tmp_path)
     assert status == 0, out
@@ -147,13 +150,16 @@ def test_real_egress_and_dns_through_the_forwarder(tmp_path: os.PathLike[str]) -
     fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
     saved = os.dup(1)
     os.dup2(fd, 1)
-    j = jail.start(_settings())
-    # The resolv.conf the caller binds over /etc/resolv.conf inside bwrap.
-    with open(j.resolv_conf) as f:
+    # The resolv.conf the launch binds over /etc/resolv.conf inside bwrap.
+    resolv = os.path.join(tmp_path, "resolv.conf")
+    with open("/etc/resolv.conf") as host, open(resolv, "w") as f:
+        f.write(resolv_conf(host.read()))
+    with open(resolv) as f:
         assert f.readline().strip() == "nameserver 169.254.1.53"
+    j = jail.start(_settings())
     argv = [
         "/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-        "--ro-bind", j.resolv_conf, "/etc/resolv.conf", SYSTEM_PY, "-c", EGRESS,
+        "--ro-bind", resolv, "/etc/resolv.conf", SYSTEM_PY, "-c", EGRESS,
     ]  # fmt: skip
     try:
         status = j.run(argv, {"PATH": "/usr/bin:/bin"})
@@ -274,11 +280,14 @@ def test_descriptors_reach_the_session(tmp_path: os.PathLike[str]) -> None:
 
 PREFLIGHT = """
 import sys
-from claude_sandbox import jail, jail_start
-from claude_sandbox.errors import SandboxError
+from claude_sandbox.jail import session as jail
+from claude_sandbox.jail import preflight
+from claude_sandbox.jail import start as jail_start
+from claude_sandbox.jail.spec import JailSpec
+from claude_sandbox.core.errors import SandboxError
 try:
-    jail_start.preflight(needs_socat=False)
-    j = jail.start(jail.JailSettings((), (), (), False))
+    preflight.preflight(needs_socat=False)
+    j = jail.start(JailSpec((), (), ()))
     j.run(["/usr/bin/touch", sys.argv[1]], {})
 except SandboxError as e:
     print(e.status, e.message)
@@ -331,7 +340,7 @@ def test_refused_user_namespaces_stop_the_launch(tmp_path: os.PathLike[str]) -> 
         # nested ones there and nowhere else.
         script = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -c "$1" "$2"'
         code = PREFLIGHT if check_sysctl else PREFLIGHT.replace(
-            "jail_start.preflight(needs_socat=False)", "pass")
+            "preflight.preflight(needs_socat=False)", "pass")
         out = subprocess.run(
             ["unshare", "-U", "-r", "sh", "-c", script, sys.executable, code, marker],
             capture_output=True, text=True, check=True,
@@ -355,12 +364,13 @@ def test_sbxuser_launch(tmp_path: os.PathLike[str]) -> None:
             [f"{venv}/bin/python", "-c", PURELIB],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
-        package = os.path.dirname(jail.__file__)
+        package = os.path.dirname(os.path.dirname(jail.__file__))  # claude_sandbox/
         with contextlib.suppress(FileExistsError):
             os.symlink(package, os.path.join(site, "claude_sandbox"))
     code = (
-        "from claude_sandbox import jail\n"
-        "j = jail.start(jail.JailSettings((), (), (), False))\n"
+        "from claude_sandbox.jail import session as jail\n"
+        "from claude_sandbox.jail.spec import JailSpec\n"
+        "j = jail.start(JailSpec((), (), ()))\n"
         "d = j.private_dir\n"
         f"rc = j.run(['/bin/sh', '-c', {SBX_PROBE!r}], {{'PATH': '/usr/bin:/bin:/usr/sbin'}})\n"
         "import os; print('rc', rc, 'dir-left', os.path.exists(d), sorted(j.started))\n"
@@ -380,8 +390,9 @@ def test_sbxuser_launch(tmp_path: os.PathLike[str]) -> None:
 
 KILLED_LAUNCHER = """
 import json, sys
-from claude_sandbox import jail
-j = jail.start(jail.JailSettings((), (int(sys.argv[1]),), (int(sys.argv[2]),), False))
+from claude_sandbox.jail import session as jail
+from claude_sandbox.jail.spec import JailSpec
+j = jail.start(JailSpec((), (int(sys.argv[1]),), (int(sys.argv[2]),)))
 print(json.dumps({"dir": j.private_dir}), flush=True)
 j.run(sys.argv[3:], {"PATH": "/usr/bin:/bin"})
 """
@@ -448,7 +459,7 @@ def test_holder_killed_while_an_inside_relay_starts_leaves_no_relay(
             time.sleep(0.0005)
         os.kill(holder, signal.SIGTERM)  # what _forward does with a TERM
         if jail.recv_frame(self._sock) is None:
-            raise jail._HolderGone
+            raise jail.reaping.HolderGone
         raise AssertionError("the holder outlived SIGTERM")
 
     monkeypatch.setattr(jail.Jail, "_ask", ask)
@@ -509,15 +520,15 @@ def test_bwraps_orphaned_init_is_reaped(tmp_path: os.PathLike[str]) -> None:
 def test_the_sweep_spares_live_launches_and_other_pid_namespaces() -> None:
     """A /tmp shared with another container holds its launches too: their pids
     mean nothing here, so only this pid namespace's dead launchers are swept."""
-    live = jail_start.make_private_dir()
-    dead_here = f"/tmp/{jail_start._own_prefix()}999999999.dead"
+    live = dirs.make_private_dir()
+    dead_here = f"/tmp/{dirs._own_prefix()}999999999.dead"
     foreign = f"/tmp/claude-sandbox-jail.{os.getuid()}.1.999999999.other"
     for path in (dead_here, foreign):
         os.mkdir(path, 0o700)
     try:
-        jail_start.sweep_stale_dirs()
+        dirs.sweep_stale_dirs()
         assert os.path.isdir(live) and os.path.isdir(foreign)
         assert not os.path.exists(dead_here)
     finally:
         for path in (live, dead_here, foreign):
-            jail_start.remove_dir(path)
+            dirs.remove_dir(path)

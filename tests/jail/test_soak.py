@@ -32,8 +32,9 @@ COUNT = int(os.environ.get("CLAUDE_SANDBOX_SOAK", "20"))
 
 LAUNCHER = """
 import json, sys
-from claude_sandbox import jail
-j = jail.start(jail.JailSettings((), (), (sys.argv[2:3] and (int(sys.argv[2]),)) or (), False))
+from claude_sandbox.jail import session as jail
+from claude_sandbox.jail.spec import JailSpec
+j = jail.start(JailSpec((), (), (sys.argv[2:3] and (int(sys.argv[2]),)) or ()))
 print(json.dumps({"dir": j.private_dir, "holder": j.started["holder"]}), flush=True)
 rc = j.run(["/bin/sh", "-c", sys.argv[1]], {"PATH": "/usr/bin:/bin"})
 print(json.dumps({"rc": rc, "started": j.started}), flush=True)

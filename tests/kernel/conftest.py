@@ -27,8 +27,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from claude_sandbox import seccomp  # noqa: E402
-from claude_sandbox.limits import KernelSettings, enter_argv  # noqa: E402
+from claude_sandbox.inside.spec import Inner, encode  # noqa: E402
+from claude_sandbox.launch import seccomp  # noqa: E402
 
 PYTHON = "/usr/bin/python3"  # readable by sbxuser, unlike a venv under /root
 USER = "sbxuser"
@@ -64,7 +64,7 @@ class Sandbox:
         argv: Sequence[str],
         level: str = "standard",
         *,
-        settings: KernelSettings | None = None,
+        settings: Inner | None = None,
         enter: bool = True,
         with_filter: bool = True,
         share_pid: bool = False,
@@ -73,8 +73,11 @@ class Sandbox:
         preexec: Callable[[], None] | None = None,
         env: dict[str, str] | None = None,
     ) -> Result:
-        settings = settings or KernelSettings(level, writable=(str(self.work),))
+        settings = settings or Inner(level, writable=(str(self.work),))
         fd = seccomp.filter_fd(settings.level)
+        record = os.memfd_create("inner", 0)
+        os.write(record, encode(settings._replace(command=tuple(argv)), None))
+        os.lseek(record, 0, os.SEEK_SET)
         unshare = ["--unshare-all", "--share-net"]
         if share_pid:  # to prove Landlock, not the pid namespace, stops a signal
             unshare = ["--unshare-user-try", "--unshare-ipc", "--unshare-uts"]
@@ -91,8 +94,9 @@ class Sandbox:
                 f"import sys; sys.path.insert(0, {str(self.base)!r}); "
                 "from claude_sandbox.__main__ import main; sys.exit(main())"
             )
-            cmd += [PYTHON, "-I", "-c", boot, "_enter", *enter_argv(settings), "--"]
-        cmd += list(argv)
+            cmd += [PYTHON, "-I", "-c", boot, "_enter", str(record)]
+        else:
+            cmd += list(argv)
         if self.user != "root":
             cmd = ["setpriv", f"--reuid={self.user}", f"--regid={self.user}", "--init-groups",
                    "--", *cmd]  # fmt: skip
@@ -100,11 +104,12 @@ class Sandbox:
         environ.update(env or {})
         try:
             done = subprocess.run(
-                cmd, pass_fds=[fd], capture_output=True, text=True, timeout=timeout,
+                cmd, pass_fds=[fd, record], capture_output=True, text=True, timeout=timeout,
                 env=environ, preexec_fn=preexec, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         finally:
             os.close(fd)
+            os.close(record)
         return Result(done.returncode, done.stdout, done.stderr)
 
     def probe(self, *args: str, **kw: object) -> Result:

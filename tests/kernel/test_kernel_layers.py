@@ -16,8 +16,9 @@ import uuid
 import pytest
 from conftest import USER, Sandbox
 
-from claude_sandbox import landlock, limits
-from claude_sandbox.limits import KernelSettings
+from claude_sandbox.inside import landlock
+from claude_sandbox.inside.spec import Inner
+from claude_sandbox.launch import cgroups, limits
 
 pytestmark = pytest.mark.kernel
 
@@ -97,7 +98,7 @@ def test_harsh_denies_exec_where_writable(sandbox: Sandbox) -> None:
     assert harsh.returncode != 0
     assert "Permission denied" in harsh.stderr
     # The agent's own binary bound inside a writable tree still runs (exec_files).
-    settings = KernelSettings("harsh", writable=(str(sandbox.work),), exec_files=(str(target),))
+    settings = Inner("harsh", writable=(str(sandbox.work),), exec_files=(str(target),))
     assert sandbox.run([str(target)], settings=settings).returncode != 0  # rw mount: refused
     assert sandbox.run([str(target)], level="standard").returncode == 0
     compiled = sandbox.run(
@@ -179,12 +180,12 @@ def test_landlock_blocks_outside_abstract_socket(sandbox: Sandbox) -> None:
 
 def _caps(sandbox: Sandbox, max_pids: int | None, max_memory: int | None):  # type: ignore[no-untyped-def]
     """The plan for this user, its cgroup (root only here), and the _enter settings."""
-    facts = limits.probe_cgroups() if sandbox.user == "root" else limits.CgroupFacts()
+    facts = cgroups.probe_cgroups() if sandbox.user == "root" else cgroups.CgroupFacts()
     uid = 0 if sandbox.user == "root" else 1
     plan = limits.plan_limits(max_pids, max_memory, facts, uid)
-    cgroup = limits.create(plan)
+    cgroup = cgroups.create(plan.cgroup)
     rl = dict(plan.rlimits)
-    settings = KernelSettings(
+    settings = Inner(
         "standard",
         max_pids=rl.get(limits.resource.RLIMIT_NPROC),
         max_memory=rl.get(limits.resource.RLIMIT_DATA),

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claude_sandbox import config
-from claude_sandbox.errors import EXIT_CONFIG, SandboxError
+from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
+from claude_sandbox.launch import config, keys
 
 AGENTS = ("claude", "codex", "pi")
 PATH = "/etc/claude-sandbox.conf"
@@ -106,7 +106,7 @@ def test_port_both_local_and_callback() -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        *sorted(config.DENIED_NAMES),
+        *sorted(keys.DENIED_NAMES),
         "LD_PRELOAD",
         "LD_LIBRARY_PATH",
         "PYTHONPATH",
@@ -224,10 +224,10 @@ def test_fuzz_any_text_parses_or_refuses_cleanly(text: str) -> None:
 _line = st.one_of(
     st.builds(
         lambda k, v: f"{k} = {v}",
-        st.sampled_from([k.name for k in config.KEYS]),
+        st.sampled_from([k.name for k in keys.KEYS]),
         st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30),
     ),
-    st.sampled_from([k.name for k in config.KEYS]),
+    st.sampled_from([k.name for k in keys.KEYS]),
 )
 
 
@@ -235,7 +235,7 @@ _line = st.one_of(
 @given(
     st.lists(_line, max_size=8),
     st.dictionaries(
-        st.sampled_from([k.variable for k in config.KEYS if k.variable]), st.text(max_size=30)
+        st.sampled_from([k.variable for k in keys.KEYS if k.variable]), st.text(max_size=30)
     ),
 )
 def test_fuzz_keys_with_random_values(lines: list[str], environ: dict[str, str]) -> None:

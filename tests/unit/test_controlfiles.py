@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claude_sandbox import controlfiles
-from claude_sandbox.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.launch import controlfiles
 
 ROOT = "/ws"
 TABLE = controlfiles.controls((), ())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from claude_sandbox.installer import InstallError, _read, read_vendor_record
+from claude_sandbox.install.installer import InstallError, _read, read_vendor_record
 
 GOOD = {"path": "/usr/local/bin/claude", "link": "", "target": "/x/vendor/claude"}
 

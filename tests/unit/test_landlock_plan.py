@@ -6,10 +6,10 @@ from collections.abc import Iterable
 
 import pytest
 
-from claude_sandbox import landlock
-from claude_sandbox.landlock import exec_allowed_roots, plan_exec
-from claude_sandbox.mountinfo import Mount
-from claude_sandbox.mountinfo import parse as parse_mountinfo
+from claude_sandbox.core.mountinfo import Mount
+from claude_sandbox.core.mountinfo import parse as parse_mountinfo
+from claude_sandbox.inside import landlock
+from claude_sandbox.inside.landlock import exec_allowed_roots, plan_exec
 
 TREE: dict[str, list[str]] = {
     "/": ["bin", "dev", "etc", "home", "lib", "tmp", "usr", "var", "vmlinuz"],

@@ -8,7 +8,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claude_sandbox import guard, hostfacts, mountinfo, paths
+from claude_sandbox.core import guard, mountinfo, paths
+from claude_sandbox.launch import hostfacts
 
 STATUS_IN = "Name:\tsh\nNoNewPrivs:\t1\nCapEff:\t0000000000000000\n"
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claude_sandbox import routes
-from claude_sandbox.errors import EXIT_JAIL, SandboxError
+from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
+from claude_sandbox.jail import readback, routes
 
 FACTS = routes.NetFacts(
     iface="eth0",
@@ -66,7 +66,7 @@ def _readback_text(
 ) -> routes.Readback:
     shown = [_as_ip_json(r.expect) for r in plan.routes] + [_as_ip_json(r) for r in plan.local]
     text = json.dumps(shown + (extra or [])) + "\n" + json.dumps(RULES_V4) + "\n"
-    return routes.parse_readback(text, _v6(v6))
+    return readback.parse_readback(text, _v6(v6))
 
 
 def test_plan_blocks_every_private_range_and_keeps_the_internet() -> None:
@@ -113,7 +113,7 @@ def test_every_address_of_the_host_is_blackholed_whatever_its_range() -> None:
     assert "route add blackhole 192.0.2.2/32 src 192.0.2.2" in cmds  # the jail's own: local wins
     assert not any("10.0.0.5/32" in c for c in cmds)  # inside a blackholed range already
     assert not any(c.startswith("route add blackhole 203.0.113.9") for c in cmds)  # allow-ip
-    assert routes.compare(plan, (), _readback_text(plan)) == []
+    assert readback.compare(plan, (), _readback_text(plan)) == []
 
 
 def test_host_addresses_from_proc() -> None:
@@ -154,24 +154,24 @@ def test_local_table_prediction_matches_the_kernel() -> None:
          "protocol": "kernel", "scope": "link", "prefsrc": "192.0.2.2", "flags": []},
     ]  # fmt: skip
     assert set(routes.expected_local_table(FACTS.addresses)) == {
-        routes.parse_route(o) for o in seen
+        readback.parse_route(o) for o in seen
     }
 
 
 def test_exact_readback_is_accepted() -> None:
     plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ("10.1.2.3",))
-    assert routes.compare(plan, (), _readback_text(plan)) == []
+    assert readback.compare(plan, (), _readback_text(plan)) == []
 
 
 def test_unplanned_route_missing_route_and_ipv6_are_refused() -> None:
     plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ())
     extra = {"dst": "10.0.0.5", "gateway": "192.0.2.1", "dev": "eth0", "flags": []}
-    assert any("unplanned" in p for p in routes.compare(plan, (), _readback_text(plan, [extra])))
+    assert any("unplanned" in p for p in readback.compare(plan, (), _readback_text(plan, [extra])))
     # An optional row that `ip` rejected must be absent, not assumed.
     dns_row = next(i for i, r in enumerate(plan.routes) if not r.required)
-    assert any("unplanned" in p for p in routes.compare(plan, {dns_row}, _readback_text(plan)))
+    assert any("unplanned" in p for p in readback.compare(plan, {dns_row}, _readback_text(plan)))
     v6 = {"dst": "default", "gateway": "fd00::1", "dev": "eth0", "flags": []}
-    assert any("IPv6" in p for p in routes.compare(plan, (), _readback_text(plan, v6=[v6])))
+    assert any("IPv6" in p for p in readback.compare(plan, (), _readback_text(plan, v6=[v6])))
     link_local = {
         "dst": "fe80::/64",
         "dev": "eth0",
@@ -179,30 +179,30 @@ def test_unplanned_route_missing_route_and_ipv6_are_refused() -> None:
         "metric": 256,
         "flags": [],
     }
-    assert routes.compare(plan, (), _readback_text(plan, v6=[link_local])) == []
+    assert readback.compare(plan, (), _readback_text(plan, v6=[link_local])) == []
 
 
 def test_route_in_another_table_or_extra_attribute_is_refused() -> None:
     plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ())
     other = {"dst": "default", "gateway": "192.0.2.1", "dev": "eth0", "table": "100", "flags": []}
-    assert routes.compare(plan, (), _readback_text(plan, [other]))
+    assert readback.compare(plan, (), _readback_text(plan, [other]))
     shown = [_as_ip_json(r.expect) for r in plan.routes] + [_as_ip_json(r) for r in plan.local]
     shown[0]["nhid"] = 7  # an attribute we never programmed
-    rb = routes.parse_readback(json.dumps(shown) + json.dumps(RULES_V4), _v6())
-    assert routes.compare(plan, (), rb)
+    rb = readback.parse_readback(json.dumps(shown) + json.dumps(RULES_V4), _v6())
+    assert readback.compare(plan, (), rb)
 
 
 def test_extra_policy_rule_is_refused() -> None:
     plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ())
     shown = [_as_ip_json(r.expect) for r in plan.routes] + [_as_ip_json(r) for r in plan.local]
     rules = [{"priority": 100, "src": "all", "table": "100"}, *RULES_V4]
-    rb = routes.parse_readback(json.dumps(shown) + json.dumps(rules), _v6())
-    assert any("policy rules" in p for p in routes.compare(plan, (), rb))
+    rb = readback.parse_readback(json.dumps(shown) + json.dumps(rules), _v6())
+    assert any("policy rules" in p for p in readback.compare(plan, (), rb))
 
 
 def test_failed_lines_parses_ip_force_output() -> None:
     err = "Error: Nexthop has invalid gateway.\nCommand failed -:13\nCommand failed -:x\n"
-    assert routes.failed_lines(err) == {13}
+    assert readback.failed_lines(err) == {13}
 
 
 def test_parse_facts_finds_gateway_interface_and_copied_routes() -> None:
@@ -218,11 +218,11 @@ def test_parse_facts_finds_gateway_interface_and_copied_routes() -> None:
         {"dst": "192.0.2.0/24", "dev": "eth0", "protocol": "kernel", "scope": "link",
          "prefsrc": "192.0.2.2", "flags": []},
     ]  # fmt: skip
-    facts = routes.parse_facts(addr, main)
+    facts = readback.parse_facts(addr, main)
     assert (facts.iface, facts.address, facts.gateway) == ("eth0", "192.0.2.2", "192.0.2.1")
     assert facts.copied == ("192.0.2.0/24",)
     with pytest.raises(SandboxError) as info:
-        routes.parse_facts(addr, main[1:])
+        readback.parse_facts(addr, main[1:])
     assert info.value.status == EXIT_JAIL
 
 
@@ -248,7 +248,7 @@ json_values = st.recursive(
 @given(st.text(max_size=200) | json_values.map(json.dumps))
 def test_parser_fails_only_with_a_sandbox_error(text: str) -> None:
     try:
-        routes.parse_readback(text + json.dumps(RULES_V4), _v6())
+        readback.parse_readback(text + json.dumps(RULES_V4), _v6())
     except SandboxError as error:
         assert error.status == EXIT_JAIL
 
@@ -265,14 +265,14 @@ def test_any_mutated_route_is_refused_or_rejected(index: int, key: str, value: o
     plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ("10.1.2.3",))
     shown = [_as_ip_json(r.expect) for r in plan.routes] + [_as_ip_json(r) for r in plan.local]
     target = shown[index % len(shown)]
-    before = routes.parse_route(target)
+    before = readback.parse_route(target)
     target[key] = value
     text = json.dumps(shown) + json.dumps(RULES_V4)
     try:
-        mutated = routes.parse_route(target)
-        rb = routes.parse_readback(text, _v6())
+        mutated = readback.parse_route(target)
+        rb = readback.parse_readback(text, _v6())
     except SandboxError:
         return  # malformed: refused at parse time
     if mutated == before:
         return  # the mutation was a no-op after normalisation (e.g. same value)
-    assert routes.compare(plan, (), rb), f"accepted mutated route {target}"
+    assert readback.compare(plan, (), rb), f"accepted mutated route {target}"

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 import pyseccomp as sc
 import pytest
 
-from claude_sandbox import seccomp
-from claude_sandbox.errors import SandboxError
+from claude_sandbox.core.errors import SandboxError
+from claude_sandbox.launch import seccomp
 
 # ---------------------------------------------------------------- interpreter
 # Classic BPF as seccomp accepts it (kernel/seccomp.c seccomp_check_filter).

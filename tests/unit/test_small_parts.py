@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from claude_sandbox import gitconfig, guard, paths
+from claude_sandbox.core import guard, paths
+from claude_sandbox.launch import gitconfig
 
 MOUNTINFO = (
     "22 1 0:21 / / ro,relatime - overlay overlay rw\n"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from claude_sandbox import placeholders, profiles, state
-from claude_sandbox.controlfiles import Placeholder
-from claude_sandbox.errors import SandboxError
+from claude_sandbox.core.errors import SandboxError
+from claude_sandbox.launch import placeholders, profiles, state
+from claude_sandbox.launch.controlfiles import Placeholder
 
 
 def _outer_home(tmp_path: Path) -> Path:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from claude_sandbox import workspace
-from claude_sandbox.errors import EXIT_CONFIG, SandboxError
+from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
+from claude_sandbox.launch import workspace
 
 RULES = workspace.PathRules(
     home="/home/dev",

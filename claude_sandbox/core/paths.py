@@ -1,0 +1,122 @@
+"""Fixed locations, and the only way the launch path finds an external tool.
+
+The launch path never consults PATH (architecture.md, step 1): PATH is the caller's,
+and an agent can write to directories on it. Tools come from this fixed list
+of root-owned system directories instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+
+LIBEXEC = "/usr/libexec/claude-sandbox"
+CORE_VENV = f"{LIBEXEC}/venv"
+TOOLS_VENV = f"{LIBEXEC}/tools-venv"
+# The installer points LIBEXEC/real/NAME at each agent's real binary, off PATH.
+REAL_BIN_DIR = f"{LIBEXEC}/real"
+# Agents the installer fetched from the npm registry live under this prefix.
+AGENTS_PREFIX = f"{LIBEXEC}/agents"
+# An empty root-owned file; inside the sandbox a read-only bind covers it.
+# The mount is the nesting fact an outer environment cannot forge (architecture.md, step 2).
+INSIDE_MARKER = f"{LIBEXEC}/inside"
+# An empty root-owned file, 0444: what masked dotfiles read as. (/dev/null would
+# not do: bwrap binds are nodev, so a bound device node cannot even be opened.)
+EMPTY_FILE = f"{LIBEXEC}/empty"
+# An empty root-owned directory, 0555: bound over outer processes' /proc entries.
+EMPTY_DIR = f"{LIBEXEC}/empty-dir"
+CONFIG_FILE = "/etc/claude-sandbox.conf"
+# Claude Code's managed-settings drop-in for unwrapped sessions only (integrity.py):
+# inside the sandbox EMPTY_SETTINGS, an empty object, is bound over it, so a
+# user's own hooks and MCP servers work there.
+UNWRAPPED_SETTINGS = "/etc/claude-code/managed-settings.d/90-claude-sandbox-unwrapped.json"
+EMPTY_SETTINGS = f"{LIBEXEC}/empty-settings.json"
+# Codex's managed configuration, its top layer. Inside the sandbox a copy that also
+# sets sandbox_mode = "danger-full-access" is bound over it (codexconfig.py).
+CODEX_MANAGED_CONFIG = "/etc/codex/managed_config.toml"
+GITCONFIG_INSIDE = "/etc/claude-gitconfig"
+SHIM_DIR = "/usr/local/bin"
+
+SYSTEM_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
+
+# The address the agent's resolv.conf names in the egress jail. pasta answers
+# DNS sent here (`--dns-forward`) and relays it to the container's real
+# resolver, which on our machines sits inside 10/8 and is therefore blackholed
+# (measured here). Link-local, so that without the /32 exception it falls under the
+# unreachable 169.254/16 row, and outside the ranges clouds use for metadata.
+DNS_FORWARDER = "169.254.1.53"
+
+# The running interpreter, by absolute path: the shim names it, and the jail
+# holder re-enters the core through it rather than through PATH.
+INTERPRETER = sys.executable
+# The directory holding this package: the core venv's site-packages.
+PACKAGE_SITE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def internal_argv(command: str) -> list[str]:
+    """How the core re-enters itself for an internal command (`_enter`, `_jail_holder`).
+
+    Both run at every launch in a fresh interpreter. -S skips site (about
+    5 ms, and the distribution's sitecustomize), and `-c` skips runpy's
+    imports; the one directory site would add, the core venv's site-packages
+    holding this package, is named instead. -I still ignores PYTHON*
+    variables, the user's site directory and the current directory. The
+    command's own arguments follow.
+    """
+    code = (
+        f"import sys; sys.path.append({PACKAGE_SITE!r}); from claude_sandbox.__main__ "
+        f"import main; sys.exit(main([{command!r}, *sys.argv[1:]]))"
+    )
+    return [INTERPRETER, "-I", "-S", "-c", code]
+
+_PACKAGES = {
+    "bwrap": "bubblewrap",
+    "unshare": "util-linux",
+    "setpriv": "util-linux",
+    "pasta": "passt",
+    "ip": "iproute2",
+    "ss": "iproute2",
+    "socat": "socat",
+    "sh": "dash",
+    "iptables-restore": "iptables",
+    "iptables-save": "iptables",
+    "git": "git",
+}
+
+
+def which(name: str, directories: Sequence[str],
+          seen_as: Callable[[str], str | None] = lambda directory: directory) -> str | None:
+    """The one executable lookup: `directory/name` for the first of `directories` that
+    holds an executable file `name`, or None.
+
+    `seen_as(directory)` is where to look at that directory (for the inside's PATH:
+    what the sandbox will show there; None where it shows nothing).
+    """
+    for directory in directories:
+        visible = seen_as(directory)
+        if visible is None:
+            continue
+        candidate = os.path.join(visible, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return os.path.join(directory, name)
+    return None
+
+
+def find_tool(name: str) -> str | None:
+    """The absolute path of `name` in the system directories, or None."""
+    return which(name, SYSTEM_DIRS)
+
+
+def tool(name: str) -> str:
+    """The absolute path of `name`, or a refusal naming the package to install."""
+    found = find_tool(name)
+    if found is None:
+        package = _PACKAGES.get(name, name)
+        raise SandboxError(
+            f"{name} not found in {', '.join(SYSTEM_DIRS)}; install the {package} package",
+            EXIT_UNAVAILABLE,
+        )
+    return found

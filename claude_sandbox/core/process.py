@@ -1,0 +1,280 @@
+"""Starting child processes on the launch path, without subprocess.
+
+`subprocess` imports threading, selectors and locale (about 10 ms, ADR 0004),
+and glibc's posix_spawn leaves signals ignored in the child; the launch path
+forks and execs itself instead, here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
+import os
+import select
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
+
+
+class Child:
+    """A child process, with the part of subprocess.Popen's interface jail/session.py uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: gone all the same
+                self.returncode = 0
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        """The exit status (negative: the signal that ended it)."""
+        while self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.returncode = 0
+                break
+            except InterruptedError:
+                continue
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, _signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
+_LIBC: Any = None
+
+
+def load_libc() -> Any:
+    """libc through ctypes, loaded once (make_tap, fork_exec and jail/session.py need it)."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
+def fork_exec(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    streams: Mapping[int, int],
+    setsid: bool,
+    die_with_parent: bool = False,
+    pass_fds: Sequence[int] = (),
+    before_exec: Callable[[], None] | None = None,
+) -> Child:
+    """The one way the launch path starts a program: fork and exec, with `streams`
+    (target fd: source fd) in place of 0, 1, 2, and `pass_fds` kept open.
+
+    Not posix_spawn: glibc's posix_spawn leaves its two internal signals (32,
+    33) ignored in the child, and an ignored disposition survives every exec
+    down to the agent, where nothing can reset it. Python opens descriptors
+    non-inheritable, so the child gets the three streams and nothing else.
+    Python ignores SIGPIPE and SIGXFSZ; the child gets them back at their
+    defaults, as subprocess does (pasta even refuses to start otherwise:
+    "Couldn't install signal handlers").
+
+    `die_with_parent`: the kernel SIGKILLs the child when this process ends,
+    even by SIGKILL, when nothing of ours can run to tear down (pasta and the
+    outside relays: nothing else would ever end them). `before_exec` runs in
+    the child last (joining a cgroup, ignoring the session's signals).
+    """
+    libc = load_libc() if die_with_parent else None
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if libc is not None:
+                # Checked: a child that could outlive the launcher must not start.
+                if libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
+                    os._exit(127)
+                if os.getppid() != parent:  # the parent died before the prctl
+                    os._exit(127)
+            for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
+                _signal.signal(signum, _signal.SIG_DFL)
+            if setsid:
+                os.setsid()
+            for target, source in streams.items():
+                os.dup2(source, target)
+            for fd in pass_fds:
+                os.set_inheritable(fd, True)
+            if before_exec is not None:
+                before_exec()
+            os.execve(argv[0], list(argv), dict(env))
+        finally:
+            os._exit(127)
+    return Child(pid)
+
+
+# The launcher-side processes of a session (bwrap, the jail holder once it is
+# bwrap) ignore these, so that the agent decides what they mean: a bwrap that
+# died of them would take the whole sandbox with it at once (--die-with-parent).
+# `_enter` gives the agent the defaults back (enter.reset_signals).
+SESSION_IGNORED = (_signal.SIGINT, _signal.SIGQUIT, _signal.SIGHUP, _signal.SIGTERM)
+# How long the agent has to end by itself after a TERM or a hang-up before the
+# launcher ends the sandbox: a session is gone within this and a second.
+GRACE = 1.0
+
+
+def ignore_session_signals() -> None:
+    """In a forked child about to exec the session's bwrap (see SESSION_IGNORED)."""
+    for signum in SESSION_IGNORED:
+        _signal.signal(signum, _signal.SIG_IGN)
+
+
+def session_processes(pid: int) -> list[int]:
+    """Every descendant of `pid`: bwrap's, and through it the sandbox's, processes."""
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        parent = queue.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children", "rb") as handle:
+                    children = [int(word) for word in handle.read().split()]
+            except OSError:
+                continue
+            found += children
+            queue += children
+    return found
+
+
+def _terminal_told_the_group() -> bool:
+    """Whether a Ctrl-C or Ctrl-\\ here came from the terminal to the whole group.
+
+    The launcher then shares the terminal's foreground group with the agent,
+    which got the signal itself; forwarding it would deliver it twice.
+    """
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
+class Forward:
+    """The launcher's handler for signals sent to it while the session runs.
+
+    The signal goes to every process of the session: bwrap ignores it
+    (SESSION_IGNORED), the agent and its children get it as they would
+    without the sandbox. After TERM or a hang-up the agent has GRACE seconds
+    to end; then the sandbox is killed, and the status is 128 + the signal.
+    """
+
+    def __init__(self, pid: int, signals: tuple[int, ...] = SESSION_IGNORED) -> None:
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)  # the grace kill can never hit a reused pid
+        self.signalled = 0
+        self.previous = {_signal.SIGALRM: _signal.signal(_signal.SIGALRM, self._expired)}
+        self.handle(signals)
+
+    def handle(self, signals: tuple[int, ...]) -> None:
+        for signum in signals:
+            self.previous.setdefault(signum, _signal.signal(signum, self))
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        terminal = signum in (_signal.SIGINT, _signal.SIGQUIT)
+        if terminal and _terminal_told_the_group():
+            return
+        for pid in (self.pid, *session_processes(self.pid)):
+            try:
+                os.kill(pid, signum)
+            except OSError:  # gone meanwhile, or not ours to signal
+                continue
+        if not terminal:
+            self.signalled = self.signalled or signum
+            _signal.setitimer(_signal.ITIMER_REAL, GRACE)
+
+    def _expired(self, _signum: int, _frame: object) -> None:
+        try:
+            _signal.pidfd_send_signal(self.pidfd, _signal.SIGKILL)
+        except OSError:
+            pass
+
+    def status(self, code: int) -> int:
+        """The shell's form of the session's exit code (negative: a signal)."""
+        if self.signalled and code == -_signal.SIGKILL:
+            return 128 + self.signalled  # ended by us after the grace: the signal we got
+        return 128 - code if code < 0 else code
+
+    def close(self) -> None:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        for signum, handler in self.previous.items():
+            _signal.signal(signum, handler)
+        self.previous = {}
+        os.close(self.pidfd)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (it may belong to another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def die_with_parent() -> bool:
+    """SIGKILL this process when its parent ends (kept across exec); False if the
+    parent is already gone or the kernel refused."""
+    parent = os.getppid()
+    if load_libc().prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
+        return False
+    return os.getppid() == parent
+
+
+def capture(argv: list[str], env: dict[str, str], timeout: float = 5.0) -> tuple[int, str]:
+    """Run `argv` with stdin from /dev/null; (exit status, stdout). Status -1: it hung.
+
+    stderr is discarded: the callers want an answer, not the tool's diagnostics.
+    """
+    read_end, write_end = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        child = fork_exec(argv, env, {0: null, 1: write_end, 2: null}, setsid=False)
+    finally:
+        os.close(write_end)
+        os.close(null)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    os.set_blocking(read_end, False)
+    try:
+        while True:
+
+            left = deadline - time.monotonic()
+            if left <= 0:
+                child.kill()
+                child.wait()
+                return -1, ""
+            ready, _, _ = select.select([read_end], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+    return child.wait(), b"".join(chunks).decode("utf-8", "surrogateescape")

@@ -1,0 +1,130 @@
+"""`_enter`: the last step inside bwrap, between the sandbox and the agent.
+
+bwrap execs `INTERPRETER -I -m claude_sandbox _enter FD`, where FD holds the
+plan's inner record (spec.py: validated on read). This module then sets the
+in-sandbox rlimits, enters the Landlock domain (it must be entered inside
+bwrap: a process in a domain cannot run bwrap), and execs the agent. The
+seccomp filter is already in force (bwrap loaded it before exec), and
+everything here is inherited by the agent and every descendant, none of it
+removable.
+
+It runs at every launch in a fresh interpreter, so it imports little:
+`landlock` (ctypes), `resource`, `json`. Not `typing`, not `dataclasses`
+(about 35 ms together on this machine, more than everything else `_enter`
+does). The launcher-side half, the record's making, is launch/plan.py.
+"""
+
+from __future__ import annotations
+
+import _signal as signal  # type: ignore[import-not-found]  # `signal` imports enum
+import os
+import resource
+
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
+from claude_sandbox.inside import landlock, spec
+from claude_sandbox.inside.spec import Inner
+
+TYPE_CHECKING = False  # typing and dataclasses cost ~35 ms at every launch: not here
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+# Ctrl-C, Ctrl-\\, hang-up and TERM: ignored by bwrap so that the agent decides
+# (process.SESSION_IGNORED); kept ignored for the agent only where the launch
+# itself inherited them ignored (Inner.keep_ignored).
+_TERMINAL_SIGNALS = {"int": signal.SIGINT, "quit": signal.SIGQUIT, "hup": signal.SIGHUP,
+                     "term": signal.SIGTERM}
+
+
+def parse(argv: list[str]) -> int:
+    """`_enter FD`: the descriptor holding the plan's inner record (spec.py)."""
+    if len(argv) != 1 or not argv[0].isascii() or not argv[0].isdigit() or len(argv[0]) > 9:
+        raise SandboxError("_enter: expected one argument, the plan's descriptor", EXIT_USAGE)
+    return int(argv[0])
+
+
+def apply_rlimits(settings: Inner) -> None:
+    # Soft = hard: with every capability dropped the agent cannot raise them.
+    caps = [(resource.RLIMIT_CORE, 0)]  # no core files: they would hold the agent's secrets
+    if settings.max_pids is not None:
+        caps.append((resource.RLIMIT_NPROC, settings.max_pids))
+    if settings.max_memory is not None:
+        caps.append((resource.RLIMIT_DATA, settings.max_memory))
+    for which, value in caps:
+        try:
+            resource.setrlimit(which, (value, value))
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"_enter: cannot set rlimit: {exc}", EXIT_UNAVAILABLE) from None
+
+
+def reset_signals(keep_ignored: tuple[str, ...]) -> None:
+    """Hand the agent the signal dispositions it would have had without us.
+
+    Ignored dispositions survive exec. Python ignores SIGPIPE and SIGXFSZ at start,
+    and bwrap ignores SIGINT, SIGQUIT, SIGHUP and SIGTERM so that they reach the
+    agent without killing bwrap (and with it, through --die-with-parent, the
+    sandbox). Those stay ignored only if the launch itself inherited them ignored.
+    """
+    restore = [signal.SIGPIPE, signal.SIGXFSZ]
+    restore += [s for name, s in _TERMINAL_SIGNALS.items() if name not in keep_ignored]
+    for signum in restore:
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def relay_stops() -> NoReturn:
+    """Stay as the agent's parent, outside its Landlock domain, and pass its Ctrl-Z on.
+
+    An agent that suspends itself in raw mode (Claude Code: `kill(0, SIGTSTP)`)
+    stops only what its domain may signal (Landlock's signal scope): itself,
+    not bwrap or the launcher, so the shell never gets the terminal back. This
+    parent sees the stop and sends the same stop to the whole job from outside
+    the domain; `fg` then continues every process of it, the agent included.
+    It ignores what the launcher forwards to the agent, and exits with the
+    agent's status.
+
+    A Ctrl-Z from the terminal stops the whole job by itself, and sends this
+    parent a SIGTSTP too (blocked here, so it waits as pending); the agent's
+    own stop never reaches it (the domain's scope). A pending SIGTSTP thus
+    tells the two apart, with no race against an `fg` that follows at once.
+    """
+    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTSTP})
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WUNTRACED)
+        except ChildProcessError:
+            os._exit(0)
+        if os.WIFSTOPPED(status):
+            if signal.SIGTSTP not in signal.sigpending() and _still_stopped(pid):
+                os.kill(0, signal.SIGTSTP)  # reaches this parent too: pending, taken below
+            signal.sigtimedwait({signal.SIGTSTP}, 0)
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(128 - code if code < 0 else code)
+
+
+def _still_stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] == b"T"
+    except (OSError, IndexError):
+        return False
+
+
+def main(argv: list[str]) -> NoReturn:
+    """`argv` is everything after `_enter`: the descriptor of the inner record."""
+    settings, helper_fd = spec.read(parse(argv))
+    if helper_fd is not None:
+        from claude_sandbox.inside import prochide  # only where the outer /proc is bound
+
+        prochide.request_hiding(helper_fd)
+    reset_signals(settings.keep_ignored)
+    apply_rlimits(settings)
+    if os.isatty(0) and os.fork() != 0:
+        relay_stops()
+    landlock.enter(settings.level, settings.writable, settings.exec_files)
+    agent = settings.command
+    try:
+        os.execv(agent[0], agent)
+    except OSError as exc:
+        raise SandboxError(f"cannot run {agent[0]}: {exc.strerror}", EXIT_UNAVAILABLE) from None

@@ -1,0 +1,74 @@
+"""The jail's private directories under /tmp: made per launch, swept when their launcher is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
+
+_DIR_PREFIX = "claude-sandbox-jail."
+
+
+def _own_prefix() -> str:
+    """This user's directories from this pid namespace: a /tmp shared with
+    another container holds launches whose pids mean nothing here."""
+    pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    return f"{_DIR_PREFIX}{os.getuid()}.{pid_ns}."
+
+
+def make_private_dir() -> str:
+    # 0700 and unguessable: pasta's pid file and the relays' unix sockets live
+    # here; another user must not connect to them or plant files. The name
+    # carries the launcher's pid and pid namespace, for sweep_stale_dirs.
+    for _ in range(16):
+        path = f"/tmp/{_own_prefix()}{os.getpid()}.{os.urandom(6).hex()}"
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise SandboxError("egress jail: cannot create a private directory in /tmp", EXIT_JAIL)
+
+
+def sweep_stale_dirs(dead: int = 0) -> None:
+    """Remove this user's private directories whose launcher is gone.
+
+    A SIGKILLed launcher cannot remove its directory (its processes die with
+    it: die_with_parent, --die-with-parent). The next launch does, for a
+    directory of this uid and pid namespace whose launcher pid no longer
+    exists; a reused pid only postpones that. Best effort: a sweep never
+    stops a launch. `dead`: a launcher known to be gone though its pid still
+    exists (the janitor's, not yet reaped).
+    """
+    try:
+        mine = _own_prefix()
+        entries = [e for e in os.scandir("/tmp") if e.name.startswith(mine)]
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name[len(mine) :].split(".")[0]
+        try:
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            if int(pid) != dead and os.path.exists(f"/proc/{pid}"):
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+                remove_dir(entry.path)
+        except OSError:
+            continue
+
+
+def remove_dir(path: str) -> None:
+    """Remove the private directory and the files in it (it has no subdirectories)."""
+    try:
+        for entry in os.scandir(path):
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,284 @@
+"""The jail holder: the first process of the jail's user + network namespace.
+
+`unshare --user --map-root-user --net INTERPRETER -I -S -c CODE _jail_holder
+--fd N` starts it (`paths.internal_argv`, as `_enter` starts;
+docs/explanation/egress-jail.md). It holds the namespace open while pasta
+attaches from outside, then
+carries out the parent's requests inside the namespace: run `ip`, switch
+IPv6 off, start an inside relay, and finally exec the session command. Policy (which routes, whether
+the read-back matches) lives in the parent (session.py, lock.py, readback.py); the holder
+is a small executor, so its import cost stays off the launch's critical path.
+
+It talks to the parent only over the socketpair end it inherits as fd N,
+never a pipe or a file: a pipe can be reopened through /proc/PID/fd by any
+process of the same user, a socketpair cannot (egress-jail.md, Channels). The session's argv
+and environment arrive on that socket, never on a command line
+(/proc/PID/cmdline is world-readable).
+
+Imports are deliberately minimal (`_socket` and `_signal` rather than
+`socket` and `signal`): this interpreter starts while pasta attaches, and on
+our machines their enum set-up alone costs several milliseconds of a ~40 ms
+launch budget. Frames are `length (4 bytes, big endian) + fields joined by
+NUL`; NUL cannot occur in argv, environment or paths, so no escaping.
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]
+import _socket
+import os
+import sys
+import time
+
+ENCODING = "utf-8"
+ERRORS = "surrogateescape"  # argv and environment are bytes on Linux
+# Signals Python leaves ignored (SIGPIPE, SIGXFSZ); an ignored disposition
+# survives exec, and an agent must not inherit it.
+_PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
+_TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+_RELAY_READY_TIMEOUT = 3.0
+
+
+def send_frame(sock: _socket.socket, fields: list[str]) -> None:
+    payload = "\0".join(fields).encode(ENCODING, ERRORS)
+    sock.sendall(len(payload).to_bytes(4, "big") + payload)
+
+
+def _recv_exact(sock: _socket.socket, size: int) -> bytes | None:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock: _socket.socket) -> list[str] | None:
+    """The next frame's fields, or None when the peer closed the socket."""
+    head = _recv_exact(sock, 4)
+    if head is None:
+        return None
+    body = _recv_exact(sock, int.from_bytes(head, "big"))
+    if body is None:
+        return None
+    return body.decode(ENCODING, ERRORS).split("\0")
+
+
+_MAX_FDS = 16
+
+
+def recv_frame_fds(sock: _socket.socket) -> tuple[list[str], list[int]] | None:
+    """Like recv_frame, also collecting descriptors passed with SCM_RIGHTS.
+
+    Ancillary data rides on the first byte of a frame, so the header is read
+    with recvmsg; received descriptors are close-on-exec until placed.
+    """
+    head = b""
+    fds: list[int] = []
+    while len(head) < 4:
+        data, ancdata, _, _ = sock.recvmsg(
+            4 - len(head), _socket.CMSG_SPACE(4 * _MAX_FDS), _socket.MSG_CMSG_CLOEXEC
+        )
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return None
+        head += data
+        for level, kind, blob in ancdata:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                usable = len(blob) - len(blob) % 4
+                fds += [int.from_bytes(blob[i : i + 4], sys.byteorder) for i in range(0, usable, 4)]
+    body = _recv_exact(sock, int.from_bytes(head, "big"))
+    if body is None:
+        return None
+    return body.decode(ENCODING, ERRORS).split("\0"), fds
+
+
+def _read_all(sock: _socket.socket) -> str:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks).decode(ENCODING, "replace")
+
+
+def _spawn(argv: list[str], fds: list[tuple[int, int]], setsid: bool) -> int:
+    """`fds`: (source, target) pairs for the child's 0, 1, 2 (process.fork_exec)."""
+    from claude_sandbox.core.process import fork_exec
+
+    return fork_exec(argv, _TOOL_ENV, {target: source for source, target in fds}, setsid).pid
+
+
+def run_tool(stdin_text: str, argv: list[str]) -> list[str]:
+    """Run `argv` with stdin/stdout/stderr on socketpairs; return rc, out, err."""
+    pairs = [_socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM) for _ in range(3)]
+    try:
+        pid = _spawn(argv, [(p[1].fileno(), n) for n, p in enumerate(pairs)], setsid=False)
+    except OSError as exc:
+        for a, b in pairs:
+            a.close()
+            b.close()
+        return ["err", f"cannot run {argv[0]}: {exc.strerror}"]
+    for _, child_end in pairs:
+        child_end.close()
+    stdin, stdout, stderr = (p[0] for p in pairs)
+    # The input is a short batch script: it fits the socket buffer, so
+    # writing it all before reading cannot deadlock.
+    stdin.sendall(stdin_text.encode(ENCODING, ERRORS))
+    stdin.close()
+    out = _read_all(stdout)
+    err = _read_all(stderr)
+    stdout.close()
+    stderr.close()
+    _, status = os.waitpid(pid, 0)
+    return ["ok", str(os.waitstatus_to_exitcode(status)), out, err]
+
+
+def ipv6_off() -> list[str]:
+    """Switch IPv6 off in this namespace; the read-back decides if it held."""
+    failures = []
+    for conf in ("all", "default", "lo"):
+        try:
+            with open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6", "w") as f:
+                f.write("1")
+        except OSError as exc:
+            failures.append(f"{conf}: {exc.strerror}")
+    return ["ok", "; ".join(failures)]
+
+
+def listening(kind: str, where: str) -> bool:
+    """Whether this namespace has a listener on the unix path or 127.0.0.1:port."""
+    if kind == "unix":
+        # A path socket exists once socat has bound it; listen() follows at once.
+        return os.path.exists(where)
+    # /proc/net/tcp is this namespace's table: 127.0.0.1:PORT in LISTEN (0A).
+    want = f"0100007F:{int(where):04X}"
+    with open("/proc/net/tcp") as f:
+        return any(
+            fields[1] == want and fields[3] == "0A"
+            for fields in (line.split() for line in f)
+            if len(fields) > 3
+        )
+
+
+def start_relay(kind: str, where: str, argv: list[str]) -> list[str]:
+    """Start an inside socat, in its own session, off the terminal; wait until it listens.
+
+    Its own session keeps Ctrl-C for the agent, not the relay; /dev/null keeps
+    the relay off the terminal entirely (docs/explanation/egress-jail.md).
+    """
+    null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        pid = _spawn(argv, [(null, 0), (null, 1), (null, 2)], setsid=True)
+    except OSError as exc:
+        return ["err", f"cannot run {argv[0]}: {exc.strerror}"]
+    finally:
+        os.close(null)
+    deadline = time.monotonic() + _RELAY_READY_TIMEOUT
+    while not listening(kind, where):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done or time.monotonic() > deadline:
+            if not done:
+                os.kill(pid, _signal.SIGKILL)
+                os.waitpid(pid, 0)
+            return ["err", f"relay on {where} did not start"]
+        time.sleep(0.001)
+    return ["ok", str(pid)]
+
+
+def _place_fds(sock: _socket.socket, received: list[int], targets: list[int]) -> _socket.socket:
+    """Put each received descriptor at the number the session expects.
+
+    First lift everything (our socket included) above any target, so that no
+    placement closes a descriptor still to be placed or the channel itself.
+    """
+    import fcntl
+
+    floor = max(targets, default=0) + 1
+    lifted = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in received]
+    for fd in received:
+        os.close(fd)
+    if sock.fileno() in targets:
+        moved = fcntl.fcntl(sock.fileno(), fcntl.F_DUPFD_CLOEXEC, floor)
+        sock.close()
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, moved)
+    for src, dst in zip(lifted, targets, strict=True):
+        os.dup2(src, dst, inheritable=True)
+        os.close(src)
+    return sock
+
+
+def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
+    """Become the session: same pid, same terminal, same foreground group.
+
+    The socket is close-on-exec, so the parent sees EOF exactly when the exec
+    succeeded; on failure it receives the reason instead.
+    """
+    environ = dict(item.split("=", 1) for item in env if "=" in item)
+    for signum in _PYTHON_IGNORED:
+        _signal.signal(signum, _signal.SIG_DFL)
+    # bwrap stays in the terminal's foreground group with the agent: it must not
+    # die of the agent's Ctrl-C or hang-up, or --die-with-parent ends the whole
+    # sandbox before the agent has had its say (process.SESSION_IGNORED).
+    from claude_sandbox.core.process import die_with_parent, ignore_session_signals
+
+    ignore_session_signals()
+    # The session dies with the launcher, even a SIGKILLed one.
+    if not die_with_parent():
+        send_frame(sock, ["err", "cannot tie the session to the launcher (PR_SET_PDEATHSIG)"])
+        os._exit(127)
+    try:
+        os.execve(argv[0], argv, environ)
+    except OSError as exc:
+        send_frame(sock, ["err", f"cannot run {argv[0]}: {exc.strerror}"])
+        os._exit(127)
+
+
+def serve(sock: _socket.socket) -> int:
+    while (frame := recv_frame_fds(sock)) is not None:
+        msg, fds = frame
+        op, args = msg[0], msg[1:]
+        if op != "exec":
+            for fd in fds:
+                os.close(fd)
+        if op == "run":
+            send_frame(sock, run_tool(args[0], args[1:]))
+        elif op == "ipv6off":
+            send_frame(sock, ipv6_off())
+        elif op == "relay":
+            send_frame(sock, start_relay(args[0], args[1], args[2:]))
+        elif op == "exec":
+            # exec, argc, argv..., fd count, target fd numbers..., environment...
+            argc = int(args[0])
+            rest = args[1 + argc :]
+            nfds = int(rest[0])
+            targets = [int(t) for t in rest[1 : 1 + nfds]]
+            if len(targets) != len(fds):
+                send_frame(sock, ["err", "descriptors lost on the way to the jail"])
+                return 1
+            sock = _place_fds(sock, fds, targets)
+            exec_session(sock, args[1 : 1 + argc], rest[1 + nfds :])
+        else:
+            send_frame(sock, ["err", f"unknown request {op!r}"])
+    # The parent went away before the session started: nothing to hold.
+    return 1
+
+
+def main(argv: list[str]) -> int:
+    # Ctrl-C during set-up reaches this process too (it keeps the terminal's
+    # foreground group); die quietly rather than print a traceback.
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    if len(argv) != 2 or argv[0] != "--fd" or not argv[1].isdigit():
+        print("claude-sandbox: _jail_holder is internal (usage: --fd N)", file=sys.stderr)
+        return 64
+    fd = int(argv[1])
+    # The inherited end must not leak into tools, relays or the session.
+    os.set_inheritable(fd, False)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
+    try:
+        return serve(sock)
+    except (BrokenPipeError, ConnectionResetError):
+        # The parent went away mid-request (a SIGKILLed launcher): nothing to
+        # hold, and nobody to tell; no traceback on the user's terminal.
+        return 1

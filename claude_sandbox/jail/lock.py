@@ -1,0 +1,110 @@
+"""Locking the jail's routes: programmed through the holder, read back, compared.
+
+The agent never runs before this returns: `Jail.run` locks the routes and the
+DNS filter before it asks the holder to become the session (check 31;
+docs/explanation/egress-jail.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
+from claude_sandbox.jail import readback, routes
+from claude_sandbox.jail.spec import JailSpec
+
+# A request to the holder and its reply (holder.py's frames).
+Ask = Callable[[list[str]], list[str]]
+# Every table and every policy rule; run once per family, since the family of
+# a "default" or blackhole route is not in `ip`'s text.
+READBACK = "route show table all\nrule show\n"
+
+
+def _ip(ask: Ask, args: list[str], stdin_text: str = "") -> tuple[int, str, str]:
+    reply = ask(["run", stdin_text, paths.tool("ip"), *args])
+    if reply[0] != "ok":
+        raise SandboxError(f"egress jail: {reply[1]}", EXIT_JAIL)
+    return int(reply[1]), reply[2], reply[3]
+
+def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], None],
+                settings: JailSpec, tamper: Sequence[str]) -> routes.Plan:
+    """Read the namespace, programme the plan's routes and read them back in the same
+    `ip` run; refuse the launch where what the kernel holds differs (check 31).
+    `tamper`: extra `ip` lines a test slips in before the read-back."""
+    rc, out, err = _ip(ask, ["-j", "-4", "-batch", "-"], "addr show\nroute show table main\n")
+    docs = readback.parse_json_stream(out)
+    if rc != 0 or len(docs) != 2:
+        raise SandboxError(f"egress jail: cannot read the namespace: {err.strip()}", EXIT_JAIL)
+    facts = readback.parse_facts(docs[0], docs[1])
+    plan = routes.build_plan(facts, paths.DNS_FORWARDER, settings.allow_ip,
+                             settings.host)
+    trace("namespace read, plan built")
+    v6 = ask(["ipv6off"])
+    if v6[0] == "ok" and v6[1]:
+        # Not fatal by itself: the read-back proves what IPv6 still holds.
+        trace(f"IPv6 not fully switched off ({v6[1]})")
+    # Programme and first read-back in one `ip` process: no window in
+    # which a route could change unseen between the two besides `tamper`.
+    script = plan.batch() + "".join(f"{t}\n" for t in tamper)
+    script += READBACK
+    _, out4, err = _ip(ask, ["-4", "-force", "-j", "-batch", "-"], script)
+    _, out6, _ = _ip(ask, ["-6", "-j", "-batch", "-"], READBACK)
+    failed = _failed_rows(warn, plan, readback.failed_lines(err), len(tamper), err)
+    seen = readback.parse_readback(out4, out6)
+    problems = readback.compare(plan, failed, seen)
+    if problems:
+        raise SandboxError(
+            "egress jail: the routes read back differ from the plan; refusing to launch: "
+            + "; ".join(problems[:5]),
+            EXIT_JAIL,
+        )
+    trace("routes programmed and verified")
+    return plan
+
+def filter_dns(ask: Ask, trace: Callable[[str], None]) -> None:
+    """Only DNS reaches the forwarder (routes.dns_filter); read back like the routes.
+
+    One run does both (`iptables-restore && iptables-save`): a separate read-back
+    run right after the restore was seen to lose the holder's reply under CPU load.
+    """
+    dns = paths.DNS_FORWARDER
+    restore, save = paths.tool("iptables-restore"), paths.tool("iptables-save")
+    script = f"{restore} && exec {save} -t filter"
+    reply = ask(["run", routes.dns_filter_restore(dns), paths.tool("sh"), "-c",
+                       script])
+    if reply[0] != "ok" or reply[1] != "0":
+        why = reply[1] if reply[0] != "ok" else reply[3].strip()
+        raise SandboxError(f"egress jail: iptables failed ({why}); the DNS forwarder "
+                           "cannot be limited to DNS; install the iptables package",
+                           EXIT_JAIL)
+    problem = routes.filter_differs(dns, reply[2])
+    if problem:
+        raise SandboxError(f"egress jail: the DNS filter read back differs ({problem}); "
+                           "refusing to launch", EXIT_JAIL)
+    trace("DNS filter programmed and verified")
+
+def _failed_rows(warn: Callable[[str], None], plan: routes.Plan, lines: set[int], extra: int,
+                 err: str) -> set[int]:
+    """Map failed batch lines to plan rows; refuse when a required one failed.
+
+    Line 1 is the flush, lines 2.. are plan.routes, then `extra` tamper
+    lines, then the two read-back commands.
+    """
+    failed: set[int] = set()
+    last_row = len(plan.routes) + 1
+    for line in sorted(lines):
+        if line == 1 or line > last_row + extra:
+            raise SandboxError(
+                f"egress jail: route programming failed ({err.strip()})", EXIT_JAIL
+            )
+        if line > last_row:
+            continue  # a test's tampering: the read-back must catch its effect
+        row = plan.routes[line - 2]
+        if row.required:
+            raise SandboxError(
+                f"egress jail: cannot program `ip {row.command}` ({err.strip()})", EXIT_JAIL
+            )
+        failed.add(line - 2)
+        warn(f"egress jail: could not add `ip {row.command}` ({row.why}); skipped")
+    return failed

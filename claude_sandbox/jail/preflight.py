@@ -1,0 +1,79 @@
+"""The egress jail's preflight: each missing primitive refuses the launch in one line.
+
+Run before anything is started, so that a host without tun, user namespaces
+or a tool says what is wrong and how to fix it (docs/how-to/image.md).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+
+
+def _check_tun() -> None:
+    fix = 'add "--device=/dev/net/tun" to runArgs in devcontainer.json'
+    try:
+        fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SandboxError(
+            f"egress jail: /dev/net/tun is missing; {fix}", EXIT_UNAVAILABLE
+        ) from None
+    except OSError as exc:
+        raise SandboxError(
+            f"egress jail: /dev/net/tun cannot be opened ({exc.strerror}); "
+            f"run `chmod 666 /dev/net/tun` as root, or {fix}",
+            EXIT_UNAVAILABLE,
+        ) from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    # A bind of /dev/null or a file over the node opens fine but is no tun.
+    if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != 10 or os.minor(st.st_rdev) != 200:
+        raise SandboxError(
+            f"egress jail: /dev/net/tun is not the tun device (10:200); {fix}", EXIT_UNAVAILABLE
+        )
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or "0")
+    except (OSError, ValueError):
+        return None
+
+
+def _check_userns() -> None:
+    """Refuse where the kernel or a sysctl disables unprivileged user namespaces.
+
+    These are the knobs we can read without creating a namespace; anything
+    else that refuses one shows up when the holder cannot start (run()).
+    """
+    fix = "enable unprivileged user namespaces"
+    if _read_int("/proc/sys/user/max_user_namespaces") == 0:
+        raise SandboxError(
+            f"egress jail: user namespaces are refused (user.max_user_namespaces = 0); {fix}",
+            EXIT_UNAVAILABLE,
+        )
+    if os.geteuid() != 0 and _read_int("/proc/sys/kernel/unprivileged_userns_clone") == 0:
+        raise SandboxError(
+            f"egress jail: user namespaces are refused "
+            f"(kernel.unprivileged_userns_clone = 0); {fix}",
+            EXIT_UNAVAILABLE,
+        )
+    if not os.path.exists("/proc/self/ns/user"):
+        raise SandboxError("egress jail: this kernel has no user namespaces", EXIT_UNAVAILABLE)
+
+
+def preflight(*, needs_socat: bool) -> None:
+    """Fail closed before anything starts: each missing primitive is one line."""
+    for name in ("unshare", "pasta", "ip", "iptables-restore", "iptables-save"):
+        paths.tool(name)
+    if needs_socat:
+        paths.tool("socat")
+        paths.tool("setpriv")
+    _check_tun()
+    _check_userns()

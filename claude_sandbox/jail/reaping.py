@@ -1,0 +1,158 @@
+"""The launcher's hold on what a jailed launch started: not dumpable, a subreaper,
+and the reaping and killing at teardown (docs/explanation/egress-jail.md).
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]
+import contextlib
+import os
+import select
+import time
+from collections.abc import Callable
+
+from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
+from claude_sandbox.core.process import load_libc
+
+KILL_WAIT = 2.0
+
+
+_PR_SET_DUMPABLE = 4
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+def set_not_dumpable() -> None:
+    """The waiting parent holds the jail's control socket: keep same-user
+    processes (the agent included) out of its memory and descriptors (egress-jail.md, Channels)."""
+    if load_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
+
+
+def become_subreaper() -> bool:
+    """Adopt what outlives its own parent; whether this process was a subreaper already.
+
+    The inside relays (their parent, the holder, becomes bwrap and exits
+    before them) and bwrap's init (bwrap exits as soon as the sandbox reports
+    the command's status, before its init has exited). Reparented here,
+    close() reaps them; otherwise, in a container without an init that
+    reaps, they stay zombies.
+    """
+    import ctypes
+
+    libc = load_libc()
+    before = ctypes.c_int(0)
+    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise SandboxError("egress jail: cannot adopt the launch's orphans (subreaper)", EXIT_JAIL)
+    return bool(before.value)
+
+
+def stop_being_subreaper() -> None:
+    load_libc().prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+class HolderGone(Exception):
+    """The holder closed the channel before the session started (a signal)."""
+
+
+def send_kill(pidfd: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
+
+
+def wait_all(pidfds: list[int]) -> None:
+    """Wait until every process has exited (bounded), then close the pidfds.
+
+    Waiting makes "no process outlives a launch" true when run() returns,
+    not some milliseconds later. A pidfd polls readable once the process
+    has exited, even when it is not our child (the inside relays are not).
+    """
+    pending = list(pidfds)
+    deadline = time.monotonic() + KILL_WAIT
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select(pending, [], [], left)
+        pending = [fd for fd in pending if fd not in ready]
+    for fd in pidfds:
+        os.close(fd)
+
+
+def orphans(groups: set[int]) -> list[tuple[int, str]]:
+    """Children reparented to this subreaper by the launch: (pid, state).
+
+    The inside relays' groups (leaders and connection children), and bwrap's
+    init, which runs in this process's group with the session.
+    """
+    ours = os.getpgrp()
+    found = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                children = [int(pid) for pid in f.read().split()]
+        except OSError:
+            continue
+        for pid in children:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    head, tail = f.read().rsplit(")", 1)
+                state, group = tail.split()[0], int(tail.split()[2])
+            except (OSError, ValueError, IndexError):
+                continue
+            comm = head.partition("(")[2]
+            if group in groups or (group == ours and comm == "bwrap"):
+                found.append((pid, state))
+    return found
+
+
+def reap_orphans(groups: set[int]) -> None:
+    """Wait (bounded) for the launch's orphans to exit, and reap them; nothing
+    else, so no other child's status is taken from whoever waits for it."""
+    pending = orphans(groups)
+    pidfds = []
+    for pid, state in pending:
+        if state != "Z":
+            with contextlib.suppress(OSError):
+                pidfds.append(os.pidfd_open(pid))
+    wait_all(pidfds)
+    for pid, _ in pending:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def in_namespace(pid: int, userns: os.stat_result) -> bool:
+    try:
+        st = os.stat(f"/proc/{pid}/ns/user")
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (userns.st_dev, userns.st_ino)
+
+
+def kill_matching(match: Callable[[int], bool]) -> list[int]:
+    """SIGKILL every process `match` accepts; their pidfds, for wait_all.
+
+    Only the rare teardowns a signal interrupted get here: a scan of /proc
+    costs a few milliseconds. A pidfd is taken before the second check, so
+    the process killed is the one checked, not a later one with its pid.
+    """
+    me = os.getpid()
+    found: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me or not match(int(name)):
+            continue
+        try:
+            pidfd = os.pidfd_open(int(name))
+        except OSError:
+            continue
+        if match(int(name)):
+            send_kill(pidfd)
+            found.append(pidfd)
+        else:
+            os.close(pidfd)
+    return found

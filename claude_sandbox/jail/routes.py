@@ -1,0 +1,363 @@
+"""The egress jail's route plan: pure functions, no I/O (docs/explanation/egress-jail.md).
+
+pasta copies the outer container's routes into the jail's namespace, so the
+holder throws the main table away and builds an allow-list from nothing:
+private, CGNAT, connected and link-local destinations go nowhere, the
+internet goes through pasta's gateway. This module turns the network facts
+the holder read (addresses, gateway) into one `ip -batch` script, predicts
+exactly what the kernel must then show, and compares a read-back with that
+prediction. Anything in the read-back the plan did not predict (a stray
+route, an extra attribute, a policy rule, a global IPv6 route) refuses the
+launch: containment is proved by reading, not assumed from writing.
+
+The functions here take facts and return data, so the whole policy is tested
+without a namespace (tests/unit/test_routes.py).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+
+from claude_sandbox.core.paths import DNS_FORWARDER
+from claude_sandbox.core.record import record
+
+
+@record
+class Blocked:
+    """One destination the agent must never reach, and why."""
+
+    cidr: str
+    kind: str  # "blackhole" (silent drop) or "unreachable" (fast ICMP-style error)
+    why: str
+
+
+# The block list, one row per threat. Order is the order programmed; the
+# kernel's longest-prefix match, not this order, decides precedence.
+BLOCKED: tuple[Blocked, ...] = (
+    Blocked("10.0.0.0/8", "blackhole", "RFC 1918 private network"),
+    Blocked("172.16.0.0/12", "blackhole", "RFC 1918 private network"),
+    Blocked("192.168.0.0/16", "blackhole", "RFC 1918 private network"),
+    Blocked("100.64.0.0/10", "blackhole", "RFC 6598 carrier-grade NAT (cloud VPCs, tailnets)"),
+    Blocked("169.254.0.0/16", "unreachable", "link-local, instance metadata services"),
+    Blocked("168.63.129.16/32", "blackhole", "Azure WireServer"),
+    Blocked("100.100.100.200/32", "blackhole", "Alibaba Cloud metadata service"),
+)
+
+# Policy rules a fresh network namespace has, and nothing else: an extra rule
+# could send traffic to a table we never read or programmed.
+EXPECTED_RULES_V4: tuple[tuple[int, str], ...] = ((0, "local"), (32766, "main"), (32767, "default"))
+EXPECTED_RULES_V6: tuple[tuple[int, str], ...] = ((0, "local"), (32766, "main"))
+
+
+
+@record
+class Address:
+    """One IPv4 address the namespace holds."""
+
+    dev: str
+    address: str
+    prefixlen: int
+    loopback: bool
+
+
+@record
+class NetFacts:
+    """What pasta configured in the namespace, as the holder read it."""
+
+    iface: str  # pasta's tap interface
+    address: str  # the interface's IPv4 address: every route leaves from it
+    gateway: str
+    addresses: tuple[Address, ...]  # every IPv4 address, loopback included
+    copied: tuple[str, ...]  # main-table destinations pasta copied (not default)
+
+
+@record
+class Route:
+    """A route as the kernel reports it, normalised for comparison.
+
+    `extra` holds every attribute we do not model, so an unexpected one
+    (a nexthop object, an encap, an expiry) shows up as a difference.
+    """
+
+    table: str
+    type: str
+    dst: str
+    gateway: str | None = None
+    dev: str | None = None
+    prefsrc: str | None = None
+    scope: str = "global"
+    protocol: str = "boot"
+    metric: int = 0
+    flags: tuple[str, ...] = ()
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+@record
+class Rule:
+    """A policy rule, normalised: priority, table and every other attribute."""
+
+    priority: int
+    table: str
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+@record
+class PlannedRoute:
+    """One line of the plan: the `ip -batch` command and what it must produce."""
+
+    command: str
+    expect: Route
+    required: bool  # False: a failure warns (loses reach, not containment)
+    why: str
+
+
+@record
+class Plan:
+    """The whole main-table programme plus the kernel's own local table."""
+
+    routes: tuple[PlannedRoute, ...]
+    local: tuple[Route, ...]  # what the kernel keeps in table local
+
+    def batch(self) -> str:
+        """The `ip -batch` script: flush, then every row, required rows first."""
+        lines = ["route flush table main", *(r.command for r in self.routes)]
+        return "\n".join(lines) + "\n"
+
+
+@record
+class Readback:
+    routes_v4: tuple[Route, ...]
+    rules_v4: tuple[Rule, ...]
+    routes_v6: tuple[Route, ...]
+    rules_v6: tuple[Rule, ...]
+
+
+def _network(cidr: str) -> str:
+    return str(ipaddress.ip_network(cidr, strict=False))
+
+
+def _host(addr: str) -> str:
+    return f"{addr}/32"
+
+
+def _blocked_rows(facts: NetFacts) -> list[PlannedRoute]:
+    src = facts.address
+    rows = [
+        PlannedRoute(
+            f"route add {b.kind} {b.cidr} src {src}",
+            Route("main", b.kind, _network(b.cidr), prefsrc=src),
+            True,
+            b.why,
+        )
+        for b in BLOCKED
+    ]
+    fixed = {_network(b.cidr) for b in BLOCKED}
+    # Connected subnets and whatever pasta copied from outside: the outer
+    # container's neighbours (a database, the host bridge) live there.
+    local_nets = [_network(f"{a.address}/{a.prefixlen}") for a in facts.addresses if not a.loopback]
+    for net in dict.fromkeys([*local_nets, *(_network(c) for c in facts.copied)]):
+        if net in fixed or net == "0.0.0.0/0":
+            continue
+        fixed.add(net)
+        rows.append(
+            PlannedRoute(
+                f"route add blackhole {net} src {src}",
+                Route("main", "blackhole", net, prefsrc=src),
+                True,
+                "connected or copied subnet of the outer container",
+            )
+        )
+    return rows
+
+
+def _via_gateway(facts: NetFacts, addr: str, required: bool, why: str) -> PlannedRoute:
+    return PlannedRoute(
+        f"route add {_host(addr)} via {facts.gateway} dev {facts.iface} src {facts.address} "
+        "onlink",
+        Route(
+            "main",
+            "unicast",
+            _host(addr),
+            gateway=facts.gateway,
+            dev=facts.iface,
+            prefsrc=facts.address,
+            flags=("onlink",),
+        ),
+        required,
+        why,
+    )
+
+
+def _covered(addr: str, blocked: Iterable[str]) -> bool:
+    ip = ipaddress.ip_address(addr)
+    return any(ip in ipaddress.ip_network(net) for net in blocked)
+
+
+def _host_rows(facts: NetFacts, host: Iterable[str], skip: set[str]) -> list[PlannedRoute]:
+    """A blackhole /32 for the gateway and for every address of the host.
+
+    pasta makes a connection to any of them from the host: to the gateway's own
+    services, or to whatever listens on the host's other interfaces (a TEST-NET
+    or public address the private-range rows do not cover).
+    """
+    blocked = [_network(b.cidr) for b in BLOCKED] + ["127.0.0.0/8"]
+    rows: list[PlannedRoute] = []
+    seen: set[str] = set()
+    for addr, why in [(facts.gateway, "the gateway: its own services, through pasta"),
+                      *((a, "an address of the host: its services, through pasta")
+                        for a in host)]:
+        if addr in seen or addr in skip or _covered(addr, blocked):
+            continue
+        seen.add(addr)
+        rows.append(PlannedRoute(
+            f"route add blackhole {_host(addr)} src {facts.address}",
+            Route("main", "blackhole", _host(addr), prefsrc=facts.address),
+            True,
+            why,
+        ))
+    return rows
+
+
+def build_plan(facts: NetFacts, dns: str, allow_ip: Sequence[str],
+               host: Sequence[str] = ()) -> Plan:
+    """The route programme for `facts`, in the order it must be applied.
+
+    `host` holds every IPv4 address of the host (read where the launcher runs).
+    The gateway is the default route's nexthop but not a destination: the
+    nexthop is `onlink` (the kernel then needs no route to it), and a
+    blackhole /32 stops connections to it. Optional rows come last so a
+    failure among them cannot stop a required row from being programmed.
+    """
+    src = facts.address
+    rows = _blocked_rows(facts)
+    rows += _host_rows(facts, host, set(allow_ip))
+    rows.append(
+        PlannedRoute(
+            f"route add default via {facts.gateway} dev {facts.iface} src {src} onlink",
+            Route(
+                "main", "unicast", "0.0.0.0/0", gateway=facts.gateway, dev=facts.iface,
+                prefsrc=src, flags=("onlink",),
+            ),
+            True,
+            "the internet, through pasta",
+        )
+    )
+    rows.append(_via_gateway(facts, dns, False, "pasta's DNS forwarder"))
+    seen = {dns}
+    for addr in allow_ip:
+        if addr in seen:
+            continue
+        seen.add(addr)
+        rows.append(_via_gateway(facts, addr, False, "allow-ip exception"))
+    return Plan(tuple(rows), expected_local_table(facts.addresses))
+
+
+def host_addresses(fib_trie: str, route: str) -> tuple[str, ...]:
+    """Pure: every local IPv4 address (from /proc/net/fib_trie) and gateway (/proc/net/route)."""
+    found: list[str] = []
+    last = ""
+    for line in fib_trie.splitlines():
+        text = line.strip()
+        if text.startswith("|--"):
+            last = text[3:].strip()
+        elif text.endswith("/32 host LOCAL") and last and last not in found:
+            found.append(last)
+    for line in route.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] != "00000000":
+            try:
+                gateway = str(ipaddress.IPv4Address(bytes.fromhex(fields[2])[::-1]))
+            except ValueError:
+                continue
+            if gateway not in found:
+                found.append(gateway)
+    return tuple(a for a in found if not a.startswith("127."))
+
+
+def expected_local_table(addresses: Iterable[Address]) -> tuple[Route, ...]:
+    """What the kernel itself puts in table local for these addresses.
+
+    A local route per address; the whole prefix for a loopback address; the
+    subnet's broadcast address when the prefix leaves room for one. (Kernels
+    since 5.x no longer add the network-address broadcast route.)
+    """
+    out: list[Route] = []
+    for a in addresses:
+        net = ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False)
+
+        def local(dst: str, scope: str, kind: str = "local", a: Address = a) -> Route:
+            return Route(
+                "local", kind, dst, dev=a.dev, prefsrc=a.address, scope=scope, protocol="kernel"
+            )
+
+        out.append(local(_host(a.address), "host"))
+        if a.loopback and a.prefixlen < 32:
+            out.append(local(str(net), "host"))
+        if a.prefixlen < 31:
+            out.append(local(_host(str(net.broadcast_address)), "link", "broadcast"))
+    return tuple(out)
+
+
+def explain_plan(
+    facts: NetFacts | None = None, dns: str = DNS_FORWARDER, allow_ip: Sequence[str] = ()
+) -> list[str]:
+    """The plan as `claude-sandbox explain` prints it, for example addresses."""
+    if facts is None:
+        facts = NetFacts(
+            iface="eth0",
+            address="192.0.2.2",
+            gateway="192.0.2.1",
+            addresses=(
+                Address("lo", "127.0.0.1", 8, True),
+                Address("eth0", "192.0.2.2", 24, False),
+            ),
+            copied=(),
+        )
+    return plan_lines(build_plan(facts, dns, allow_ip))
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    lines = ["ip route flush table main    # drop every route pasta copied from outside"]
+    for row in plan.routes:
+        mark = "" if row.required else "  [warns on failure]"
+        lines.append(f"ip {row.command:<62}# {row.why}{mark}")
+    lines.append("IPv6 switched off (net.ipv6.conf.all.disable_ipv6=1), or only link-local left")
+    lines.append("then every table and policy rule is read back and must equal this plan")
+    return lines
+
+
+
+
+
+# --- the DNS forwarder answers DNS only ---------------------------------------
+# pasta hands every connection to the forwarder's address to the host's resolver,
+# on any port: without a filter the resolver host's other services are one
+# connect() away. The jail's own filter table lets port 53 through and rejects
+# the rest; it is written with iptables-restore and read back with iptables-save.
+
+
+def dns_filter(dns: str) -> tuple[str, ...]:
+    """The filter table's rules, as iptables-save prints them."""
+    return (
+        f"-A OUTPUT -d {dns}/32 -p udp -m udp --dport 53 -j ACCEPT",
+        f"-A OUTPUT -d {dns}/32 -p tcp -m tcp --dport 53 -j ACCEPT",
+        f"-A OUTPUT -d {dns}/32 -j REJECT --reject-with icmp-port-unreachable",
+    )
+
+
+def dns_filter_restore(dns: str) -> str:
+    """iptables-restore input: the whole filter table, replaced."""
+    chains = [":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
+    return "\n".join(["*filter", *chains, *dns_filter(dns), "COMMIT", ""])
+
+
+def filter_differs(dns: str, saved: str) -> str | None:
+    """Why an iptables-save of the filter table is not exactly the plan, or None."""
+    rules = [line for line in saved.splitlines() if line.startswith("-")]
+    policies = [line.split()[:2] for line in saved.splitlines() if line.startswith(":")]
+    if sorted(policies) != [[":FORWARD", "ACCEPT"], [":INPUT", "ACCEPT"], [":OUTPUT", "ACCEPT"]]:
+        return f"filter chains {policies}"
+    if tuple(rules) != dns_filter(dns):
+        return f"filter rules {rules}"
+    return None

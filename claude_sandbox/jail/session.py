@@ -1,0 +1,382 @@
+"""The egress jail: a per-launch network namespace that reaches the internet
+and nothing private (docs/explanation/egress-jail.md).
+
+The order is the security argument, and every step fails closed:
+
+1. jail_start.begin(): an `unshare -rn` holder re-enters this package with
+   the same root-owned interpreter; as soon as its namespace exists (before
+   its Python has even started) pasta attaches to it from outside, where it
+   has the internet. start() takes over what begin() started, and the caller
+   builds the bwrap command line while pasta works.
+2. run(): the holder reads what pasta configured, programs the routes in one
+   `ip -batch` call that ends by reading back every table and rule, switches
+   IPv6 off; the parent compares the read-back with the plan (routes.py) and
+   refuses on any difference. Only then do the inside relays start and the
+   holder exec the session, in the same namespace, with the terminal.
+3. The parent waits, ignoring INT/QUIT (they belong to the agent) and
+   forwarding TERM/HUP, then stops pasta, the relays and the holder and
+   removes the private directory.
+
+The namespace is owned by a user namespace above the sandbox's own, so the
+agent cannot change these routes (bwrap drops capabilities).
+"""
+
+from __future__ import annotations
+
+# The C modules: `signal` and `socket` import enum, `subprocess` much more
+# (threading, locale): about 10 ms that would delay the launch (ADR 0004).
+import _signal  # type: ignore[import-not-found]
+import _socket
+import array
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.trace import Trace
+from claude_sandbox.jail import dirs, lock, reaping, relays, routes
+from claude_sandbox.jail import start as jail_start
+from claude_sandbox.jail.holder import ENCODING, ERRORS, recv_frame, send_frame
+from claude_sandbox.jail.spec import JailSpec
+
+PASTA_TIMEOUT = 10.0
+# How long a failed pasta waits for the holder whose exit may have caused it.
+HOLDER_GRACE = 0.2
+PASTA_ATTEMPTS = 3
+
+
+# --- the plan, for `claude-sandbox explain` ----------------------------------
+
+
+def explain_lines(allow_ip: Sequence[str] = ()) -> list[str]:
+    """The route plan for example addresses, without starting anything."""
+    return routes.explain_plan(allow_ip=allow_ip)
+
+
+# --- start -------------------------------------------------------------------
+
+
+def start(settings: JailSpec, early: jail_start.Early | None = None,
+          trace: Trace | None = None) -> Jail:
+    """Take over (or begin) the holder and pasta's attach; return at once so the
+    caller can prepare the sandbox while pasta works. `early` is what the
+    caller started with jail_start.begin() before importing this module."""
+    if early is None:
+        early = jail_start.begin(trace or Trace(False, "jail"))
+    jail = Jail(settings, early)
+    try:
+        jail._start()
+    except BaseException:
+        jail.close()
+        raise
+    return jail
+
+
+class Jail:
+    """One launch's jail. Use run() once, or close() to abandon it."""
+
+    def __init__(self, settings: JailSpec, early: jail_start.Early) -> None:
+        self.settings = settings
+        self._dir: str | None = early.directory
+        self._sock: _socket.socket = early.sock
+        self._holder: jail_start.Child = early.holder
+        self._forward: jail_start.Forwarder | None = early.forward
+        self._pasta: jail_start.Child = early.pasta
+        self._outside: list[tuple[relays.Relay, jail_start.Child]] = []
+        self._inside_pidfds: list[tuple[int, int]] = []
+        # An open descriptor of the holder's user namespace, held until close():
+        # it identifies what the holder left behind, and holding it keeps the
+        # kernel from giving its inode number to another launch's namespace.
+        self._userns_fd: int | None = early.userns_fd
+        self._session_started = False
+        self._was_subreaper = True  # until _start() knows: never clear what was not ours
+        self._plan: routes.Plan | None = None
+        self._closed = False
+        self._tracer = early.trace
+        self.warnings: list[str] = []
+        # Every process this launch started (holder, pasta, relays),
+        # for leak checks and the benchmark's resident-memory figures.
+        self.started: dict[str, int] = {"holder": early.holder.pid}
+
+    # -- helpers --
+
+    def _trace(self, phase: str) -> None:
+        self._tracer.phase(phase)
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        print(f"claude-sandbox: warning: {message}", file=sys.stderr)
+
+    @property
+    def private_dir(self) -> str | None:
+        return self._dir
+
+    def _path(self, name: str) -> str:
+        assert self._dir is not None
+        return os.path.join(self._dir, name)
+
+    # -- start --
+
+    def _start(self) -> None:
+        # Ctrl-C and Ctrl-\ are ignored and TERM and HUP forwarded to the
+        # holder since begin() (Forwarder). Everything below overlaps pasta's
+        # attach and the holder's start-up.
+        reaping.set_not_dumpable()
+        self._was_subreaper = reaping.become_subreaper()
+        self._start_outside_relays()
+        dirs.sweep_stale_dirs()
+        self._trace("not dumpable, outside relays, stale directories")
+
+    def _start_outside_relays(self) -> None:
+        want = relays.plan_relays(
+            self.settings.local_ports, self.settings.callback_ports, self._dir or ""
+        )
+        if not want:
+            return
+        socat = paths.tool("socat")
+        for relay in want:
+            if relay.kind == "callback" and relays.port_taken(relay.port):
+                self._warn(
+                    f"callback-port {relay.port}: 127.0.0.1:{relay.port} is already in use; "
+                    "relay skipped"
+                )
+                continue
+            proc = relays.spawn_outside(relay, socat)
+            self.started[f"outside-relay-{relay.kind}-{relay.port}"] = proc.pid
+            self._outside.append((relay, proc))
+
+    # -- run --
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = ()) -> int:
+        """Lock the routes, run the session, tear down; the session's status.
+
+        `fds` are descriptors the session must inherit at the same numbers
+        (bwrap's --seccomp FD, a gitconfig pipe): they travel to the holder
+        over the socketpair (SCM_RIGHTS), since it started before they existed.
+        """
+        return self._run(argv, env, fds, tamper=())
+
+    def _run(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        fds: Sequence[int],
+        tamper: Sequence[str],
+    ) -> int:
+        # `tamper` lets the real-namespace tests change a table between
+        # programming and read-back; run() always passes nothing.
+        try:
+            try:
+                self._wait_pasta()
+                self._lock_routes(tamper)
+                self._start_inside_relays()
+                self._exec(argv, env, fds)
+            except reaping.HolderGone:
+                return self._holder_status()
+            self._trace("session started")
+            status = self._holder_status()
+            self._trace("session ended")
+            return status
+        finally:
+            self.close()
+            self._trace("teardown")
+
+    def _holder_status(self) -> int:
+        code = self._holder.wait()
+        if self._forward is not None:
+            return self._forward.forward.status(code)
+        return 128 - code if code < 0 else code
+
+    def _holder_ends_within(self, seconds: float) -> bool:
+        """Whether the holder has ended, or does within `seconds`. An exiting
+        holder lets go of its namespaces before it becomes a zombie: pasta can
+        fail on them in that window, before waitpid can see the exit."""
+        deadline = time.monotonic() + seconds
+        while self._holder.poll() is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def _wait_pasta(self) -> None:
+        """Wait until pasta has configured the namespace: its pid file is written."""
+        pidfile = self._path("pasta.pid")
+        deadline = time.monotonic() + PASTA_TIMEOUT
+        attempt = 0
+        while True:
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(pidfile).st_size > 0:
+                    break
+            rc = self._pasta.poll()
+            if rc is not None:
+                if self._holder_ends_within(HOLDER_GRACE):
+                    raise reaping.HolderGone  # a signal ended the launch while pasta attached
+                if "Permission denied" not in self._pasta_log() or attempt + 1 >= PASTA_ATTEMPTS:
+                    raise SandboxError(f"egress jail: pasta failed: {self._pasta_log()}", EXIT_JAIL)
+                # The exec window described in jail_start.wait_netns: try again.
+                attempt += 1
+                self._trace(f"pasta attach retried (attempt {attempt})")
+                assert self._dir is not None
+                self._pasta = jail_start.spawn_pasta(self._holder, self._dir)
+            if time.monotonic() > deadline:
+                raise SandboxError("egress jail: pasta did not attach in time", EXIT_JAIL)
+            time.sleep(0.0005)
+        # pasta -f writes its own pid: the process started here, which teardown
+        # ends by that pid. Anything else in the file is not the pasta we know.
+        try:
+            with open(pidfile) as f:
+                named = int(f.read().strip())
+        except (OSError, ValueError):
+            named = -1
+        if named != self._pasta.pid:
+            raise SandboxError(
+                f"egress jail: pasta's pid file names {named}, not the pasta started "
+                f"({self._pasta.pid})",
+                EXIT_JAIL,
+            )
+        self.started["pasta"] = self._pasta.pid
+        self._trace("pasta attached")
+
+    def _pasta_log(self) -> str:
+        try:
+            with open(self._path("pasta.log"), errors="replace") as f:
+                lines = [line.strip() for line in f if line.strip()]
+        except OSError:
+            lines = []
+        useful = [line for line in lines if "syslog" not in line]
+        return useful[-1] if useful else "no message"
+
+    def _ask(self, fields: list[str]) -> list[str]:
+        try:
+            send_frame(self._sock, fields)
+            reply = recv_frame(self._sock)
+        except OSError:
+            reply = None
+        if reply is None:
+            raise reaping.HolderGone
+        return reply
+
+    def _lock_routes(self, tamper: Sequence[str]) -> None:
+        self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings, tamper)
+        lock.filter_dns(self._ask, self._trace)
+
+    def _start_inside_relays(self) -> None:
+        if not self._outside:
+            return
+        socat, setpriv = paths.tool("socat"), paths.tool("setpriv")
+        for relay, proc in self._outside:
+            if not relays.wait_ready(relay, proc):
+                self._warn(f"{relay.kind}-port {relay.port}: outside relay did not start")
+                continue
+            kind, where = relay.inside_listener()
+            reply = self._ask(["relay", kind, where, *relay.inside_argv(socat, setpriv)])
+            if reply[0] != "ok":
+                self._warn(f"{relay.kind}-port {relay.port}: {reply[1]}")
+                continue
+            pid = int(reply[1])
+            self.started[f"inside-relay-{relay.kind}-{relay.port}"] = pid
+            with contextlib.suppress(OSError):
+                self._inside_pidfds.append((pid, os.pidfd_open(pid)))
+        self._trace("relays started")
+
+    def _exec(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int]) -> None:
+        fields = ["exec", str(len(argv)), *argv, str(len(fds)), *map(str, fds)]
+        fields += [f"{k}={v}" for k, v in env.items()]
+        payload = "\0".join(fields).encode(ENCODING, ERRORS)
+        frame = len(payload).to_bytes(4, "big") + payload
+        try:
+            # The descriptors ride on the frame's first byte.
+            sent = (
+                self._sock.sendmsg(
+                    [frame[:1]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))]
+                )
+                if fds
+                else 0
+            )
+            self._sock.sendall(frame[sent:])
+            reply = recv_frame(self._sock)
+        except OSError:
+            raise reaping.HolderGone from None
+        # EOF: the close-on-exec socket closed because the exec succeeded.
+        if reply is not None:
+            raise SandboxError(f"egress jail: {reply[1]}", EXIT_UNAVAILABLE)
+        self._session_started = True
+        if self._forward is not None:
+            self._forward.session_started()
+
+    # -- teardown --
+
+    def close(self) -> None:
+        """Stop everything this launch started and remove its files; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sock.close()
+        if self._holder.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._holder.kill()
+        self._holder.wait()
+        # Signal everything first and wait once for all of it: each SIGKILLed
+        # process takes milliseconds to exit, and waiting for them one after
+        # another added those up on every launch.
+        dying: list[int] = []
+        if self._pasta.poll() is None:
+            # pasta does not exit when the namespace dies (measured): end it. It is
+            # our child (-f), not yet reaped, so its pid cannot have been reused.
+            with contextlib.suppress(OSError):
+                dying.append(os.pidfd_open(self._pasta.pid))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pasta.pid, _signal.SIGKILL)
+        relay_groups = {pid for pid, _ in self._inside_pidfds}
+        for pid, pidfd in self._inside_pidfds:
+            # The session is gone, so a relay group still exists only if its
+            # leader (or a connection child) still runs: the pgid is then ours.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, _signal.SIGKILL)
+            reaping.send_kill(pidfd)
+            dying.append(pidfd)
+        self._inside_pidfds.clear()
+        for _, proc in self._outside:
+            # Not yet reaped, so its pid (= its group) cannot have been reused.
+            with contextlib.suppress(OSError):
+                dying.append(os.pidfd_open(proc.pid))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, _signal.SIGKILL)
+        if self._userns_fd is not None and not self._session_started:
+            # The holder died (a signal) before it became the session. Whatever
+            # it spawned and had not yet reported, above all an inside relay it
+            # was waiting for (its pid travels only in the reply), is orphaned
+            # with no pid on record. It still lives in the holder's user
+            # namespace, which nothing outside this launch shares: end that.
+            userns = os.fstat(self._userns_fd)
+            dying += reaping.kill_matching(lambda pid: reaping.in_namespace(pid, userns))
+        reaping.wait_all(dying)
+        reaping.reap_orphans(relay_groups)
+        if not self._was_subreaper:
+            # Orphans reparented while this process was a subreaper are reaped
+            # above; a caller that lives on (a test runner) gets its role back.
+            reaping.stop_being_subreaper()
+        self._pasta.wait()
+        for _, proc in self._outside:
+            proc.wait()
+        self._outside.clear()
+        if self._userns_fd is not None:
+            os.close(self._userns_fd)
+            self._userns_fd = None
+        if self._dir is not None:
+            dirs.remove_dir(self._dir)
+            self._dir = None
+        if self._forward is not None:
+            self._forward.restore()
+            self._forward = None
+
+    def plan_lines(self) -> list[str]:
+        """The plan this jail programmed (or the example plan before run())."""
+        if self._plan is None:
+            return explain_lines(self.settings.allow_ip)
+        return routes.plan_lines(self._plan)
+
+

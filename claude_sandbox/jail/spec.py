@@ -1,0 +1,13 @@
+"""The egress jail's inputs, as the launch plan holds them (launch/plan.py)."""
+
+from __future__ import annotations
+
+from claude_sandbox.core.record import record
+
+
+@record
+class JailSpec:
+    allow_ip: tuple[str, ...]  # allow-ip: private destinations let through
+    local_ports: tuple[int, ...]  # ports of the host's loopback reachable inside
+    callback_ports: tuple[int, ...]  # ports inside reachable from the host's loopback
+    host: tuple[str, ...] = ()  # every IPv4 address and gateway of the host: blackholed

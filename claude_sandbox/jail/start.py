@@ -1,0 +1,327 @@
+"""What a jailed launch does first: the preflight, then everything up to pasta's attach.
+
+The holder's namespace and pasta's attach are the longest wait of a jailed
+launch (ADR 0004), so they start before anything else is
+imported: this module needs only os, fcntl, stat, time, _signal,
+_socket (and ctypes, which session.py needs as well). begin() spawns the
+holder, waits for its namespace, prepares the tap device and spawns pasta;
+importing session.py (json and ipaddress through routes: ~13 ms here) and
+building the bwrap command line then overlap pasta's work.
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
+import _socket
+import fcntl
+import os
+import time
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
+from claude_sandbox.core.record import record
+from claude_sandbox.core.trace import Trace
+from claude_sandbox.jail.dirs import make_private_dir, remove_dir
+
+__all__ = ["Child", "fork_exec", "load_libc"]  # session.py reaches them through this module
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+# The jail's interface, which make_tap creates and pasta attaches to (-I).
+TAP_NAME = "eth0"
+# Flags shared with bench/bench_jail.py's floor, so the two measure the same
+# pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (measured).
+# -t/-u/-T/-U none: no port forwarding in either direction, which also
+# halves pasta's attach time. -4: the jail has no IPv6 to configure.
+# -I: attach to the persistent device make_tap prepared (see there).
+# --no-netns-quit: its inotify watch serves only namespaces bound to a file,
+# never a PID target, and releasing it (an SRCU grace period) kept a killed
+# pasta in exit() for ~25 ms; teardown ends pasta (our child) by its pid anyway.
+PASTA_FLAGS: tuple[str, ...] = (
+    "--config-net",
+    "-I", TAP_NAME,
+    "--no-netns-quit",
+    "--no-map-gw",
+    "-4",
+    "-t", "none", "-u", "none", "-T", "none", "-U", "none",
+    "--dns-forward", paths.DNS_FORWARDER,
+    "-q",
+)  # fmt: skip
+NETNS_TIMEOUT = 5.0
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_TUNSETIFF = 0x400454CA
+_TUNSETPERSIST = 0x400454CB
+_IFF_TAP = 0x0002
+_IFF_NO_PI = 0x1000
+TOOL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+_FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
+# Ctrl-C and Ctrl-\ reach the terminal's whole foreground group; they are the
+# agent's to handle, and the launcher must outlive them to tear down.
+_TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
+
+
+def spawn_holder() -> tuple[Child, _socket.socket]:
+    """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N` (paths.internal_argv).
+
+    The socketpair is the only channel (never a pipe: egress-jail.md). The holder
+    gets its end and the three standard streams only.
+    """
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        os.set_inheritable(theirs.fileno(), True)
+        argv = [
+            paths.tool("unshare"), "--user", "--map-root-user", "--net",
+            *paths.internal_argv("_jail_holder"), "--fd", str(theirs.fileno()),
+        ]  # fmt: skip
+        holder = fork_exec(argv, dict(os.environ), {}, setsid=False)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return holder, ours
+
+
+class Forwarder:
+    """SIGTERM and SIGHUP handling from the holder's spawn to teardown.
+
+    Before the session starts, forwarding ends the holder (its default
+    disposition) and with it the launch; afterwards it reaches the session
+    (process.Forward), whose end triggers teardown. Either way the launcher
+    lives on to tear down: a launcher killed by the default action would
+    leave pasta behind. restore() also gives back the terminal signals
+    begin() ignored.
+    """
+
+    def __init__(self, holder: Child, ignored: dict[int, object]) -> None:
+        self.holder = holder
+        self.ignored = ignored
+        self.forward = Forward(holder.pid, _FORWARDED)
+
+    @property
+    def signalled(self) -> int:
+        return self.forward.signalled
+
+    def session_started(self) -> None:
+        """Ctrl-C and Ctrl-\\ from a supervisor now reach the agent too."""
+        self.forward.handle(_TERMINAL)
+
+    def restore(self) -> None:
+        self.forward.close()
+        for signum, handler in self.ignored.items():
+            _signal.signal(signum, handler)
+        self.ignored = {}
+
+    def check(self) -> None:
+        """Refuse to go on once a forwarded signal has ended the holder."""
+        if self.signalled and self.holder.poll() is not None:
+            raise SandboxError(
+                f"egress jail: stopped by signal {self.signalled} before the session started",
+                128 + self.signalled,
+            )
+
+
+def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
+    """Wait until the holder has its own namespaces; descriptors of its user and
+    network namespaces (opened here, where a holder that is gone is waited out).
+
+    pasta cannot attach before the holder has its own network namespace
+    (setns EINVAL, measured with this pasta) or before unshare has written the id maps.
+    While a process is inside execve() its new mm is briefly not dumpable,
+    and pasta (capabilities already dropped) then gets EACCES opening
+    /proc/PID/ns/user. Waiting until unshare has exec'd the interpreter
+    closes most of that window; session.py retries the rest.
+    """
+    mine = os.readlink("/proc/self/ns/net")
+    interpreter = os.path.realpath(paths.INTERPRETER)
+    deadline = time.monotonic() + NETNS_TIMEOUT
+    while True:
+        try:
+            if (
+                os.readlink(f"/proc/{holder.pid}/ns/net") != mine
+                and os.readlink(f"/proc/{holder.pid}/exe") == interpreter
+            ):
+                userns = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    netns = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    os.close(userns)
+                    raise
+                return userns, netns
+        except OSError:
+            pass
+        if holder.poll() is not None:
+            forward.check()
+            raise SandboxError(
+                "egress jail: cannot create a user and network namespace "
+                "(unshare failed; are unprivileged user namespaces allowed?)",
+                EXIT_UNAVAILABLE,
+            )
+        if time.monotonic() > deadline:
+            raise SandboxError("egress jail: the namespace holder did not start", EXIT_JAIL)
+        time.sleep(0.0002)
+
+
+def make_tap(userns_fd: int, netns_fd: int, forward: Forwarder) -> None:
+    """Create the jail's tap device, persistent, before pasta attaches to it.
+
+    When pasta creates the device itself, closing it on pasta's exit
+    unregisters it, and the kernel waits there for every pending RCU callback
+    (rcu_barrier): a killed pasta stayed in exit() for 25-40 ms, and teardown
+    waits for it so that no process outlives the launch. A persistent device
+    is not unregistered on close; it goes with the namespace, in the kernel's
+    own cleanup work, once nothing holds the namespace. Only a process with
+    CAP_NET_ADMIN over the namespace can attach to it: pasta (it joins the
+    holder's user namespace), never the sandbox (bwrap drops every
+    capability, and the sandbox's /dev has no net/tun).
+
+    A forked child joins the holder's namespaces (setns needs a
+    single-threaded process, which a fork of this one is) and creates the
+    device: 2-3 ms, most of it the fork, where `nsenter ... ip tuntap add`
+    took ~5 ms, all of it before pasta can start.
+    """
+    load_libc()  # here, once: session.py needs it too, and the child then need not load it
+    readable, writable = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _tap_child(userns_fd, netns_fd, writable)
+    finally:
+        os.close(writable)
+    with os.fdopen(readable, "rb") as err:
+        message = err.read().decode(errors="replace").strip()
+    _, wait_status = os.waitpid(pid, 0)
+    if wait_status != 0:
+        forward.check()
+        status = os.waitstatus_to_exitcode(wait_status)
+        reason = message or (f"killed by signal {-status}" if status < 0 else f"exit {status}")
+        raise SandboxError(f"egress jail: cannot create the tap device: {reason}", EXIT_JAIL)
+
+
+def _tap_child(userns_fd: int, netns_fd: int, report: int) -> NoReturn:
+    """make_tap's forked child: join the namespaces, create the device, exit.
+
+    It must never return into the launcher's code: every way out is _exit,
+    with the reason written to `report` when it failed.
+    """
+    import ctypes
+
+    status = 1
+    try:
+        for signum in _FORWARDED:  # the launcher's handlers are not this child's
+            _signal.signal(signum, _signal.SIG_DFL)
+        libc = load_libc()
+        joins = ((userns_fd, _CLONE_NEWUSER, "user"), (netns_fd, _CLONE_NEWNET, "network"))
+        for fd, kind, what in joins:
+            if libc.setns(fd, kind) != 0:
+                reason = os.strerror(ctypes.get_errno())
+                raise RuntimeError(f"joining the holder's {what} namespace: {reason}")
+        # struct ifreq: the name (16 bytes), then the flags (a short); 40 bytes in all.
+        flags = (_IFF_TAP | _IFF_NO_PI).to_bytes(2, "little")
+        ifreq = (TAP_NAME.encode().ljust(16, b"\0") + flags).ljust(40, b"\0")
+        tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+        fcntl.ioctl(tun, _TUNSETIFF, ifreq)
+        fcntl.ioctl(tun, _TUNSETPERSIST, 1)
+        status = 0
+    except BaseException as exc:
+        os.write(report, str(exc).encode(errors="replace"))
+    finally:
+        os._exit(status)
+
+
+def spawn_pasta(holder: Child, directory: str) -> Child:
+    """Start pasta's attach to the holder, in the foreground, as our child.
+
+    With -f pasta neither forks nor daemonises: it writes its pid file once
+    the namespace is configured (the "attached" signal session.py waits for) and
+    stays this process's child, which ends it by pid and reaps it. And since
+    the kernel kills it when the launcher dies (die_with_parent), not even a
+    SIGKILLed launcher leaves a pasta behind (a daemon would live on). Never
+    on the terminal (docs/explanation/egress-jail.md): its streams are /dev/null and a log
+    in `directory`.
+    """
+    pidfile = os.path.join(directory, "pasta.pid")
+    argv = [paths.tool("pasta"), *PASTA_FLAGS, "-f", "-P", pidfile]
+    if os.geteuid() == 0:
+        # As root pasta switches to nobody, who may not enter our namespace.
+        argv += ["--runas", f"{os.getuid()}:{os.getgid()}"]
+    argv.append(str(holder.pid))
+    log = os.open(
+        os.path.join(directory, "pasta.log"),
+        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+        0o600,
+    )
+    null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fork_exec(
+            argv, TOOL_ENV, {0: null, 1: log, 2: log}, setsid=True, die_with_parent=True
+        )
+    finally:
+        os.close(log)
+        os.close(null)
+
+
+@record
+class Early:
+    """What begin() started, handed to jail.start()."""
+
+    holder: Child
+    sock: _socket.socket
+    forward: Forwarder
+    userns_fd: int
+    directory: str
+    pasta: Child
+    trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
+
+
+def begin(trace: Trace) -> Early:
+    """Spawn the holder, prepare its namespace and start pasta's attach.
+
+    On any failure everything started here is ended before the error leaves.
+    """
+    # Ignored before anything is spawned, so that pasta and the holder inherit it
+    # (exec keeps SIG_IGN): a Ctrl-C during set-up must not kill pasta in the
+    # launcher's group. The holder chooses its own (holder.main); _enter gives
+    # the agent the defaults back (enter.reset_signals).
+    ignored = {signum: _signal.signal(signum, _signal.SIG_IGN) for signum in _TERMINAL}
+    try:
+        holder, sock = spawn_holder()
+    except BaseException:
+        for signum, handler in ignored.items():
+            _signal.signal(signum, handler)
+        raise
+    forward = Forwarder(holder, ignored)
+    userns_fd = netns_fd = -1
+    directory = ""
+    try:
+        trace.phase("holder spawned")
+        directory = make_private_dir()
+        userns_fd, netns_fd = wait_netns(holder, forward)
+        trace.phase("holder namespace up")
+        make_tap(userns_fd, netns_fd, forward)
+        os.close(netns_fd)
+        netns_fd = -1
+        trace.phase("tap device made")
+        pasta = spawn_pasta(holder, directory)
+        trace.phase("pasta spawned")
+    except BaseException as exc:
+        sock.close()  # the holder reads EOF and exits, if it has not yet
+        holder.kill()
+        holder.wait()
+        for fd in (userns_fd, netns_fd):
+            if fd >= 0:
+                os.close(fd)
+        if directory:
+            remove_dir(directory)
+        forward.restore()
+        if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
+            where = f": {exc.filename}" if exc.filename else ""
+            raise SandboxError(f"egress jail: {exc.strerror or exc}{where}", EXIT_JAIL) from None
+        raise
+    return Early(holder, sock, forward, userns_fd, directory, pasta, trace)
+
+

@@ -1,0 +1,249 @@
+"""The launch's cgroup: probed, made, joined and removed (limits.py decides what goes in it).
+
+A child cgroup below the launcher's own holds the sandbox's pids and memory
+caps where the kernel delegates one; it is named after the launcher's pid so
+that the janitor (janitor.py) and the next launch can remove one a killed
+launcher left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.process import pid_alive
+from claude_sandbox.core.record import record
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+_NAME = "claude-sandbox-{pid}"
+
+
+_PREFIX = "claude-sandbox-"
+
+
+@record
+class CgroupFacts:
+    """Writable cgroup directories the launcher may make children in ("" = none),
+    and the limits the launcher already lives under (0: none found)."""
+
+    v2: str = ""  # a v2 directory whose subtree_control enables pids and memory
+    v1_pids: str = ""
+    v1_memory: str = ""
+    pids_limit: int = 0  # the tightest pids.max above us, or RLIMIT_NPROC
+    memory_limit: int = 0  # the tightest memory limit above us, or MemTotal
+
+
+@record
+class CgroupWrite:
+    base: str  # the parent directory; the child is base/claude-sandbox-PID
+    file: str
+    value: str
+    optional: bool = False  # written only where the kernel has the file (swap accounting)
+
+
+def _own_cgroup(controller: str, proc_cgroup: str) -> str | None:
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
+
+
+def probe_cgroups(proc_cgroup: str | None = None) -> CgroupFacts:
+    """Find writable cgroup directories under this process's own cgroups."""
+    if proc_cgroup is None:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            proc_cgroup = f.read()
+
+    def usable(directory: str) -> str:
+        return directory if os.access(directory, os.W_OK | os.X_OK) else ""
+
+    v2 = ""
+    own = _own_cgroup("", proc_cgroup)
+    for mount in (CGROUP_ROOT, f"{CGROUP_ROOT}/unified"):
+        if own is None or not os.path.exists(f"{mount}/cgroup.controllers"):
+            continue
+        directory = os.path.normpath(mount + own)
+        try:
+            with open(f"{directory}/cgroup.subtree_control", encoding="utf-8") as f:
+                enabled = f.read().split()
+        except OSError:
+            continue
+        if "pids" in enabled and "memory" in enabled:
+            v2 = usable(directory)
+        break
+    v1 = {}
+    for controller in ("pids", "memory"):
+        own_v1 = _own_cgroup(controller, proc_cgroup)
+        hierarchy = f"{CGROUP_ROOT}/{controller}"
+        v1[controller] = (
+            usable(os.path.normpath(hierarchy + own_v1))
+            if own_v1 and os.path.exists(f"{hierarchy}/cgroup.procs")
+            else ""
+        )
+    return CgroupFacts(v2, v1["pids"], v1["memory"], _pids_limit(proc_cgroup),
+                       _memory_limit(proc_cgroup))
+
+
+def _number(path: str) -> int:
+    """A cgroup limit file's value; 0 for "max", absent or unreadable."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            text = handle.read().strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def _ancestors(mount: str, own: str | None) -> list[str]:
+    if own is None:
+        return []
+    path = os.path.normpath(mount + own)
+    found = []
+    while path.startswith(mount):
+        found.append(path)
+        if path == mount:
+            break
+        path = os.path.dirname(path)
+    return found
+
+
+def _tightest(values: list[int]) -> int:
+    positive = [v for v in values if v > 0]
+    return min(positive) if positive else 0
+
+
+def _pids_limit(proc_cgroup: str) -> int:
+    values = [_number(f"{d}/pids.max") for d in
+              _ancestors(CGROUP_ROOT, _own_cgroup("", proc_cgroup)) +
+              _ancestors(f"{CGROUP_ROOT}/pids", _own_cgroup("pids", proc_cgroup))]
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft != resource.RLIM_INFINITY and os.getuid() != 0:
+        values.append(soft)
+    return _tightest(values)
+
+
+def _memory_limit(proc_cgroup: str) -> int:
+    values = [_number(f"{d}/memory.max") for d in
+              _ancestors(CGROUP_ROOT, _own_cgroup("", proc_cgroup))]
+    values += [_number(f"{d}/memory.limit_in_bytes") for d in
+               _ancestors(f"{CGROUP_ROOT}/memory", _own_cgroup("memory", proc_cgroup))]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemTotal:"):
+                    values.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError):
+        pass
+    # v1 reports "no limit" as a huge number, not "max".
+    return _tightest([v for v in values if v < 1 << 60])
+
+
+# ------------------------------------------------------------------ cgroups
+@record
+class Cgroup:
+    """The per-launch cgroup directories; one per hierarchy in the plan."""
+
+    dirs: tuple[str, ...]
+
+    def attach(self, pid: int) -> None:
+        """Move `pid` in; its later children follow. Do it before the sandbox forks."""
+        for directory in self.dirs:
+            _write(f"{directory}/cgroup.procs", str(pid))
+
+    def join(self) -> None:
+        self.attach(0)  # "0": the writing process itself (v1 and v2)
+
+    def leave(self) -> None:
+        """Move the writing process back to the parent cgroup, so the child can be removed."""
+        for directory in self.dirs:
+            procs = f"{os.path.dirname(directory)}/cgroup.procs"
+            try:
+                with open(procs, "w") as handle:
+                    handle.write("0")
+            except OSError:
+                pass  # already out, or the parent is gone: remove() then reports it
+
+    def remove(self, timeout: float = 2.0) -> list[str]:
+        """rmdir every directory; retry while exiting tasks drain. Returns leftovers."""
+        deadline = time.monotonic() + timeout
+        left = list(self.dirs)
+        while left:
+            for directory in list(left):
+                try:
+                    os.rmdir(directory)
+                    left.remove(directory)
+                except FileNotFoundError:
+                    left.remove(directory)
+                except OSError:
+                    pass
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        return left
+
+
+def _write(path: str, value: str) -> None:
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(value)
+    except OSError as exc:
+        raise SandboxError(
+            f"cannot write {value!r} to {path}: {exc.strerror}", EXIT_UNAVAILABLE
+        ) from None
+
+
+def sweep_stale(base: str, dead: int = 0) -> None:
+    """Remove directories whose launcher died without cleaning up (SIGKILL).
+
+    `dead`: a launcher known to be gone though its pid still exists (janitor.py).
+    """
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_PREFIX):] if name.startswith(_PREFIX) else ""
+        if pid.isascii() and pid.isdigit() and (int(pid) == dead or not pid_alive(int(pid))):
+            try:
+                os.rmdir(os.path.join(base, name))
+            except OSError:
+                pass  # still populated or already gone: a later launch retries
+
+
+def create(writes: tuple[CgroupWrite, ...], owner_pid: int | None = None) -> Cgroup | None:
+    """Make the per-launch cgroup(s) and write the caps; None when there are none.
+
+    `owner_pid` is the process that will remove them (the waiting parent).
+    """
+    if not writes:
+        return None
+    name = _NAME.format(pid=owner_pid or os.getpid())
+    dirs: list[str] = []
+    made = Cgroup(())
+    try:
+        for write in writes:
+            directory = os.path.join(write.base, name)
+            if directory not in dirs:
+                sweep_stale(write.base)
+                os.mkdir(directory, 0o755)
+                dirs.append(directory)
+                made = Cgroup(tuple(dirs))
+            target = f"{directory}/{write.file}"
+            if write.optional and not os.path.exists(target):
+                continue
+            _write(target, write.value)
+    except OSError as exc:
+        made.remove()
+        raise SandboxError(
+            f"cannot create cgroup {name}: {exc.strerror}", EXIT_UNAVAILABLE
+        ) from None
+    except SandboxError:
+        made.remove()
+        raise
+    return made

@@ -1,0 +1,249 @@
+"""The facts a launch reads before its plan is made: host, workspace, command, files.
+
+Everything the pure planner (plan.py) needs from the file system, the
+password database, git and /proc is read here, once, into a frozen `Gathered`.
+`claude-sandbox explain` gathers the same facts the same way and creates
+nothing; the launch then makes what the plan needs (run.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_JAIL, SandboxError
+from claude_sandbox.core.record import record
+from claude_sandbox.launch import (
+    config,
+    controlfiles,
+    gitconfig,
+    hostfacts,
+    mounts,
+    profiles,
+    state,
+    workspace,
+)
+from claude_sandbox.launch.mounts import Writable
+
+
+@record
+class Request:
+    agent: str
+    command: tuple[str, ...] | None  # None: the real agent with `args`
+    args: tuple[str, ...]
+
+
+@record
+class Gathered:
+    facts: hostfacts.HostFacts
+    layout: Writable  # the writable roots, checked, and the control files each holds
+    command: tuple[str, ...]  # what `_enter` execs, argv[0] absolute as the inside sees it
+    gitconfig: str  # the curated gitconfig's text (gitconfig.py)
+    codex_config: str | None  # codex's managed config for inside, for a codex launch
+    resolv_conf: str  # the host's /etc/resolv.conf: the jail keeps its search list
+    host_addresses: tuple[str, ...]  # with the jail on: this namespace's own addresses
+    keep_ignored: tuple[str, ...]  # terminal signals the launch inherited ignored
+    environ: tuple[tuple[str, str], ...]  # the launching variables the sandbox may take
+
+
+def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
+           environ: Mapping[str, str], keep_ignored: tuple[str, ...]) -> Gathered:
+    facts = probe(profile, cfg, environ)
+    if request.command is None:
+        command: tuple[str, ...] = (facts.real_binary, *profiles.agent_args(profile, request.args))
+    else:
+        inner = mounts.inner_path(facts)
+        command = (resolve_command(request.command, inner, _inner_view(facts)),
+                   *request.command[1:])
+    return Gathered(
+        facts=facts,
+        layout=resolve_writable(cfg, facts),
+        command=command,
+        gitconfig=gitconfig.render(gitconfig.identity(facts.user, facts.home),
+                                   gitconfig.forge_helpers(cfg.no_forge)),
+        codex_config=_codex_config() if profile.name == "codex" else None,
+        resolv_conf=_read_text("/etc/resolv.conf"),
+        host_addresses=_host_addresses() if cfg.egress_jail else (),
+        keep_ignored=keep_ignored,
+        environ=tuple((name, environ[name]) for name in mounts.passed_names(cfg, environ)),
+    )
+
+
+def probe(profile: profiles.Profile, cfg: config.Config,
+          environ: Mapping[str, str]) -> hostfacts.HostFacts:
+    return hostfacts.probe(
+        environ,
+        agent=profile.name,
+        wanted=lambda home: mounts.optional_paths(profile, home),
+        tmp_base=profile.tmp_dir,
+        store_home=lambda home, uid: state.agent_home(
+            state.store_root(cfg.state_dir, home, uid), profile.name
+        ),
+    )
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def _codex_config() -> str:
+    """codex's managed config as inside sees it (codexconfig.py)."""
+    from claude_sandbox.launch import codexconfig
+
+    try:
+        with open(paths.CODEX_MANAGED_CONFIG, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnicodeDecodeError) as error:
+        raise SandboxError(f"{paths.CODEX_MANAGED_CONFIG}: cannot be read ({error})",
+                           EXIT_CONFIG) from None
+    return codexconfig.inside(text)
+
+
+def load_config(agent: str, environ: Mapping[str, str]) -> config.Config:
+    return config.load(environ, agent=agent, agents=profiles.AGENT_NAMES, path=paths.CONFIG_FILE)
+
+
+def path_rules(cfg: config.Config, facts: hostfacts.HostFacts) -> workspace.PathRules:
+    return workspace.PathRules(
+        home=facts.home,
+        homes=hostfacts.login_homes(facts.home),
+        path_dirs=tuple(os.path.realpath(p) for p in facts.path if p.startswith("/")),
+        store=state.store_root(cfg.state_dir, facts.home, facts.uid),
+    )
+
+
+def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts) -> Writable:
+    """The writable roots, each checked, and the control files each holds."""
+    rules = path_rules(cfg, facts)
+    where = cfg.origins.get("workspace-root", "the launch directory")
+    root = workspace.check_writable(
+        cfg.workspace_root or facts.cwd, rules, what="workspace", where=where
+    )
+    extra = tuple(
+        workspace.check_writable(
+            path, rules, what="allow-write path", directory=False,
+            where=cfg.path_origins.get(path, "allow-write"),
+        )
+        for path in cfg.allow_write
+    )
+    table = controlfiles.controls(cfg.protect, cfg.unprotect)
+    plans = []
+    for top in (root, *extra):
+        if not os.path.isdir(top):
+            continue
+        rows = derived_controls(top, facts)
+        kinds = controlfiles.probe(controlfiles.candidates(top, table, [r for r, _ in rows]))
+        plans.append(controlfiles.plan(top, table, rows, kinds))
+    return Writable(root, extra, tuple(plans))
+
+
+def derived_controls(top: str, facts: hostfacts.HostFacts) -> list[tuple[str, str]]:
+    """Control paths this host makes: PATH directories ahead of the system's, git's hooksPath."""
+    rows = []
+    for entry in facts.path:
+        resolved = os.path.realpath(entry) if entry.startswith("/") else ""
+        if resolved in paths.SYSTEM_DIRS or resolved == paths.SHIM_DIR:
+            break  # after the system directories a planted name shadows nothing
+        if resolved.startswith(top + "/") and os.path.isdir(resolved):
+            rows.append((resolved[len(top) + 1 :], "on the launching PATH ahead of the system "
+                         "directories: a program planted here runs in the user's shell"))
+    hooks = hostfacts.git_hooks_path(top, facts.home)
+    if hooks and hooks.startswith(top + "/"):
+        rows.append((hooks[len(top) + 1 :], "git's core.hooksPath: hooks run from here"))
+    rows += _git_dir_rows(top)
+    return rows
+
+
+def _git_dir_rows(top: str) -> list[tuple[str, str]]:
+    """Where git's own directory is not plainly `.git`: worktrees and a `.git` file.
+
+    A linked worktree's metadata (.git/worktrees/ID/commondir, config.worktree,
+    gitdir) can send that worktree's git to a config and hooks of the agent's; a
+    `.git` file (a `.bare` layout, a submodule) names a git directory whose config
+    and hooks sit elsewhere in the workspace.
+    """
+    rows: list[tuple[str, str]] = []
+    why = "a linked worktree's git metadata: where its config and hooks come from"
+    worktrees = os.path.join(top, ".git", "worktrees")
+    try:
+        names = os.listdir(worktrees) if not os.path.islink(worktrees) else []
+    except OSError:
+        names = []
+    for name in names:
+        for leaf in ("commondir", "config.worktree", "gitdir"):
+            if os.path.lexists(os.path.join(worktrees, name, leaf)):
+                rows.append((f".git/worktrees/{name}/{leaf}", why))
+    gitfile = os.path.join(top, ".git")
+    if os.path.isfile(gitfile) and not os.path.islink(gitfile):
+        try:
+            with open(gitfile, encoding="utf-8", errors="replace") as handle:
+                line = handle.readline().strip()
+        except OSError:
+            line = ""
+        if line.startswith("gitdir:"):
+            target = os.path.realpath(os.path.join(top, line[len("gitdir:"):].strip()))
+            if target.startswith(top + "/"):
+                relative = target[len(top) + 1 :]
+                rows += [(f"{relative}/{leaf}", "the git directory the .git file names")
+                         for leaf in ("config", "hooks", "commondir", "config.worktree")]
+    return rows
+
+
+def _host_addresses() -> tuple[str, ...]:
+    """This network namespace's own addresses and gateways, read before the jail exists."""
+    from claude_sandbox.jail.routes import host_addresses
+
+    texts = []
+    for name in ("/proc/net/fib_trie", "/proc/net/route"):
+        try:
+            with open(name, encoding="ascii", errors="replace") as handle:
+                texts.append(handle.read())
+        except OSError as error:
+            raise SandboxError(f"egress jail: cannot read {name} ({error.strerror}): the "
+                               "host's addresses must be known to block them", EXIT_JAIL) from None
+    return host_addresses(texts[0], texts[1])
+
+
+def resolve_command(command: Sequence[str], path: str,
+                     seen_as: Callable[[str], str | None] = lambda d: d) -> str:
+    """argv[0] of a `shell` command, found on the inner PATH as the inside sees it.
+
+    `seen_as(directory)` is where the launcher can look at what the sandbox will
+    show at that directory, or None where the sandbox shows nothing there (a
+    private tmpfs): a pyenv shim in the outer home does not exist inside.
+    """
+    name = command[0]
+    if "/" in name:
+        return name
+
+    def inside(directory: str) -> str | None:
+        # uv and uvx come back read-only from the outer ~/.local/bin (mounts.LOCAL_BIN_TOOLS).
+        if directory.endswith("/.local/bin") and name in ("uv", "uvx"):
+            return directory
+        return seen_as(directory)
+
+    found = paths.which(name, path.split(":"), inside)
+    if found is None:
+        raise SandboxError(f"{name}: command not found on the sandbox's PATH", 127)
+    return found
+
+
+def _inner_view(facts: hostfacts.HostFacts) -> Callable[[str], str | None]:
+    """Where the launcher sees what the sandbox will show at a directory (mounts.py)."""
+    hidden = (*facts.runtime_dirs, "/tmp", "/dev")
+
+    def seen_as(directory: str) -> str | None:
+        if directory == facts.home or directory.startswith(facts.home + "/"):
+            return facts.store_home + directory[len(facts.home):]
+        if any(directory == h or directory.startswith(h + "/") for h in hidden):
+            return None
+        return directory
+
+    return seen_as

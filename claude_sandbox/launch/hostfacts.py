@@ -1,0 +1,283 @@
+"""Probe the host once, into a frozen record the pure builder reads.
+
+Most file-system and identity probing for a launch lives here (the rest is in
+gather.py), so the plan (plan.py) can be tested over a matrix without a sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from collections.abc import Callable, Iterable, Mapping
+
+from claude_sandbox.core import mountinfo as mountinfo_module
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_REFUSED, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.record import record
+from claude_sandbox.launch import profiles
+
+
+@record
+class GuardEntry:
+    """One entry-point name in a PATH directory ahead of /usr/local/bin."""
+
+    directory: str
+    name: str
+    state: str  # "absent", "placeholder" (empty file or /dev/null) or "other"
+
+
+@record
+class HostFacts:
+    uid: int
+    gid: int
+    user: str
+    home: str
+    cwd: str  # resolved, without symlinks
+    path: tuple[str, ...]  # the caller's PATH entries, in order
+    existing: frozenset[str]  # the optional paths the builder asked about that exist
+    real_binary: str  # the agent's real binary, fully resolved
+    real_root: str  # what must be visible for it to run: the file, or its npm package
+    guard: tuple[GuardEntry, ...]
+    agent_tmp: str | None  # the profile's scratch directory (made at launch), or None
+    store_home: str  # the agent's one-way state store, bound at $HOME inside
+    # A fresh procfs can be mounted: nothing is mounted over parts of /proc. Container
+    # runtimes mask /proc/kcore and friends, and the kernel then refuses a new procfs.
+    proc_mountable: bool = False
+    # Every pathname socket a process has bound in this network namespace, and every
+    # socket mounted somewhere (a host's docker.sock at an odd path), resolved.
+    sockets: tuple[str, ...] = ()
+    # Runtime directories that are real directories here (not symlinks), and the file
+    # /etc/resolv.conf leads to: the runtime trees are masked, that file comes back.
+    runtime_dirs: tuple[str, ...] = ()
+    resolv_target: str = "/etc/resolv.conf"
+
+
+def _entry_state(path: str) -> str:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return "absent"
+    if stat.S_ISREG(info.st_mode) and info.st_size == 0 and not info.st_mode & 0o111:
+        return "placeholder"  # the mount point a previous launch's guard bind left
+    if stat.S_ISCHR(info.st_mode) and info.st_rdev == os.stat("/dev/null").st_rdev:
+        return "placeholder"
+    return "other"
+
+
+def guard_entries(
+    path_entries: Iterable[str], seen_as: Callable[[str], str] = lambda d: d
+) -> tuple[GuardEntry, ...]:
+    """Entry-point names in each existing PATH directory ahead of /usr/local/bin.
+
+    `seen_as` maps a directory to the one the sandbox will show at that path
+    (under $HOME: the agent's state store), which is the one inspected.
+    """
+    entries: list[GuardEntry] = []
+    seen: set[str] = set()
+    for directory in path_entries:
+        if directory == paths.SHIM_DIR:
+            break
+        inside = seen_as(directory)
+        if not directory.startswith("/") or directory in seen or not os.path.isdir(inside):
+            continue
+        seen.add(directory)
+        for name in profiles.ENTRY_POINTS:
+            state = _entry_state(os.path.join(inside, name))
+            entries.append(GuardEntry(directory, name, state))
+    return tuple(entries)
+
+
+def real_binary(agent: str) -> str:
+    link = os.path.join(paths.REAL_BIN_DIR, agent)
+    resolved = os.path.realpath(link)
+    if not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
+        raise SandboxError(
+            f"the real {agent} is not installed ({link} does not lead to a program); "
+            f"as root, run `./install.sh --agents {agent}` from the claude-sandbox checkout",
+            EXIT_UNAVAILABLE,
+        )
+    return resolved
+
+
+def proc_mountable(mountinfo: str) -> bool:
+    """Pure: whether /proc has no submounts (binfmt_misc aside), so bwrap --proc works."""
+    for mount in mountinfo_module.parse(mountinfo):
+        if mount.mountpoint.startswith("/proc/") and "binfmt_misc" not in mount.mountpoint:
+            return False
+    return True
+
+
+def bound_sockets(proc_net_unix: str) -> list[str]:
+    """Pure: the pathname of every socket in /proc/net/unix (abstract ones start with @)."""
+    found = []
+    for line in proc_net_unix.splitlines()[1:]:
+        fields = line.split(None, 7)
+        if len(fields) == 8 and fields[7].startswith("/"):
+            found.append(fields[7])
+    return found
+
+
+def socket_paths(mountinfo: str) -> tuple[str, ...]:
+    """Sockets bound here and sockets mounted anywhere, as this process sees them."""
+    candidates: list[str] = []
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="surrogateescape") as handle:
+            candidates += bound_sockets(handle.read())
+    except OSError:
+        pass
+    candidates += [m.mountpoint for m in mountinfo_module.parse(mountinfo)]
+    found: list[str] = []
+    for path in candidates:
+        real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        try:
+            if stat.S_ISSOCK(os.lstat(real).st_mode) and real not in found:
+                found.append(real)
+        except OSError:
+            continue
+    return tuple(found)
+
+
+RUNTIME_DIRS = ("/run", "/var/run", "/var/tmp")
+
+
+def _read_mountinfo() -> str:
+    try:
+        return mountinfo_module.read()
+    except OSError:
+        return "0 0 0:0 / /proc/unknown ro - none none ro"  # unknown: keep the outer /proc
+
+
+def install_root(binary: str, home: str) -> str:
+    """The npm package holding `binary` when it lives under $HOME, else the file.
+
+    The $HOME mask hides an install that lives there (measured with the agent CLIs), and a
+    node launcher needs its whole package beside it, so the package comes back.
+    """
+    if not binary.startswith(home + "/"):
+        return binary
+    directory = os.path.dirname(binary)
+    while directory.startswith(home + "/"):
+        if os.path.isfile(os.path.join(directory, "package.json")):
+            return directory
+        directory = os.path.dirname(directory)
+    return binary
+
+
+def ensure_private_dir(path: str, uid: int) -> None:
+    """Create `path` 0700 for `uid`, or refuse when what is there is not that."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        raise SandboxError(
+            f"{path} exists but is not a directory owned by uid {uid}; remove it", EXIT_REFUSED
+        )
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+
+
+def agent_tmp_dir(base: str, uid: int) -> str:
+    """The agent's scratch directory: `base` when it is ours, else `base-UID`.
+
+    Only named here: the launch makes it (ensure_private_dir) once the plan is
+    made, so that `explain` sees the same facts and creates nothing.
+    """
+    try:
+        owner = os.lstat(base).st_uid
+    except FileNotFoundError:
+        owner = uid
+    return base if owner == uid else f"{base}-{uid}"
+
+
+def git_hooks_path(top: str, home: str) -> str | None:
+    """Where git outside runs this repository's hooks from, when core.hooksPath moves them.
+
+    Asked of git itself (every config level, includes, conditionals), as the
+    user, with `safe.directory` allowing a repository another uid owns. None
+    where `top` holds no .git or git does not answer.
+    """
+    if not os.path.lexists(os.path.join(top, ".git")):
+        return None
+    program = paths.find_tool("git")
+    if program is None:
+        return None
+    from claude_sandbox.core.process import capture
+
+    argv = [program, "-c", "safe.directory=*", "-C", top, "config", "--get", "core.hooksPath"]
+    try:
+        status, out = capture(argv, {"HOME": home, "PATH": ":".join(paths.SYSTEM_DIRS)})
+    except OSError:
+        return None
+    value = out.strip()
+    if status != 0 or not value:
+        return None
+    if value.startswith("~/"):
+        value = os.path.join(home, value[2:])
+    return os.path.realpath(os.path.join(top, value))
+
+
+def login_homes(launching_home: str) -> tuple[str, ...]:
+    """Homes whose dot-files run code at someone's login: root's and login users' (uid >= 1000).
+
+    System accounts' "homes" (/usr/sbin, /var/www, /nonexistent) are left out:
+    nobody logs in there, and refusing them would refuse ordinary directories.
+    """
+    homes = [launching_home]
+    for entry in pwd.getpwall():
+        if entry.pw_uid == 0 or 1000 <= entry.pw_uid < 65534:
+            home = os.path.realpath(entry.pw_dir) if entry.pw_dir.startswith("/") else ""
+            if home and home != "/" and home not in homes:
+                homes.append(home)
+    return tuple(homes)
+
+
+def probe(
+    environ: Mapping[str, str],
+    *,
+    agent: str,
+    wanted: Callable[[str], Iterable[str]],
+    tmp_base: str | None,
+    store_home: Callable[[str, int], str],
+) -> HostFacts:
+    """`wanted(home)` names the optional paths whose existence the builder needs;
+    `store_home(home, uid)` the agent's state store."""
+    uid, gid = os.getuid(), os.getgid()
+    entry = pwd.getpwuid(uid)
+    # The password database, not $HOME: a forged HOME must not move the mask.
+    home = os.path.realpath(entry.pw_dir)
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except FileNotFoundError:
+        raise SandboxError("the current directory no longer exists", EXIT_REFUSED) from None
+    path_entries = tuple(p for p in environ.get("PATH", "").split(":") if p)
+    binary = real_binary(agent)
+    store = store_home(home, uid)
+    mounts = _read_mountinfo()
+
+    def seen_as(directory: str) -> str:
+        if directory == home or directory.startswith(home + "/"):
+            return store + directory[len(home):]
+        return directory
+
+    return HostFacts(
+        uid=uid,
+        gid=gid,
+        user=entry.pw_name,
+        home=home,
+        cwd=cwd,
+        path=path_entries,
+        existing=frozenset(p for p in wanted(home) if os.path.lexists(p)),
+        real_binary=binary,
+        real_root=install_root(binary, home),
+        guard=guard_entries(path_entries, seen_as),
+        agent_tmp=agent_tmp_dir(tmp_base, uid) if tmp_base else None,
+        store_home=store,
+        proc_mountable=proc_mountable(mounts),
+        sockets=socket_paths(mounts),
+        runtime_dirs=tuple(d for d in RUNTIME_DIRS
+                           if os.path.isdir(d) and not os.path.islink(d)),
+        resolv_target=os.path.realpath("/etc/resolv.conf"),
+    )

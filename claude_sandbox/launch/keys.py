@@ -1,0 +1,250 @@
+"""The configuration's keys: one row each, data in one place (docs/reference/configuration.md
+is rendered from it), and the variable names pass-env never passes.
+"""
+
+from __future__ import annotations
+
+from claude_sandbox.core.record import record
+
+
+@record
+class KindOf:
+    value: str  # what docs/reference/configuration.md shows
+
+
+class Kind:
+    """The kinds of value a key takes. Not an Enum: enum costs ms at every launch."""
+
+    PATH = KindOf("absolute path")
+    FLAG = KindOf("flag (bare, or = 1/0)")
+    PATHS = KindOf("list of absolute paths")
+    NAMES = KindOf("list of variable names")
+    ADDRESSES = KindOf("list of single IPv4 addresses")
+    PORTS = KindOf("list of ports 1-65535")
+    PORT = KindOf("port 1-65535, 0 for off")
+    LEVEL = KindOf("standard | harsh")
+    COUNT = KindOf("positive integer")
+    SIZE = KindOf("size in bytes, with an optional K, M or G suffix")
+    KEYS = KindOf("list of key names")
+    RELPATHS = KindOf("list of paths relative to the workspace")
+
+
+@record
+class Key:
+    name: str
+    variable: str | None  # None: /etc only, the environment cannot set it
+    kind: KindOf
+    default: str
+    meaning: str
+    per_agent: bool = False  # may be written `name.AGENT = value`
+
+
+# The schema, one row a key. docs/reference/configuration.md is rendered from it.
+KEYS: tuple[Key, ...] = (
+    Key(
+        "workspace-root",
+        "CLAUDE_SANDBOX_WORKSPACE_ROOT",
+        Kind.PATH,
+        "$PWD",
+        "the writable root of the sandbox",
+    ),
+    Key(
+        "no-forge",
+        "CLAUDE_SANDBOX_NO_FORGE",
+        Kind.FLAG,
+        "off",
+        "no gh/glab config binds and no forge credential helpers in the gitconfig",
+    ),
+    Key(
+        "allow-write",
+        "CLAUDE_SANDBOX_ALLOW_WRITE",
+        Kind.PATHS,
+        "(none)",
+        "extra writable binds, applied after the masks they reach through",
+    ),
+    Key(
+        "pass-env",
+        "CLAUDE_SANDBOX_PASS_ENV",
+        Kind.NAMES,
+        "(none)",
+        "variables let through the cleared environment (names only; the deny-list applies)",
+    ),
+    Key(
+        "egress-jail",
+        "CLAUDE_SANDBOX_EGRESS_JAIL",
+        Kind.FLAG,
+        "on",
+        "the per-launch network namespace that reaches the internet but not private networks",
+    ),
+    Key(
+        "allow-ip",
+        "CLAUDE_SANDBOX_ALLOW_IP",
+        Kind.ADDRESSES,
+        "(none)",
+        "single addresses reachable past the private-range blackholes",
+    ),
+    Key(
+        "local-port",
+        "CLAUDE_SANDBOX_LOCAL_PORTS",
+        Kind.PORTS,
+        "(none)",
+        "relay from inside the jail to the container's 127.0.0.1:PORT",
+    ),
+    Key(
+        "local-model-port",
+        "CLAUDE_SANDBOX_LOCAL_MODEL_PORT",
+        Kind.PORT,
+        "0",
+        "the same, for one local model server",
+    ),
+    Key(
+        "callback-port",
+        "CLAUDE_SANDBOX_CALLBACK_PORTS",
+        Kind.PORTS,
+        "(none)",
+        "relay from the container's 127.0.0.1:PORT into the jail (browser login callbacks)",
+    ),
+    Key(
+        "env-may-widen",
+        None,
+        Kind.KEYS,
+        "(none)",
+        "keys whose variable may widen this file's value (by default the environment may "
+        "only narrow it)",
+    ),
+    Key(
+        "state-dir",
+        None,
+        Kind.PATH,
+        "~/.local/state/claude-sandbox",
+        "where each user's one-way agent state lives (the agents' homes); `~/` is the "
+        "launching user's home",
+    ),
+    Key(
+        "protect",
+        None,
+        Kind.RELPATHS,
+        "(none)",
+        "another workspace control path, read-only inside (adds to the built-in list)",
+    ),
+    Key(
+        "unprotect",
+        None,
+        Kind.RELPATHS,
+        "(none)",
+        "a built-in workspace control path to leave writable",
+    ),
+    Key(
+        "allow-read",
+        None,
+        Kind.PATHS,
+        "(none)",
+        "outside paths visible read-only at the same place (a package cache, a toolchain)",
+    ),
+    Key(
+        "allow-socket",
+        None,
+        Kind.PATHS,
+        "(none)",
+        "unix sockets (or directories of them) outside the workspace the sandbox may connect to",
+    ),
+    Key(
+        "tmpfs-size",
+        None,
+        Kind.SIZE,
+        "1G",
+        "the size of each private tmpfs (/tmp, /run, /var/tmp, /dev/shm)",
+        per_agent=True,
+    ),
+    Key(
+        "hardening",
+        None,
+        Kind.LEVEL,
+        "standard",
+        "kernel layers: standard, or harsh (no nested user namespaces, no exec where writable)",
+        per_agent=True,
+    ),
+    Key(
+        "max-pids",
+        None,
+        Kind.COUNT,
+        "(no cap)",
+        "the most processes the sandbox may hold",
+        per_agent=True,
+    ),
+    Key(
+        "max-memory",
+        None,
+        Kind.SIZE,
+        "(no cap)",
+        "the most memory the sandbox may use",
+        per_agent=True,
+    ),
+)
+
+
+KEYS_BY_NAME = {key.name: key for key in KEYS}
+
+
+# Variables pass-env may never name: they redirect loaders, interpreters, shells
+# or git, carry the sandbox's own identity, or reach the outer desktop and IDE.
+DENIED_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "PWD",
+        "OLDPWD",
+        "TMPDIR",
+        "IS_SANDBOX",
+        "IS_SANDBOX_AGENT",
+        "CLAUDE_CODE_TMPDIR",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "PROMPT_COMMAND",
+        "IFS",
+        "CDPATH",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PERL5LIB",
+        "PERL5OPT",
+        "PERLLIB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_EXEC_PATH",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_ASKPASS",
+        "SSH_ASKPASS",
+        "SSH_AUTH_SOCK",
+        "GPG_AGENT_INFO",
+        "DISPLAY",
+        "WAYLAND_DISPLAY",
+        "XAUTHORITY",
+        "DBUS_SESSION_BUS_ADDRESS",
+        "XDG_RUNTIME_DIR",
+        "VSCODE_IPC_HOOK_CLI",
+        "VSCODE_GIT_IPC_HANDLE",
+        "BROWSER",
+    }
+)
+
+
+DENIED_PREFIXES = ("LD_", "PYTHON", "GIT_CONFIG", "CLAUDE_SANDBOX_", "BASH_FUNC_", "DYLD_")
+
+
+def denied_reason(name: str) -> str | None:
+    """Why pass-env may not name `name`, or None when it may."""
+    if name in DENIED_NAMES:
+        return f"{name} is on the pass-env deny-list"
+    for prefix in DENIED_PREFIXES:
+        if name.startswith(prefix):
+            return f"{name} is on the pass-env deny-list ({prefix}*)"
+    return None

@@ -1,0 +1,382 @@
+"""Every mount and every variable of the sandbox, as pure functions (docs/reference/mounts.md).
+
+No other module adds a mount or a variable. bubblewrap applies its mounts in
+order, so the order below is part of the security model: a mask follows the
+bind it covers, an allow-write bind follows the masks it reaches through, and
+the identity binds come last so nothing can cover them. Each mount carries the
+reason `claude-sandbox explain` prints beside it; render.py turns them into
+bwrap's options.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.core.record import record
+from claude_sandbox.launch.config import Config
+from claude_sandbox.launch.controlfiles import ControlPlan
+from claude_sandbox.launch.hostfacts import HostFacts
+from claude_sandbox.launch.profiles import Profile
+
+# Container-engine and system-bus sockets, for the checks' and probes' reference:
+# none of them is reached inside, by the mechanisms below, not by this list.
+RUNTIME_SOCKETS = (
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/podman/podman.sock",
+    "/run/containerd/containerd.sock",
+    "/run/dbus/system_bus_socket",
+)
+# Runtime trees, where daemons put their sockets and secrets (/run/user, /run/secrets,
+# docker.sock): each a fresh, empty tmpfs inside, so a socket there is not reachable,
+# whether it existed at launch or is made later (ADR 0006; checks 12, 13, 36, 57).
+RUNTIME_TREES = ("/run", "/var/run", "/var/tmp")
+# Dotfiles that hold credentials or reach the outer display (checks 14, 15).
+NULLED_DOTFILES = (".netrc", ".Xauthority", ".ICEauthority")
+# Of the outer home only the forge CLIs' stores come back, read-only: gh aliases
+# can run shell commands, so the agent must not be able to rewrite them.
+FORGE_CONFIG = (".config/gh", ".config/glab-cli")
+LOCAL_BIN_TOOLS = (".local/bin/uv", ".local/bin/uvx")
+AGENT_SHELL = "/bin/bash"
+# Passed through from the launching environment when set: terminal and locale.
+PASSED_THROUGH = (
+    "TERM",
+    "COLORTERM",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "COLUMNS",
+    "LINES",
+    "EDITOR",
+    "VISUAL",
+)
+
+
+# The descriptors a launch binds as data, by name: the run step gives them numbers.
+GITCONFIG, CODEX_CONFIG, RESOLV_CONF = "gitconfig", "codex-config", "resolv-conf"
+MOUNT_KINDS = ("bind", "ro-bind", "ro-bind-try", "data", "tmpfs", "proc", "dev")
+
+
+@record
+class Mount:
+    """One mount inside the sandbox, and why.
+
+    `kind` is one of MOUNT_KINDS; "bind" and "tmpfs" are writable inside. For
+    "data", `source` names a descriptor of the plan (plan.py), whose content
+    is bound read-only. `runs`: a program (or a tree of them) bound read-only
+    that must stay executable where its surroundings are writable (harsh).
+    """
+
+    kind: str
+    dest: str
+    reason: str
+    source: str = ""
+    size: int | None = None
+    runs: bool = False
+
+
+@record
+class Option:
+    """A bubblewrap option that is not a mount (namespaces, identity, capabilities)."""
+
+    args: tuple[str, ...]
+    reason: str
+
+
+@record
+class Writable:
+    """Where the sandbox may write, resolved and checked (workspace.check_writable)."""
+
+    workspace: str
+    allow_write: tuple[str, ...] = ()
+    # One plan per writable root: its control files, held read-only (check 52).
+    controls: tuple[ControlPlan, ...] = ()
+
+
+def optional_paths(profile: Profile, home: str) -> tuple[str, ...]:
+    """Every path whose existence changes the plan; hostfacts.probe checks them."""
+    in_home = (*FORGE_CONFIG, *LOCAL_BIN_TOOLS)
+    return (
+        paths.UNWRAPPED_SETTINGS,
+        paths.CODEX_MANAGED_CONFIG,
+        *(os.path.join(home, rel) for rel in in_home),
+    )
+
+
+def _proc_mounts(facts: HostFacts) -> list[Mount]:
+    """A fresh procfs where the kernel allows one; else the outer /proc, read-only.
+
+    A fresh procfs shows only the sandbox's processes and lets a non-root agent
+    build its own nested sandbox (codex writes /proc/self/uid_map). Container
+    runtimes mask parts of /proc, and the kernel then refuses a new procfs: the
+    outer one stays, read-only, with other processes' environ and fds closed by
+    the user namespace and --cap-drop ALL (checks 33, 34).
+    """
+    if facts.proc_mountable:
+        fresh = Mount("proc", "/proc", "a fresh procfs: only the sandbox's own processes")
+        return [fresh, *_proc_read_only(facts)]
+    return [Mount("ro-bind", "/proc", "the outer /proc, read-only (this host masks parts of "
+                  "/proc: no fresh procfs)", source="/proc")]
+
+
+# Kernel knobs in a fresh procfs: root owns them and many writes check only the file
+# mode, so uid 0 without capabilities could still set kernel.core_pattern to a program
+# the kernel then runs as host root. Read-only for root; other uids cannot write them,
+# and leaving their procfs whole lets a nested sandbox mount its own (codex).
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+
+
+def _proc_read_only(facts: HostFacts) -> list[Mount]:
+    if facts.uid != 0:
+        return []
+    reason = "kernel knobs read-only for root (check 46)"
+    return [Mount("ro-bind-try", path, reason, source=path) for path in PROC_READ_ONLY]
+
+
+def _same(kind: str, path: str, reason: str, *, runs: bool = False) -> Mount:
+    """`path` bound onto itself."""
+    return Mount(kind, path, reason, source=path, runs=runs)
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _existing(home: str, exists: frozenset[str], relatives: Sequence[str]) -> list[str]:
+    """The paths under $HOME among `relatives` that exist on this host, in order."""
+    return [p for p in (os.path.join(home, rel) for rel in relatives) if p in exists]
+
+
+def _home_mounts(profile: Profile, config: Config, facts: HostFacts) -> list[Mount]:
+    home, exists = facts.home, facts.existing
+    found = [Mount("bind", home, f"$HOME is {profile.name}'s one-way state store: the outer "
+                   "home, its agent directories, caches and start-up files are not here "
+                   "(checks 03, 51)", source=facts.store_home)]
+    if not config.no_forge:
+        reason = "forge CLI config, read-only: ~/.config is a strict allow-list"
+        found += [_same("ro-bind", p, reason, runs=True)
+                  for p in _existing(home, exists, FORGE_CONFIG)]
+    for rel in NULLED_DOTFILES:
+        found.append(Mount("ro-bind", os.path.join(home, rel),
+                           f"{rel} reads as empty (checks 14, 15)", source=paths.EMPTY_FILE))
+    reason = "only uv and uvx come back from ~/.local/bin, read-only (check 32)"
+    found += [_same("ro-bind", p, reason, runs=True)
+              for p in _existing(home, exists, LOCAL_BIN_TOOLS)]
+    return found
+
+
+def _binary_mounts(profile: Profile, facts: HostFacts) -> list[Mount]:
+    found: list[Mount] = []
+    if facts.real_root != facts.real_binary:
+        found.append(_same("ro-bind", facts.real_root,
+                           f"{profile.name}'s package lives under $HOME: back, read-only",
+                           runs=True))
+    found.append(_same("ro-bind", facts.real_binary,
+                       f"the real {profile.name} binary, read-only: it cannot rewrite itself",
+                       runs=True))
+    if profile.local_bin_alias:
+        alias = os.path.join(facts.home, ".local/bin", profile.name)
+        found.append(Mount("ro-bind", alias, f"the real {profile.name} at ~/.local/bin for "
+                           "its native-install checks", source=facts.real_binary, runs=True))
+    return found
+
+
+def _guard_mounts(facts: HostFacts, writable: Sequence[str]) -> list[Mount]:
+    """Check 22: entry points in writable PATH directories ahead of the shims."""
+    found: list[Mount] = []
+    for entry in facts.guard:
+        if not _under(entry.directory, writable):
+            continue
+        path = os.path.join(entry.directory, entry.name)
+        if entry.state == "other":
+            raise SandboxError(
+                f"{path} would shadow the sandbox's {entry.name} (it is ahead of "
+                f"{paths.SHIM_DIR} on PATH and writable inside); remove it",
+                EXIT_REFUSED,
+            )
+        found.append(Mount("ro-bind", path, "entry-point guard: nothing planted here can "
+                           "shadow the shim (check 22)", source="/dev/null"))
+    return found
+
+
+def _runtime_mounts(config: Config, facts: HostFacts) -> list[Mount]:
+    """Fresh tmpfs over the runtime trees; what must come back, read-only."""
+    found = [Mount("tmpfs", tree, f"a private {tree}: no daemon's socket or secret, then or "
+                   "later (checks 12, 13, 57)", size=config.tmpfs_size)
+             for tree in facts.runtime_dirs]
+    for path in restored(facts):
+        why = ("/etc/resolv.conf leads here" if path == facts.resolv_target
+               else "a PATH directory under a runtime tree")
+        found.append(_same("ro-bind-try", path, f"{why}: back, read-only"))
+    found += [_same("ro-bind", path, "allow-socket: the operator lets the sandbox connect "
+                    "here (check 57)") for path in config.allow_socket]
+    return found
+
+
+def restored(facts: HostFacts) -> list[str]:
+    """What comes back from under the masked runtime trees: resolv.conf's target and
+    PATH directories, resolved, never a tree itself (a PATH of `/run/.` would bring
+    back all of /run)."""
+    masked = list(facts.runtime_dirs)
+    found: list[str] = []
+    candidates = [facts.resolv_target] if facts.resolv_target != "/etc/resolv.conf" else []
+    candidates += [os.path.realpath(e) for e in facts.path if e.startswith("/")]
+    for path in candidates:
+        if path not in masked and path not in found and _under(path, masked):
+            found.append(path)
+    return found
+
+
+def _socket_mounts(config: Config, facts: HostFacts, layout: Writable) -> list[Mount]:
+    """Every other socket bound or mounted on the host: covered, so it cannot be connected.
+
+    A socket on a read-only mount still accepts connections; covering it with an
+    empty file refuses them (ECONNREFUSED). Sockets in the workspace, the
+    sandbox's own directories and what the operator allowed stay reachable.
+    """
+    own = [*facts.runtime_dirs, "/tmp", "/dev", facts.home, layout.workspace,
+           *layout.allow_write, *config.allow_socket]
+    if facts.agent_tmp:
+        own.append(facts.agent_tmp)
+    back = restored(facts)  # what came back from a masked tree is the host's again
+    return [Mount("ro-bind", sock, "a socket of the host: not connectable inside (check 57)",
+                  source=paths.EMPTY_FILE)
+            for sock in facts.sockets
+            if not _under(sock, own) or (_under(sock, back)
+                                         and not _under(sock, config.allow_socket))]
+
+
+def _control_mounts(controls: Sequence[ControlPlan]) -> list[Mount]:
+    """After every writable bind: pins first, then the read-only control paths (ADR 0005)."""
+    found: list[Mount] = []
+    for plan in controls:
+        found += [_same("bind", path, "pinned: it holds a control path, so it cannot be "
+                        "renamed away (check 52)") for path in plan.pinned]
+        why = dict(plan.reasons)
+        found += [_same("ro-bind", path, f"control path, read-only: {why.get(path, '')} "
+                        "(check 52)", runs=True) for path in plan.read_only]
+    return found
+
+
+def options(facts: HostFacts) -> tuple[Option, ...]:
+    """Namespaces, identity and capabilities: everything bwrap sets that is not a mount."""
+    return (
+        Option(("--unshare-pid",), "own pid namespace (check 07)"),
+        Option(("--unshare-ipc",), "own System V IPC (check 08)"),
+        Option(("--unshare-uts",), "own hostname namespace (check 09)"),
+        Option(("--unshare-cgroup-try",), "own cgroup view where the kernel allows it"),
+        Option(
+            ("--unshare-user", "--uid", str(facts.uid), "--gid", str(facts.gid)),
+            "own user namespace as your own uid, root included: outer processes (bwrap's "
+            "monitor, the launcher) sit in another one, so their /proc/PID/root, environ "
+            "and fds stay closed even to uid 0 (checks 33, 34)",
+        ),
+        Option(("--die-with-parent",), "the sandbox ends when its launcher does"),
+        Option(("--cap-drop", "ALL"), "no capabilities, even as root (check 06)"),
+    )
+
+
+def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, *,
+          codex_config: bool, jailed: bool) -> tuple[Mount, ...]:
+    """Every mount, in bwrap's order. `codex_config`: the launch holds codex's managed
+    config for inside; `jailed`: /etc/resolv.conf names the jail's forwarder."""
+    size = config.tmpfs_size
+    found: list[Mount] = [
+        _same("ro-bind", "/", "default deny by inversion: everything read-only"),
+        *_proc_mounts(facts),
+        Mount("dev", "/dev", "a private /dev with only the basic devices (check 10)"),
+        Mount("tmpfs", "/dev/shm", "a private /dev/shm of bounded size (check 58)", size=size),
+        Mount("tmpfs", "/tmp", "a private /tmp of bounded size: IDE sockets stay outside "
+              "(checks 11, 58)", size=size),
+    ]
+    found += _runtime_mounts(config, facts)
+    found += _socket_mounts(config, facts, layout)
+    found += _home_mounts(profile, config, facts)
+    found += _binary_mounts(profile, facts)
+    writable = [layout.workspace, *layout.allow_write]
+    if facts.agent_tmp:
+        found.append(_same("bind", facts.agent_tmp,
+                           f"{profile.name}'s scratch directory, 0700, container-local"))
+        writable.append(facts.agent_tmp)
+    # Shallow first: an allow-write path that holds the workspace must not cover its
+    # bind, or the workspace could be renamed away with its control files.
+    for path in sorted([layout.workspace, *layout.allow_write], key=lambda p: p.count("/")):
+        why = ("the workspace, writable (check 17)" if path == layout.workspace
+               else "allow-write, after the masks it reaches through")
+        found.append(_same("bind", path, why))
+    found += _control_mounts(layout.controls)
+    found += [_same("ro-bind", path, "allow-read: visible, never writable", runs=True)
+              for path in config.allow_read]
+    writable.append(facts.home)
+    found += _guard_mounts(facts, writable)
+    if paths.UNWRAPPED_SETTINGS in facts.existing:
+        found.append(Mount("ro-bind", paths.UNWRAPPED_SETTINGS, "the unwrapped-only Claude "
+                           "Code policy is empty inside: your own hooks and MCP servers run "
+                           "here, sandboxed (check 54)", source=paths.EMPTY_SETTINGS))
+    found.append(Mount("ro-bind", paths.INSIDE_MARKER, "the nesting fact: a mount only the "
+                       "sandbox has (architecture.md, step 2)", source="/dev/null"))
+    found.append(Mount("data", paths.GITCONFIG_INSIDE, "the curated gitconfig, read-only "
+                       "(check 16)", source=GITCONFIG))
+    if codex_config and paths.CODEX_MANAGED_CONFIG in facts.existing:
+        found.append(Mount("data", paths.CODEX_MANAGED_CONFIG, "codex runs its commands in "
+                           "this sandbox, not in one of its own, which cannot start here as "
+                           "root (codexconfig.py)", source=CODEX_CONFIG))
+    if jailed:
+        found.append(Mount("data", "/etc/resolv.conf", "DNS through the jail's forwarder",
+                           source=RESOLV_CONF))
+    return tuple(found)
+
+
+def inner_path(facts: HostFacts) -> str:
+    """PATH inside: the caller's, with ~/.local/bin last, after system directories."""
+    local_bin = os.path.join(facts.home, ".local/bin")
+    entries = [entry for entry in facts.path if entry != local_bin] or list(paths.SYSTEM_DIRS)
+    return ":".join([*entries, local_bin])
+
+
+def passed_names(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The launching variables the environment below may take: terminal, locale, pass-env."""
+    return tuple(name for name in environ if name in PASSED_THROUGH
+                 or name.startswith("LC_") or name in config.pass_env)
+
+
+def environment(
+    profile: Profile,
+    config: Config,
+    facts: HostFacts,
+    environ: Mapping[str, str],
+) -> tuple[tuple[str, str], ...]:
+    """The sandbox's whole environment: an allow-list, never the caller's copy."""
+    env: dict[str, str] = {
+        "HOME": facts.home,
+        "USER": facts.user,
+        "LOGNAME": facts.user,
+        "PATH": inner_path(facts),
+        "SHELL": AGENT_SHELL,
+    }
+    for name in PASSED_THROUGH:
+        if name in environ:
+            env[name] = environ[name]
+    for name, value in environ.items():
+        if name.startswith("LC_"):
+            env[name] = value
+    env.update(
+        {
+            "IS_SANDBOX": "1",
+            "IS_SANDBOX_AGENT": profile.name,
+            "GIT_CONFIG_GLOBAL": paths.GITCONFIG_INSIDE,
+            "GIT_CONFIG_SYSTEM": "/dev/null",
+        }
+    )
+    env.update(profile.env)
+    if profile.tmp_variable and facts.agent_tmp:
+        env[profile.tmp_variable] = facts.agent_tmp
+    for name in config.pass_env:
+        if name in environ:
+            env[name] = environ[name]
+    return tuple(sorted(env.items()))

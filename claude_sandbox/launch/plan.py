@@ -1,0 +1,116 @@
+"""The launch plan: one frozen record, made by one pure function (docs/explanation/architecture.md).
+
+`make` turns the facts a launch gathered (gather.py) with the agent's profile
+and the resolved configuration into a `Plan`. Everything else is a rendering
+of that one object (render.py): bwrap's command line, the inner stage's record
+(inside/spec.py), `claude-sandbox explain`, the reference docs. Nothing is
+turned into strings and parsed back: what is writable, what must stay
+executable and what crosses into the sandbox are fields, not flags.
+
+The mounts themselves come from mounts.py, whose order is part of the security
+model.
+"""
+
+from __future__ import annotations
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.record import record
+from claude_sandbox.inside.spec import Inner
+from claude_sandbox.jail.spec import JailSpec
+from claude_sandbox.launch import mounts
+from claude_sandbox.launch.config import Config
+from claude_sandbox.launch.gather import Gathered
+from claude_sandbox.launch.limits import LimitPlan, rlimit_caps
+from claude_sandbox.launch.mounts import (
+    CODEX_CONFIG,
+    GITCONFIG,
+    RESOLV_CONF,
+    Mount,
+    Option,
+    Writable,
+)
+from claude_sandbox.launch.profiles import Profile
+
+
+@record
+class Plan:
+    agent: str
+    options: tuple[Option, ...]  # namespaces, capabilities: before every mount
+    mounts: tuple[Mount, ...]  # in bwrap's order
+    cwd: str
+    env: tuple[tuple[str, str], ...]  # the sandbox's whole environment
+    pass_env: tuple[str, ...]  # names whose values come from the launch: never shown
+    data: tuple[tuple[str, str], ...]  # (descriptor name, content) for ro-bind-data mounts
+    hardening: str  # the seccomp filter bwrap loads and the Landlock level inside
+    inner: Inner  # what `_enter` applies inside, then execs
+    limits: LimitPlan
+    jail: JailSpec | None
+    layout: Writable  # what the launcher prepares for the mounts: placeholders
+    # A helper outside makes late masks (procmask.py): the outer processes where the
+    # outer /proc is bound, and on a root launch what root keeps from others (rootonly.py).
+    hide_outer_proc: bool
+    root_only: bool
+
+
+def writable(mount_list: tuple[Mount, ...]) -> tuple[str, ...]:
+    """Every path the mounts make writable inside: read-write binds and tmpfs mounts."""
+    return tuple(dict.fromkeys(m.dest for m in mount_list if m.kind in ("bind", "tmpfs")))
+
+
+def exec_files(mount_list: tuple[Mount, ...]) -> tuple[str, ...]:
+    """Programs bound read-only that may sit inside writable trees (harsh keeps them runnable)."""
+    return tuple(dict.fromkeys(m.dest for m in mount_list if m.runs))
+
+
+def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -> Plan:
+    """The whole launch, decided: pure, from what gather.py read and the configuration."""
+    facts = gathered.facts
+    mount_list = mounts.build(profile, cfg, facts, gathered.layout,
+                              codex_config=gathered.codex_config is not None,
+                              jailed=cfg.egress_jail)
+    contents = {GITCONFIG: gathered.gitconfig, CODEX_CONFIG: gathered.codex_config or "",
+                RESOLV_CONF: resolv_conf(gathered.resolv_conf)}
+    # Only what a mount binds: a descriptor nothing consumes would reach the agent.
+    used = [m.source for m in mount_list if m.kind == "data"]
+    data = tuple((name, contents[name]) for name in dict.fromkeys(used))
+    max_pids, max_memory = rlimit_caps(limits)
+    inner = Inner(
+        level=cfg.hardening,
+        max_pids=max_pids,
+        max_memory=max_memory,
+        writable=writable(mount_list),
+        exec_files=exec_files(mount_list),
+        keep_ignored=gathered.keep_ignored,
+        late_masks=not facts.proc_mountable or facts.uid == 0,
+        command=gathered.command,
+    )
+    jail = JailSpec(cfg.allow_ip, cfg.local_ports, cfg.callback_ports,
+                    gathered.host_addresses) if cfg.egress_jail else None
+    return Plan(
+        agent=profile.name,
+        options=mounts.options(facts),
+        mounts=mount_list,
+        cwd=facts.cwd,
+        env=mounts.environment(profile, cfg, facts, dict(gathered.environ)),
+        pass_env=cfg.pass_env,
+        data=data,
+        hardening=cfg.hardening,
+        inner=inner,
+        limits=limits,
+        jail=jail,
+        layout=gathered.layout,
+        hide_outer_proc=not facts.proc_mountable,
+        root_only=facts.uid == 0,
+    )
+
+
+# What the jail's resolv.conf keeps of the host's: pasta answers only queries sent to
+# its forwarder address; queries to the host's resolver (blackholed) would time out.
+_RESOLV_KEEP = ("search", "domain", "options")
+
+
+def resolv_conf(host_text: str) -> str:
+    """The sandbox's /etc/resolv.conf in the jail: the forwarder, the host's search list."""
+    kept = [line.strip() for line in host_text.splitlines()
+            if line.split()[:1] and line.split()[0] in _RESOLV_KEEP]
+    return "".join(f"{line}\n" for line in [f"nameserver {paths.DNS_FORWARDER}", *kept])

@@ -1,0 +1,210 @@
+"""Late masks: what bwrap cannot hide cheaply, hidden by a helper before the agent runs.
+
+Two things need more mounts than bwrap can make in reasonable time (it
+re-reads the whole mount table for every bind: hundreds of binds cost
+seconds): the outer processes in /proc, and, on a root launch, the files and
+directories root keeps from others (rootonly.py).
+
+Container engines mask parts of /proc (Docker's and podman's default), and the
+kernel then refuses the sandbox a procfs of its own, so bwrap binds the outer
+one read-only. Every process of the container is then listed there, and for
+some files nothing but the pid is needed: /proc/PID/cmdline (secrets passed on
+a command line) and /proc/PID/net (the container's connections) are not
+ptrace-guarded the way environ, fd and maps are (ADR 0006).
+
+So an empty root-owned directory is bound over /proc/PID for every process
+outside the sandbox's pid namespace and each of its threads (a thread's
+/proc/TID is reachable though never listed), and an empty file or directory
+over each root-only path. Nothing inside the sandbox can make these mounts:
+it holds no capability, and must not. The launcher can: it owns the user
+namespace that owns the sandbox's mount namespace. Two halves talk over a
+socketpair:
+
+- `_enter`, inside, once bwrap has set everything up, sends its pid (as the
+  outer procfs numbers it) and waits; nothing of the agent has run yet;
+- a helper the launcher forked joins that user and mount namespace (setns),
+  makes the mounts, and answers.
+
+A task that ends meanwhile is skipped, never a failed launch. Processes started
+outside after this point are listed; where that matters, give the container an
+unmasked /proc (docs/explanation/kernel-layers.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
+TIMEOUT = 10.0
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_void_p)
+    return libc
+
+
+def _outer(pid: str) -> bool:
+    """Whether `pid` lives outside the sandbox: one NSpid level in the outer procfs."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("NSpid:"):
+                    return len(line.split()) == 2
+    except OSError:
+        return False
+    return False
+
+
+def outer_tasks() -> list[str]:
+    """Every outer process and thread id visible in /proc now."""
+    found: list[str] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or not _outer(name):
+            continue
+        try:
+            found += [tid for tid in os.listdir(f"/proc/{name}/task") if tid not in found]
+        except OSError:
+            continue
+        if name not in found:
+            found.append(name)
+    return found
+
+
+# ------------------------------------------------------------------ outside: the helper
+
+
+def _join(pid: int) -> None:
+    """Enter the user namespace that owns `pid`'s mount namespace, then that namespace."""
+    libc = _libc()
+    mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        owner = libc.ioctl(mnt, _NS_GET_USERNS, 0)
+        if owner < 0:
+            raise OSError(ctypes.get_errno(), "NS_GET_USERNS")
+        try:
+            if libc.setns(owner, _CLONE_NEWUSER) != 0:
+                raise OSError(ctypes.get_errno(), "setns(user)")
+        finally:
+            os.close(owner)
+        if libc.setns(mnt, _CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "setns(mnt)")
+    finally:
+        os.close(mnt)
+    os.chdir("/")
+
+
+def hide_outer(empty_dir: str) -> int:
+    """In the sandbox's mount namespace: the empty directory over each outer task's entry."""
+    libc = _libc()
+    hidden = 0
+    for tid in outer_tasks():
+        if libc.mount(empty_dir.encode(), f"/proc/{tid}".encode(), None, _MS_BIND, None) == 0:
+            hidden += 1
+        elif os.path.exists(f"/proc/{tid}/status"):  # still there, and not hidden
+            raise OSError(ctypes.get_errno(), f"mount over /proc/{tid}")
+    return hidden
+
+
+def hide_paths(private: dict[str, bool], empty_dir: str, empty_file: str) -> int:
+    """An empty directory or file over each path; one gone meanwhile is skipped."""
+    libc = _libc()
+    hidden = 0
+    for path, is_dir in private.items():
+        source = empty_dir if is_dir else empty_file
+        if libc.mount(source.encode(), path.encode(), None, _MS_BIND, None) == 0:
+            hidden += 1
+        elif os.path.lexists(path):
+            raise OSError(ctypes.get_errno(), f"mount over {path}")
+    return hidden
+
+
+def serve(fd: int, masks: Masks) -> int:
+    """The helper's whole life (a forked child of the launcher): one request, one answer.
+
+    Only `_enter` holds the other end (it closes it before the agent runs); the
+    pid it names must lead to a mount namespace other than the launcher's.
+    """
+    try:
+        import _socket
+        import select
+        import struct
+
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)
+        # Computed before joining: the walk must see the host's tree, not the sandbox's,
+        # and it overlaps bwrap's set-up.
+        private = masks.private() if masks.private is not None else {}
+        ready, _, _ = select.select([fd], [], [], TIMEOUT)
+        pid = 0
+        if ready:
+            _data, ancillary, _, _ = sock.recvmsg(64, _socket.CMSG_SPACE(12))
+            for level, kind, payload in ancillary:
+                if (level, kind) == (_socket.SOL_SOCKET, _socket.SCM_CREDENTIALS):
+                    pid = struct.unpack("3i", payload[:12])[0]
+        if pid <= 0:
+            os.write(fd, b"no request from inside\n")
+            return 1
+        if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
+            os.write(fd, b"the request came from outside the sandbox\n")
+            return 1
+        _join(pid)
+        if masks.outer_proc:
+            hide_outer(masks.empty_dir)
+        hide_paths(private, masks.empty_dir, masks.empty_file)
+        os.write(fd, b"ok\n")
+        return 0
+    except OSError as error:
+        try:
+            os.write(fd, f"{error.filename or ''} {error.strerror or error}\n".encode())
+        except OSError:
+            pass
+        return 1
+
+
+class Masks:
+    """What the helper hides: the outer processes, and root-only paths {path: is_dir}
+    (a function: the helper finds them while bwrap sets up)."""
+
+    def __init__(self, outer_proc: bool, private: Callable[[], dict[str, bool]] | None,
+                 empty_dir: str, empty_file: str) -> None:
+        self.outer_proc = outer_proc
+        self.private = private
+        self.empty_dir = empty_dir
+        self.empty_file = empty_file
+
+
+def start_helper(masks: Masks) -> tuple[int, int]:
+    """Fork the helper; (its pid, the end `_enter` gets, inheritable)."""
+    import _socket
+
+    from claude_sandbox.core.process import load_libc
+
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    ours.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)  # before anything is sent
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            theirs.close()
+            keep = ours.fileno()
+            os.closerange(3, keep)  # the jail's channel and the rest are not its business
+            os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+            # Ends with the launcher, even SIGKILLed: nothing else would end it.
+            load_libc().prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+            if os.getppid() == parent:
+                status = serve(ours.detach(), masks)
+        finally:
+            os._exit(status)
+    ours.close()
+    fd = theirs.detach()
+    os.set_inheritable(fd, True)
+    return pid, fd

@@ -1,0 +1,133 @@
+"""Renderings of the one plan: bwrap's command line, the inner record, `explain`.
+
+Each function reads a `Plan` (plan.py) and nothing else of the launch, so what
+`claude-sandbox explain` prints is what a launch runs: the same object, drawn
+another way. Descriptors appear by name in the plan; `fds` gives them the
+numbers a launch opened (or, for explain, the names themselves).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+from claude_sandbox.core import paths
+from claude_sandbox.inside import spec
+from claude_sandbox.launch.mounts import Mount
+from claude_sandbox.launch.plan import Plan
+
+# Descriptor names beyond the data mounts': the seccomp filter, the inner record.
+SECCOMP, INNER = "seccomp", "inner"
+
+
+def mount_args(mount: Mount, fds: Mapping[str, str]) -> tuple[str, ...]:
+    """One mount as bwrap's options."""
+    if mount.kind == "tmpfs":
+        size = ("--size", str(mount.size)) if mount.size is not None else ()
+        return (*size, "--tmpfs", mount.dest)
+    if mount.kind in ("proc", "dev"):
+        return (f"--{mount.kind}", mount.dest)
+    if mount.kind == "data":
+        return ("--ro-bind-data", fds[mount.source], mount.dest)
+    return (f"--{mount.kind}", mount.source, mount.dest)
+
+
+def enter_argv(fds: Mapping[str, str]) -> list[str]:
+    """bwrap's program: the inner stage, reading its record from a descriptor."""
+    return [*paths.internal_argv("_enter"), fds[INNER]]
+
+
+def bwrap_argv(plan: Plan, bwrap: str, fds: Mapping[str, str]) -> list[str]:
+    args = [arg for option in plan.options for arg in option.args]
+    args += [arg for mount in plan.mounts for arg in mount_args(mount, fds)]
+    args += ["--chdir", plan.cwd]
+    if SECCOMP in fds:
+        args += ["--seccomp", fds[SECCOMP]]
+    return [bwrap, *args, "--", *enter_argv(fds)]
+
+
+def inner_record(plan: Plan, helper_fd: int | None) -> bytes:
+    return spec.encode(plan.inner, helper_fd)
+
+
+HIDDEN = "<from the launching environment>"
+
+
+def shown_env(plan: Plan) -> tuple[tuple[str, str], ...]:
+    """The environment with pass-env values hidden: they are the operator's secrets."""
+    return tuple((name, HIDDEN if name in plan.pass_env else value) for name, value in plan.env)
+
+
+def as_json(plan: Plan) -> str:
+    """The whole plan as JSON, keys in field order, pass-env values hidden: `explain
+    --json`, and the digest a launch traces."""
+    plain = {name: _plain(getattr(plan, name)) for name in Plan.__annotations__}
+    plain["env"] = [list(pair) for pair in shown_env(plan)]
+    return json.dumps(plain, indent=1)
+
+
+def digest(plan: Plan) -> str:
+    """A short name for the plan: equal digests, identical plans (a launch traces it)."""
+    return hashlib.sha256(as_json(plan).encode()).hexdigest()[:16]
+
+
+def _plain(value: object) -> object:
+    fields = getattr(value, "_fields", None)
+    if fields is not None:  # a record or a named tuple
+        return {name: _plain(getattr(value, name)) for name in fields}
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def named_fds(plan: Plan) -> dict[str, str]:
+    """Descriptor numbers as a person reads them: `<gitconfig>`, `<inner>`."""
+    names = [name for name, _ in plan.data] + [SECCOMP, INNER]
+    return {name: f"<{name}>" for name in names}
+
+
+def option_rows(plan: Plan) -> list[tuple[tuple[str, ...], str]]:
+    """bwrap's options in order, each with its reason (explain, docs/reference/mounts.md)."""
+    fds = named_fds(plan)
+    rows = [(option.args, option.reason) for option in plan.options]
+    rows += [(mount_args(mount, fds), mount.reason) for mount in plan.mounts]
+    rows += [(("--chdir", plan.cwd), "start where you launched"),
+             (("--seccomp", fds[SECCOMP]), "the seccomp filter (check 23)")]
+    return rows
+
+
+def explain_lines(plan: Plan) -> list[str]:
+    """The plan for people: every option and mount with its reason, the rest in words."""
+    import shlex
+
+    from claude_sandbox.inside import landlock
+    from claude_sandbox.launch import limits, seccomp
+
+    fds = named_fds(plan)
+    rows = option_rows(plan)
+
+    width = min(48, max(len(shlex.join(args)) for args, _ in rows))
+    lines = [f"{paths.find_tool('bwrap') or 'bwrap'} \\"]
+    lines += [f"  {shlex.join(args):<{width}}  # {reason}" for args, reason in rows]
+    lines.append(f"  -- {shlex.join(enter_argv(fds))}")
+    inner = plan.inner
+    lines.append("# inside, `_enter` applies the kernel layers below, then runs:")
+    lines.append(f"  {shlex.join(inner.command)}")
+    lines.append("# environment (the whole of it; pass-env values hidden):")
+    lines += [f"  {name}={value}" for name, value in shown_env(plan)]
+    for name, content in plan.data:
+        lines.append(f"# <{name}>, bound read-only:")
+        lines += [f"  {line}" for line in content.splitlines()]
+    lines.append(f"# kernel layers (hardening = {plan.hardening}):")
+    lines += [f"  {line}" for line in seccomp.describe(plan.hardening)]
+    lines += [f"  {line}" for line in landlock.describe(plan.hardening)]
+    lines += [f"  {line}" for line in limits.describe(plan.limits)]
+    if plan.jail is None:
+        lines.append("# egress jail: OFF (egress-jail = 0): the container's network is shared")
+    else:
+        from claude_sandbox.jail import routes
+
+        lines.append("# egress jail: on (a per-launch network namespace; routes below)")
+        lines += [f"  {line}" for line in routes.explain_plan(allow_ip=plan.jail.allow_ip)]
+    return lines

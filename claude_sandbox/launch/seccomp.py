@@ -1,0 +1,256 @@
+"""The seccomp layer: a classic-BPF filter built from a table, no libseccomp at run time.
+
+bwrap loads the program with `--seccomp FD` after it has set up the sandbox
+and before it execs the entry (docs/explanation/kernel-layers.md). The policy
+is the `RULES` table below; `_compile` is the small interpreter that turns the
+rows into BPF. Everything not named is allowed: this is a deny-list of the
+calls an agent never needs and an attacker wants (reading another process's
+memory or descriptors, kernel attack surface with a history of bugs, typing
+into the terminal's input queue).
+
+Foreign system-call ABIs are killed, not refused: the table is written in the
+native numbering, so an i386 `int 0x80` or an x32 call (nr | 0x40000000)
+would dodge every row if it were merely allowed through.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import struct
+
+from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.record import record
+
+LEVELS = ("standard", "harsh")
+
+# linux/seccomp.h return values.
+RET_KILL_PROCESS = 0x80000000
+RET_ERRNO = 0x00050000
+RET_ALLOW = 0x7FFF0000
+
+# linux/audit.h: EM_* | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE.
+AUDIT_ARCH_X86_64 = 0xC000003E
+AUDIT_ARCH_I386 = 0x40000003
+AUDIT_ARCH_AARCH64 = 0xC00000B7
+AUDIT_ARCH_ARM = 0x40000028
+X32_SYSCALL_BIT = 0x40000000
+
+EPERM = 1
+ENOSYS = 38
+
+# ioctl requests (asm-generic/ioctls.h, the same on both architectures).
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+CLONE_NEWUSER = 0x10000000
+
+# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
+_OFF_NR = 0
+_OFF_ARCH = 4
+_OFF_ARGS = 16
+
+# Classic BPF opcodes (linux/bpf_common.h), only those the interpreter emits.
+_LD_W_ABS = 0x20
+_ALU_AND_K = 0x54
+_JMP_JEQ_K = 0x15
+_JMP_JGE_K = 0x35
+_RET_K = 0x06
+
+
+@record
+class ArgTest:
+    """`(low 32 bits of args[index]) & mask == value`.
+
+    Only the low word is compared, on purpose: the kernel truncates an ioctl
+    request to `unsigned int` and clone's flags to their lower 32 bits, so a
+    caller who sets junk in the high word still gets TIOCSTI. A full 64-bit
+    compare (libseccomp's default) would let that junk through (measured,
+    seccomp).
+    """
+
+    index: int
+    mask: int
+    value: int
+
+
+@record
+class Rule:
+    name: str
+    x86_64: int
+    aarch64: int
+    errno: int
+    level: str  # "standard": both levels; "harsh": harsh only
+    why: str
+    arg: ArgTest | None = None
+
+
+_NEWUSER = ArgTest(0, CLONE_NEWUSER, CLONE_NEWUSER)
+
+# The policy. One row per denial; a reviewer reads this and nothing else.
+# fmt: off
+RULES: tuple[Rule, ...] = (
+    Rule("ioctl", 16, 29, EPERM, "standard",
+         "TIOCSTI pushes bytes into the terminal's input: commands typed for the user's shell",
+         ArgTest(1, 0xFFFFFFFF, TIOCSTI)),
+    Rule("ioctl", 16, 29, EPERM, "standard",
+         "TIOCLINUX can also inject console input (paste selection)",
+         ArgTest(1, 0xFFFFFFFF, TIOCLINUX)),
+    Rule("ptrace", 101, 117, EPERM, "standard",
+         "no Yama here: nothing else stops tracing a same-uid process (measured)"),
+    Rule("process_vm_readv", 310, 270, EPERM, "standard", "reads another process's memory"),
+    Rule("process_vm_writev", 311, 271, EPERM, "standard", "writes another process's memory"),
+    Rule("pidfd_getfd", 438, 438, EPERM, "standard",
+         "steals a descriptor (a socket, a credential file) from another process"),
+    Rule("bpf", 321, 280, EPERM, "standard", "kernel attack surface; not needed by agents"),
+    Rule("perf_event_open", 298, 241, EPERM, "standard",
+         "kernel attack surface and a side channel"),
+    Rule("keyctl", 250, 219, EPERM, "standard", "the kernel keyring may hold host secrets"),
+    Rule("add_key", 248, 217, EPERM, "standard", "the kernel keyring"),
+    Rule("request_key", 249, 218, EPERM, "standard", "the kernel keyring"),
+    Rule("userfaultfd", 323, 282, EPERM, "standard",
+         "widens kernel race windows; a favourite exploit primitive"),
+    Rule("io_uring_setup", 425, 425, EPERM, "standard",
+         "io_uring bypasses per-call filtering and has a long CVE history"),
+    Rule("io_uring_enter", 426, 426, EPERM, "standard", "io_uring"),
+    Rule("io_uring_register", 427, 427, EPERM, "standard", "io_uring"),
+    Rule("kexec_load", 246, 104, EPERM, "standard", "replaces the running kernel"),
+    Rule("kexec_file_load", 320, 294, EPERM, "standard", "replaces the running kernel"),
+    Rule("init_module", 175, 105, EPERM, "standard", "loads kernel code"),
+    Rule("finit_module", 313, 273, EPERM, "standard", "loads kernel code"),
+    Rule("delete_module", 176, 106, EPERM, "standard", "unloads kernel code"),
+    Rule("open_by_handle_at", 304, 265, EPERM, "standard",
+         "opens files by handle, around the mount namespace (the 'shocker' escape)"),
+    # Harsh: no nested user namespaces. Standard keeps them because codex and
+    # Anthropic's sandbox runtime build their own sandbox inside (measured).
+    Rule("unshare", 272, 97, EPERM, "harsh", "a new user namespace regains capabilities",
+         _NEWUSER),
+    Rule("clone", 56, 220, EPERM, "harsh", "a new user namespace regains capabilities",
+         _NEWUSER),
+    # clone3 passes its flags in a struct that BPF cannot read; ENOSYS makes
+    # glibc fall back to clone(2), whose flags the row above does inspect.
+    Rule("clone3", 435, 435, ENOSYS, "harsh", "flags hidden from BPF; fall back to clone"),
+)
+# fmt: on
+
+
+@record
+class _Arch:
+    audit_arch: int
+    foreign: tuple[int, ...]  # other audit arches this CPU can run: killed
+    has_x32: bool
+
+
+_ARCHES = {
+    "x86_64": _Arch(AUDIT_ARCH_X86_64, (AUDIT_ARCH_I386,), True),
+    "aarch64": _Arch(AUDIT_ARCH_AARCH64, (AUDIT_ARCH_ARM,), False),
+}
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("<HBBI", code, jt, jf, k)
+
+
+def rules_for(level: str) -> tuple[Rule, ...]:
+    if level not in LEVELS:
+        raise SandboxError(
+            f"hardening must be one of {', '.join(LEVELS)}, not {level!r}", EXIT_CONFIG
+        )
+    return tuple(r for r in RULES if r.level == "standard" or level == "harsh")
+
+
+def _syscall_block(nr: int, rows: list[Rule]) -> list[bytes]:
+    """Instructions for one syscall; A holds the syscall number on entry.
+
+    A plain row returns at once. Argument rows load their argument (which
+    clobbers A), so once the number has matched the block ends in ALLOW: no
+    other row can name the same number, `_compile` groups them.
+    """
+    plain = [r for r in rows if r.arg is None]
+    if plain:
+        return [_insn(_JMP_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, RET_ERRNO | plain[0].errno)]
+    body: list[bytes] = []
+    for row in rows:
+        assert row.arg is not None
+        body.append(_insn(_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * row.arg.index))
+        if row.arg.mask != 0xFFFFFFFF:
+            body.append(_insn(_ALU_AND_K, 0, 0, row.arg.mask))
+        body.append(_insn(_JMP_JEQ_K, 0, 1, row.arg.value))
+        body.append(_insn(_RET_K, 0, 0, RET_ERRNO | row.errno))
+    body.append(_insn(_RET_K, 0, 0, RET_ALLOW))
+    return [_insn(_JMP_JEQ_K, 0, len(body), nr), *body]
+
+
+def _compile(rows: tuple[Rule, ...], machine: str) -> bytes:
+    arch = _ARCHES[machine]
+    groups: dict[int, list[Rule]] = {}
+    for row in rows:
+        groups.setdefault(getattr(row, machine), []).append(row)
+    prog = [
+        _insn(_LD_W_ABS, 0, 0, _OFF_ARCH),
+        _insn(_JMP_JEQ_K, 1, 0, arch.audit_arch),
+        _insn(_RET_K, 0, 0, RET_KILL_PROCESS),  # i386, arm32, anything else
+        _insn(_LD_W_ABS, 0, 0, _OFF_NR),
+    ]
+    if arch.has_x32:
+        # x32 shares the x86_64 audit arch and is told apart only by bit 30
+        # of the number. nr -1 (0xffffffff) is let through as libseccomp
+        # does: the kernel answers it with ENOSYS and nothing runs.
+        prog += [
+            _insn(_JMP_JGE_K, 0, 2, X32_SYSCALL_BIT),
+            _insn(_JMP_JEQ_K, 1, 0, 0xFFFFFFFF),
+            _insn(_RET_K, 0, 0, RET_KILL_PROCESS),
+        ]
+    for nr, group in groups.items():
+        prog += _syscall_block(nr, group)
+    prog.append(_insn(_RET_K, 0, 0, RET_ALLOW))
+    if len(prog) > 4096:  # BPF_MAXINSNS
+        raise AssertionError("seccomp program too long")
+    return b"".join(prog)
+
+
+def host_machine() -> str:
+    return os.uname().machine
+
+
+@functools.cache
+def build_filter(level: str, machine: str | None = None) -> bytes:
+    """The BPF program (struct sock_filter[]) for `level` on `machine` (default: this host)."""
+    machine = machine or host_machine()
+    if machine not in _ARCHES:
+        raise SandboxError(
+            f"the seccomp layer has no system-call table for {machine}; "
+            "supported: " + ", ".join(_ARCHES),
+            EXIT_UNAVAILABLE,
+        )
+    return _compile(rules_for(level), machine)
+
+
+def filter_fd(level: str) -> int:
+    """A readable, inheritable descriptor holding the program, for `bwrap --seccomp FD`.
+
+    A memfd, so no temporary file exists on disk; bwrap reads it to EOF.
+    The caller passes it to bwrap (pass_fds) and closes its own copy.
+    """
+    program = build_filter(level)
+    fd = os.memfd_create("claude-sandbox-seccomp", 0)  # no MFD_CLOEXEC: bwrap inherits it
+    try:
+        os.write(fd, program)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def describe(level: str) -> list[str]:
+    """Lines for `claude-sandbox explain` / `doctor`."""
+    lines = [f"seccomp ({level}): foreign ABIs (i386, x32, arm32) kill the process"]
+    for row in rules_for(level):
+        errno_name = "ENOSYS" if row.errno == ENOSYS else "EPERM"
+        test = ""
+        if row.arg is not None:
+            test = f" when arg{row.arg.index}&{row.arg.mask:#x}=={row.arg.value:#x}"
+        lines.append(f"  {row.name}{test} -> {errno_name}: {row.why}")
+    if level == "standard":
+        lines.append("  nested user namespaces allowed (agents build their own sandbox)")
+    return lines
