@@ -20,6 +20,7 @@ from claude_sandbox.launch import (
     gitconfig,
     hostfacts,
     mounts,
+    placeholders,
     profiles,
     state,
     workspace,
@@ -134,12 +135,16 @@ def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts) -> Writable
         for path in cfg.allow_write
     )
     table = controlfiles.controls(cfg.protect, cfg.unprotect)
+    # Another session's placeholders read as absent: this launch shares them (held
+    # read-only, placeholders.make) rather than planning inside them.
+    shared = placeholders.made_by_others(state.store_root(cfg.state_dir, facts.home, facts.uid))
     plans = []
     for top in (root, *extra):
         if not os.path.isdir(top):
             continue
         rows = derived_controls(top, facts)
         kinds = controlfiles.probe(controlfiles.candidates(top, table, [r for r, _ in rows]))
+        kinds = {path: None if path in shared else kind for path, kind in kinds.items()}
         plans.append(controlfiles.plan(top, table, rows, kinds))
     return Writable(root, extra, tuple(plans))
 

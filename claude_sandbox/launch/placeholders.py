@@ -70,6 +70,17 @@ def _live_rows(store: str, me: int) -> list[dict[str, object]]:
     return rows
 
 
+def made_by_others(store: str) -> frozenset[str]:
+    """Paths that hold, exactly, a placeholder another live launch made.
+
+    Such a path is absent as far as this launch's plan goes: planning inside it
+    (`.git/config` inside another session's empty `.git`) would try to create in a
+    directory that is read-only until that session ends.
+    """
+    return frozenset(str(row.get("path")) for row in _live_rows(store, os.getpid())
+                     if _still_ours(row))
+
+
 def _claimed_by_others(store: str, me: int) -> set[str]:
     return {str(row.get("path")) for row in _live_rows(store, me)}
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import secrets
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -310,3 +312,28 @@ def test_a_bad_line_in_the_real_config_file_refuses(tmp_path: pytest.TempPathFac
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 78
     assert result.stderr == f"claude-sandbox: {CONFIG}:3: {message}\n"
+
+
+def test_sessions_side_by_side_share_one_workspace(launcher: Launcher) -> None:
+    """A second session (and eight at once) in a workspace that is not a git repository,
+    while another runs: each starts, none can create .git/config, and nothing is left."""
+    first = subprocess.Popen(
+        ["setpriv", f"--reuid={launcher.uid}", f"--regid={launcher.uid}", "--init-groups",
+         "/usr/local/bin/claude-sandbox", "shell", "--", "/bin/sleep", "4"],
+        cwd=launcher.workspace, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": launcher.home,
+             "CLAUDE_SANDBOX_EGRESS_JAIL": "0"})
+    try:
+        deadline = time.monotonic() + 15
+        while not os.path.isdir(os.path.join(launcher.workspace, ".git")):
+            assert time.monotonic() < deadline, "the first session did not start"
+            time.sleep(0.05)
+        second = launcher.shell("/bin/sh", "-c", "touch .git/config || echo refused")
+        assert second.returncode == 0, second.stderr
+        assert "refused" in second.stdout
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda _: launcher.shell("/bin/true"), range(8)))
+        assert [r.returncode for r in results] == [0] * 8, [r.stderr for r in results]
+    finally:
+        first.wait(timeout=30)
+    assert os.listdir(launcher.workspace) == []
