@@ -39,9 +39,9 @@ TARGET_RATIO, TARGET_EXTRA = 1.5, 20.0
 CONCURRENT = 8
 
 
-def _timed(argv: list[str], env: dict[str, str]) -> float:
+def _timed(argv: list[str], env: dict[str, str], cwd: str | None = None) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdin=subprocess.DEVNULL,
+    subprocess.run(argv, env=env, check=True, stdin=subprocess.DEVNULL, cwd=cwd,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return (time.perf_counter() - start) * 1000
 
@@ -62,20 +62,21 @@ def _tree(root: int) -> list[int]:
 
 
 def _memory(pid: int) -> tuple[str, int, int]:
-    """(name, RSS KiB, PSS KiB) of one process; ("", 0, 0) once it is gone."""
-    rss = pss = 0
+    """(name, RSS KiB, anonymous RSS KiB) of one process; ("", 0, 0) once it is gone.
+
+    From /proc/PID/status, which stays readable when a process is not dumpable
+    (the launcher, pasta): smaps_rollup does not.
+    """
+    fields: dict[str, str] = {}
     try:
-        with open(f"/proc/{pid}/comm") as handle:
-            name = handle.read().strip()
-        with open(f"/proc/{pid}/smaps_rollup") as handle:
+        with open(f"/proc/{pid}/status") as handle:
             for line in handle:
-                if line.startswith("Rss:"):
-                    rss = int(line.split()[1])
-                elif line.startswith("Pss:"):
-                    pss = int(line.split()[1])
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
     except OSError:
         return "", 0, 0
-    return name, rss, pss
+    kib = [int(fields.get(key, "0 kB").split()[0]) for key in ("VmRSS", "RssAnon")]
+    return fields.get("Name", ""), kib[0], kib[1]
 
 
 def waiting_session(env: dict[str, str]) -> list[tuple[str, int, int]]:
@@ -98,23 +99,27 @@ def waiting_session(env: dict[str, str]) -> list[tuple[str, int, int]]:
 
 
 def concurrent(argv: list[str], env: dict[str, str], rounds: int) -> list[float]:
-    """Each launch's time when CONCURRENT start together, over `rounds` rounds."""
+    """Each launch's time when CONCURRENT start together (each in a workspace of its
+    own, as eight projects' agents would), over `rounds` rounds."""
     times: list[float] = []
     lock = threading.Lock()
+    workspaces = [tempfile.mkdtemp(prefix="cs-bench-") for _ in range(CONCURRENT)]
 
-    def one(gate: threading.Barrier) -> None:
+    def one(gate: threading.Barrier, cwd: str) -> None:
         gate.wait()
-        took = _timed(argv, env)
+        took = _timed(argv, env, cwd)
         with lock:
             times.append(took)
 
     for _ in range(rounds):
         gate = threading.Barrier(CONCURRENT)
-        threads = [threading.Thread(target=one, args=(gate,)) for _ in range(CONCURRENT)]
+        threads = [threading.Thread(target=one, args=(gate, cwd)) for cwd in workspaces]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+    for cwd in workspaces:
+        os.rmdir(cwd)
     return times
 
 
@@ -185,8 +190,9 @@ def main() -> None:
     for kind, processes in memory.items():
         parts = ", ".join(f"{name} {rss // 1024}" for name, rss, _ in processes)
         rss = sum(r for _, r, _ in processes) / 1024
-        pss = sum(p for _, _, p in processes) / 1024
-        print(f"waiting session, {kind}: RSS {rss:.1f} MiB, PSS {pss:.1f} MiB ({parts} MiB RSS)")
+        anon = sum(a for _, _, a in processes) / 1024
+        print(f"waiting session, {kind}: RSS {rss:.1f} MiB, of it anonymous {anon:.1f} MiB "
+              f"({parts} MiB)")
 
 
 if __name__ == "__main__":

@@ -9,9 +9,12 @@ code is imported. Every SandboxError ends here, as one line and its status
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def _split_dashdash(argv: Sequence[str], what: str) -> tuple[list[str], list[str]]:

@@ -10,16 +10,23 @@ records, and could hide a read-write mount from the harsh EXECUTE plan or
 make up a mount point that is not there.
 
 Imported by the shim's guard and by `_enter` at every launch: no imports
-beyond namedtuple (see landlock.py on why not a dataclass).
+beyond core/record.py (see landlock.py on why not a dataclass).
 """
 
 from __future__ import annotations
 
-from collections import namedtuple
+from claude_sandbox.core.record import record
+
 
 #   dev: "major:minor"; root: the path inside its file system that is mounted.
 #   fstype: the file system's type, after the " - " separator.
-Mount = namedtuple("Mount", "dev root mountpoint readonly fstype", defaults=("",))
+@record
+class Mount:
+    dev: str
+    root: str
+    mountpoint: str
+    readonly: bool
+    fstype: str = ""
 
 _OCTAL = frozenset("01234567")
 

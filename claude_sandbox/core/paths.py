@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
 
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 LIBEXEC = "/usr/libexec/claude-sandbox"
 CORE_VENV = f"{LIBEXEC}/venv"

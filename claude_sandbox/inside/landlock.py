@@ -25,11 +25,11 @@ import ctypes
 import os
 import posixpath
 import sys
-from collections import namedtuple
 
 from claude_sandbox.core import mountinfo
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.mountinfo import Mount
+from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~10 ms per launch
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def abi_version() -> int:
 
 
 # ------------------------------------------------------------ pure planning
-# Records are namedtuples, not dataclasses, on purpose: this module runs in
+# Records are core/record.py's, not dataclasses, on purpose: this module runs in
 # `_enter` at every launch, and importing dataclasses (inspect, ast, re...)
 # costs more than all of Landlock (bench/bench_layers.py). Mount records and
 # their parser are in mountinfo.py, shared with the shim's guard.
@@ -172,7 +172,10 @@ def writable_elsewhere(path: str, mounts: Sequence[Mount], visible: Sequence[Mou
 
 
 # roots: EXECUTE grants; refused: would-be grants writable through another mount.
-ExecPlan = namedtuple("ExecPlan", "roots refused")
+@record
+class ExecPlan:
+    roots: tuple[str, ...]
+    refused: tuple[str, ...]
 
 
 def plan_exec(

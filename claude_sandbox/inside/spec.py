@@ -1,22 +1,28 @@
-"""What crosses from the launcher to the inner stage: one record, as JSON over a descriptor.
+"""What crosses from the launcher to the inner stage: one record, over a descriptor.
 
 The launcher's plan holds an `Inner` (launch/plan.py); `encode` writes it once,
-with the run-time descriptor numbers, into a pipe that bwrap passes into the
+with the run-time descriptor numbers, into a memfd that bwrap passes into the
 sandbox; `_enter` reads it back with `decode`, which checks every field before
 anything is applied. Nothing else crosses: not the agent's argv on bwrap's
 command line, not a flag per writable path.
 
-This module is imported by the inner stage at every launch, so it uses
-`collections.namedtuple` and `json`, not `typing` or `dataclasses` (ADR 0004).
+The wire form is NUL-separated: for each field in order, its name, the count
+of its values, then the values (a path or an argument never holds NUL). Not
+JSON: importing `json` costs the inner stage about 6 ms at every launch (it
+pulls in `re` and `enum`); not `marshal`: it allocates what a malformed length
+asks for before reading it. `decode` takes only the fields below, in order,
+each of its own type, and never allocates more than the input it was given.
+This module is imported by the inner stage, so its record is core/record.py's,
+not a dataclass or a named tuple (ADR 0004: `dataclasses` and `collections`
+cost the inner stage milliseconds at every launch).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections import namedtuple
 
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
+from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
 
@@ -26,86 +32,102 @@ LEVELS = ("standard", "harsh")
 SIGNAL_NAMES = ("int", "quit", "hup", "term")
 LIMIT = 1 << 20  # the encoded record: far above any real plan, far below memory trouble
 
-if TYPE_CHECKING:
-    from typing import NamedTuple
+@record
+class Inner:
+    level: str  # the Landlock level (and the seccomp filter's, applied by bwrap)
+    max_pids: int | None = None  # RLIMIT_NPROC, counted in the sandbox's user namespace
+    max_memory: int | None = None  # RLIMIT_DATA, per process
+    writable: tuple[str, ...] = ()  # every path the sandbox can write
+    exec_files: tuple[str, ...] = ()  # programs bound read-only inside writable trees
+    keep_ignored: tuple[str, ...] = ()  # SIGNAL_NAMES the launch inherited ignored
+    late_masks: bool = False  # ask the launcher's helper for the late masks (procmask.py)
+    command: tuple[str, ...] = ()  # the agent's argv; argv[0] absolute
 
-    class Inner(NamedTuple):
-        level: str  # the Landlock level (and the seccomp filter's, applied by bwrap)
-        max_pids: int | None = None  # RLIMIT_NPROC, counted in the sandbox's user namespace
-        max_memory: int | None = None  # RLIMIT_DATA, per process
-        writable: tuple[str, ...] = ()  # every path the sandbox can write
-        exec_files: tuple[str, ...] = ()  # programs bound read-only inside writable trees
-        keep_ignored: tuple[str, ...] = ()  # SIGNAL_NAMES the launch inherited ignored
-        late_masks: bool = False  # ask the launcher's helper for the late masks (procmask.py)
-        command: tuple[str, ...] = ()  # the agent's argv; argv[0] absolute
 
-else:
-    Inner = namedtuple(
-        "Inner",
-        "level max_pids max_memory writable exec_files keep_ignored late_masks command",
-        defaults=(None, None, (), (), (), False, ()),
-    )
+FIELDS = (*Inner.__annotations__, "helper_fd")
+
+
+def _text(value: object) -> bytes:
+    if isinstance(value, bool):
+        return b"1" if value else b"0"
+    return str(value).encode("utf-8", "surrogateescape")
 
 
 def encode(inner: Inner, helper_fd: int | None) -> bytes:
     """The wire form: the record's fields and the helper's descriptor number."""
-    fields = dict(inner._asdict(), helper_fd=helper_fd)
-    return json.dumps(fields, separators=(",", ":")).encode()
+    tokens: list[bytes] = []
+    for name in FIELDS:
+        value = helper_fd if name == "helper_fd" else getattr(inner, name)
+        values = list(value) if isinstance(value, tuple) else [] if value is None else [value]
+        texts = [_text(item) for item in values]
+        if any(b"\0" in text for text in texts):
+            raise SandboxError(f"{name}: a value holds a NUL byte", EXIT_USAGE)
+        tokens += [name.encode(), str(len(texts)).encode(), *texts]
+    return b"\0".join(tokens) + b"\0"
 
 
 def _bad(what: str) -> SandboxError:
     return SandboxError(f"_enter: the launcher's plan is malformed: {what}", EXIT_USAGE)
 
 
-def _paths(value: object, name: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(p, str) and p.startswith("/") and "\0" not in p for p in value
-    ):
-        raise _bad(f"{name} must be a list of absolute paths")
-    return tuple(value)
+def _count(token: bytes, left: int) -> int:
+    if not token.isdigit() or len(token) > 7 or int(token) > left:
+        raise _bad("a count is not a number of values that follow")
+    return int(token)
 
 
-def _cap(value: object, name: str) -> int | None:
-    if value is None:
+def _int(values: list[str], name: str) -> int | None:
+    if not values:
         return None
-    if type(value) is not int or value < 0:
-        raise _bad(f"{name} must be a non-negative integer or null")
-    return value
+    if len(values) != 1 or not values[0].isascii() or not values[0].isdigit() \
+            or len(values[0]) > 19:
+        raise _bad(f"{name} must be a non-negative integer")
+    return int(values[0])
+
+
+def _paths(values: list[str], name: str) -> tuple[str, ...]:
+    if not all(value.startswith("/") for value in values):
+        raise _bad(f"{name} must be absolute paths")
+    return tuple(values)
 
 
 def decode(data: bytes) -> tuple[Inner, int | None]:
     """Inverse of `encode`, refusing anything the launcher would not have written."""
-    if len(data) > LIMIT:
-        raise _bad("too long")
-    try:
-        fields = json.loads(data)
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
-        raise _bad("not JSON") from None
-    if not isinstance(fields, dict) or set(fields) != {*Inner._fields, "helper_fd"}:
-        raise _bad("unexpected or missing fields")
-    if fields["level"] not in LEVELS:
-        raise _bad(f"unknown level {fields['level']!r}")
-    keep = fields["keep_ignored"]
-    if not isinstance(keep, list) or not set(keep) <= set(SIGNAL_NAMES):
+    if len(data) > LIMIT or not data.endswith(b"\0"):
+        raise _bad("too long, or cut short")
+    tokens = data[:-1].split(b"\0")
+    fields: dict[str, list[str]] = {}
+    at = 0
+    for name in FIELDS:
+        if tokens[at : at + 1] != [name.encode()] or at + 1 >= len(tokens):
+            raise _bad(f"expected the field {name}")
+        count = _count(tokens[at + 1], len(tokens) - at - 2)
+        values = tokens[at + 2 : at + 2 + count]
+        fields[name] = [value.decode("utf-8", "surrogateescape") for value in values]
+        at += 2 + count
+    if at != len(tokens):
+        raise _bad("unexpected fields after the record")
+    level = fields["level"]
+    if len(level) != 1 or level[0] not in LEVELS:
+        raise _bad(f"unknown level {level!r}")
+    if not set(fields["keep_ignored"]) <= set(SIGNAL_NAMES):
         raise _bad("keep_ignored must name terminal signals")
-    if type(fields["late_masks"]) is not bool:
-        raise _bad("late_masks must be true or false")
+    if fields["late_masks"] not in (["0"], ["1"]):
+        raise _bad("late_masks must be 0 or 1")
     command = fields["command"]
-    if not isinstance(command, list) or not command or not all(
-        isinstance(a, str) and "\0" not in a for a in command
-    ) or not command[0].startswith("/"):
+    if not command or not command[0].startswith("/"):
         raise _bad("the agent must be named by absolute path")
     inner = Inner(
-        level=fields["level"],
-        max_pids=_cap(fields["max_pids"], "max_pids"),
-        max_memory=_cap(fields["max_memory"], "max_memory"),
+        level=level[0],
+        max_pids=_int(fields["max_pids"], "max_pids"),
+        max_memory=_int(fields["max_memory"], "max_memory"),
         writable=_paths(fields["writable"], "writable"),
         exec_files=_paths(fields["exec_files"], "exec_files"),
-        keep_ignored=tuple(keep),
-        late_masks=fields["late_masks"],
+        keep_ignored=tuple(fields["keep_ignored"]),
+        late_masks=fields["late_masks"] == ["1"],
         command=tuple(command),
     )
-    helper_fd = _cap(fields["helper_fd"], "helper_fd")
+    helper_fd = _int(fields["helper_fd"], "helper_fd")
     if inner.late_masks != (helper_fd is not None):
         raise _bad("late_masks and helper_fd disagree")
     return inner, helper_fd

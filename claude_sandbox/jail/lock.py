@@ -7,15 +7,17 @@ docs/explanation/egress-jail.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
 from claude_sandbox.jail import readback, routes
 from claude_sandbox.jail.spec import JailSpec
 
-# A request to the holder and its reply (holder.py's frames).
-Ask = Callable[[list[str]], list[str]]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    # A request to the holder and its reply (holder.py's frames).
+    Ask = Callable[[list[str]], list[str]]
 # Every table and every policy rule; run once per family, since the family of
 # a "default" or blackhole route is not in `ip`'s text.
 READBACK = "route show table all\nrule show\n"
@@ -61,28 +63,6 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
         )
     trace("routes programmed and verified")
     return plan
-
-def filter_dns(ask: Ask, trace: Callable[[str], None]) -> None:
-    """Only DNS reaches the forwarder (routes.dns_filter); read back like the routes.
-
-    One run does both (`iptables-restore && iptables-save`): a separate read-back
-    run right after the restore was seen to lose the holder's reply under CPU load.
-    """
-    dns = paths.DNS_FORWARDER
-    restore, save = paths.tool("iptables-restore"), paths.tool("iptables-save")
-    script = f"{restore} && exec {save} -t filter"
-    reply = ask(["run", routes.dns_filter_restore(dns), paths.tool("sh"), "-c",
-                       script])
-    if reply[0] != "ok" or reply[1] != "0":
-        why = reply[1] if reply[0] != "ok" else reply[3].strip()
-        raise SandboxError(f"egress jail: iptables failed ({why}); the DNS forwarder "
-                           "cannot be limited to DNS; install the iptables package",
-                           EXIT_JAIL)
-    problem = routes.filter_differs(dns, reply[2])
-    if problem:
-        raise SandboxError(f"egress jail: the DNS filter read back differs ({problem}); "
-                           "refusing to launch", EXIT_JAIL)
-    trace("DNS filter programmed and verified")
 
 def _failed_rows(warn: Callable[[str], None], plan: routes.Plan, lines: set[int], extra: int,
                  err: str) -> set[int]:

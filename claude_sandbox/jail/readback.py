@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Iterable
 
 from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
 from claude_sandbox.jail.routes import (
@@ -22,6 +21,10 @@ from claude_sandbox.jail.routes import (
     Route,
     Rule,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 # IPv6 is switched off in the jail; where that fails, only these may remain.
 _V6_HARMLESS = (

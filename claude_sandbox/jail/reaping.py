@@ -9,10 +9,13 @@ import contextlib
 import os
 import select
 import time
-from collections.abc import Callable
 
 from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
 from claude_sandbox.core.process import load_libc
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 KILL_WAIT = 2.0
 

@@ -17,10 +17,13 @@ without a namespace (tests/unit/test_routes.py).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
 
 from claude_sandbox.core.paths import DNS_FORWARDER
 from claude_sandbox.core.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 
 @record
@@ -48,7 +51,6 @@ BLOCKED: tuple[Blocked, ...] = (
 # could send traffic to a table we never read or programmed.
 EXPECTED_RULES_V4: tuple[tuple[int, str], ...] = ((0, "local"), (32766, "main"), (32767, "default"))
 EXPECTED_RULES_V6: tuple[tuple[int, str], ...] = ((0, "local"), (32766, "main"))
-
 
 
 @record
@@ -325,39 +327,3 @@ def plan_lines(plan: Plan) -> list[str]:
     lines.append("IPv6 switched off (net.ipv6.conf.all.disable_ipv6=1), or only link-local left")
     lines.append("then every table and policy rule is read back and must equal this plan")
     return lines
-
-
-
-
-
-# --- the DNS forwarder answers DNS only ---------------------------------------
-# pasta hands every connection to the forwarder's address to the host's resolver,
-# on any port: without a filter the resolver host's other services are one
-# connect() away. The jail's own filter table lets port 53 through and rejects
-# the rest; it is written with iptables-restore and read back with iptables-save.
-
-
-def dns_filter(dns: str) -> tuple[str, ...]:
-    """The filter table's rules, as iptables-save prints them."""
-    return (
-        f"-A OUTPUT -d {dns}/32 -p udp -m udp --dport 53 -j ACCEPT",
-        f"-A OUTPUT -d {dns}/32 -p tcp -m tcp --dport 53 -j ACCEPT",
-        f"-A OUTPUT -d {dns}/32 -j REJECT --reject-with icmp-port-unreachable",
-    )
-
-
-def dns_filter_restore(dns: str) -> str:
-    """iptables-restore input: the whole filter table, replaced."""
-    chains = [":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
-    return "\n".join(["*filter", *chains, *dns_filter(dns), "COMMIT", ""])
-
-
-def filter_differs(dns: str, saved: str) -> str | None:
-    """Why an iptables-save of the filter table is not exactly the plan, or None."""
-    rules = [line for line in saved.splitlines() if line.startswith("-")]
-    policies = [line.split()[:2] for line in saved.splitlines() if line.startswith(":")]
-    if sorted(policies) != [[":FORWARD", "ACCEPT"], [":INPUT", "ACCEPT"], [":OUTPUT", "ACCEPT"]]:
-        return f"filter chains {policies}"
-    if tuple(rules) != dns_filter(dns):
-        return f"filter rules {rules}"
-    return None

@@ -32,15 +32,18 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.trace import Trace
-from claude_sandbox.jail import dirs, lock, reaping, relays, routes
+from claude_sandbox.jail import dirs, dnsfilter, lock, reaping, relays, routes
 from claude_sandbox.jail import start as jail_start
 from claude_sandbox.jail.holder import ENCODING, ERRORS, recv_frame, send_frame
 from claude_sandbox.jail.spec import JailSpec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 PASTA_TIMEOUT = 10.0
 # How long a failed pasta waits for the holder whose exit may have caused it.
@@ -170,6 +173,9 @@ class Jail:
         # programming and read-back; run() always passes nothing.
         try:
             try:
+                # The answer to the DNS filter request start.begin() sent.
+                dnsfilter.check(self._receive())
+                self._trace("DNS filter programmed and verified")
                 self._wait_pasta()
                 self._lock_routes(tamper)
                 self._start_inside_relays()
@@ -252,6 +258,12 @@ class Jail:
     def _ask(self, fields: list[str]) -> list[str]:
         try:
             send_frame(self._sock, fields)
+        except OSError:
+            raise reaping.HolderGone from None
+        return self._receive()
+
+    def _receive(self) -> list[str]:
+        try:
             reply = recv_frame(self._sock)
         except OSError:
             reply = None
@@ -261,7 +273,6 @@ class Jail:
 
     def _lock_routes(self, tamper: Sequence[str]) -> None:
         self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings, tamper)
-        lock.filter_dns(self._ask, self._trace)
 
     def _start_inside_relays(self) -> None:
         if not self._outside:

@@ -22,7 +22,9 @@ from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
+from claude_sandbox.jail import dnsfilter
 from claude_sandbox.jail.dirs import make_private_dir, remove_dir
+from claude_sandbox.jail.holder import send_frame
 
 __all__ = ["Child", "fork_exec", "load_libc"]  # session.py reaches them through this module
 
@@ -308,6 +310,9 @@ def begin(trace: Trace) -> Early:
         trace.phase("tap device made")
         pasta = spawn_pasta(holder, directory)
         trace.phase("pasta spawned")
+        # The holder programmes the DNS filter while pasta attaches and the launcher
+        # plans; Jail.run reads and checks the answer first (dnsfilter.py).
+        send_frame(sock, dnsfilter.request())
     except BaseException as exc:
         sock.close()  # the holder reads EOF and exits, if it has not yet
         holder.kill()

@@ -17,7 +17,10 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 BUDGET = 1.0  # seconds
 

@@ -17,13 +17,16 @@ unless the file lets that key be widened (`env-may-widen = KEY`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from types import MappingProxyType
 
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch import values
 from claude_sandbox.launch.keys import KEYS, KEYS_BY_NAME, Key, Kind
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 @record

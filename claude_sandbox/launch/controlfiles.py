@@ -37,10 +37,13 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Sequence
 
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 
 @record

@@ -9,7 +9,6 @@ nothing; the launch then makes what the plan needs (run.py).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_JAIL, SandboxError
@@ -26,6 +25,10 @@ from claude_sandbox.launch import (
     workspace,
 )
 from claude_sandbox.launch.mounts import Writable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
 
 
 @record

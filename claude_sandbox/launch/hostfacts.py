@@ -9,13 +9,16 @@ from __future__ import annotations
 import os
 import pwd
 import stat
-from collections.abc import Callable, Iterable, Mapping
 
 from claude_sandbox.core import mountinfo as mountinfo_module
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch import profiles
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
 
 
 @record

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Mapping, Sequence
 
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.cgroups import Cgroup, CgroupFacts, CgroupWrite
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 # Caps every sandbox gets unless the operator sets its own (ADR 0006): half of
 # the processes the container may still start, at most DEFAULT_PIDS, and three

@@ -11,7 +11,6 @@ bwrap's options.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
@@ -20,6 +19,10 @@ from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.controlfiles import ControlPlan
 from claude_sandbox.launch.hostfacts import HostFacts
 from claude_sandbox.launch.profiles import Profile
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 # Container-engine and system-bus sockets, for the checks' and probes' reference:
 # none of them is reached inside, by the mechanisms below, not by this list.

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Sequence
 
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.process import pid_alive
 from claude_sandbox.launch.controlfiles import Placeholder
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 LEDGER_DIR = "placeholders"
 

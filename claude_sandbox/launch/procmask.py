@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _MS_BIND = 0x1000
 _MS_REC = 0x4000

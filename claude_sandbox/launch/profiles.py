@@ -6,10 +6,12 @@ these fields and nothing else about an agent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
 from claude_sandbox.core.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 
 @record

@@ -8,14 +8,14 @@ numbers a launch opened (or, for explain, the names themselves).
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping
-
 from claude_sandbox.core import paths
 from claude_sandbox.inside import spec
 from claude_sandbox.launch.mounts import Mount
 from claude_sandbox.launch.plan import Plan
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # Descriptor names beyond the data mounts': the seccomp filter, the inner record.
 SECCOMP, INNER = "seccomp", "inner"
@@ -62,6 +62,8 @@ def shown_env(plan: Plan) -> tuple[tuple[str, str], ...]:
 def as_json(plan: Plan) -> str:
     """The whole plan as JSON, keys in field order, pass-env values hidden: `explain
     --json`, and the digest a launch traces."""
+    import json  # explain and the trace only: the launch itself never pays for it
+
     plain = {name: _plain(getattr(plan, name)) for name in Plan.__annotations__}
     plain["env"] = [list(pair) for pair in shown_env(plan)]
     return json.dumps(plain, indent=1)
@@ -69,6 +71,8 @@ def as_json(plan: Plan) -> str:
 
 def digest(plan: Plan) -> str:
     """A short name for the plan: equal digests, identical plans (a launch traces it)."""
+    import hashlib
+
     return hashlib.sha256(as_json(plan).encode()).hexdigest()[:16]
 
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterable
 
 from claude_sandbox.core import mountinfo
 from claude_sandbox.launch import state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from claude_sandbox.launch.hostfacts import HostFacts
     from claude_sandbox.launch.mounts import Writable
 

@@ -14,7 +14,6 @@ import _signal  # type: ignore[import-not-found]  # the C module: `signal` impor
 import os
 import sys
 import time
-from collections.abc import Mapping
 
 from claude_sandbox.core import guard, paths
 from claude_sandbox.core.errors import SandboxError
@@ -38,6 +37,10 @@ from claude_sandbox.launch import (
 from claude_sandbox.launch.gather import Request
 from claude_sandbox.launch.janitor import Janitor
 from claude_sandbox.launch.mounts import Writable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["Request", "inherited_ignored", "launch"]
 
@@ -123,6 +126,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
             status = jail.run(prepared.argv, env, prepared.fds)
         else:
             status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds)
+        trace.phase("session ended")
         _report_changes(cfg, the_plan.layout, started)
         return status
     finally:
@@ -135,6 +139,7 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
             cgroup.remove()
         terminal.restore(modes)
         janitor.done()
+        trace.phase("torn down")
 
 
 @record

@@ -15,7 +15,6 @@ would dodge every row if it were merely allowed through.
 
 from __future__ import annotations
 
-import functools
 import os
 import struct
 
@@ -212,7 +211,6 @@ def host_machine() -> str:
     return os.uname().machine
 
 
-@functools.cache
 def build_filter(level: str, machine: str | None = None) -> bytes:
     """The BPF program (struct sock_filter[]) for `level` on `machine` (default: this host)."""
     machine = machine or host_machine()

@@ -24,10 +24,13 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Iterable
 
 from claude_sandbox.core.errors import EXIT_REFUSED, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.launch.profiles import Import
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 DEFAULT_RELATIVE = ".local/state/claude-sandbox"
 # An import larger than this is cut short with a warning: it is meant for a

@@ -7,10 +7,13 @@ returns the value or refuses the launch with EXIT_CONFIG.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
 from claude_sandbox.launch.keys import KEYS_BY_NAME, Kind, KindOf, denied_reason
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # Plain string tests, not regular expressions: `re` costs ms at every launch.
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")

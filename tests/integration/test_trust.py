@@ -109,7 +109,7 @@ def test_the_shim_is_three_lines_naming_the_interpreter() -> None:
             lines = handle.read().splitlines()
         assert len(lines) == 3
         assert lines[0] == "#!/bin/bash -p"  # -p: no BASH_ENV, no imported functions
-        assert lines[2].startswith(f"exec {CORE_PYTHON} -I -m claude_sandbox ")
+        assert lines[2].startswith(f"exec {CORE_PYTHON} -I -S -c ")
         info = os.stat(path)
         assert info.st_uid == 0 and info.st_mode & 0o022 == 0
 

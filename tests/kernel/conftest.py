@@ -27,6 +27,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from claude_sandbox.core.record import replace  # noqa: E402
 from claude_sandbox.inside.spec import Inner, encode  # noqa: E402
 from claude_sandbox.launch import seccomp  # noqa: E402
 
@@ -76,7 +77,7 @@ class Sandbox:
         settings = settings or Inner(level, writable=(str(self.work),))
         fd = seccomp.filter_fd(settings.level)
         record = os.memfd_create("inner", 0)
-        os.write(record, encode(settings._replace(command=tuple(argv)), None))
+        os.write(record, encode(replace(settings, command=tuple(argv)), None))
         os.lseek(record, 0, os.SEEK_SET)
         unshare = ["--unshare-all", "--share-net"]
         if share_pid:  # to prove Landlock, not the pid namespace, stops a signal

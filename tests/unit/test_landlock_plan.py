@@ -6,7 +6,6 @@ from collections.abc import Iterable
 
 import pytest
 
-from claude_sandbox.core.mountinfo import Mount
 from claude_sandbox.core.mountinfo import parse as parse_mountinfo
 from claude_sandbox.inside import landlock
 from claude_sandbox.inside.landlock import exec_allowed_roots, plan_exec
@@ -92,7 +91,8 @@ MOUNTINFO = r"""66 42 254:0 / / ro,nosuid,nodev,relatime - ext4 /dev/vda rw
 
 def test_parse_mountinfo_unescapes_and_reads_ro() -> None:
     mounts = parse_mountinfo(MOUNTINFO)
-    assert mounts[0][:4] == Mount("254:0", "/", "/", True)[:4]
+    first = mounts[0]
+    assert (first.dev, first.root, first.mountpoint, first.readonly) == ("254:0", "/", "/", True)
     assert mounts[-1].mountpoint == "/home/alice/my dir"
     assert [m.mountpoint for m in mounts if not m.readonly] == [
         "/dev/shm", "/dev", "/dev/null", "/tmp", "/home/alice", "/home/alice/proj",
