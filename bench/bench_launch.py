@@ -8,6 +8,9 @@ machine's drift falls on all of them alike.
   floor: bare bwrap     bwrap --ro-bind / / --dev /dev --proc /proc /bin/true
   floor: jailed         unshare -rn holder + pasta attach (the jail's flags) + the same bwrap
   python -I -c pass     the core interpreter's own start, for scale
+  floor: the plan       bwrap with this launch's own options and mounts (no _enter)
+  floor: plan + _enter  the same bwrap running the inner stage, then /bin/true: what the
+                        defences cost before any launcher work
   launch, jail off      claude-sandbox shell -- /bin/true, egress-jail = 0
   launch, jailed        claude-sandbox shell -- /bin/true (the default)
 
@@ -79,6 +82,50 @@ def _memory(pid: int) -> tuple[str, int, int]:
     return fields.get("Name", ""), kib[0], kib[1]
 
 
+class PlanFloor:
+    """bwrap as a launch from here would run it (its plan, its placeholders made), timed
+    with and without the inner stage: the part of a launch that is the defences
+    themselves, with no launcher around it."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        from claude_sandbox.core import paths
+        from claude_sandbox.launch import cgroups, gather, limits, placeholders, plan, run, state
+
+        profile = gather.profiles.get("claude")
+        cfg = gather.load_config("claude", env)
+        caps = limits.plan_limits(cfg.max_pids, cfg.max_memory, cgroups.CgroupFacts(),
+                                  os.getuid())
+        request = run.Request("claude", ("/bin/true",), ())
+        facts = gather.gather(profile, cfg, request, env, ())
+        self.plan = plan.make(profile, cfg, facts, caps)
+        self.env = dict(self.plan.env)
+        self.bwrap = paths.tool("bwrap")
+        store = state.store_root(cfg.state_dir, facts.facts.home, facts.facts.uid)
+        controls = self.plan.layout.controls
+        self.made = placeholders.make(store, [p for c in controls for p in c.placeholders],
+                                      [p for c in controls for p in c.read_only])
+
+    def once(self, enter: bool) -> float:
+        from claude_sandbox.core.process import inheritable_data
+        from claude_sandbox.launch import render, seccomp
+
+        opened = {name: inheritable_data(name, text.encode()) for name, text in self.plan.data}
+        opened[render.SECCOMP] = seccomp.filter_fd(self.plan.hardening) or -1
+        opened[render.INNER] = inheritable_data("inner", render.inner_record(self.plan, None))
+        argv = render.bwrap_argv(self.plan, self.bwrap, {k: str(v) for k, v in opened.items()})
+        if not enter:
+            argv = [*argv[: argv.index("--") + 1], "/bin/true"]
+        start = time.perf_counter()
+        subprocess.run(argv, env=self.env, pass_fds=list(opened.values()), check=True)
+        took = (time.perf_counter() - start) * 1000
+        for fd in opened.values():
+            os.close(fd)
+        return took
+
+    def close(self) -> None:
+        self.made.remove()
+
+
 def waiting_session(env: dict[str, str]) -> list[tuple[str, int, int]]:
     """The processes a session keeps up while the agent (`sleep`) waits: all but the agent."""
     launch = subprocess.Popen([SHIM, "shell", "--", "/bin/sleep", "60"], env=env,
@@ -142,6 +189,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30, help="interleaved runs per row")
     parser.add_argument("--as", dest="user", help="as root: measure as this user")
     options = parser.parse_args()
+    if sys.prefix != os.path.dirname(os.path.dirname(CORE_PYTHON)):
+        # The installed core's own interpreter: it imports the code being measured.
+        os.execv(CORE_PYTHON, [CORE_PYTHON, os.path.abspath(__file__), *sys.argv[1:]])
     if options.user and os.getuid() == 0:
         _as_user(options.user)
     import bench_jail  # claude_sandbox from the installed core when run by its python
@@ -151,8 +201,8 @@ def main() -> None:
     off = {**base, "CLAUDE_SANDBOX_EGRESS_JAIL": "0"}
     launch = [SHIM, "shell", "--", "/bin/true"]
     rows: dict[str, list[float]] = {name: [] for name in (
-        "floor: bare bwrap", "floor: jailed", "python -I -c pass", "launch, jail off",
-        "launch, jailed")}
+        "floor: bare bwrap", "floor: jailed", "python -I -c pass", "floor: the plan",
+        "floor: plan + _enter", "launch, jail off", "launch, jailed")}
     workspace = tempfile.mkdtemp(prefix="cs-bench-")
     os.chdir(workspace)
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,6 +214,13 @@ def main() -> None:
             rows["python -I -c pass"].append(_timed([CORE_PYTHON, "-I", "-c", "pass"], base))
             rows["launch, jail off"].append(_timed(launch, off))
             rows["launch, jailed"].append(_timed(launch, base))
+        floor = PlanFloor(off)  # its placeholders exist only while these rows run
+        try:
+            for _ in range(options.runs):
+                rows["floor: the plan"].append(floor.once(enter=False))
+                rows["floor: plan + _enter"].append(floor.once(enter=True))
+        finally:
+            floor.close()
     rounds = max(1, options.runs // 10)
     loaded = {"8 at once, jail off": concurrent(launch, off, rounds),
               "8 at once, jailed": concurrent(launch, base, rounds)}

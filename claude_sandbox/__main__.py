@@ -1,7 +1,7 @@
 """Entry points. The launch path imports nothing it does not need.
 
-`_launch`, `_jail_holder` and `_enter` are called by the shim, the jail and
-bwrap, never by a person; they are dispatched before argparse or any operator
+`_launch`, `_jail_holder`, `_enter` and `_janitor` are called by the shim, the
+jail, bwrap and the janitor, never by a person; they are dispatched before argparse or any operator
 code is imported. Every SandboxError ends here, as one line and its status
 (the exit statuses in README.md).
 """
@@ -42,6 +42,10 @@ def _internal(command: str, argv: list[str]) -> int:
         from claude_sandbox.inside import enter
 
         return enter.main(argv)
+    if command == "_janitor":
+        from claude_sandbox.launch import janitor
+
+        return janitor.main(argv)
     raise SandboxError(f"unknown internal command {command}", EXIT_USAGE)
 
 

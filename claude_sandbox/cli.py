@@ -232,7 +232,7 @@ def explain(agent: str, command: tuple[str, ...] | None = None, *,
     limit_plan = limits.plan_limits(
         cfg.max_pids, cfg.max_memory, cgroups.probe_cgroups(), os.getuid()
     )
-    request = gather.Request(profile.name, command, ())
+    request = run.Request(profile.name, command, ())
     gathered = gather.gather(profile, cfg, request, os.environ, run.inherited_ignored())
     the_plan = plan.make(profile, cfg, gathered, limit_plan)
     if as_json:

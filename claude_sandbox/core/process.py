@@ -54,6 +54,22 @@ class Child:
             os.kill(self.pid, _signal.SIGKILL)
 
 
+def inheritable_data(name: str, data: bytes) -> int:
+    """A descriptor holding `data`, read from its start, that a child inherits: what
+    bwrap reads for a data mount or the seccomp filter, what `_enter` reads. A memfd,
+    not a pipe: a pipe holds 64 KiB before a write blocks, and nothing reads it until
+    bwrap runs; and no file exists on disk."""
+    fd = os.memfd_create(f"claude-sandbox-{name}", 0)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    os.set_inheritable(fd, True)
+    return fd
+
+
 _PR_SET_PDEATHSIG = 1
 _LIBC: Any = None
 

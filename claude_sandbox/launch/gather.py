@@ -25,17 +25,11 @@ from claude_sandbox.launch import (
     workspace,
 )
 from claude_sandbox.launch.mounts import Writable
+from claude_sandbox.launch.request import Request
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-
-
-@record
-class Request:
-    agent: str
-    command: tuple[str, ...] | None  # None: the real agent with `args`
-    args: tuple[str, ...]
 
 
 @record

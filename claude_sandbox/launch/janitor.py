@@ -6,20 +6,22 @@ jail's private directory in /tmp, its cgroup directories. Every launch sweeps
 those of dead launchers first; the janitor makes that immediate instead of
 "at the next launch" (docs/explanation/architecture.md, Teardown).
 
-It is a forked copy of the launcher (no exec, no import: nothing to pay at
-launch but the fork), in its own session so that neither the terminal's
-signals nor a signal to the launcher's process group reach it. It reads what
-to clean from a pipe as the launch makes it; the launcher writes `done` after
-its own teardown, and the janitor then exits without touching anything. An
-end of file without `done` means the launcher died: the janitor sweeps what
-that launcher's pid left, and exits.
+It is forked from the launcher, in its own session so that neither the
+terminal's signals nor a signal to the launcher's process group reach it, and
+it waits as `sh` and `cat` (about 2 MiB resident, where a forked interpreter
+held 6): `cat` collects, from a pipe, what to clean as the launch makes it.
+The launcher writes `done` after its own teardown, and the janitor then exits
+without touching anything. An end of file without `done` means the launcher
+died: only then does the janitor start the interpreter (`_janitor PID`),
+which sweeps what that launcher's pid left, and exits.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
-from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
 
 
 class Janitor:
@@ -38,7 +40,7 @@ class Janitor:
         if self.pid == 0:
             try:
                 os.close(self._write_end)
-                _serve(read_end, launcher)
+                _wait(read_end, launcher)
             finally:
                 os._exit(0)
         os.close(read_end)
@@ -46,7 +48,10 @@ class Janitor:
     def tell(self, kind: str, path: str) -> None:
         """What to sweep if the launcher dies: `store` or `cgroup`, and a path."""
         if self._write_end >= 0:
-            os.write(self._write_end, f"{kind} {path}\n".encode("utf-8", "surrogateescape"))
+            try:
+                os.write(self._write_end, f"{kind} {path}\n".encode("utf-8", "surrogateescape"))
+            except BrokenPipeError:  # the janitor could not start: the next launch sweeps
+                pass
 
     def done(self) -> None:
         """The launcher has torn down itself: the janitor leaves everything alone."""
@@ -54,6 +59,8 @@ class Janitor:
             return
         try:
             os.write(self._write_end, b"done\n")
+        except BrokenPipeError:
+            pass
         finally:
             os.close(self._write_end)
             self._write_end = -1
@@ -63,31 +70,44 @@ class Janitor:
             pass
 
 
-def _serve(read_end: int, launcher: int) -> None:
+# Waits for the end of the pipe (stdin); exits at once when the launcher said `done`,
+# else hands what it was told to the interpreter ("$@"). The data is never part of
+# the script: it travels on stdin.
+_WAIT = """data=$(cat)
+case "
+$data
+" in
+*"
+done
+"*) exit 0 ;;
+esac
+printf '%s\\n' "$data" | exec "$@"
+"""
+
+
+def _wait(read_end: int, launcher: int) -> None:
+    from claude_sandbox.core import paths
+
     os.setsid()
     null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
+    os.dup2(read_end, 0)
+    for fd in (1, 2):
         os.dup2(null, fd)
     # Nothing of the launcher's stays open here: above all not the jail
     # holder's socket, whose end of file tells the holder the launcher is gone.
-    keep = sorted({0, 1, 2, read_end})
-    for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
-        os.closerange(low + 1, high)
-    data = b""
-    while chunk := _read(read_end):
-        data += chunk
-    lines = data.decode("utf-8", "surrogateescape").splitlines()
-    if "done" in lines:
-        return
-    sweep(launcher, [line.split(" ", 1) for line in lines if " " in line])
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    sweeper = [*paths.internal_argv("_janitor"), str(launcher)]
+    os.execve(paths.tool("sh"), ["sh", "-c", _WAIT, "janitor", *sweeper],
+              {"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
 
 
-def _read(fd: int) -> bytes:
-    while True:
-        try:
-            return os.read(fd, 65536)
-        except InterruptedError:
-            continue
+def main(argv: list[str]) -> int:
+    """`_janitor PID`: the launcher PID died; sweep what stdin says it made."""
+    if len(argv) != 1 or not argv[0].isdigit():
+        raise SandboxError("_janitor: expected the dead launcher's pid", EXIT_USAGE)
+    data = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+    sweep(int(argv[0]), [line.split(" ", 1) for line in data.splitlines() if " " in line])
+    return 0
 
 
 def sweep(launcher: int, told: list[list[str]]) -> None:

@@ -19,6 +19,7 @@ import os
 import struct
 
 from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.process import inheritable_data
 from claude_sandbox.core.record import record
 
 LEVELS = ("standard", "harsh")
@@ -229,15 +230,7 @@ def filter_fd(level: str) -> int:
     A memfd, so no temporary file exists on disk; bwrap reads it to EOF.
     The caller passes it to bwrap (pass_fds) and closes its own copy.
     """
-    program = build_filter(level)
-    fd = os.memfd_create("claude-sandbox-seccomp", 0)  # no MFD_CLOEXEC: bwrap inherits it
-    try:
-        os.write(fd, program)
-        os.lseek(fd, 0, os.SEEK_SET)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
+    return inheritable_data("seccomp", build_filter(level))
 
 
 def describe(level: str) -> list[str]:

@@ -1,0 +1,206 @@
+"""The launch's steps after the janitor, in order: facts, one plan, then making and running it.
+
+run.py forks the janitor before this module (and the rest of the launcher) is
+imported, so that the janitor, waiting the whole session, holds little memory.
+The order here: the configuration and the caps; the jail's holder and pasta,
+whose attach the rest overlaps; the facts (gather.py); the plan (plan.py, pure);
+the things the plan needs made (the state store, placeholders, descriptors, the
+/proc helper); bwrap, waited for; the undoing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.process import inheritable_data
+from claude_sandbox.core.record import record
+from claude_sandbox.core.trace import Trace
+from claude_sandbox.launch import (
+    cgroups,
+    config,
+    controlfiles,
+    gather,
+    hostfacts,
+    limits,
+    placeholders,
+    plan,
+    profiles,
+    render,
+    seccomp,
+    state,
+    terminal,
+)
+from claude_sandbox.launch.janitor import Janitor
+from claude_sandbox.launch.mounts import Writable
+from claude_sandbox.launch.request import Request
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+JAIL_OFF_WARNING = (
+    "claude-sandbox: warning: the egress jail is off (egress-jail = 0): the agent shares "
+    "this container's network, including private networks, cloud metadata and services on "
+    "127.0.0.1\n"
+)
+
+
+def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Janitor,
+        keep_ignored: tuple[str, ...]) -> int:
+    """The launch after the janitor: configuration, caps, jail, facts, plan, session."""
+    profile = profiles.get(request.agent)
+    cfg = gather.load_config(profile.name, environ)
+    if request.command is None:
+        _say_held_back(profile, cfg, environ)
+    limits.prefer_for_oom()
+    limit_plan = limits.plan_limits(
+        cfg.max_pids, cfg.max_memory, cgroups.probe_cgroups(), os.getuid()
+    )
+    for warning in limit_plan.warnings:
+        sys.stderr.write(f"claude-sandbox: warning: {warning}\n")
+    trace.phase("config")
+
+    cgroup = cgroups.create(limit_plan.cgroup)  # None unless a cap needs one
+    for directory in cgroup.dirs if cgroup is not None else ():
+        janitor.tell("cgroup", directory)
+    jail = None
+    prepared: Prepared | None = None
+    modes = terminal.modes()
+    try:
+        early = None
+        if cfg.egress_jail:
+            from claude_sandbox.jail import preflight
+            from claude_sandbox.jail import start as jail_start
+
+            preflight.preflight(needs_socat=bool(cfg.local_ports or cfg.callback_ports))
+            if cgroup is not None:
+                cgroup.join()  # the holder and everything it starts inherit the caps
+            # Started first: the holder's namespace and pasta's attach are the longest
+            # wait, and the facts and the plan are made meanwhile.
+            early = jail_start.begin(trace.part_of("jail"))
+        else:
+            sys.stderr.write(JAIL_OFF_WARNING)
+        gathered = gather.gather(profile, cfg, request, environ, keep_ignored)
+        the_plan = plan.make(profile, cfg, gathered, limit_plan)
+        if trace.enabled:
+            trace.phase(f"plan {render.digest(the_plan)}")
+        if the_plan.jail is not None and early is not None:
+            from claude_sandbox.jail import session  # only a jailed launch pays for it
+
+            jail = session.start(the_plan.jail, early)
+            trace.phase("jail started")
+        prepared = _prepare(the_plan, cfg, gathered.facts, janitor)
+        trace.phase("prepared")
+        # The launcher always waits: placeholders and cgroups are removed, and the
+        # session's changes reported, only by a process that outlives the sandbox.
+        started = time.time_ns()
+        env = dict(the_plan.env)
+        if jail is not None:
+            status = jail.run(prepared.argv, env, prepared.fds)
+        else:
+            status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds)
+        trace.phase("session ended")
+        _report_changes(cfg, the_plan.layout, started)
+        return status
+    finally:
+        if jail is not None:
+            jail.close()
+        if prepared is not None:
+            _undo(prepared)  # first: the /proc helper is in the cgroup too
+        if cgroup is not None:
+            cgroup.leave()
+            cgroup.remove()
+        terminal.restore(modes)
+
+
+
+
+@record
+class Prepared:
+    """What a launch made before the sandbox starts, and must undo after it."""
+
+    argv: list[str]
+    fds: tuple[int, ...]
+    made: placeholders.Made
+    helper: int | None  # the /proc helper's pid (procmask.py)
+
+
+def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
+             janitor: Janitor) -> Prepared:
+    """Make what the plan needs: the store, the scratch directory, descriptors, placeholders."""
+    bwrap_path = paths.tool("bwrap")
+    store = state.store_root(cfg.state_dir, facts.home, facts.uid)
+    state.ensure_home(store, the_plan.agent, facts.home, profiles.get(the_plan.agent).imports,
+                      facts.uid, default_root=cfg.state_dir is None)
+    if facts.agent_tmp:
+        hostfacts.ensure_private_dir(facts.agent_tmp, facts.uid)
+    placeholders.sweep(store)
+    janitor.tell("store", store)
+    opened = {name: inheritable_data(name, content.encode()) for name, content in the_plan.data}
+    seccomp_fd = seccomp.filter_fd(the_plan.hardening)
+    if seccomp_fd is not None:
+        opened[render.SECCOMP] = seccomp_fd
+    helper, helper_fd = None, None
+    if the_plan.inner.late_masks:
+        from claude_sandbox.launch import procmask, rootonly
+
+        layout = the_plan.layout
+        private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, layout))
+                   if the_plan.root_only else None)
+        masks = procmask.Masks(the_plan.hide_outer_proc, private, paths.EMPTY_DIR,
+                               paths.EMPTY_FILE)
+        helper, helper_fd = procmask.start_helper(masks)
+        opened["helper"] = helper_fd
+    opened[render.INNER] = inheritable_data("inner", render.inner_record(the_plan, helper_fd))
+    # The agent shares the launching terminal, as it would without the sandbox:
+    # job control, resizes and hang-ups reach it directly. What a shared
+    # terminal allows beyond that, pushing input with TIOCSTI or TIOCLINUX, the
+    # seccomp filter refuses (check 45; docs/explanation/terminal.md).
+    argv = render.bwrap_argv(the_plan, bwrap_path, {k: str(v) for k, v in opened.items()})
+    controls = the_plan.layout.controls
+    made = placeholders.make(store, [p for c in controls for p in c.placeholders],
+                             [p for c in controls for p in c.read_only])
+    return Prepared(argv, tuple(opened.values()), made, helper)
+
+
+def _undo(prepared: Prepared) -> None:
+    """After the session: the /proc helper reaped, the placeholders removed."""
+    if prepared.helper is not None:
+        try:
+            os.kill(prepared.helper, 9)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(prepared.helper, 0)
+        except ChildProcessError:
+            pass
+    for path in prepared.made.remove():
+        sys.stderr.write(f"claude-sandbox: warning: {path} was a placeholder the sandbox made "
+                         "and has changed; left as it is\n")
+
+
+def _say_held_back(profile: profiles.Profile, cfg: config.Config,
+                   environ: Mapping[str, str]) -> None:
+    """One line when a credential variable is set here and the sandbox holds it back."""
+    names = profiles.held_back(profile, environ, cfg.pass_env)
+    if names:
+        lines = "".join(f"pass-env = {name}\n" for name in names)
+        sys.stderr.write(
+            f"claude-sandbox: {', '.join(names)} {'is' if len(names) == 1 else 'are'} set "
+            f"here but not passed into the sandbox; to pass {'it' if len(names) == 1 else 'them'}"
+            f", add to {paths.CONFIG_FILE}: {lines.strip().replace(chr(10), '; ')} "
+            f"(or log in inside: the login stays in the agent's state store)\n")
+
+
+def _report_changes(cfg: config.Config, layout: Writable, since_ns: int) -> None:
+    """Control files the session made below the top of a writable root (aftermath.py)."""
+    from claude_sandbox.launch import aftermath
+
+    table = controlfiles.controls(cfg.protect, cfg.unprotect)
+    names = frozenset(control.path.split("/")[0] for control in table)
+    roots = [r for r in (layout.workspace, *layout.allow_write) if os.path.isdir(r)]
+    for line in aftermath.report_lines(*aftermath.scan(roots, names, since_ns)):
+        sys.stderr.write(f"claude-sandbox: warning: {line}\n")
