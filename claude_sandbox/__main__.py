@@ -27,12 +27,14 @@ def _split_dashdash(argv: Sequence[str], what: str) -> tuple[list[str], list[str
 def _internal(command: str, argv: list[str]) -> int:
     import os
 
-    if command == "_launch":
+    # `_shadow`: what shims from before the package's folders call. An upgrade replaces
+    # the package before the shims, and a launch in between must still work.
+    if command in ("_launch", "_shadow"):
         from claude_sandbox.launch import run
 
-        before, after = _split_dashdash(argv, "_launch")
+        before, after = _split_dashdash(argv, command)
         if len(before) != 1:
-            raise SandboxError("_launch: expected exactly one agent name", EXIT_USAGE)
+            raise SandboxError(f"{command}: expected exactly one agent name", EXIT_USAGE)
         return run.launch(run.Request(before[0], None, tuple(after)), os.environ)
     if command == "_jail_holder":
         from claude_sandbox.jail import holder

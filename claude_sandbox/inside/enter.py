@@ -1,6 +1,6 @@
 """`_enter`: the last step inside bwrap, between the sandbox and the agent.
 
-bwrap execs `INTERPRETER -I -m claude_sandbox _enter FD`, where FD holds the
+bwrap execs `INTERPRETER -I -S -c CODE FD` (paths.internal_argv), where FD holds the
 plan's inner record (spec.py: validated on read). This module then sets the
 in-sandbox rlimits, enters the Landlock domain (it must be entered inside
 bwrap: a process in a domain cannot run bwrap), and execs the agent. The
@@ -9,7 +9,7 @@ everything here is inherited by the agent and every descendant, none of it
 removable.
 
 It runs at every launch in a fresh interpreter, so it imports little:
-`landlock` (ctypes), `resource`, `json`. Not `typing`, not `dataclasses`
+`landlock` (ctypes), `resource`, `spec`. Not `typing`, not `dataclasses`
 (about 35 ms together on this machine, more than everything else `_enter`
 does). The launcher-side half, the record's making, is launch/plan.py.
 """
@@ -52,7 +52,7 @@ def apply_rlimits(settings: Inner) -> None:
     for which, value in caps:
         try:
             resource.setrlimit(which, (value, value))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, OverflowError) as exc:
             raise SandboxError(f"_enter: cannot set rlimit: {exc}", EXIT_UNAVAILABLE) from None
 
 

@@ -30,6 +30,7 @@ LEVELS = ("standard", "harsh")
 # The terminal signals bwrap ignores so that the agent decides (process.SESSION_IGNORED);
 # kept ignored for the agent only where the launch itself inherited them ignored.
 SIGNAL_NAMES = ("int", "quit", "hup", "term")
+_INT_MAX = (1 << 63) - 1  # what setrlimit takes
 LIMIT = 1 << 20  # the encoded record: far above any real plan, far below memory trouble
 
 @record
@@ -80,7 +81,7 @@ def _int(values: list[str], name: str) -> int | None:
     if not values:
         return None
     if len(values) != 1 or not values[0].isascii() or not values[0].isdigit() \
-            or len(values[0]) > 19:
+            or len(values[0]) > 19 or int(values[0]) > _INT_MAX:
         raise _bad(f"{name} must be a non-negative integer")
     return int(values[0])
 
@@ -128,13 +129,15 @@ def decode(data: bytes) -> tuple[Inner, int | None]:
         command=tuple(command),
     )
     helper_fd = _int(fields["helper_fd"], "helper_fd")
+    if helper_fd is not None and helper_fd < 3:
+        raise _bad("helper_fd must not be a standard stream")
     if inner.late_masks != (helper_fd is not None):
         raise _bad("late_masks and helper_fd disagree")
     return inner, helper_fd
 
 
 def read(fd: int) -> tuple[Inner, int | None]:
-    """Read the whole record from `fd` (a pipe the launcher filled and closed) and close it."""
+    """Read the whole record from `fd` (the launcher's memfd) and close it."""
     chunks = []
     try:
         while True:

@@ -14,7 +14,7 @@ from claude_sandbox.jail.spec import JailSpec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     # A request to the holder and its reply (holder.py's frames).
     Ask = Callable[[list[str]], list[str]]
@@ -30,10 +30,9 @@ def _ip(ask: Ask, args: list[str], stdin_text: str = "") -> tuple[int, str, str]
     return int(reply[1]), reply[2], reply[3]
 
 def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], None],
-                settings: JailSpec, tamper: Sequence[str]) -> routes.Plan:
+                settings: JailSpec) -> routes.Plan:
     """Read the namespace, programme the plan's routes and read them back in the same
-    `ip` run; refuse the launch where what the kernel holds differs (check 31).
-    `tamper`: extra `ip` lines a test slips in before the read-back."""
+    `ip` run; refuse the launch where what the kernel holds differs (check 31)."""
     rc, out, err = _ip(ask, ["-j", "-4", "-batch", "-"], "addr show\nroute show table main\n")
     docs = readback.parse_json_stream(out)
     if rc != 0 or len(docs) != 2:
@@ -47,12 +46,11 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
         # Not fatal by itself: the read-back proves what IPv6 still holds.
         trace(f"IPv6 not fully switched off ({v6[1]})")
     # Programme and first read-back in one `ip` process: no window in
-    # which a route could change unseen between the two besides `tamper`.
-    script = plan.batch() + "".join(f"{t}\n" for t in tamper)
-    script += READBACK
+    # which a route could change unseen between the two.
+    script = plan.batch() + READBACK
     _, out4, err = _ip(ask, ["-4", "-force", "-j", "-batch", "-"], script)
     _, out6, _ = _ip(ask, ["-6", "-j", "-batch", "-"], READBACK)
-    failed = _failed_rows(warn, plan, readback.failed_lines(err), len(tamper), err)
+    failed = _failed_rows(warn, plan, readback.failed_lines(err), err)
     seen = readback.parse_readback(out4, out6)
     problems = readback.compare(plan, failed, seen)
     if problems:
@@ -64,22 +62,19 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
     trace("routes programmed and verified")
     return plan
 
-def _failed_rows(warn: Callable[[str], None], plan: routes.Plan, lines: set[int], extra: int,
+def _failed_rows(warn: Callable[[str], None], plan: routes.Plan, lines: set[int],
                  err: str) -> set[int]:
     """Map failed batch lines to plan rows; refuse when a required one failed.
 
-    Line 1 is the flush, lines 2.. are plan.routes, then `extra` tamper
-    lines, then the two read-back commands.
+    Line 1 is the flush, lines 2.. are plan.routes, then the read-back commands.
     """
     failed: set[int] = set()
     last_row = len(plan.routes) + 1
     for line in sorted(lines):
-        if line == 1 or line > last_row + extra:
+        if line == 1 or line > last_row:
             raise SandboxError(
                 f"egress jail: route programming failed ({err.strip()})", EXIT_JAIL
             )
-        if line > last_row:
-            continue  # a test's tampering: the read-back must catch its effect
         row = plan.routes[line - 2]
         if row.required:
             raise SandboxError(

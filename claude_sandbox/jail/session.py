@@ -6,9 +6,10 @@ The order is the security argument, and every step fails closed:
 1. jail_start.begin(): an `unshare -rn` holder re-enters this package with
    the same root-owned interpreter; as soon as its namespace exists (before
    its Python has even started) pasta attaches to it from outside, where it
-   has the internet. start() takes over what begin() started, and the caller
-   builds the bwrap command line while pasta works.
-2. run(): the holder reads what pasta configured, programs the routes in one
+   has the internet, and the holder is asked for the DNS filter (dnsfilter.py).
+   start() takes over what begin() started, while the caller makes the plan.
+2. run(): the DNS filter's answer is checked; the holder reads what pasta
+   configured (lock.py), programs the routes in one
    `ip -batch` call that ends by reading back every table and rule, switches
    IPv6 off; the parent compares the read-back with the plan (routes.py) and
    refuses on any difference. Only then do the inside relays start and the
@@ -49,14 +50,6 @@ PASTA_TIMEOUT = 10.0
 # How long a failed pasta waits for the holder whose exit may have caused it.
 HOLDER_GRACE = 0.2
 PASTA_ATTEMPTS = 3
-
-
-# --- the plan, for `claude-sandbox explain` ----------------------------------
-
-
-def explain_lines(allow_ip: Sequence[str] = ()) -> list[str]:
-    """The route plan for example addresses, without starting anything."""
-    return routes.explain_plan(allow_ip=allow_ip)
 
 
 # --- start -------------------------------------------------------------------
@@ -160,24 +153,14 @@ class Jail:
         (bwrap's --seccomp FD, a gitconfig pipe): they travel to the holder
         over the socketpair (SCM_RIGHTS), since it started before they existed.
         """
-        return self._run(argv, env, fds, tamper=())
-
-    def _run(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        fds: Sequence[int],
-        tamper: Sequence[str],
-    ) -> int:
-        # `tamper` lets the real-namespace tests change a table between
-        # programming and read-back; run() always passes nothing.
         try:
             try:
                 # The answer to the DNS filter request start.begin() sent.
                 dnsfilter.check(self._receive())
                 self._trace("DNS filter programmed and verified")
                 self._wait_pasta()
-                self._lock_routes(tamper)
+                self._plan = lock.lock_routes(self._ask, self._trace, self._warn,
+                                              self.settings)
                 self._start_inside_relays()
                 self._exec(argv, env, fds)
             except reaping.HolderGone:
@@ -270,9 +253,6 @@ class Jail:
         if reply is None:
             raise reaping.HolderGone
         return reply
-
-    def _lock_routes(self, tamper: Sequence[str]) -> None:
-        self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings, tamper)
 
     def _start_inside_relays(self) -> None:
         if not self._outside:
@@ -387,7 +367,7 @@ class Jail:
     def plan_lines(self) -> list[str]:
         """The plan this jail programmed (or the example plan before run())."""
         if self._plan is None:
-            return explain_lines(self.settings.allow_ip)
+            return routes.explain_plan(allow_ip=self.settings.allow_ip)
         return routes.plan_lines(self._plan)
 
 

@@ -4,9 +4,10 @@ The holder's namespace and pasta's attach are the longest wait of a jailed
 launch (ADR 0004), so they start before anything else is
 imported: this module needs only os, fcntl, stat, time, _signal,
 _socket (and ctypes, which session.py needs as well). begin() spawns the
-holder, waits for its namespace, prepares the tap device and spawns pasta;
-importing session.py (json and ipaddress through routes: ~13 ms here) and
-building the bwrap command line then overlap pasta's work.
+holder, waits for its namespace, prepares the tap device, spawns pasta and
+asks the holder for the DNS filter; the launcher's facts and plan, and
+importing session.py, then overlap their work. abandon() ends all of it when
+the launch stops before the jail takes over.
 """
 
 from __future__ import annotations
@@ -280,6 +281,18 @@ class Early:
     trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
 
 
+def abandon(early: Early) -> None:
+    """End what begin() started when the launch stops before the jail takes it over
+    (a refusal while the facts or the plan are made): nothing of it outlives the launch."""
+    early.sock.close()
+    for child in (early.pasta, early.holder):
+        child.kill()
+        child.wait()
+    os.close(early.userns_fd)
+    remove_dir(early.directory)
+    early.forward.restore()
+
+
 def begin(trace: Trace) -> Early:
     """Spawn the holder, prepare its namespace and start pasta's attach.
 
@@ -299,6 +312,7 @@ def begin(trace: Trace) -> Early:
     forward = Forwarder(holder, ignored)
     userns_fd = netns_fd = -1
     directory = ""
+    pasta: Child | None = None
     try:
         trace.phase("holder spawned")
         directory = make_private_dir()
@@ -315,8 +329,10 @@ def begin(trace: Trace) -> Early:
         send_frame(sock, dnsfilter.request())
     except BaseException as exc:
         sock.close()  # the holder reads EOF and exits, if it has not yet
-        holder.kill()
-        holder.wait()
+        for child in (pasta, holder):
+            if child is not None:
+                child.kill()
+                child.wait()
         for fd in (userns_fd, netns_fd):
             if fd >= 0:
                 os.close(fd)

@@ -237,6 +237,12 @@ def login_homes(launching_home: str) -> tuple[str, ...]:
     return tuple(homes)
 
 
+def login_home() -> str:
+    """This user's home from the password database, resolved: never $HOME, which the
+    launching environment could point anywhere."""
+    return os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+
+
 def probe(
     environ: Mapping[str, str],
     *,

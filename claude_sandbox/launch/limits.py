@@ -51,11 +51,6 @@ class LimitPlan:
     warnings: tuple[str, ...]
     defaults: tuple[str, ...] = ()  # the caps the operator left at their default
 
-    @property
-    def needs_parent(self) -> bool:
-        """A cgroup is in the plan, so a process must wait to remove it."""
-        return bool(self.cgroup)
-
 
 def prefer_for_oom() -> None:
     """Make this launch (everything it starts inherits it) the kernel's first choice

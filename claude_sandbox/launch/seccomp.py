@@ -228,7 +228,6 @@ def filter_fd(level: str) -> int:
     """A readable, inheritable descriptor holding the program, for `bwrap --seccomp FD`.
 
     A memfd, so no temporary file exists on disk; bwrap reads it to EOF.
-    The caller passes it to bwrap (pass_fds) and closes its own copy.
     """
     return inheritable_data("seccomp", build_filter(level))
 

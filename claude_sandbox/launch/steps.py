@@ -67,10 +67,15 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     for directory in cgroup.dirs if cgroup is not None else ():
         janitor.tell("cgroup", directory)
     jail = None
+    early = None
     prepared: Prepared | None = None
     modes = terminal.modes()
     try:
-        early = None
+        # Before the facts are read: a dead launcher's placeholders must not be
+        # planned around (the sweep removes them, and the plan would bind them).
+        store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
+        placeholders.sweep(store)
+        janitor.tell("store", store)
         if cfg.egress_jail:
             from claude_sandbox.jail import preflight
             from claude_sandbox.jail import start as jail_start
@@ -92,7 +97,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
 
             jail = session.start(the_plan.jail, early)
             trace.phase("jail started")
-        prepared = _prepare(the_plan, cfg, gathered.facts, janitor)
+        prepared = _prepare(the_plan, cfg, gathered.facts)
         trace.phase("prepared")
         # The launcher always waits: placeholders and cgroups are removed, and the
         # session's changes reported, only by a process that outlives the sandbox.
@@ -108,6 +113,10 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     finally:
         if jail is not None:
             jail.close()
+        elif early is not None:
+            from claude_sandbox.jail import start as jail_start
+
+            jail_start.abandon(early)
         if prepared is not None:
             _undo(prepared)  # first: the /proc helper is in the cgroup too
         if cgroup is not None:
@@ -128,8 +137,7 @@ class Prepared:
     helper: int | None  # the /proc helper's pid (procmask.py)
 
 
-def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
-             janitor: Janitor) -> Prepared:
+def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts) -> Prepared:
     """Make what the plan needs: the store, the scratch directory, descriptors, placeholders."""
     bwrap_path = paths.tool("bwrap")
     store = state.store_root(cfg.state_dir, facts.home, facts.uid)
@@ -137,32 +145,37 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
                       facts.uid, default_root=cfg.state_dir is None)
     if facts.agent_tmp:
         hostfacts.ensure_private_dir(facts.agent_tmp, facts.uid)
-    placeholders.sweep(store)
-    janitor.tell("store", store)
-    opened = {name: inheritable_data(name, content.encode()) for name, content in the_plan.data}
-    seccomp_fd = seccomp.filter_fd(the_plan.hardening)
-    if seccomp_fd is not None:
-        opened[render.SECCOMP] = seccomp_fd
-    helper, helper_fd = None, None
-    if the_plan.inner.late_masks:
-        from claude_sandbox.launch import procmask, rootonly
+    controls = the_plan.layout.controls
+    made = placeholders.make(store, [p for c in controls for p in c.placeholders],
+                             [p for c in controls for p in c.read_only])
+    opened: dict[str, int] = {}
+    helper = None
+    try:
+        opened.update({name: inheritable_data(name, content.encode())
+                       for name, content in the_plan.data})
+        opened[render.SECCOMP] = seccomp.filter_fd(the_plan.hardening)
+        helper_fd = None
+        if the_plan.inner.late_masks:
+            from claude_sandbox.launch import procmask, rootonly
 
-        layout = the_plan.layout
-        private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, layout))
-                   if the_plan.root_only else None)
-        masks = procmask.Masks(the_plan.hide_outer_proc, private, paths.EMPTY_DIR,
-                               paths.EMPTY_FILE)
-        helper, helper_fd = procmask.start_helper(masks)
-        opened["helper"] = helper_fd
-    opened[render.INNER] = inheritable_data("inner", render.inner_record(the_plan, helper_fd))
+            layout = the_plan.layout
+            private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, layout))
+                       if the_plan.root_only else None)
+            masks = procmask.Masks(the_plan.hide_outer_proc, private, paths.EMPTY_DIR,
+                                   paths.EMPTY_FILE)
+            helper, helper_fd = procmask.start_helper(masks)
+            opened["helper"] = helper_fd
+        opened[render.INNER] = inheritable_data("inner", render.inner_record(the_plan, helper_fd))
+    except BaseException:
+        for fd in opened.values():
+            os.close(fd)
+        _undo(Prepared([], (), made, helper))
+        raise
     # The agent shares the launching terminal, as it would without the sandbox:
     # job control, resizes and hang-ups reach it directly. What a shared
     # terminal allows beyond that, pushing input with TIOCSTI or TIOCLINUX, the
     # seccomp filter refuses (check 45; docs/explanation/terminal.md).
     argv = render.bwrap_argv(the_plan, bwrap_path, {k: str(v) for k, v in opened.items()})
-    controls = the_plan.layout.controls
-    made = placeholders.make(store, [p for c in controls for p in c.placeholders],
-                             [p for c in controls for p in c.read_only])
     return Prepared(argv, tuple(opened.values()), made, helper)
 
 

@@ -285,7 +285,8 @@ def run(rows: Sequence[Row] = ROWS) -> list[Result]:
     for row in rows:
         try:
             finding = row.probe()
-        except Exception as error:  # a probe that breaks is a failing row, not a traceback
+        # What a probe meets on a strange host is a failing row, not a traceback.
+        except (OSError, SandboxError, subprocess.SubprocessError, ValueError) as error:
             finding = Finding(False, f"probe failed: {error}",
                               "re-run the installer as root (./install.sh); if this row "
                               "still fails, report it with `claude-sandbox doctor --json`")

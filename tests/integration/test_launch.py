@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import glob
 import json
 import os
 import secrets
@@ -337,3 +338,20 @@ def test_sessions_side_by_side_share_one_workspace(launcher: Launcher) -> None:
     finally:
         first.wait(timeout=30)
     assert os.listdir(launcher.workspace) == []
+
+
+def test_a_refusal_while_planning_leaves_no_jail_behind(launcher: Launcher) -> None:
+    """The jail's holder and pasta start before the facts and the plan are made; a
+    launch refused there (an unknown command) ends them and removes their directory."""
+    def ours() -> set[str]:  # pasta's pid file and the holder's argv name the jail
+        found = subprocess.run(["pgrep", "-u", str(launcher.uid), "-f",
+                                r"claude-sandbox-jail\.|_jail_holder"],
+                               capture_output=True, text=True)
+        return set(found.stdout.split())
+
+    before = set(glob.glob(f"/tmp/claude-sandbox-jail.{launcher.uid}.*")), ours()
+    result = launcher.shell("no-such-command-anywhere", env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1"})
+    assert result.returncode == 127, result.stderr
+    assert "command not found" in result.stderr
+    assert set(glob.glob(f"/tmp/claude-sandbox-jail.{launcher.uid}.*")) <= before[0]
+    assert ours() <= before[1]

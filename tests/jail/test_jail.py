@@ -16,8 +16,9 @@ from collections.abc import Sequence
 import pytest
 
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.jail import dirs
+from claude_sandbox.jail import dirs, lock
 from claude_sandbox.jail import session as jail
+from claude_sandbox.jail.lock import READBACK
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.launch.plan import resolv_conf
 
@@ -173,24 +174,37 @@ def test_real_egress_and_dns_through_the_forwarder(tmp_path: os.PathLike[str]) -
     assert "status 200" in text
 
 
-def test_readback_matches_and_a_tampered_table_refuses(tmp_path: os.PathLike[str]) -> None:
+def test_readback_matches_and_a_tampered_table_refuses(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
     marker = os.path.join(tmp_path, "ran")
     argv = ["/usr/bin/touch", marker]
     status, _, j = launch(_settings(), argv, tmp_path)
     assert status == 0 and os.path.exists(marker)
     assert any("route add default via" in line for line in j.plan_lines())
     os.unlink(marker)
+    real_ip = lock._ip
     for tamper in (
         "route add blackhole 198.51.100.0/24",  # an unplanned route in main
         "route add default via 0.0.0.0 dev lo table 100",  # a route in another table
         "rule add from all lookup 100 priority 100",  # a policy rule
         "route del 10.0.0.0/8",  # a planned block removed
     ):
+        # The change lands in the IPv4 run, after the plan and before its read-back:
+        # only the read-back can see it.
+        def tampered(ask: lock.Ask, args: list[str], stdin_text: str = "",
+                     change: str = tamper) -> tuple[int, str, str]:
+            if "-force" in args:
+                stdin_text = stdin_text.replace(READBACK, f"{change}\n{READBACK}")
+            return real_ip(ask, args, stdin_text)
+
+        monkeypatch.setattr(lock, "_ip", tampered)
         j = jail.start(_settings())
         private_dir = j.private_dir
         with pytest.raises(SandboxError) as info:
-            j._run(argv, {}, (), tamper=(tamper,))
+            j.run(argv, {})
         assert info.value.status == EXIT_JAIL, tamper
+        assert "read back differ" in info.value.message, (tamper, info.value.message)
         assert not os.path.exists(marker), f"the command ran despite {tamper}"
         assert_torn_down(j, private_dir)
 

@@ -63,6 +63,16 @@ def test_any_bytes_are_read_or_refused(data: bytes) -> None:
     _refused(data)
 
 
+def test_a_standard_stream_is_never_the_helper() -> None:
+    record = spec.encode(Inner("standard", late_masks=True, command=("/bin/true",)), 2)
+    try:
+        spec.decode(record)
+    except SandboxError as error:
+        assert error.status == EXIT_USAGE
+    else:
+        raise AssertionError("accepted descriptor 2 as the helper")
+
+
 def test_a_huge_count_allocates_nothing() -> None:
     huge = list(GOOD)
     huge[huge.index(b"writable") + 1] = b"9999999"
@@ -90,7 +100,8 @@ def test_what_the_launcher_never_writes_is_refused() -> None:
                          ("writable", (b"relative",)), ("level", (b"lenient",)),
                          ("keep_ignored", (b"usr1",)), ("max_pids", (b"-1",)),
                          ("max_pids", (b"1", b"2")), ("helper_fd", (b"5",)),
-                         ("late_masks", (b"yes",)), ("max_memory", ("\u0661".encode(),))):
+                         ("late_masks", (b"yes",)), ("max_memory", ("\u0661".encode(),)),
+                         ("max_memory", (b"9999999999999999999",))):
         try:
             spec.decode(changed(name, *values))
         except SandboxError as error:
