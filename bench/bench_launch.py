@@ -106,12 +106,12 @@ class PlanFloor:
                                       [p for c in controls for p in c.read_only])
 
     def once(self, enter: bool) -> float:
-        from claude_sandbox.core.process import inheritable_data
+        from claude_sandbox.core.process import data_descriptor
         from claude_sandbox.launch import render, seccomp
 
-        opened = {name: inheritable_data(name, text.encode()) for name, text in self.plan.data}
-        opened[render.SECCOMP] = seccomp.filter_fd(self.plan.hardening) or -1
-        opened[render.INNER] = inheritable_data("inner", render.inner_record(self.plan, None))
+        opened = {name: data_descriptor(name, text.encode()) for name, text in self.plan.data}
+        opened[render.SECCOMP] = seccomp.filter_fd(self.plan.inner.level)
+        opened[render.INNER] = data_descriptor("inner", render.inner_record(self.plan, None))
         argv = render.bwrap_argv(self.plan, self.bwrap, {k: str(v) for k, v in opened.items()})
         if not enter:
             argv = [*argv[: argv.index("--") + 1], "/bin/true"]

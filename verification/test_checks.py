@@ -1064,3 +1064,19 @@ def test_59_root_only_files_hidden(request: pytest.FixtureRequest) -> None:
         note(request, "not root: the owner's modes keep these files out")
         return
     note(request, f"hidden: /etc/shadow and {len(planted)} file(s) the runner made root-only")
+
+
+def test_61_no_inherited_descriptor_inside(request: pytest.FixtureRequest) -> None:
+    planted = FACTS.get("inherited_fd") or {}
+    target = str(planted.get("path", ""))
+    assert target, "the runner planted no inherited descriptor"
+    leaked = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == target:
+                leaked.append(name)
+        except OSError:
+            continue
+    assert not leaked, f"descriptor(s) {', '.join(leaked)} inside lead to {target}"
+    note(request, f"the launcher held descriptor {planted.get('fd')} on {target}; "
+                  "nothing inside leads there")

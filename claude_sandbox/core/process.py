@@ -54,19 +54,20 @@ class Child:
             os.kill(self.pid, _signal.SIGKILL)
 
 
-def inheritable_data(name: str, data: bytes) -> int:
-    """A descriptor holding `data`, read from its start, that a child inherits: what
-    bwrap reads for a data mount or the seccomp filter, what `_enter` reads. A memfd,
-    not a pipe: a pipe holds 64 KiB before a write blocks, and nothing reads it until
-    bwrap runs; and no file exists on disk."""
-    fd = os.memfd_create(f"claude-sandbox-{name}", 0)
+def data_descriptor(name: str, data: bytes) -> int:
+    """A descriptor holding `data`, read from its start: what bwrap reads for a data mount
+    or the seccomp filter, what `_enter` reads. A memfd, not a pipe: a pipe holds 64 KiB
+    before a write blocks, and nothing reads it until bwrap runs; and no file exists on
+    disk. Close-on-exec: only the child it is meant for inherits it (fork_exec's
+    `pass_fds`, or the jail holder, which places what it receives), never another
+    program the launcher starts meanwhile (a retried pasta)."""
+    fd = os.memfd_create(f"claude-sandbox-{name}")
     try:
         os.write(fd, data)
         os.lseek(fd, 0, os.SEEK_SET)
     except OSError:
         os.close(fd)
         raise
-    os.set_inheritable(fd, True)
     return fd
 
 
@@ -94,12 +95,15 @@ def fork_exec(
     before_exec: Callable[[], None] | None = None,
 ) -> Child:
     """The one way the launch path starts a program: fork and exec, with `streams`
-    (target fd: source fd) in place of 0, 1, 2, and `pass_fds` kept open.
+    (target fd: source fd) in place of 0, 1, 2, `pass_fds` kept open, and every
+    other descriptor closed: whatever the launching process inherited (an IDE's
+    socket, a terminal multiplexer's pipe) reaches no program of ours, and so never
+    the sandbox (check 61).
 
     Not posix_spawn: glibc's posix_spawn leaves its two internal signals (32,
     33) ignored in the child, and an ignored disposition survives every exec
-    down to the agent, where nothing can reset it. Python opens descriptors
-    non-inheritable, so the child gets the three streams and nothing else.
+    down to the agent, where nothing can reset it. Python opens its own descriptors
+    non-inheritable; what this process inherited is closed in the child below.
     Python ignores SIGPIPE and SIGXFSZ; the child gets them back at their
     defaults, as subprocess does (pasta even refuses to start otherwise:
     "Couldn't install signal handlers").
@@ -126,6 +130,9 @@ def fork_exec(
                 os.setsid()
             for target, source in streams.items():
                 os.dup2(source, target)
+            keep = sorted({0, 1, 2, *pass_fds})
+            for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
+                os.closerange(low + 1, high)
             for fd in pass_fds:
                 os.set_inheritable(fd, True)
             if before_exec is not None:

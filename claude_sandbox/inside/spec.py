@@ -24,14 +24,13 @@ import os
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
 from claude_sandbox.core.record import record
 
-TYPE_CHECKING = False
-
 LEVELS = ("standard", "harsh")
 # The terminal signals bwrap ignores so that the agent decides (process.SESSION_IGNORED);
 # kept ignored for the agent only where the launch itself inherited them ignored.
 SIGNAL_NAMES = ("int", "quit", "hup", "term")
 _INT_MAX = (1 << 63) - 1  # what setrlimit takes
 LIMIT = 1 << 20  # the encoded record: far above any real plan, far below memory trouble
+
 
 @record
 class Inner:

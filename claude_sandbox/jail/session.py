@@ -36,6 +36,7 @@ import time
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.process import Child
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import dirs, dnsfilter, lock, reaping, relays, routes
 from claude_sandbox.jail import start as jail_start
@@ -78,10 +79,10 @@ class Jail:
         self.settings = settings
         self._dir: str | None = early.directory
         self._sock: _socket.socket = early.sock
-        self._holder: jail_start.Child = early.holder
+        self._holder: Child = early.holder
         self._forward: jail_start.Forwarder | None = early.forward
-        self._pasta: jail_start.Child = early.pasta
-        self._outside: list[tuple[relays.Relay, jail_start.Child]] = []
+        self._pasta: Child = early.pasta
+        self._outside: list[tuple[relays.Relay, Child]] = []
         self._inside_pidfds: list[tuple[int, int]] = []
         # An open descriptor of the holder's user namespace, held until close():
         # it identifies what the holder left behind, and holding it keeps the

@@ -27,8 +27,6 @@ from claude_sandbox.jail import dnsfilter
 from claude_sandbox.jail.dirs import make_private_dir, remove_dir
 from claude_sandbox.jail.holder import send_frame
 
-__all__ = ["Child", "fork_exec", "load_libc"]  # session.py reaches them through this module
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -75,12 +73,12 @@ def spawn_holder() -> tuple[Child, _socket.socket]:
     """
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        os.set_inheritable(theirs.fileno(), True)
         argv = [
             paths.tool("unshare"), "--user", "--map-root-user", "--net",
             *paths.internal_argv("_jail_holder"), "--fd", str(theirs.fileno()),
         ]  # fmt: skip
-        holder = fork_exec(argv, dict(os.environ), {}, setsid=False)
+        holder = fork_exec(argv, dict(os.environ), {}, setsid=False,
+                           pass_fds=(theirs.fileno(),))
     except BaseException:
         ours.close()
         raise

@@ -123,15 +123,20 @@ def controls(protect: Sequence[str], unprotect: Sequence[str]) -> tuple[Control,
     return tuple(kept)
 
 
-def probe(paths_: Iterable[str]) -> dict[str, str | None]:
+def probe(paths_: Iterable[str], shared: frozenset[str] = frozenset()) -> dict[str, str | None]:
     """lstat each path: the only file-system reads the planner needs.
 
     An absent path whose directory this user cannot write, and does not own, is
     "locked": the agent, with the same uid and no capabilities, cannot create it
-    and cannot chmod the directory to do so.
+    and cannot chmod the directory to do so. A path in `shared` holds another live
+    session's placeholder (placeholders.made_by_others): absent for this plan too,
+    which then holds the same placeholder read-only rather than planning inside it.
     """
     found: dict[str, str | None] = {}
     for path in paths_:
+        if path in shared:
+            found[path] = None
+            continue
         try:
             mode = os.lstat(path).st_mode
         except OSError:

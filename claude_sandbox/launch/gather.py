@@ -3,7 +3,7 @@
 Everything the pure planner (plan.py) needs from the file system, the
 password database, git and /proc is read here, once, into a frozen `Gathered`.
 `claude-sandbox explain` gathers the same facts the same way and creates
-nothing; the launch then makes what the plan needs (run.py).
+nothing; the launch then makes what the plan needs (steps.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_JAIL, SandboxError
+from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch import (
     config,
@@ -47,16 +47,23 @@ class Gathered:
 
 def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
            environ: Mapping[str, str], keep_ignored: tuple[str, ...]) -> Gathered:
-    facts = probe(profile, cfg, environ)
+    home = hostfacts.login_home()
+    store = state.store_root(cfg.state_dir, home, os.getuid())
+    facts = hostfacts.probe(environ, agent=profile.name,
+                            wanted=mounts.optional_paths(profile, home),
+                            tmp_base=profile.tmp_dir,
+                            store_home=state.agent_home(store, profile.name))
     if request.command is None:
         command: tuple[str, ...] = (facts.real_binary, *profiles.agent_args(profile, request.args))
     else:
         inner = mounts.inner_path(facts)
-        command = (resolve_command(request.command, inner, _inner_view(facts)),
+        hidden = (*facts.runtime_dirs, "/tmp", "/dev")  # fresh inside: nothing of outside
+        command = (resolve_command(request.command, inner,
+                                   hostfacts.inside_view(facts.home, facts.store_home, hidden)),
                    *request.command[1:])
     return Gathered(
         facts=facts,
-        layout=resolve_writable(cfg, facts),
+        layout=resolve_writable(cfg, facts, store),
         command=command,
         gitconfig=gitconfig.render(gitconfig.identity(facts.user, facts.home),
                                    gitconfig.forge_helpers(cfg.no_forge)),
@@ -65,19 +72,6 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
         host_addresses=_host_addresses() if cfg.egress_jail else (),
         keep_ignored=keep_ignored,
         environ=tuple((name, environ[name]) for name in mounts.passed_names(cfg, environ)),
-    )
-
-
-def probe(profile: profiles.Profile, cfg: config.Config,
-          environ: Mapping[str, str]) -> hostfacts.HostFacts:
-    return hostfacts.probe(
-        environ,
-        agent=profile.name,
-        wanted=lambda home: mounts.optional_paths(profile, home),
-        tmp_base=profile.tmp_dir,
-        store_home=lambda home, uid: state.agent_home(
-            state.store_root(cfg.state_dir, home, uid), profile.name
-        ),
     )
 
 
@@ -93,33 +87,25 @@ def _codex_config() -> str:
     """codex's managed config as inside sees it (codexconfig.py)."""
     from claude_sandbox.launch import codexconfig
 
-    try:
-        with open(paths.CODEX_MANAGED_CONFIG, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        text = ""
-    except (OSError, UnicodeDecodeError) as error:
-        raise SandboxError(f"{paths.CODEX_MANAGED_CONFIG}: cannot be read ({error})",
-                           EXIT_CONFIG) from None
-    return codexconfig.inside(text)
+    return codexconfig.inside(config.read_file(paths.CODEX_MANAGED_CONFIG) or "")
 
 
 def load_config(agent: str, environ: Mapping[str, str]) -> config.Config:
     return config.load(environ, agent=agent, agents=profiles.AGENT_NAMES, path=paths.CONFIG_FILE)
 
 
-def path_rules(cfg: config.Config, facts: hostfacts.HostFacts) -> workspace.PathRules:
+def path_rules(facts: hostfacts.HostFacts, store: str) -> workspace.PathRules:
     return workspace.PathRules(
         home=facts.home,
         homes=hostfacts.login_homes(facts.home),
         path_dirs=tuple(os.path.realpath(p) for p in facts.path if p.startswith("/")),
-        store=state.store_root(cfg.state_dir, facts.home, facts.uid),
+        store=store,
     )
 
 
-def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts) -> Writable:
+def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts, store: str) -> Writable:
     """The writable roots, each checked, and the control files each holds."""
-    rules = path_rules(cfg, facts)
+    rules = path_rules(facts, store)
     where = cfg.origins.get("workspace-root", "the launch directory")
     root = workspace.check_writable(
         cfg.workspace_root or facts.cwd, rules, what="workspace", where=where
@@ -132,16 +118,14 @@ def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts) -> Writable
         for path in cfg.allow_write
     )
     table = controlfiles.controls(cfg.protect, cfg.unprotect)
-    # Another session's placeholders read as absent: this launch shares them (held
-    # read-only, placeholders.make) rather than planning inside them.
-    shared = placeholders.made_by_others(state.store_root(cfg.state_dir, facts.home, facts.uid))
+    shared = placeholders.made_by_others(store)
     plans = []
     for top in (root, *extra):
         if not os.path.isdir(top):
             continue
         rows = derived_controls(top, facts)
-        kinds = controlfiles.probe(controlfiles.candidates(top, table, [r for r, _ in rows]))
-        kinds = {path: None if path in shared else kind for path, kind in kinds.items()}
+        candidates = controlfiles.candidates(top, table, [r for r, _ in rows])
+        kinds = controlfiles.probe(candidates, shared)
         plans.append(controlfiles.plan(top, table, rows, kinds))
     return Writable(root, extra, tuple(plans))
 
@@ -226,8 +210,8 @@ def resolve_command(command: Sequence[str], path: str,
         return name
 
     def inside(directory: str) -> str | None:
-        # uv and uvx come back read-only from the outer ~/.local/bin (mounts.LOCAL_BIN_TOOLS).
-        if directory.endswith("/.local/bin") and name in ("uv", "uvx"):
+        # What comes back read-only from the outer ~/.local/bin is seen where it is.
+        if directory.endswith("/.local/bin") and f".local/bin/{name}" in mounts.LOCAL_BIN_TOOLS:
             return directory
         return seen_as(directory)
 
@@ -235,17 +219,3 @@ def resolve_command(command: Sequence[str], path: str,
     if found is None:
         raise SandboxError(f"{name}: command not found on the sandbox's PATH", 127)
     return found
-
-
-def _inner_view(facts: hostfacts.HostFacts) -> Callable[[str], str | None]:
-    """Where the launcher sees what the sandbox will show at a directory (mounts.py)."""
-    hidden = (*facts.runtime_dirs, "/tmp", "/dev")
-
-    def seen_as(directory: str) -> str | None:
-        if directory == facts.home or directory.startswith(facts.home + "/"):
-            return facts.store_home + directory[len(facts.home):]
-        if any(directory == h or directory.startswith(h + "/") for h in hidden):
-            return None
-        return directory
-
-    return seen_as

@@ -69,7 +69,7 @@ def _entry_state(path: str) -> str:
 
 
 def guard_entries(
-    path_entries: Iterable[str], seen_as: Callable[[str], str] = lambda d: d
+    path_entries: Iterable[str], seen_as: Callable[[str], str | None] = lambda d: d
 ) -> tuple[GuardEntry, ...]:
     """Entry-point names in each existing PATH directory ahead of /usr/local/bin.
 
@@ -82,7 +82,8 @@ def guard_entries(
         if directory == paths.SHIM_DIR:
             break
         inside = seen_as(directory)
-        if not directory.startswith("/") or directory in seen or not os.path.isdir(inside):
+        if (not directory.startswith("/") or directory in seen or inside is None
+                or not os.path.isdir(inside)):
             continue
         seen.add(directory)
         for name in profiles.ENTRY_POINTS:
@@ -239,37 +240,47 @@ def login_homes(launching_home: str) -> tuple[str, ...]:
 
 def login_home() -> str:
     """This user's home from the password database, resolved: never $HOME, which the
-    launching environment could point anywhere."""
+    launching environment could point anywhere (a forged HOME must not move the mask)."""
     return os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def inside_view(home: str, store_home: str,
+                hidden: Iterable[str] = ()) -> Callable[[str], str | None]:
+    """Where the launcher can look at what the sandbox will show at a directory: under
+    $HOME the agent's state store, nothing under a tree the sandbox replaces with an
+    empty one (`hidden`), elsewhere the directory itself."""
+    replaced = tuple(hidden)
+
+    def seen_as(directory: str) -> str | None:
+        if directory == home or directory.startswith(home + "/"):
+            return store_home + directory[len(home):]
+        if any(directory == h or directory.startswith(h + "/") for h in replaced):
+            return None
+        return directory
+
+    return seen_as
 
 
 def probe(
     environ: Mapping[str, str],
     *,
     agent: str,
-    wanted: Callable[[str], Iterable[str]],
+    wanted: Iterable[str],
     tmp_base: str | None,
-    store_home: Callable[[str, int], str],
+    store_home: str,
 ) -> HostFacts:
-    """`wanted(home)` names the optional paths whose existence the builder needs;
-    `store_home(home, uid)` the agent's state store."""
+    """`wanted` names the optional paths whose existence the builder needs;
+    `store_home` is the agent's state store."""
     uid, gid = os.getuid(), os.getgid()
     entry = pwd.getpwuid(uid)
-    # The password database, not $HOME: a forged HOME must not move the mask.
-    home = os.path.realpath(entry.pw_dir)
+    home = login_home()
     try:
         cwd = os.path.realpath(os.getcwd())
     except FileNotFoundError:
         raise SandboxError("the current directory no longer exists", EXIT_REFUSED) from None
     path_entries = tuple(p for p in environ.get("PATH", "").split(":") if p)
     binary = real_binary(agent)
-    store = store_home(home, uid)
     mounts = _read_mountinfo()
-
-    def seen_as(directory: str) -> str:
-        if directory == home or directory.startswith(home + "/"):
-            return store + directory[len(home):]
-        return directory
 
     return HostFacts(
         uid=uid,
@@ -278,12 +289,12 @@ def probe(
         home=home,
         cwd=cwd,
         path=path_entries,
-        existing=frozenset(p for p in wanted(home) if os.path.lexists(p)),
+        existing=frozenset(p for p in wanted if os.path.lexists(p)),
         real_binary=binary,
         real_root=install_root(binary, home),
-        guard=guard_entries(path_entries, seen_as),
+        guard=guard_entries(path_entries, inside_view(home, store_home)),
         agent_tmp=agent_tmp_dir(tmp_base, uid) if tmp_base else None,
-        store_home=store,
+        store_home=store_home,
         proc_mountable=proc_mountable(mounts),
         sockets=socket_paths(mounts),
         runtime_dirs=tuple(d for d in RUNTIME_DIRS

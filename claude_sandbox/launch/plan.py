@@ -41,7 +41,6 @@ class Plan:
     env: tuple[tuple[str, str], ...]  # the sandbox's whole environment
     pass_env: tuple[str, ...]  # names whose values come from the launch: never shown
     data: tuple[tuple[str, str], ...]  # (descriptor name, content) for ro-bind-data mounts
-    hardening: str  # the seccomp filter bwrap loads and the Landlock level inside
     inner: Inner  # what `_enter` applies inside, then execs
     limits: LimitPlan
     jail: JailSpec | None
@@ -94,7 +93,6 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         env=mounts.environment(profile, cfg, facts, dict(gathered.environ)),
         pass_env=cfg.pass_env,
         data=data,
-        hardening=cfg.hardening,
         inner=inner,
         limits=limits,
         jail=jail,

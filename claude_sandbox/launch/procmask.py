@@ -185,7 +185,8 @@ class Masks:
 
 
 def start_helper(masks: Masks) -> tuple[int, int]:
-    """Fork the helper; (its pid, the end `_enter` gets, inheritable)."""
+    """Fork the helper; (its pid, the end `_enter` gets: close-on-exec, as every
+    descriptor of the launch's, until the child meant to inherit it is started)."""
     import _socket
 
     from claude_sandbox.core.process import load_libc
@@ -208,6 +209,4 @@ def start_helper(masks: Masks) -> tuple[int, int]:
         finally:
             os._exit(status)
     ours.close()
-    fd = theirs.detach()
-    os.set_inheritable(fd, True)
-    return pid, fd
+    return pid, theirs.detach()

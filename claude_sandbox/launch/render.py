@@ -41,9 +41,9 @@ def enter_argv(fds: Mapping[str, str]) -> list[str]:
 def bwrap_argv(plan: Plan, bwrap: str, fds: Mapping[str, str]) -> list[str]:
     args = [arg for option in plan.options for arg in option.args]
     args += [arg for mount in plan.mounts for arg in mount_args(mount, fds)]
-    args += ["--chdir", plan.cwd]
-    if SECCOMP in fds:
-        args += ["--seccomp", fds[SECCOMP]]
+    # Every descriptor is required: a missing one is a KeyError, never a sandbox
+    # without its seccomp filter.
+    args += ["--chdir", plan.cwd, "--seccomp", fds[SECCOMP]]
     return [bwrap, *args, "--", *enter_argv(fds)]
 
 
@@ -123,9 +123,10 @@ def explain_lines(plan: Plan) -> list[str]:
     for name, content in plan.data:
         lines.append(f"# <{name}>, bound read-only:")
         lines += [f"  {line}" for line in content.splitlines()]
-    lines.append(f"# kernel layers (hardening = {plan.hardening}):")
-    lines += [f"  {line}" for line in seccomp.describe(plan.hardening)]
-    lines += [f"  {line}" for line in landlock.describe(plan.hardening)]
+    level = plan.inner.level  # the seccomp filter's and Landlock's
+    lines.append(f"# kernel layers (hardening = {level}):")
+    lines += [f"  {line}" for line in seccomp.describe(level)]
+    lines += [f"  {line}" for line in landlock.describe(level)]
     lines += [f"  {line}" for line in limits.describe(plan.limits)]
     if plan.jail is None:
         lines.append("# egress jail: OFF (egress-jail = 0): the container's network is shared")

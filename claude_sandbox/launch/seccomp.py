@@ -19,7 +19,7 @@ import os
 import struct
 
 from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.core.process import inheritable_data
+from claude_sandbox.core.process import data_descriptor
 from claude_sandbox.core.record import record
 
 LEVELS = ("standard", "harsh")
@@ -225,11 +225,11 @@ def build_filter(level: str, machine: str | None = None) -> bytes:
 
 
 def filter_fd(level: str) -> int:
-    """A readable, inheritable descriptor holding the program, for `bwrap --seccomp FD`.
+    """A readable descriptor holding the program, for `bwrap --seccomp FD`.
 
     A memfd, so no temporary file exists on disk; bwrap reads it to EOF.
     """
-    return inheritable_data("seccomp", build_filter(level))
+    return data_descriptor("seccomp", build_filter(level))
 
 
 def describe(level: str) -> list[str]:

@@ -15,7 +15,7 @@ import sys
 import time
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.process import inheritable_data
+from claude_sandbox.core.process import data_descriptor
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.launch import (
@@ -97,7 +97,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
 
             jail = session.start(the_plan.jail, early)
             trace.phase("jail started")
-        prepared = _prepare(the_plan, cfg, gathered.facts)
+        prepared = _prepare(the_plan, cfg, gathered.facts, store)
         trace.phase("prepared")
         # The launcher always waits: placeholders and cgroups are removed, and the
         # session's changes reported, only by a process that outlives the sandbox.
@@ -137,10 +137,10 @@ class Prepared:
     helper: int | None  # the /proc helper's pid (procmask.py)
 
 
-def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts) -> Prepared:
+def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
+             store: str) -> Prepared:
     """Make what the plan needs: the store, the scratch directory, descriptors, placeholders."""
     bwrap_path = paths.tool("bwrap")
-    store = state.store_root(cfg.state_dir, facts.home, facts.uid)
     state.ensure_home(store, the_plan.agent, facts.home, profiles.get(the_plan.agent).imports,
                       facts.uid, default_root=cfg.state_dir is None)
     if facts.agent_tmp:
@@ -151,9 +151,9 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
     opened: dict[str, int] = {}
     helper = None
     try:
-        opened.update({name: inheritable_data(name, content.encode())
+        opened.update({name: data_descriptor(name, content.encode())
                        for name, content in the_plan.data})
-        opened[render.SECCOMP] = seccomp.filter_fd(the_plan.hardening)
+        opened[render.SECCOMP] = seccomp.filter_fd(the_plan.inner.level)
         helper_fd = None
         if the_plan.inner.late_masks:
             from claude_sandbox.launch import procmask, rootonly
@@ -165,7 +165,7 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
                                    paths.EMPTY_FILE)
             helper, helper_fd = procmask.start_helper(masks)
             opened["helper"] = helper_fd
-        opened[render.INNER] = inheritable_data("inner", render.inner_record(the_plan, helper_fd))
+        opened[render.INNER] = data_descriptor("inner", render.inner_record(the_plan, helper_fd))
     except BaseException:
         for fd in opened.values():
             os.close(fd)

@@ -78,8 +78,11 @@ class Fixtures:
     files: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
     shm_id: int | None = None
+    inherited_fd: int = -1  # held open, inheritable, across the launch (check 61)
 
     def close(self) -> None:
+        if self.inherited_fd >= 0:
+            os.close(self.inherited_fd)
         if self.decoy is not None:
             self.decoy.kill()
             self.decoy.wait()
@@ -161,6 +164,11 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
         tmp_socket = ""
     canaries = _plant_home_canaries(fixtures)
     _make_workspace_a_repository(workdir)
+    # Check 61: a descriptor the launcher inherits, as from an IDE, must not reach inside.
+    inherited = os.path.join(workdir, "inherited-descriptor")
+    Path(inherited).write_text(canary)
+    fixtures.inherited_fd = os.open(inherited, os.O_RDONLY)
+    os.set_inheritable(fixtures.inherited_fd, True)
     shm_key = secrets.randbelow(1 << 30) + 1
     shm_id = _libc().shmget(shm_key, 4096, 0o1000 | 0o600)  # IPC_CREAT
     fixtures.shm_id = shm_id if shm_id >= 0 else None
@@ -178,6 +186,7 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
         "host_listener": host_listener,
         "host_sockets": _plant_host_sockets(fixtures, workdir),
         "root_only": _plant_root_only(fixtures),
+        "inherited_fd": {"fd": fixtures.inherited_fd, "path": inherited},
     }
     return fixtures, facts, planted
 
@@ -370,10 +379,12 @@ class Launch:
 
 
 def launch(prefix: Sequence[str], directory: str, workdir: str, environ: Mapping[str, str],
-           adversarial: bool) -> Launch:
+           adversarial: bool, inherited: Sequence[int] = ()) -> Launch:
+    """`inherited`: descriptors the launcher gets, as from whatever started it."""
     argv = _inside_argv(prefix, directory, workdir, adversarial)
     process = subprocess.Popen(argv, cwd=workdir, env=dict(environ), stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               pass_fds=tuple(inherited))
     late = Path(workdir, "late.json")
     late.with_suffix(".part").write_text(json.dumps({"launcher_pid": process.pid}))
     late.with_suffix(".part").replace(late)
@@ -470,7 +481,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, workdir, base_env))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
-                            {**base_env, **planted_env}, adversarial)
+                            {**base_env, **planted_env}, adversarial,
+                            inherited=(fixtures.inherited_fd,))
             if outside_checks:
                 results.append(outside_module.check_35_no_leftovers(
                     before, ignore=[workdir, *fixtures.files]))

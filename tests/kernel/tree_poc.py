@@ -23,25 +23,16 @@ import shutil
 import socket
 import sys
 
-LIBC = ctypes.CDLL(None, use_errno=True)
-LIBC.syscall.restype = ctypes.c_long
+# The package copy beside this file: the project's own Landlock structures and calls.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from claude_sandbox.inside import landlock
 
-_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
-_PATH_BENEATH = 1
-EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+LIBC = ctypes.CDLL(None, use_errno=True)
+EXECUTE, WRITE_FILE = landlock.ACCESS_FS_EXECUTE, 1 << 1
 # Every right that changes the file system: removing, making anything, refer, truncate.
 CHANGE = sum(1 << bit for bit in (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14))
-SCOPE = (1 << 0) | (1 << 1)  # abstract unix sockets, signals
+SCOPE = landlock.SCOPE_ABSTRACT_UNIX_SOCKET | landlock.SCOPE_SIGNAL
 ABSTRACT = b"\0claude-sandbox-tree-poc"
-
-
-class RulesetAttr(ctypes.Structure):
-    _fields_ = (("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64))
-
-
-class PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = (("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
 
 
 def _check(result: int, what: str) -> int:
@@ -52,17 +43,18 @@ def _check(result: int, what: str) -> int:
 
 def enter_domain(client: str, state: str) -> None:
     """EXECUTE only the client; write only below `state` and to /dev/null; scoped."""
-    handled = EXECUTE | WRITE_FILE | CHANGE
-    attr = RulesetAttr(handled, 0, SCOPE)
-    ruleset = _check(LIBC.syscall(_CREATE_RULESET, ctypes.byref(attr), 24, 0), "ruleset")
+    attr = landlock._RulesetAttr(EXECUTE | WRITE_FILE | CHANGE, 0, SCOPE)
+    ruleset = _check(landlock._syscall(landlock._SYS_CREATE_RULESET, ctypes.addressof(attr),
+                                       ctypes.sizeof(attr), 0), "ruleset")
     for path, allowed in ((client, EXECUTE), (state, WRITE_FILE | CHANGE),
                           ("/dev/null", WRITE_FILE)):
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        rule = PathBeneath(allowed, fd)
-        _check(LIBC.syscall(_ADD_RULE, ruleset, _PATH_BENEATH, ctypes.byref(rule), 0), path)
+        rule = landlock._PathBeneathAttr(allowed, fd)
+        _check(landlock._syscall(landlock._SYS_ADD_RULE, ruleset, landlock._RULE_PATH_BENEATH,
+                                 ctypes.addressof(rule), 0), path)
         os.close(fd)
     _check(LIBC.prctl(38, 1, 0, 0, 0), "no_new_privs")
-    _check(LIBC.syscall(_RESTRICT_SELF, ruleset, 0), "restrict_self")
+    _check(landlock._syscall(landlock._SYS_RESTRICT_SELF, ruleset, 0), "restrict_self")
 
 
 def serve(sock: socket.socket, listener: socket.socket) -> None:

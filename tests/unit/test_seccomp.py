@@ -252,8 +252,9 @@ def test_filter_fd_holds_the_program() -> None:
 
     fd = seccomp.filter_fd("standard")
     try:
-        # Inheritable: the unjailed launch execs bwrap directly, with no pass_fds.
-        assert os.get_inheritable(fd)
+        # Close-on-exec: only the child it is passed to (fork_exec's pass_fds, the jail
+        # holder) inherits it, never another program the launcher starts.
+        assert not os.get_inheritable(fd)
         assert os.read(fd, 1 << 16) == seccomp.build_filter("standard")
     finally:
         os.close(fd)

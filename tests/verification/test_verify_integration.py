@@ -121,9 +121,9 @@ def weakened(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
     real_launch = verify.launch
 
-    def launch(prefix, directory, workdir, environ, adversarial):  # type: ignore[no-untyped-def]
+    def launch(prefix, directory, workdir, environ, adversarial, inherited=()):  # type: ignore[no-untyped-def]
         prefix = [workdir if p == "{WORKDIR}" else p for p in prefix]
-        return real_launch(prefix, directory, workdir, environ, adversarial)
+        return real_launch(prefix, directory, workdir, environ, adversarial, inherited)
 
     monkeypatch.setattr(verify, "launch", launch)
     return _bwrap
@@ -140,6 +140,12 @@ def test_a_weakened_sandbox_fails_the_check(weakened, drop: str, check: str) -> 
         pytest.skip("--cap-drop is meaningful as root")
     results = _run_with(weakened(drop))
     assert results[check][0] == "FAIL", results[check]
+
+
+def test_a_launcher_that_passes_its_descriptors_on_fails_check_61(weakened) -> None:  # type: ignore[no-untyped-def]
+    # flock and a bare bwrap keep what they inherit: the runner's planted descriptor.
+    results = _run_with(weakened())
+    assert results["61"][0] == "FAIL", results["61"]
 
 
 def test_a_writable_venv_bind_fails_purity(weakened) -> None:  # type: ignore[no-untyped-def]
