@@ -332,9 +332,15 @@ class Jail:
             dying.append(pidfd)
         self._inside_pidfds.clear()
         for _, proc in self._outside:
-            # Not yet reaped, so its pid (= its group) cannot have been reused.
+            # Not yet reaped, so its pid cannot have been reused. The relay itself
+            # is killed through its pidfd: a relay spawned an instant ago may not
+            # have called setsid yet, and then its group does not exist (a launch
+            # interrupted at once hung on such a relay). The group holds its
+            # connection children.
             with contextlib.suppress(OSError):
-                dying.append(os.pidfd_open(proc.pid))
+                pidfd = os.pidfd_open(proc.pid)
+                reaping.send_kill(pidfd)
+                dying.append(pidfd)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, _signal.SIGKILL)
         if self._userns_fd is not None and not self._session_started:

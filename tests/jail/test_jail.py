@@ -269,6 +269,36 @@ def test_taken_callback_port_warns_and_is_skipped(tmp_path: os.PathLike[str]) ->
     assert any(f"callback-port {port}" in w and "in use" in w for w in j.warnings)
 
 
+CLOSE_AT_ONCE = """
+import sys
+from claude_sandbox.jail import session as jail
+from claude_sandbox.jail.spec import JailSpec
+for port in sys.argv[1:]:
+    j = jail.start(JailSpec((), (), (int(port),)))
+    print(j.private_dir, flush=True)
+    j.close()
+"""
+
+
+def test_a_launch_closed_at_once_leaves_no_relay() -> None:
+    """An interrupt can close a launch the instant its outside relay was forked,
+    before that relay called setsid: its group does not exist yet, and killing the
+    group alone left the relay running and the launcher waiting for it forever."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(20)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        ports = [str(s.getsockname()[1]) for s in sockets]
+    proc = subprocess.run(
+        [sys.executable, "-c", CLOSE_AT_ONCE, *ports],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for private_dir in proc.stdout.split():
+        assert not os.path.exists(private_dir)
+        assert not processes_naming(private_dir), f"a relay naming {private_dir} is left"
+
+
 def test_session_status_follows_shell_convention(tmp_path: os.PathLike[str]) -> None:
     assert launch(_settings(), ["/bin/sh", "-c", "exit 7"], tmp_path)[0] == 7
     assert launch(_settings(), ["/bin/sh", "-c", "kill -KILL $$"], tmp_path)[0] == 137
