@@ -107,11 +107,12 @@ class PlanFloor:
 
     def once(self, enter: bool) -> float:
         from claude_sandbox.core.process import data_descriptor
+        from claude_sandbox.inside import spec
         from claude_sandbox.launch import render, seccomp
 
         opened = {name: data_descriptor(name, text.encode()) for name, text in self.plan.data}
         opened[render.SECCOMP] = seccomp.filter_fd(self.plan.inner.level)
-        opened[render.INNER] = data_descriptor("inner", render.inner_record(self.plan, None))
+        opened[render.INNER] = data_descriptor("inner", spec.encode(self.plan.inner, None))
         argv = render.bwrap_argv(self.plan, self.bwrap, {k: str(v) for k, v in opened.items()})
         if not enter:
             argv = [*argv[: argv.index("--") + 1], "/bin/true"]

@@ -8,6 +8,7 @@ code is imported. Every SandboxError ends here, as one line and its status
 
 from __future__ import annotations
 
+import os  # every entry point below imports it anyway
 import sys
 
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
@@ -17,25 +18,19 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-def _split_dashdash(argv: Sequence[str], what: str) -> tuple[list[str], list[str]]:
-    if "--" not in argv:
-        raise SandboxError(f"{what}: expected `--` before the program's arguments", EXIT_USAGE)
-    index = list(argv).index("--")
-    return list(argv[:index]), list(argv[index + 1 :])
-
-
 def _internal(command: str, argv: list[str]) -> int:
-    import os
-
     # `_shadow`: what shims from before the package's folders call. An upgrade replaces
     # the package before the shims, and a launch in between must still work.
     if command in ("_launch", "_shadow"):
         from claude_sandbox.launch import run
 
-        before, after = _split_dashdash(argv, command)
-        if len(before) != 1:
+        if "--" not in argv:
+            raise SandboxError(f"{command}: expected `--` before the program's arguments",
+                               EXIT_USAGE)
+        index = argv.index("--")
+        if index != 1:
             raise SandboxError(f"{command}: expected exactly one agent name", EXIT_USAGE)
-        return run.launch(run.Request(before[0], None, tuple(after)), os.environ)
+        return run.launch(run.Request(argv[0], None, tuple(argv[2:])), os.environ)
     if command == "_jail_holder":
         from claude_sandbox.jail import holder
 
@@ -57,8 +52,6 @@ def _plain_shell(rest: list[str]) -> tuple[str, tuple[str, ...]] | None:
     Anything else (--help, a bad option) goes to cli.py, whose argparse owns the
     documented behaviour; both read the same words the same way.
     """
-    import os
-
     agent = os.environ.get("CLAUDE_SANDBOX_AGENT", "claude")
     if rest[:1] == ["--agent"] and len(rest) >= 2 and not rest[1].startswith("-"):
         agent, rest = rest[1], rest[2:]
@@ -77,8 +70,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] == "shell":
             fast = _plain_shell(args[1:])
             if fast is not None:
-                import os
-
                 from claude_sandbox.launch import run
 
                 return run.launch(run.Request(fast[0], fast[1], ()), os.environ)

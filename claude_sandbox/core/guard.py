@@ -14,16 +14,9 @@ from claude_sandbox.core import mountinfo as mountinfo_module
 from claude_sandbox.core import paths
 
 
-def _status_fields(status: str) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    for line in status.splitlines():
-        name, _, value = line.partition(":")
-        fields[name] = value.strip()
-    return fields
-
-
 def _confined(status: str) -> bool:
-    fields = _status_fields(status)
+    lines = (line.partition(":") for line in status.splitlines())
+    fields = {name: value.strip() for name, _, value in lines}
     return fields.get("NoNewPrivs") == "1" and int(fields.get("CapEff", "1"), 16) == 0
 
 

@@ -28,12 +28,6 @@ TYPE_CHECKING = False  # typing and dataclasses cost ~35 ms at every launch: not
 if TYPE_CHECKING:
     from typing import NoReturn
 
-# Ctrl-C, Ctrl-\\, hang-up and TERM: ignored by bwrap so that the agent decides
-# (process.SESSION_IGNORED); kept ignored for the agent only where the launch
-# itself inherited them ignored (Inner.keep_ignored).
-_TERMINAL_SIGNALS = {"int": signal.SIGINT, "quit": signal.SIGQUIT, "hup": signal.SIGHUP,
-                     "term": signal.SIGTERM}
-
 
 def parse(argv: list[str]) -> int:
     """`_enter FD`: the descriptor holding the plan's inner record (spec.py)."""
@@ -65,7 +59,7 @@ def reset_signals(keep_ignored: tuple[str, ...]) -> None:
     sandbox). Those stay ignored only if the launch itself inherited them ignored.
     """
     restore = [signal.SIGPIPE, signal.SIGXFSZ]
-    restore += [s for name, s in _TERMINAL_SIGNALS.items() if name not in keep_ignored]
+    restore += [s for name, s in spec.TERMINAL_SIGNALS.items() if name not in keep_ignored]
     for signum in restore:
         signal.signal(signum, signal.SIG_DFL)
 
@@ -86,7 +80,7 @@ def relay_stops() -> NoReturn:
     own stop never reaches it (the domain's scope). A pending SIGTSTP thus
     tells the two apart, with no race against an `fg` that follows at once.
     """
-    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM):
+    for signum in spec.TERMINAL_SIGNALS.values():
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTSTP})
     while True:

@@ -128,11 +128,6 @@ def exec_allowed_roots(
     return tuple(roots)
 
 
-def writable_mountpoints(mounts: Sequence[Mount]) -> tuple[str, ...]:
-    """Every read-write mount point, hidden ones included (over-counting only denies more)."""
-    return tuple(m.mountpoint for m in mounts if not m.readonly)
-
-
 def visible_mounts(mounts: Sequence[Mount]) -> tuple[Mount, ...]:
     """Drop mounts covered by a later mount at the same point or above it.
 
@@ -186,7 +181,8 @@ def plan_exec(
 ) -> ExecPlan:
     """EXECUTE grants for harsh: the read-only cover of /, plus read-only binds
     that sit inside writable trees (the agent binary in a tmpfs $HOME)."""
-    dirty = (*writable, *writable_mountpoints(mounts))
+    # Every read-write mount point, hidden ones included (over-counting only denies more).
+    dirty = (*writable, *(m.mountpoint for m in mounts if not m.readonly))
     visible = visible_mounts(mounts)
     roots = list(exec_allowed_roots(dirty, listdir))
     ro_inside = [

@@ -19,6 +19,7 @@ cost the inner stage milliseconds at every launch).
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
 
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
@@ -27,7 +28,8 @@ from claude_sandbox.core.record import record
 LEVELS = ("standard", "harsh")
 # The terminal signals bwrap ignores so that the agent decides (process.SESSION_IGNORED);
 # kept ignored for the agent only where the launch itself inherited them ignored.
-SIGNAL_NAMES = ("int", "quit", "hup", "term")
+TERMINAL_SIGNALS = {"int": _signal.SIGINT, "quit": _signal.SIGQUIT, "hup": _signal.SIGHUP,
+                    "term": _signal.SIGTERM}
 _INT_MAX = (1 << 63) - 1  # what setrlimit takes
 LIMIT = 1 << 20  # the encoded record: far above any real plan, far below memory trouble
 
@@ -39,7 +41,7 @@ class Inner:
     max_memory: int | None = None  # RLIMIT_DATA, per process
     writable: tuple[str, ...] = ()  # every path the sandbox can write
     exec_files: tuple[str, ...] = ()  # programs bound read-only inside writable trees
-    keep_ignored: tuple[str, ...] = ()  # SIGNAL_NAMES the launch inherited ignored
+    keep_ignored: tuple[str, ...] = ()  # TERMINAL_SIGNALS the launch inherited ignored
     late_masks: bool = False  # ask the launcher's helper for the late masks (procmask.py)
     command: tuple[str, ...] = ()  # the agent's argv; argv[0] absolute
 
@@ -110,7 +112,7 @@ def decode(data: bytes) -> tuple[Inner, int | None]:
     level = fields["level"]
     if len(level) != 1 or level[0] not in LEVELS:
         raise _bad(f"unknown level {level!r}")
-    if not set(fields["keep_ignored"]) <= set(SIGNAL_NAMES):
+    if not set(fields["keep_ignored"]) <= set(TERMINAL_SIGNALS):
         raise _bad("keep_ignored must name terminal signals")
     if fields["late_masks"] not in (["0"], ["1"]):
         raise _bad("late_masks must be 0 or 1")

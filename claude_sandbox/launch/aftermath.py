@@ -25,15 +25,14 @@ if TYPE_CHECKING:
 BUDGET = 1.0  # seconds
 
 
-def scan(roots: Iterable[str], names: frozenset[str], since_ns: int,
-         budget: float = BUDGET) -> tuple[list[str], bool]:
+def scan(roots: Iterable[str], names: frozenset[str], since_ns: int) -> tuple[list[str], bool]:
     """Paths below each root (not at its top) named in `names` and changed since `since_ns`,
     and directories anywhere (the top included) that became bare git repositories.
 
     Returns (found, complete). Symbolic links are not followed; a changed
     entry's subtree is not searched further.
     """
-    deadline = time.monotonic() + budget
+    deadline = time.monotonic() + BUDGET
     found: list[str] = []
     for root in roots:
         stack = [(root, 0)]

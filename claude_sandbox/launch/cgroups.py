@@ -17,12 +17,7 @@ from claude_sandbox.core.process import pid_alive
 from claude_sandbox.core.record import record
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-
-
-_NAME = "claude-sandbox-{pid}"
-
-
-_PREFIX = "claude-sandbox-"
+_PREFIX = "claude-sandbox-"  # and the launcher's pid
 
 
 @record
@@ -53,11 +48,10 @@ def _own_cgroup(controller: str, proc_cgroup: str) -> str | None:
     return None
 
 
-def probe_cgroups(proc_cgroup: str | None = None) -> CgroupFacts:
+def probe_cgroups() -> CgroupFacts:
     """Find writable cgroup directories under this process's own cgroups."""
-    if proc_cgroup is None:
-        with open("/proc/self/cgroup", encoding="utf-8") as f:
-            proc_cgroup = f.read()
+    with open("/proc/self/cgroup", encoding="utf-8") as f:
+        proc_cgroup = f.read()
 
     def usable(directory: str) -> str:
         return directory if os.access(directory, os.W_OK | os.X_OK) else ""
@@ -151,13 +145,10 @@ class Cgroup:
 
     dirs: tuple[str, ...]
 
-    def attach(self, pid: int) -> None:
-        """Move `pid` in; its later children follow. Do it before the sandbox forks."""
-        for directory in self.dirs:
-            _write(f"{directory}/cgroup.procs", str(pid))
-
     def join(self) -> None:
-        self.attach(0)  # "0": the writing process itself (v1 and v2)
+        """Move this process in; its later children follow. Do it before the sandbox forks."""
+        for directory in self.dirs:
+            _write(f"{directory}/cgroup.procs", "0")  # "0": the writing process (v1 and v2)
 
     def leave(self) -> None:
         """Move the writing process back to the parent cgroup, so the child can be removed."""
@@ -216,14 +207,12 @@ def sweep_stale(base: str, dead: int = 0) -> None:
                 pass  # still populated or already gone: a later launch retries
 
 
-def create(writes: tuple[CgroupWrite, ...], owner_pid: int | None = None) -> Cgroup | None:
-    """Make the per-launch cgroup(s) and write the caps; None when there are none.
-
-    `owner_pid` is the process that will remove them (the waiting parent).
-    """
+def create(writes: tuple[CgroupWrite, ...]) -> Cgroup | None:
+    """Make the per-launch cgroup(s), named after this launcher, and write the caps; None
+    when there are none."""
     if not writes:
         return None
-    name = _NAME.format(pid=owner_pid or os.getpid())
+    name = f"{_PREFIX}{os.getpid()}"
     dirs: list[str] = []
     made = Cgroup(())
     try:

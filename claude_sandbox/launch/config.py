@@ -27,6 +27,7 @@ from claude_sandbox.launch.keys import KEYS, KEYS_BY_NAME, Key, Kind
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
 
 @record
@@ -114,9 +115,9 @@ def parse(
     per-agent line wins), lists append every line. The environment may then
     narrow what the file says, never widen it (`_narrow`).
     """
-    scalars: dict[str, object] = {}
-    lists: dict[str, list[object]] = {key.name: [] for key in KEYS
-                                      if key.kind in values.ITEM_PARSERS}
+    scalars: dict[str, Any] = {}
+    lists: dict[str, list[Any]] = {key.name: [] for key in KEYS
+                                   if key.kind in values.ITEM_PARSERS}
     origins: dict[str, str] = {}
     items: dict[tuple[str, object], str] = {}
     agent_specific: set[str] = set()
@@ -205,67 +206,53 @@ def _parse_value(line: _Line) -> object:
     return parser(line.value, line.where)
 
 
-def _dedupe(items: list[object]) -> tuple[object, ...]:
+def _dedupe(items: list[Any]) -> tuple[Any, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _strings(items: list[object]) -> tuple[str, ...]:
-    return tuple(str(item) for item in _dedupe(items))
-
-
 def _assemble(
-    scalars: dict[str, object],
-    lists: dict[str, list[object]],
+    scalars: dict[str, Any],
+    lists: dict[str, list[Any]],
     origins: dict[str, str],
     items: dict[tuple[str, object], str],
 ) -> Config:
-    local_ports = [int(str(port)) for port in lists["local-port"]]
-    model_port = int(str(scalars.get("local-model-port", 0)))
-    if model_port:
-        local_ports.append(model_port)
-    callback_ports = [int(str(port)) for port in lists["callback-port"]]
+    local_ports = list(lists["local-port"])
+    if scalars.get("local-model-port"):
+        local_ports.append(scalars["local-model-port"])
+    callback_ports = lists["callback-port"]
     both = sorted(set(local_ports) & set(callback_ports))
     if both:
         where = origins.get("callback-port", "configuration")
         raise SandboxError(
             f"{where}: port {both[0]} is both a local-port and a callback-port", EXIT_CONFIG
         )
-    root = scalars.get("workspace-root")
-    state_dir = scalars.get("state-dir")
-    pids = scalars.get("max-pids")
-    memory = scalars.get("max-memory")
     where_from = {
         str(value): where
         for (name, value), where in items.items()
         if name in ("allow-write", "allow-read", "allow-socket")
     }
     return Config(
-        workspace_root=str(root) if root is not None else None,
-        no_forge=bool(scalars.get("no-forge", False)),
-        allow_write=_strings(lists["allow-write"]),
-        pass_env=_strings(lists["pass-env"]),
-        egress_jail=bool(scalars.get("egress-jail", True)),
-        allow_ip=_strings(lists["allow-ip"]),
-        local_ports=tuple(dict.fromkeys(local_ports)),
-        callback_ports=tuple(dict.fromkeys(callback_ports)),
-        hardening=str(scalars.get("hardening", "standard")),
-        max_pids=int(str(pids)) if pids is not None else None,
-        max_memory=int(str(memory)) if memory is not None else None,
-        state_dir=str(state_dir) if state_dir is not None else None,
-        protect=_strings(lists["protect"]),
-        unprotect=_strings(lists["unprotect"]),
-        allow_read=_strings(lists["allow-read"]),
-        allow_socket=_strings(lists["allow-socket"]),
-        env_may_widen=_strings(lists["env-may-widen"]),
-        tmpfs_size=int(str(scalars.get("tmpfs-size", 1 << 30))),
+        workspace_root=scalars.get("workspace-root"),
+        no_forge=scalars.get("no-forge", False),
+        allow_write=_dedupe(lists["allow-write"]),
+        pass_env=_dedupe(lists["pass-env"]),
+        egress_jail=scalars.get("egress-jail", True),
+        allow_ip=_dedupe(lists["allow-ip"]),
+        local_ports=_dedupe(local_ports),
+        callback_ports=_dedupe(callback_ports),
+        hardening=scalars.get("hardening", "standard"),
+        max_pids=scalars.get("max-pids"),
+        max_memory=scalars.get("max-memory"),
+        state_dir=scalars.get("state-dir"),
+        protect=_dedupe(lists["protect"]),
+        unprotect=_dedupe(lists["unprotect"]),
+        allow_read=_dedupe(lists["allow-read"]),
+        allow_socket=_dedupe(lists["allow-socket"]),
+        env_may_widen=_dedupe(lists["env-may-widen"]),
+        tmpfs_size=scalars.get("tmpfs-size", 1 << 30),
         origins=MappingProxyType(dict(origins)),
         path_origins=MappingProxyType(where_from),
     )
-
-
-def load(environ: Mapping[str, str], *, agent: str, agents: tuple[str, ...], path: str) -> Config:
-    """Read `path` (absent means defaults) and parse it for `agent`."""
-    return parse(read_file(path), environ, agent=agent, agents=agents, path=path)
 
 
 DEFAULT_FILE = """\

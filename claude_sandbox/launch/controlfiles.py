@@ -91,7 +91,6 @@ CONTROL: tuple[Control, ...] = (
     Control(".cursor", "Cursor's project MCP servers and rules"),
     Control(".gemini", "Gemini CLI's project settings and MCP servers"),
 )
-CONTROL_BY_PATH = {control.path: control for control in CONTROL}
 
 
 @record
@@ -123,6 +122,9 @@ def controls(protect: Sequence[str], unprotect: Sequence[str]) -> tuple[Control,
     return tuple(kept)
 
 
+_KINDS = {stat.S_IFDIR: "dir", stat.S_IFLNK: "link", stat.S_IFREG: "file"}
+
+
 def probe(paths_: Iterable[str], shared: frozenset[str] = frozenset()) -> dict[str, str | None]:
     """lstat each path: the only file-system reads the planner needs.
 
@@ -148,14 +150,7 @@ def probe(paths_: Iterable[str], shared: frozenset[str] = frozenset()) -> dict[s
             writable = os.path.isdir(parent) and (ours or os.access(parent, os.W_OK | os.X_OK))
             found[path] = None if writable else "locked"
             continue
-        if stat.S_ISDIR(mode):
-            found[path] = "dir"
-        elif stat.S_ISLNK(mode):
-            found[path] = "link"
-        elif stat.S_ISREG(mode):
-            found[path] = "file"
-        else:
-            found[path] = "other"
+        found[path] = _KINDS.get(stat.S_IFMT(mode), "other")
     return found
 
 

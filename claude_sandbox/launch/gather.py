@@ -50,7 +50,7 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
     home = hostfacts.login_home()
     store = state.store_root(cfg.state_dir, home, os.getuid())
     facts = hostfacts.probe(environ, agent=profile.name,
-                            wanted=mounts.optional_paths(profile, home),
+                            wanted=mounts.optional_paths(home),
                             tmp_base=profile.tmp_dir,
                             store_home=state.agent_home(store, profile.name))
     if request.command is None:
@@ -91,21 +91,19 @@ def _codex_config() -> str:
 
 
 def load_config(agent: str, environ: Mapping[str, str]) -> config.Config:
-    return config.load(environ, agent=agent, agents=profiles.AGENT_NAMES, path=paths.CONFIG_FILE)
+    """The operator's file (absent: the defaults) and the environment, for `agent`."""
+    return config.parse(config.read_file(paths.CONFIG_FILE), environ, agent=agent,
+                        agents=profiles.AGENT_NAMES, path=paths.CONFIG_FILE)
 
 
-def path_rules(facts: hostfacts.HostFacts, store: str) -> workspace.PathRules:
-    return workspace.PathRules(
+def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts, store: str) -> Writable:
+    """The writable roots, each checked, and the control files each holds."""
+    rules = workspace.PathRules(
         home=facts.home,
         homes=hostfacts.login_homes(facts.home),
         path_dirs=tuple(os.path.realpath(p) for p in facts.path if p.startswith("/")),
         store=store,
     )
-
-
-def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts, store: str) -> Writable:
-    """The writable roots, each checked, and the control files each holds."""
-    rules = path_rules(facts, store)
     where = cfg.origins.get("workspace-root", "the launch directory")
     root = workspace.check_writable(
         cfg.workspace_root or facts.cwd, rules, what="workspace", where=where

@@ -95,11 +95,5 @@ def identity(user: str, home: str) -> Identity:
 def forge_helpers(no_forge: bool) -> dict[str, str]:
     if no_forge:
         return {}
-    helpers: dict[str, str] = {}
-    for host, cli in FORGES:
-        for directory in (*paths.SYSTEM_DIRS, "/usr/local/bin"):
-            candidate = os.path.join(directory, cli)
-            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                helpers[host] = candidate
-                break
-    return helpers
+    found = {host: paths.which(cli, (*paths.SYSTEM_DIRS, "/usr/local/bin")) for host, cli in FORGES}
+    return {host: cli_path for host, cli_path in found.items() if cli_path}

@@ -106,10 +106,8 @@ def real_binary(agent: str) -> str:
 
 def proc_mountable(mountinfo: str) -> bool:
     """Pure: whether /proc has no submounts (binfmt_misc aside), so bwrap --proc works."""
-    for mount in mountinfo_module.parse(mountinfo):
-        if mount.mountpoint.startswith("/proc/") and "binfmt_misc" not in mount.mountpoint:
-            return False
-    return True
+    return not any(m.mountpoint.startswith("/proc/") and "binfmt_misc" not in m.mountpoint
+                   for m in mountinfo_module.parse(mountinfo))
 
 
 def bound_sockets(proc_net_unix: str) -> list[str]:
@@ -142,6 +140,9 @@ def socket_paths(mountinfo: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+# Runtime trees, where daemons put their sockets and secrets (/run/user, /run/secrets,
+# docker.sock): each a fresh, empty tmpfs inside, so a socket there is not reachable,
+# whether it existed at launch or is made later (ADR 0006; checks 12, 13, 36, 57).
 RUNTIME_DIRS = ("/run", "/var/run", "/var/tmp")
 
 
@@ -158,8 +159,6 @@ def install_root(binary: str, home: str) -> str:
     The $HOME mask hides an install that lives there (measured with the agent CLIs), and a
     node launcher needs its whole package beside it, so the package comes back.
     """
-    if not binary.startswith(home + "/"):
-        return binary
     directory = os.path.dirname(binary)
     while directory.startswith(home + "/"):
         if os.path.isfile(os.path.join(directory, "package.json")):
@@ -168,25 +167,10 @@ def install_root(binary: str, home: str) -> str:
     return binary
 
 
-def ensure_private_dir(path: str, uid: int) -> None:
-    """Create `path` 0700 for `uid`, or refuse when what is there is not that."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-        raise SandboxError(
-            f"{path} exists but is not a directory owned by uid {uid}; remove it", EXIT_REFUSED
-        )
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(path, 0o700)
-
-
 def agent_tmp_dir(base: str, uid: int) -> str:
     """The agent's scratch directory: `base` when it is ours, else `base-UID`.
 
-    Only named here: the launch makes it (ensure_private_dir) once the plan is
+    Only named here: the launch makes it (state.private_dir) once the plan is
     made, so that `explain` sees the same facts and creates nothing.
     """
     try:

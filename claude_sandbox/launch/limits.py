@@ -85,24 +85,21 @@ def plan_limits(
     """
     explicit_pids, explicit_memory = max_pids is not None, max_memory is not None
     auto_pids, auto_memory = default_caps(facts)
-    max_pids = max_pids if explicit_pids else auto_pids
+    pids = max_pids if max_pids is not None else auto_pids
     max_memory = max_memory if explicit_memory else (auto_memory or None)
     cgroup: list[CgroupWrite] = []
     rlimits: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]  # always: no core files
     warnings: list[str] = []
-    if max_pids is not None:
-        if facts.v2:
-            cgroup.append(CgroupWrite(facts.v2, "pids.max", str(max_pids)))
-        elif facts.v1_pids:
-            cgroup.append(CgroupWrite(facts.v1_pids, "pids.max", str(max_pids)))
-        elif uid == 0 and explicit_pids:
-            raise SandboxError(
-                "max-pids cannot be enforced: no writable pids cgroup, and the kernel "
-                "ignores RLIMIT_NPROC for root; unset max-pids or delegate a cgroup",
-                EXIT_UNAVAILABLE,
-            )
-        elif uid != 0:
-            rlimits.append((resource.RLIMIT_NPROC, max_pids))
+    if facts.v2 or facts.v1_pids:
+        cgroup.append(CgroupWrite(facts.v2 or facts.v1_pids, "pids.max", str(pids)))
+    elif uid == 0 and explicit_pids:
+        raise SandboxError(
+            "max-pids cannot be enforced: no writable pids cgroup, and the kernel "
+            "ignores RLIMIT_NPROC for root; unset max-pids or delegate a cgroup",
+            EXIT_UNAVAILABLE,
+        )
+    elif uid != 0:
+        rlimits.append((resource.RLIMIT_NPROC, pids))
     if max_memory is not None:
         if facts.v2:
             cgroup.append(CgroupWrite(facts.v2, "memory.max", str(max_memory)))
@@ -136,11 +133,9 @@ def run_supervised(
     the session (process.Forward), and it is not dumpable (egress-jail.md,
     Channels). Returns the child's exit status in shell form.
     """
-    import ctypes  # only on this path: the plain launch never pays for it
+    from claude_sandbox.core.process import Forward, fork_exec, ignore_session_signals, load_libc
 
-    from claude_sandbox.core.process import Forward, fork_exec, ignore_session_signals
-
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    load_libc().prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
 
     def before_exec() -> None:
         if cgroup is not None:
@@ -148,22 +143,13 @@ def run_supervised(
         ignore_session_signals()
 
     # The session dies with the launcher, even a SIGKILLed one (die_with_parent).
-    pid = fork_exec(argv, env, {}, setsid=False, die_with_parent=True, pass_fds=pass_fds,
-                    before_exec=before_exec).pid
+    child = fork_exec(argv, env, {}, setsid=False, die_with_parent=True, pass_fds=pass_fds,
+                      before_exec=before_exec)
     for fd in pass_fds:
         os.close(fd)
-    forward = Forward(pid)
+    forward = Forward(child.pid)
     try:
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                code = os.waitstatus_to_exitcode(status)
-                break
-            except ChildProcessError:
-                code = 0
-                break
-            except InterruptedError:
-                continue
+        code = child.wait()
     finally:
         forward.close()
     if cgroup is not None:
@@ -190,10 +176,3 @@ def describe(plan: LimitPlan) -> list[str]:
     lines.append("  oom_score_adj 1000: the sandbox is what the kernel kills first")
     lines.extend(f"  WARNING: {w}" for w in plan.warnings)
     return lines
-
-
-# ------------------------------------------------- the inner stage's caps
-def rlimit_caps(plan: LimitPlan) -> tuple[int | None, int | None]:
-    """RLIMIT_NPROC and RLIMIT_DATA for `_enter` to set (None: a cgroup enforces it, or off)."""
-    rl = dict(plan.rlimits)
-    return rl.get(resource.RLIMIT_NPROC), rl.get(resource.RLIMIT_DATA)

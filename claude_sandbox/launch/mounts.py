@@ -33,10 +33,6 @@ RUNTIME_SOCKETS = (
     "/run/containerd/containerd.sock",
     "/run/dbus/system_bus_socket",
 )
-# Runtime trees, where daemons put their sockets and secrets (/run/user, /run/secrets,
-# docker.sock): each a fresh, empty tmpfs inside, so a socket there is not reachable,
-# whether it existed at launch or is made later (ADR 0006; checks 12, 13, 36, 57).
-RUNTIME_TREES = ("/run", "/var/run", "/var/tmp")
 # Dotfiles that hold credentials or reach the outer display (checks 14, 15).
 NULLED_DOTFILES = (".netrc", ".Xauthority", ".ICEauthority")
 # Of the outer home only the forge CLIs' stores come back, read-only: gh aliases
@@ -62,17 +58,17 @@ PASSED_THROUGH = (
 
 # The descriptors a launch binds as data, by name: the run step gives them numbers.
 GITCONFIG, CODEX_CONFIG, RESOLV_CONF = "gitconfig", "codex-config", "resolv-conf"
-MOUNT_KINDS = ("bind", "ro-bind", "ro-bind-try", "data", "tmpfs", "proc", "dev")
 
 
 @record
 class Mount:
     """One mount inside the sandbox, and why.
 
-    `kind` is one of MOUNT_KINDS; "bind" and "tmpfs" are writable inside. For
-    "data", `source` names a descriptor of the plan (plan.py), whose content
-    is bound read-only. `runs`: a program (or a tree of them) bound read-only
-    that must stay executable where its surroundings are writable (harsh).
+    `kind`: bwrap's bind, ro-bind, ro-bind-try, tmpfs, proc or dev, or "data";
+    "bind" and "tmpfs" are writable inside. For "data", `source` names a
+    descriptor of the plan (plan.py), whose content is bound read-only. `runs`:
+    a program (or a tree of them) bound read-only that must stay executable
+    where its surroundings are writable (harsh).
     """
 
     kind: str
@@ -101,14 +97,17 @@ class Writable:
     controls: tuple[ControlPlan, ...] = ()
 
 
-def optional_paths(profile: Profile, home: str) -> tuple[str, ...]:
+def optional_paths(home: str) -> tuple[str, ...]:
     """Every path whose existence changes the plan; hostfacts.probe checks them."""
-    in_home = (*FORGE_CONFIG, *LOCAL_BIN_TOOLS)
-    return (
-        paths.UNWRAPPED_SETTINGS,
-        paths.CODEX_MANAGED_CONFIG,
-        *(os.path.join(home, rel) for rel in in_home),
-    )
+    return (paths.UNWRAPPED_SETTINGS, paths.CODEX_MANAGED_CONFIG,
+            *(os.path.join(home, rel) for rel in (*FORGE_CONFIG, *LOCAL_BIN_TOOLS)))
+
+
+# Kernel knobs in a fresh procfs: root owns them and many writes check only the file
+# mode, so uid 0 without capabilities could still set kernel.core_pattern to a program
+# the kernel then runs as host root. Read-only for root; other uids cannot write them,
+# and leaving their procfs whole lets a nested sandbox mount its own (codex).
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 
 
 def _proc_mounts(facts: HostFacts) -> list[Mount]:
@@ -120,29 +119,17 @@ def _proc_mounts(facts: HostFacts) -> list[Mount]:
     outer one stays, read-only, with other processes' environ and fds closed by
     the user namespace and --cap-drop ALL (checks 33, 34).
     """
-    if facts.proc_mountable:
-        fresh = Mount("proc", "/proc", "a fresh procfs: only the sandbox's own processes")
-        return [fresh, *_proc_read_only(facts)]
-    return [Mount("ro-bind", "/proc", "the outer /proc, read-only (this host masks parts of "
-                  "/proc: no fresh procfs)", source="/proc")]
-
-
-# Kernel knobs in a fresh procfs: root owns them and many writes check only the file
-# mode, so uid 0 without capabilities could still set kernel.core_pattern to a program
-# the kernel then runs as host root. Read-only for root; other uids cannot write them,
-# and leaving their procfs whole lets a nested sandbox mount its own (codex).
-PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
-
-
-def _proc_read_only(facts: HostFacts) -> list[Mount]:
-    if facts.uid != 0:
-        return []
-    reason = "kernel knobs read-only for root (check 46)"
-    return [Mount("ro-bind-try", path, reason, source=path) for path in PROC_READ_ONLY]
+    if not facts.proc_mountable:
+        return [Mount("ro-bind", "/proc", "the outer /proc, read-only (this host masks parts "
+                      "of /proc: no fresh procfs)", source="/proc")]
+    found = [Mount("proc", "/proc", "a fresh procfs: only the sandbox's own processes")]
+    if facts.uid == 0:
+        reason = "kernel knobs read-only for root (check 46)"
+        found += [Mount("ro-bind-try", path, reason, source=path) for path in PROC_READ_ONLY]
+    return found
 
 
 def _same(kind: str, path: str, reason: str, *, runs: bool = False) -> Mount:
-    """`path` bound onto itself."""
     return Mount(kind, path, reason, source=path, runs=runs)
 
 
@@ -151,7 +138,6 @@ def _under(path: str, roots: Sequence[str]) -> bool:
 
 
 def _existing(home: str, exists: frozenset[str], relatives: Sequence[str]) -> list[str]:
-    """The paths under $HOME among `relatives` that exist on this host, in order."""
     return [p for p in (os.path.join(home, rel) for rel in relatives) if p in exists]
 
 
@@ -361,25 +347,15 @@ def environment(
         "LOGNAME": facts.user,
         "PATH": inner_path(facts),
         "SHELL": AGENT_SHELL,
+        "IS_SANDBOX": "1",
+        "IS_SANDBOX_AGENT": profile.name,
+        "GIT_CONFIG_GLOBAL": paths.GITCONFIG_INSIDE,
+        "GIT_CONFIG_SYSTEM": "/dev/null",
     }
-    for name in PASSED_THROUGH:
-        if name in environ:
-            env[name] = environ[name]
-    for name, value in environ.items():
-        if name.startswith("LC_"):
-            env[name] = value
-    env.update(
-        {
-            "IS_SANDBOX": "1",
-            "IS_SANDBOX_AGENT": profile.name,
-            "GIT_CONFIG_GLOBAL": paths.GITCONFIG_INSIDE,
-            "GIT_CONFIG_SYSTEM": "/dev/null",
-        }
-    )
     env.update(profile.env)
     if profile.tmp_variable and facts.agent_tmp:
         env[profile.tmp_variable] = facts.agent_tmp
-    for name in config.pass_env:
-        if name in environ:
-            env[name] = environ[name]
+    # Last: pass-env may override a profile's variable; terminal and locale names
+    # (PASSED_THROUGH, LC_*) collide with none of the above.
+    env.update((name, environ[name]) for name in passed_names(config, environ))
     return tuple(sorted(env.items()))

@@ -13,6 +13,8 @@ model.
 
 from __future__ import annotations
 
+import resource
+
 from claude_sandbox.core import paths
 from claude_sandbox.core.record import record
 from claude_sandbox.inside.spec import Inner
@@ -20,7 +22,7 @@ from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.launch import mounts
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.gather import Gathered
-from claude_sandbox.launch.limits import LimitPlan, rlimit_caps
+from claude_sandbox.launch.limits import LimitPlan
 from claude_sandbox.launch.mounts import (
     CODEX_CONFIG,
     GITCONFIG,
@@ -51,16 +53,6 @@ class Plan:
     root_only: bool
 
 
-def writable(mount_list: tuple[Mount, ...]) -> tuple[str, ...]:
-    """Every path the mounts make writable inside: read-write binds and tmpfs mounts."""
-    return tuple(dict.fromkeys(m.dest for m in mount_list if m.kind in ("bind", "tmpfs")))
-
-
-def exec_files(mount_list: tuple[Mount, ...]) -> tuple[str, ...]:
-    """Programs bound read-only that may sit inside writable trees (harsh keeps them runnable)."""
-    return tuple(dict.fromkeys(m.dest for m in mount_list if m.runs))
-
-
 def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -> Plan:
     """The whole launch, decided: pure, from what gather.py read and the configuration."""
     facts = gathered.facts
@@ -72,13 +64,15 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
     # Only what a mount binds: a descriptor nothing consumes would reach the agent.
     used = [m.source for m in mount_list if m.kind == "data"]
     data = tuple((name, contents[name]) for name in dict.fromkeys(used))
-    max_pids, max_memory = rlimit_caps(limits)
+    rlimits = dict(limits.rlimits)  # what no cgroup enforces, `_enter` sets
     inner = Inner(
         level=cfg.hardening,
-        max_pids=max_pids,
-        max_memory=max_memory,
-        writable=writable(mount_list),
-        exec_files=exec_files(mount_list),
+        max_pids=rlimits.get(resource.RLIMIT_NPROC),
+        max_memory=rlimits.get(resource.RLIMIT_DATA),
+        # Writable inside: read-write binds and tmpfs mounts.
+        writable=tuple(dict.fromkeys(m.dest for m in mount_list if m.kind in ("bind", "tmpfs"))),
+        # Programs bound read-only, perhaps inside writable trees: harsh keeps them runnable.
+        exec_files=tuple(dict.fromkeys(m.dest for m in mount_list if m.runs)),
         keep_ignored=gathered.keep_ignored,
         late_masks=not facts.proc_mountable or facts.uid == 0,
         command=gathered.command,

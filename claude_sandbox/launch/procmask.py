@@ -35,12 +35,13 @@ from __future__ import annotations
 import ctypes
 import os
 
+from claude_sandbox.core.record import record
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
 _MS_BIND = 0x1000
-_MS_REC = 0x4000
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
@@ -104,29 +105,15 @@ def _join(pid: int) -> None:
     os.chdir("/")
 
 
-def hide_outer(empty_dir: str) -> int:
-    """In the sandbox's mount namespace: the empty directory over each outer task's entry."""
+def hide(binds: Iterable[tuple[str, str, str]]) -> None:
+    """In the sandbox's mount namespace: each (empty source, target, witness), the source
+    bound over the target; one whose witness is gone meanwhile (a task that ended, a
+    path removed) is skipped, one still there and not hidden fails."""
     libc = _libc()
-    hidden = 0
-    for tid in outer_tasks():
-        if libc.mount(empty_dir.encode(), f"/proc/{tid}".encode(), None, _MS_BIND, None) == 0:
-            hidden += 1
-        elif os.path.exists(f"/proc/{tid}/status"):  # still there, and not hidden
-            raise OSError(ctypes.get_errno(), f"mount over /proc/{tid}")
-    return hidden
-
-
-def hide_paths(private: dict[str, bool], empty_dir: str, empty_file: str) -> int:
-    """An empty directory or file over each path; one gone meanwhile is skipped."""
-    libc = _libc()
-    hidden = 0
-    for path, is_dir in private.items():
-        source = empty_dir if is_dir else empty_file
-        if libc.mount(source.encode(), path.encode(), None, _MS_BIND, None) == 0:
-            hidden += 1
-        elif os.path.lexists(path):
-            raise OSError(ctypes.get_errno(), f"mount over {path}")
-    return hidden
+    for source, target, witness in binds:
+        if (libc.mount(source.encode(), target.encode(), None, _MS_BIND, None) != 0
+                and os.path.lexists(witness)):
+            raise OSError(ctypes.get_errno(), f"mount over {target}")
 
 
 def serve(fd: int, masks: Masks) -> int:
@@ -159,9 +146,10 @@ def serve(fd: int, masks: Masks) -> int:
             os.write(fd, b"the request came from outside the sandbox\n")
             return 1
         _join(pid)
-        if masks.outer_proc:
-            hide_outer(masks.empty_dir)
-        hide_paths(private, masks.empty_dir, masks.empty_file)
+        tasks = outer_tasks() if masks.outer_proc else []
+        hide([*((masks.empty_dir, f"/proc/{tid}", f"/proc/{tid}/status") for tid in tasks),
+              *((masks.empty_dir if is_dir else masks.empty_file, path, path)
+                for path, is_dir in private.items())])
         os.write(fd, b"ok\n")
         return 0
     except OSError as error:
@@ -172,16 +160,15 @@ def serve(fd: int, masks: Masks) -> int:
         return 1
 
 
+@record
 class Masks:
     """What the helper hides: the outer processes, and root-only paths {path: is_dir}
     (a function: the helper finds them while bwrap sets up)."""
 
-    def __init__(self, outer_proc: bool, private: Callable[[], dict[str, bool]] | None,
-                 empty_dir: str, empty_file: str) -> None:
-        self.outer_proc = outer_proc
-        self.private = private
-        self.empty_dir = empty_dir
-        self.empty_file = empty_file
+    outer_proc: bool
+    private: Callable[[], dict[str, bool]] | None
+    empty_dir: str
+    empty_file: str
 
 
 def start_helper(masks: Masks) -> tuple[int, int]:

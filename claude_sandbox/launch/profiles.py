@@ -30,7 +30,6 @@ class Import:
 @record
 class Profile:
     name: str
-    description: str
     # What a first launch copies from the outer home into the agent's one-way
     # state store (its home inside): the login and settings, nothing that flows back.
     imports: tuple[Import, ...] = ()
@@ -53,7 +52,6 @@ class Profile:
 PROFILES: tuple[Profile, ...] = (
     Profile(
         name="claude",
-        description="Claude Code (@anthropic-ai/claude-code)",
         imports=(
             Import(".claude.json"),
             Import(
@@ -74,7 +72,6 @@ PROFILES: tuple[Profile, ...] = (
     ),
     Profile(
         name="codex",
-        description="OpenAI Codex CLI (@openai/codex)",
         imports=(
             Import(".codex", skip=("sessions", "archived_sessions", "log", "tmp", "packages",
                                    "cache", ".tmp")),
@@ -83,7 +80,6 @@ PROFILES: tuple[Profile, ...] = (
     ),
     Profile(
         name="pi",
-        description="Pi coding agent (@mariozechner/pi-coding-agent)",
         imports=(Import(".pi", skip=("agent/sessions",)),),
         credentials=("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"),
     ),

@@ -1,4 +1,4 @@
-"""Renderings of the one plan: bwrap's command line, the inner record, `explain`.
+"""Renderings of the one plan: bwrap's command line, `explain`, the reference page.
 
 Each function reads a `Plan` (plan.py) and nothing else of the launch, so what
 `claude-sandbox explain` prints is what a launch runs: the same object, drawn
@@ -9,7 +9,6 @@ numbers a launch opened (or, for explain, the names themselves).
 from __future__ import annotations
 
 from claude_sandbox.core import paths
-from claude_sandbox.inside import spec
 from claude_sandbox.launch.mounts import Mount
 from claude_sandbox.launch.plan import Plan
 
@@ -39,16 +38,10 @@ def enter_argv(fds: Mapping[str, str]) -> list[str]:
 
 
 def bwrap_argv(plan: Plan, bwrap: str, fds: Mapping[str, str]) -> list[str]:
-    args = [arg for option in plan.options for arg in option.args]
-    args += [arg for mount in plan.mounts for arg in mount_args(mount, fds)]
     # Every descriptor is required: a missing one is a KeyError, never a sandbox
     # without its seccomp filter.
-    args += ["--chdir", plan.cwd, "--seccomp", fds[SECCOMP]]
+    args = [arg for options, _ in option_rows(plan, fds) for arg in options]
     return [bwrap, *args, "--", *enter_argv(fds)]
-
-
-def inner_record(plan: Plan, helper_fd: int | None) -> bytes:
-    return spec.encode(plan.inner, helper_fd)
 
 
 HIDDEN = "<from the launching environment>"
@@ -91,9 +84,12 @@ def named_fds(plan: Plan) -> dict[str, str]:
     return {name: f"<{name}>" for name in names}
 
 
-def option_rows(plan: Plan) -> list[tuple[tuple[str, ...], str]]:
-    """bwrap's options in order, each with its reason (explain, docs/reference/mounts.md)."""
-    fds = named_fds(plan)
+def option_rows(
+    plan: Plan, fds: Mapping[str, str] | None = None
+) -> list[tuple[tuple[str, ...], str]]:
+    """bwrap's options in order, each with its reason: the launch's command line, explain
+    and docs/reference/mounts.md (`fds`: the launch's numbers, else `named_fds`)."""
+    fds = named_fds(plan) if fds is None else fds
     rows = [(option.args, option.reason) for option in plan.options]
     rows += [(mount_args(mount, fds), mount.reason) for mount in plan.mounts]
     rows += [(("--chdir", plan.cwd), "start where you launched"),

@@ -75,33 +75,20 @@ def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
                 stack.append(path)
 
 
-def walk(skip: Iterable[str]) -> tuple[dict[str, bool], dict[str, int]]:
-    """The whole tree from /, minus `skip` (and below): {private path: is_dir}, {dir: mtime}."""
-    hidden: dict[str, bool] = {}
-    dirs: dict[str, int] = {}
-    _scan("/", frozenset(skip), hidden, dirs)
-    return hidden, dirs
-
-
-def refresh(hidden: dict[str, bool], dirs: dict[str, int],
-            skip: Iterable[str]) -> tuple[dict[str, bool], dict[str, int], bool]:
-    """Re-list the directories whose time changed; (hidden, dirs, whether anything changed)."""
+def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str]) -> bool:
+    """Re-list, in place, the directories whose time changed; whether any did."""
     skipped = frozenset(skip)
     changed = [d for d, mtime in dirs.items() if _mtime(d) != mtime]
-    if not changed:
-        return hidden, dirs, False
-    new_hidden = dict(hidden)
-    new_dirs = dict(dirs)
     for directory in changed:
         prefix = directory.rstrip("/") + "/"
-        for path in [p for p in new_hidden if p.startswith(prefix)]:
-            del new_hidden[path]
-        for path in [d for d in new_dirs if d.startswith(prefix) or d == directory]:
-            del new_dirs[path]
+        for path in [p for p in hidden if p.startswith(prefix)]:
+            del hidden[path]
+        for path in [d for d in dirs if d.startswith(prefix) or d == directory]:
+            del dirs[path]
     for directory in changed:
         if os.path.isdir(directory) and not os.path.islink(directory):
-            _scan(directory, skipped, new_hidden, new_dirs)
-    return new_hidden, new_dirs, True
+            _scan(directory, skipped, hidden, dirs)
+    return bool(changed)
 
 
 def _mtime(path: str) -> int:
@@ -109,11 +96,6 @@ def _mtime(path: str) -> int:
         return os.lstat(path).st_mtime_ns
     except OSError:
         return -1
-
-
-def pseudo_mounts(mounts: Iterable[tuple[str, str]]) -> list[str]:
-    """Mount points of pseudo file systems, from (mount point, fstype) pairs."""
-    return [point for point, fstype in mounts if fstype in PSEUDO_FS and point != "/"]
 
 
 def load(path: str) -> tuple[dict[str, bool], dict[str, int], float] | None:
@@ -139,27 +121,31 @@ def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) 
 
 
 def private_paths(cache: str, skip: list[str]) -> dict[str, bool]:
-    """What to hide on this root launch: the cache, brought up to date, or a new walk."""
+    """What to hide on this root launch: the cache, brought up to date, or a new walk of
+    the whole tree from /, minus `skip` (and below)."""
     loaded = load(cache)
     now = time.time()
     if loaded is None or now - loaded[2] > MAX_AGE:
-        hidden, dirs = walk(skip)
+        hidden: dict[str, bool] = {}
+        dirs: dict[str, int] = {}
+        _scan("/", frozenset(skip), hidden, dirs)
         save(cache, hidden, dirs, now)
         return hidden
-    hidden, dirs, changed = refresh(loaded[0], loaded[1], skip)
-    if changed:
-        save(cache, hidden, dirs, loaded[2])
+    hidden, dirs, made = loaded
+    if refresh(hidden, dirs, skip):
+        save(cache, hidden, dirs, made)
     return hidden
 
 
 def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable) -> dict[str, bool]:
     """On a root launch: the paths outside the workspace root keeps from others (py)."""
     store = state.store_root(state_dir, facts.home, facts.uid)
-    mounts = [(m.mountpoint, m.fstype) for m in mountinfo.parse(mountinfo.read())]
+    pseudo = [m.mountpoint for m in mountinfo.parse(mountinfo.read())
+              if m.fstype in PSEUDO_FS and m.mountpoint != "/"]
     masked = [*facts.runtime_dirs, "/run", "/proc", "/sys", "/dev", "/tmp", facts.home, store]
     # The workspace is walked too (and only filtered below): a cache made from another
     # workspace must know the root-only files of this one.
-    skip = [*masked, *pseudo_mounts(mounts)]
+    skip = [*masked, *pseudo]
     private = private_paths(os.path.join(store, CACHE_NAME), skip)
     shown = [*masked, layout.workspace, *layout.allow_write]
     return {path: is_dir for path, is_dir in private.items()

@@ -14,6 +14,7 @@ import os
 from claude_sandbox.core import guard, paths
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.core.trace import Trace
+from claude_sandbox.inside.spec import TERMINAL_SIGNALS
 from claude_sandbox.launch.janitor import Janitor
 from claude_sandbox.launch.request import Request
 
@@ -27,13 +28,9 @@ __all__ = ["Request", "inherited_ignored", "launch"]
 # Ctrl-C and Ctrl-\\ (inherited through exec) so that bwrap stays alive when the
 # agent gets them; _enter restores them for the agent, and keeps ignored only what
 # this launch itself inherited ignored (nohup).
-_INHERITED = (("int", _signal.SIGINT), ("quit", _signal.SIGQUIT),
-              ("hup", _signal.SIGHUP), ("term", _signal.SIGTERM))
-
-
 def inherited_ignored() -> tuple[str, ...]:
     """The terminal signals this process inherited ignored (nohup): the agent keeps them so."""
-    return tuple(name for name, signum in _INHERITED
+    return tuple(name for name, signum in TERMINAL_SIGNALS.items()
                  if _signal.getsignal(signum) == _signal.SIG_IGN)
 
 

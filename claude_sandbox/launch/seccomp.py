@@ -21,8 +21,7 @@ import struct
 from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import data_descriptor
 from claude_sandbox.core.record import record
-
-LEVELS = ("standard", "harsh")
+from claude_sandbox.inside.spec import LEVELS
 
 # linux/seccomp.h return values.
 RET_KILL_PROCESS = 0x80000000
@@ -135,14 +134,13 @@ RULES: tuple[Rule, ...] = (
 
 @record
 class _Arch:
-    audit_arch: int
-    foreign: tuple[int, ...]  # other audit arches this CPU can run: killed
+    audit_arch: int  # every other (i386 on x86_64, arm32 on aarch64) is killed
     has_x32: bool
 
 
 _ARCHES = {
-    "x86_64": _Arch(AUDIT_ARCH_X86_64, (AUDIT_ARCH_I386,), True),
-    "aarch64": _Arch(AUDIT_ARCH_AARCH64, (AUDIT_ARCH_ARM,), False),
+    "x86_64": _Arch(AUDIT_ARCH_X86_64, True),
+    "aarch64": _Arch(AUDIT_ARCH_AARCH64, False),
 }
 
 
@@ -225,10 +223,7 @@ def build_filter(level: str, machine: str | None = None) -> bytes:
 
 
 def filter_fd(level: str) -> int:
-    """A readable descriptor holding the program, for `bwrap --seccomp FD`.
-
-    A memfd, so no temporary file exists on disk; bwrap reads it to EOF.
-    """
+    """A memfd holding the program, for `bwrap --seccomp FD` (bwrap reads it to EOF)."""
     return data_descriptor("seccomp", build_filter(level))
 
 

@@ -49,19 +49,17 @@ def agent_home(root: str, agent: str) -> str:
     return os.path.join(root, agent, "home")
 
 
-def _private_dir(path: str, uid: int) -> None:
-    """`path` exists as a directory of `uid`, 0700; anything else refuses the launch."""
+def private_dir(path: str, uid: int, what: str) -> None:
+    """`path` exists as a directory of `uid`, 0700 (made if absent); anything else there
+    refuses the launch, naming it `what`."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
-    except OSError as error:
-        raise _cannot_create(path, error) from None
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
         raise SandboxError(
-            f"{path} should be the sandbox's state store, a directory owned by uid {uid}; "
-            "it is not: remove it",
+            f"{path} should be {what}, a directory owned by uid {uid}; it is not: remove it",
             EXIT_REFUSED,
         )
     if stat.S_IMODE(info.st_mode) != 0o700:
@@ -85,8 +83,11 @@ def ensure_home(
             "mode 1777, each user's store is a 0700 subdirectory named by uid)",
             EXIT_REFUSED,
         )
-    _private_dir(root, uid)
-    _private_dir(os.path.join(root, agent), uid)
+    for directory in (root, os.path.join(root, agent)):
+        try:
+            private_dir(directory, uid, "the sandbox's state store")
+        except OSError as error:
+            raise _cannot_create(directory, error) from None
     home = agent_home(root, agent)
     if os.path.isdir(home) and not os.path.islink(home):
         return home

@@ -18,6 +18,7 @@ from claude_sandbox.core import paths
 from claude_sandbox.core.process import data_descriptor
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
+from claude_sandbox.inside import spec
 from claude_sandbox.launch import (
     cgroups,
     config,
@@ -125,8 +126,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         terminal.restore(modes)
 
 
-
-
 @record
 class Prepared:
     """What a launch made before the sandbox starts, and must undo after it."""
@@ -144,7 +143,7 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
     state.ensure_home(store, the_plan.agent, facts.home, profiles.get(the_plan.agent).imports,
                       facts.uid, default_root=cfg.state_dir is None)
     if facts.agent_tmp:
-        hostfacts.ensure_private_dir(facts.agent_tmp, facts.uid)
+        state.private_dir(facts.agent_tmp, facts.uid, f"{the_plan.agent}'s scratch directory")
     controls = the_plan.layout.controls
     made = placeholders.make(store, [p for c in controls for p in c.placeholders],
                              [p for c in controls for p in c.read_only])
@@ -165,7 +164,7 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
                                    paths.EMPTY_FILE)
             helper, helper_fd = procmask.start_helper(masks)
             opened["helper"] = helper_fd
-        opened[render.INNER] = data_descriptor("inner", render.inner_record(the_plan, helper_fd))
+        opened[render.INNER] = data_descriptor("inner", spec.encode(the_plan.inner, helper_fd))
     except BaseException:
         for fd in opened.values():
             os.close(fd)
@@ -200,11 +199,11 @@ def _say_held_back(profile: profiles.Profile, cfg: config.Config,
     """One line when a credential variable is set here and the sandbox holds it back."""
     names = profiles.held_back(profile, environ, cfg.pass_env)
     if names:
-        lines = "".join(f"pass-env = {name}\n" for name in names)
+        lines = "; ".join(f"pass-env = {name}" for name in names)
         sys.stderr.write(
             f"claude-sandbox: {', '.join(names)} {'is' if len(names) == 1 else 'are'} set "
             f"here but not passed into the sandbox; to pass {'it' if len(names) == 1 else 'them'}"
-            f", add to {paths.CONFIG_FILE}: {lines.strip().replace(chr(10), '; ')} "
+            f", add to {paths.CONFIG_FILE}: {lines} "
             f"(or log in inside: the login stays in the agent's state store)\n")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
+from claude_sandbox.inside.spec import LEVELS
 from claude_sandbox.launch.keys import KEYS_BY_NAME, Kind, KindOf, denied_reason
 
 TYPE_CHECKING = False
@@ -17,20 +18,10 @@ if TYPE_CHECKING:
 
 # Plain string tests, not regular expressions: `re` costs ms at every launch.
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
-
-
 _NAME_REST = _NAME_START | frozenset("0123456789")
-
-
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz-")
-
-
 _AGENT_CHARS = _KEY_CHARS | frozenset("0123456789")
 _SIZE_SCALE = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def is_name(text: str) -> bool:
-    return bool(text) and text[0] in _NAME_START and all(c in _NAME_REST for c in text)
 
 
 def is_key(name: str) -> bool:
@@ -56,8 +47,6 @@ def _ipv4(text: str) -> tuple[int, int, int, int] | None:
 
 
 TRUE = {"1", "true", "yes", "on"}
-
-
 FALSE = {"0", "false", "no", "off"}
 
 
@@ -79,7 +68,7 @@ def _flag(text: str, where: str) -> bool:
 
 
 def _name(text: str, where: str) -> str:
-    if not is_name(text):
+    if not text or text[0] not in _NAME_START or not set(text) <= _NAME_REST:
         raise SandboxError(f"{where}: {text!r} is not a variable name", EXIT_CONFIG)
     reason = denied_reason(text)
     if reason:
@@ -132,7 +121,7 @@ def _relative_path(text: str, where: str) -> str:
 
 
 def _level(text: str, where: str) -> str:
-    if text not in ("standard", "harsh"):
+    if text not in LEVELS:
         raise SandboxError(f"{where}: {text!r} is not standard or harsh", EXIT_CONFIG)
     return text
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.install import installer
-from claude_sandbox.launch import config, hostfacts, profiles
+from claude_sandbox.launch import gather, hostfacts, profiles
 
 TUN = "/dev/net/tun"
 TUN_RDEV = os.makedev(10, 200)
@@ -239,8 +239,7 @@ def guard_row() -> Finding:
 
 def config_row() -> Finding:
     try:
-        cfg = config.load(os.environ, agent="claude", agents=profiles.AGENT_NAMES,
-                          path=paths.CONFIG_FILE)
+        cfg = gather.load_config("claude", os.environ)
     except SandboxError as error:
         return Finding(False, error.message, f"fix the line named in {paths.CONFIG_FILE}")
     jail = "on" if cfg.egress_jail else "OFF"

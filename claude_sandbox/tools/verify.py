@@ -34,8 +34,8 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from claude_sandbox.core import paths
-from claude_sandbox.launch import config as config_module
 from claude_sandbox.launch import controlfiles, profiles, state
+from claude_sandbox.launch.gather import load_config
 
 INSTALLED_CHECKS = f"{paths.LIBEXEC}/verification"
 TOOLS_PYTHON = f"{paths.TOOLS_VENV}/bin/python"
@@ -308,8 +308,7 @@ def outer_ids(paths_: Sequence[str]) -> dict[str, list[int]]:
 
 def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, Any]:
     """The facts only the outside knows, for the checks inside."""
-    cfg = config_module.load(environ, agent=agent, agents=profiles.AGENT_NAMES,
-                             path=paths.CONFIG_FILE)
+    cfg = load_config(agent, environ)
     home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
     root = state.store_root(cfg.state_dir, home, os.getuid())
     # Made now (the launch would make it, with the same first import) so that its
