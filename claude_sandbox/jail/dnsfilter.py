@@ -15,6 +15,14 @@ from __future__ import annotations
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
 
+# The filter table's rules, as iptables-save prints them.
+_RULES = (
+    f"-A OUTPUT -d {paths.DNS_FORWARDER}/32 -p udp -m udp --dport 53 -j ACCEPT",
+    f"-A OUTPUT -d {paths.DNS_FORWARDER}/32 -p tcp -m tcp --dport 53 -j ACCEPT",
+    f"-A OUTPUT -d {paths.DNS_FORWARDER}/32 -j REJECT --reject-with icmp-port-unreachable",
+)
+_CHAINS = ("INPUT", "FORWARD", "OUTPUT")
+
 
 def request() -> list[str]:
     """The holder request that programmes the filter and prints it back.
@@ -24,7 +32,8 @@ def request() -> list[str]:
     """
     restore, save = paths.tool("iptables-restore"), paths.tool("iptables-save")
     script = f"{restore} && exec {save} -t filter"
-    return ["run", dns_filter_restore(paths.DNS_FORWARDER), paths.tool("sh"), "-c", script]
+    table = ["*filter", *(f":{chain} ACCEPT [0:0]" for chain in _CHAINS), *_RULES, "COMMIT", ""]
+    return ["run", "\n".join(table), paths.tool("sh"), "-c", script]
 
 
 def check(reply: list[str]) -> None:
@@ -33,32 +42,14 @@ def check(reply: list[str]) -> None:
         why = reply[1] if reply[0] != "ok" else reply[3].strip()
         raise SandboxError(f"egress jail: iptables failed ({why}); the DNS forwarder "
                            "cannot be limited to DNS; install the iptables package", EXIT_JAIL)
-    problem = filter_differs(paths.DNS_FORWARDER, reply[2])
+    saved = reply[2].splitlines()
+    rules = [line for line in saved if line.startswith("-")]
+    policies = [line.split()[:2] for line in saved if line.startswith(":")]
+    problem = None
+    if sorted(policies) != sorted([f":{chain}", "ACCEPT"] for chain in _CHAINS):
+        problem = f"filter chains {policies}"
+    elif tuple(rules) != _RULES:
+        problem = f"filter rules {rules}"
     if problem:
         raise SandboxError(f"egress jail: the DNS filter read back differs ({problem}); "
                            "refusing to launch", EXIT_JAIL)
-
-def dns_filter(dns: str) -> tuple[str, ...]:
-    """The filter table's rules, as iptables-save prints them."""
-    return (
-        f"-A OUTPUT -d {dns}/32 -p udp -m udp --dport 53 -j ACCEPT",
-        f"-A OUTPUT -d {dns}/32 -p tcp -m tcp --dport 53 -j ACCEPT",
-        f"-A OUTPUT -d {dns}/32 -j REJECT --reject-with icmp-port-unreachable",
-    )
-
-
-def dns_filter_restore(dns: str) -> str:
-    """iptables-restore input: the whole filter table, replaced."""
-    chains = [":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
-    return "\n".join(["*filter", *chains, *dns_filter(dns), "COMMIT", ""])
-
-
-def filter_differs(dns: str, saved: str) -> str | None:
-    """Why an iptables-save of the filter table is not exactly the plan, or None."""
-    rules = [line for line in saved.splitlines() if line.startswith("-")]
-    policies = [line.split()[:2] for line in saved.splitlines() if line.startswith(":")]
-    if sorted(policies) != [[":FORWARD", "ACCEPT"], [":INPUT", "ACCEPT"], [":OUTPUT", "ACCEPT"]]:
-        return f"filter chains {policies}"
-    if tuple(rules) != dns_filter(dns):
-        return f"filter rules {rules}"
-    return None

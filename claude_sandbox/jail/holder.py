@@ -3,11 +3,12 @@
 `unshare --user --map-root-user --net INTERPRETER -I -S -c CODE _jail_holder
 --fd N` starts it (`paths.internal_argv`, as `_enter` starts;
 docs/explanation/egress-jail.md). It holds the namespace open while pasta
-attaches from outside, then
-carries out the parent's requests inside the namespace: run `ip`, switch
-IPv6 off, start an inside relay, and finally exec the session command. Policy (which routes, whether
-the read-back matches) lives in the parent (session.py, lock.py, readback.py); the holder
-is a small executor, so its import cost stays off the launch's critical path.
+attaches from outside, then carries out the parent's requests inside the
+namespace: run `ip` or iptables, switch IPv6 off, start an inside relay, and
+finally exec the session command. Policy (which routes and filter, whether the
+read-back matches) lives in the parent (session.py, lock.py, readback.py,
+dnsfilter.py); the holder is a small executor, so its import cost stays off
+the launch's critical path.
 
 It talks to the parent only over the socketpair end it inherits as fd N,
 never a pipe or a file: a pipe can be reopened through /proc/PID/fd by any
@@ -30,18 +31,26 @@ import os
 import sys
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from claude_sandbox.core.process import Child
+
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"  # argv and environment are bytes on Linux
 # Signals Python leaves ignored (SIGPIPE, SIGXFSZ); an ignored disposition
 # survives exec, and an agent must not inherit it.
 _PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
 _TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-_RELAY_READY_TIMEOUT = 3.0
+RELAY_READY_TIMEOUT = 3.0  # for either side's socat
+
+
+def encode_frame(fields: list[str]) -> bytes:
+    payload = "\0".join(fields).encode(ENCODING, ERRORS)
+    return len(payload).to_bytes(4, "big") + payload
 
 
 def send_frame(sock: _socket.socket, fields: list[str]) -> None:
-    payload = "\0".join(fields).encode(ENCODING, ERRORS)
-    sock.sendall(len(payload).to_bytes(4, "big") + payload)
+    sock.sendall(encode_frame(fields))
 
 
 def _recv_exact(sock: _socket.socket, size: int) -> bytes | None:
@@ -55,15 +64,15 @@ def _recv_exact(sock: _socket.socket, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def _recv_fields(sock: _socket.socket, head: bytes) -> list[str] | None:
+    body = _recv_exact(sock, int.from_bytes(head, "big"))
+    return None if body is None else body.decode(ENCODING, ERRORS).split("\0")
+
+
 def recv_frame(sock: _socket.socket) -> list[str] | None:
     """The next frame's fields, or None when the peer closed the socket."""
     head = _recv_exact(sock, 4)
-    if head is None:
-        return None
-    body = _recv_exact(sock, int.from_bytes(head, "big"))
-    if body is None:
-        return None
-    return body.decode(ENCODING, ERRORS).split("\0")
+    return None if head is None else _recv_fields(sock, head)
 
 
 _MAX_FDS = 16
@@ -90,31 +99,29 @@ def recv_frame_fds(sock: _socket.socket) -> tuple[list[str], list[int]] | None:
             if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                 usable = len(blob) - len(blob) % 4
                 fds += [int.from_bytes(blob[i : i + 4], sys.byteorder) for i in range(0, usable, 4)]
-    body = _recv_exact(sock, int.from_bytes(head, "big"))
-    if body is None:
-        return None
-    return body.decode(ENCODING, ERRORS).split("\0"), fds
+    fields = _recv_fields(sock, head)
+    return None if fields is None else (fields, fds)
 
 
 def _read_all(sock: _socket.socket) -> str:
     chunks = []
     while chunk := sock.recv(65536):
         chunks.append(chunk)
+    sock.close()
     return b"".join(chunks).decode(ENCODING, "replace")
 
 
-def _spawn(argv: list[str], fds: list[tuple[int, int]], setsid: bool) -> int:
-    """`fds`: (source, target) pairs for the child's 0, 1, 2 (process.fork_exec)."""
+def _spawn(argv: list[str], streams: dict[int, int], setsid: bool) -> Child:
     from claude_sandbox.core.process import fork_exec
 
-    return fork_exec(argv, _TOOL_ENV, {target: source for source, target in fds}, setsid).pid
+    return fork_exec(argv, _TOOL_ENV, streams, setsid)
 
 
 def run_tool(stdin_text: str, argv: list[str]) -> list[str]:
     """Run `argv` with stdin/stdout/stderr on socketpairs; return rc, out, err."""
     pairs = [_socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM) for _ in range(3)]
     try:
-        pid = _spawn(argv, [(p[1].fileno(), n) for n, p in enumerate(pairs)], setsid=False)
+        tool = _spawn(argv, {n: p[1].fileno() for n, p in enumerate(pairs)}, setsid=False)
     except OSError as exc:
         for a, b in pairs:
             a.close()
@@ -129,10 +136,7 @@ def run_tool(stdin_text: str, argv: list[str]) -> list[str]:
     stdin.close()
     out = _read_all(stdout)
     err = _read_all(stderr)
-    stdout.close()
-    stderr.close()
-    _, status = os.waitpid(pid, 0)
-    return ["ok", str(os.waitstatus_to_exitcode(status)), out, err]
+    return ["ok", str(tool.wait()), out, err]
 
 
 def ipv6_off() -> list[str]:
@@ -162,29 +166,31 @@ def listening(kind: str, where: str) -> bool:
         )
 
 
-def start_relay(kind: str, where: str, argv: list[str]) -> list[str]:
-    """Start an inside socat, in its own session, off the terminal; wait until it listens.
+def wait_listening(kind: str, where: str, proc: Child) -> bool:
+    """Wait until there is a listener (see listening); False if `proc` died or never did."""
+    deadline = time.monotonic() + RELAY_READY_TIMEOUT
+    while not listening(kind, where):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
-    Its own session keeps Ctrl-C for the agent, not the relay; /dev/null keeps
-    the relay off the terminal entirely (docs/explanation/egress-jail.md).
-    """
+
+def start_relay(kind: str, where: str, argv: list[str]) -> list[str]:
+    """Start an inside socat, in its own session, off the terminal (relays.py says
+    why); wait until it listens."""
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     try:
-        pid = _spawn(argv, [(null, 0), (null, 1), (null, 2)], setsid=True)
+        relay = _spawn(argv, {0: null, 1: null, 2: null}, setsid=True)
     except OSError as exc:
         return ["err", f"cannot run {argv[0]}: {exc.strerror}"]
     finally:
         os.close(null)
-    deadline = time.monotonic() + _RELAY_READY_TIMEOUT
-    while not listening(kind, where):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done or time.monotonic() > deadline:
-            if not done:
-                os.kill(pid, _signal.SIGKILL)
-                os.waitpid(pid, 0)
-            return ["err", f"relay on {where} did not start"]
-        time.sleep(0.001)
-    return ["ok", str(pid)]
+    if not wait_listening(kind, where, relay):
+        relay.kill()  # unless it has exited already (and been reaped)
+        relay.wait()
+        return ["err", f"relay on {where} did not start"]
+    return ["ok", str(relay.pid)]
 
 
 def _place_fds(sock: _socket.socket, received: list[int], targets: list[int]) -> _socket.socket:

@@ -50,7 +50,7 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
     script = plan.batch() + READBACK
     _, out4, err = _ip(ask, ["-4", "-force", "-j", "-batch", "-"], script)
     _, out6, _ = _ip(ask, ["-6", "-j", "-batch", "-"], READBACK)
-    failed = _failed_rows(warn, plan, readback.failed_lines(err), err)
+    failed = _failed_rows(warn, plan, err)
     seen = readback.parse_readback(out4, out6)
     problems = readback.compare(plan, failed, seen)
     if problems:
@@ -62,15 +62,14 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
     trace("routes programmed and verified")
     return plan
 
-def _failed_rows(warn: Callable[[str], None], plan: routes.Plan, lines: set[int],
-                 err: str) -> set[int]:
-    """Map failed batch lines to plan rows; refuse when a required one failed.
+def _failed_rows(warn: Callable[[str], None], plan: routes.Plan, err: str) -> set[int]:
+    """Map the batch lines `err` reports failed to plan rows; refuse when a required one failed.
 
     Line 1 is the flush, lines 2.. are plan.routes, then the read-back commands.
     """
     failed: set[int] = set()
     last_row = len(plan.routes) + 1
-    for line in sorted(lines):
+    for line in sorted(readback.failed_lines(err)):
         if line == 1 or line > last_row:
             raise SandboxError(
                 f"egress jail: route programming failed ({err.strip()})", EXIT_JAIL

@@ -13,29 +13,26 @@ from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 
 
+def _refused(why: str) -> SandboxError:
+    return SandboxError(f"egress jail: {why}", EXIT_UNAVAILABLE)
+
+
 def _check_tun() -> None:
     fix = 'add "--device=/dev/net/tun" to runArgs in devcontainer.json'
     try:
         fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise SandboxError(
-            f"egress jail: /dev/net/tun is missing; {fix}", EXIT_UNAVAILABLE
-        ) from None
+        raise _refused(f"/dev/net/tun is missing; {fix}") from None
     except OSError as exc:
-        raise SandboxError(
-            f"egress jail: /dev/net/tun cannot be opened ({exc.strerror}); "
-            f"run `chmod 666 /dev/net/tun` as root, or {fix}",
-            EXIT_UNAVAILABLE,
-        ) from None
+        raise _refused(f"/dev/net/tun cannot be opened ({exc.strerror}); "
+                       f"run `chmod 666 /dev/net/tun` as root, or {fix}") from None
     try:
         st = os.fstat(fd)
     finally:
         os.close(fd)
     # A bind of /dev/null or a file over the node opens fine but is no tun.
     if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != 10 or os.minor(st.st_rdev) != 200:
-        raise SandboxError(
-            f"egress jail: /dev/net/tun is not the tun device (10:200); {fix}", EXIT_UNAVAILABLE
-        )
+        raise _refused(f"/dev/net/tun is not the tun device (10:200); {fix}")
 
 
 def _read_int(path: str) -> int | None:
@@ -54,18 +51,11 @@ def _check_userns() -> None:
     """
     fix = "enable unprivileged user namespaces"
     if _read_int("/proc/sys/user/max_user_namespaces") == 0:
-        raise SandboxError(
-            f"egress jail: user namespaces are refused (user.max_user_namespaces = 0); {fix}",
-            EXIT_UNAVAILABLE,
-        )
+        raise _refused(f"user namespaces are refused (user.max_user_namespaces = 0); {fix}")
     if os.geteuid() != 0 and _read_int("/proc/sys/kernel/unprivileged_userns_clone") == 0:
-        raise SandboxError(
-            f"egress jail: user namespaces are refused "
-            f"(kernel.unprivileged_userns_clone = 0); {fix}",
-            EXIT_UNAVAILABLE,
-        )
+        raise _refused(f"user namespaces are refused (kernel.unprivileged_userns_clone = 0); {fix}")
     if not os.path.exists("/proc/self/ns/user"):
-        raise SandboxError("egress jail: this kernel has no user namespaces", EXIT_UNAVAILABLE)
+        raise _refused("this kernel has no user namespaces")
 
 
 def preflight(*, needs_socat: bool) -> None:

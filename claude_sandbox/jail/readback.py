@@ -1,9 +1,5 @@
-"""Reading the jail's routes back from `ip -json`, and comparing them with the plan.
-
-The routes are programmed, then read back and compared row by row before the
-agent runs (check 31): a row the kernel did not take, or one nobody planned,
-refuses the launch (docs/explanation/egress-jail.md).
-"""
+"""Reading the jail's routes back from `ip -json`, and comparing them with the plan
+(routes.py says why; check 31)."""
 
 from __future__ import annotations
 
@@ -74,6 +70,11 @@ def _normalise_dst(dst: str, family: int) -> str:
     return str(net)
 
 
+def _extra(attributes: Iterable[tuple[object, object]]) -> tuple[tuple[str, str], ...]:
+    """The attributes not modelled, comparable: any unexpected one is a difference."""
+    return tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in attributes))
+
+
 _ROUTE_KEYS = frozenset(
     {"table", "type", "dst", "gateway", "dev", "prefsrc", "scope", "protocol", "metric", "flags"}
 )
@@ -96,11 +97,6 @@ def parse_route(obj: object, family: int = 4) -> Route:
     metric = obj.get("metric", 0)
     if not isinstance(metric, int) or isinstance(metric, bool):
         raise _fail("metric is not an integer")
-    extra = tuple(
-        sorted(
-            (str(k), json.dumps(v, sort_keys=True)) for k, v in obj.items() if k not in _ROUTE_KEYS
-        )
-    )
     return Route(
         table=_str(obj, "table", "main") or "main",
         type=_str(obj, "type", "unicast") or "unicast",
@@ -112,7 +108,7 @@ def parse_route(obj: object, family: int = 4) -> Route:
         protocol=_str(obj, "protocol", "boot") or "boot",
         metric=metric,
         flags=tuple(sorted(flags)),
-        extra=extra,
+        extra=_extra((k, v) for k, v in obj.items() if k not in _ROUTE_KEYS),
     )
 
 
@@ -124,14 +120,10 @@ def parse_rule(obj: object) -> Rule:
     if not isinstance(priority, int) or isinstance(priority, bool) or not isinstance(table, str):
         raise _fail("rule without priority or table")
     # "src": "all" is the only selector a fresh namespace's rules carry.
-    extra = tuple(
-        sorted(
-            (str(k), json.dumps(v, sort_keys=True))
-            for k, v in obj.items()
-            if k not in ("priority", "table") and not (k == "src" and v == "all")
-        )
-    )
-    return Rule(priority, table, extra)
+    return Rule(priority, table, _extra(
+        (k, v) for k, v in obj.items()
+        if k not in ("priority", "table") and not (k == "src" and v == "all")
+    ))
 
 
 def _list(doc: object, what: str) -> list[object]:
@@ -152,14 +144,7 @@ def _family_docs(text: str, family: int) -> tuple[tuple[Route, ...], tuple[Rule,
 
 def parse_readback(v4: str, v6: str) -> Readback:
     """Parse `ip -j -4` and `ip -j -6` output of (route show table all, rule show)."""
-    routes_v4, rules_v4 = _family_docs(v4, 4)
-    routes_v6, rules_v6 = _family_docs(v6, 6)
-    return Readback(routes_v4, rules_v4, routes_v6, rules_v6)
-
-
-def _v6_harmless(route: Route) -> bool:
-    net = ipaddress.IPv6Network(route.dst)
-    return route.gateway is None and any(net.subnet_of(h) for h in _V6_HARMLESS)
+    return Readback(*_family_docs(v4, 4), *_family_docs(v6, 6))
 
 
 def compare(plan: Plan, failed: Iterable[int], readback: Readback) -> list[str]:
@@ -173,7 +158,8 @@ def compare(plan: Plan, failed: Iterable[int], readback: Readback) -> list[str]:
     problems: list[str] = []
     have_v4 = list(readback.routes_v4)
     for r in readback.routes_v6:
-        if not _v6_harmless(r):
+        net = ipaddress.IPv6Network(r.dst)
+        if r.gateway is not None or not any(net.subnet_of(h) for h in _V6_HARMLESS):
             problems.append(f"IPv6 route {r.dst} ({r.type}, table {r.table})")
     for r in sorted(set(have_v4) - set(want), key=repr):
         problems.append(f"unplanned route {r.type} {r.dst} table {r.table}: {r}")

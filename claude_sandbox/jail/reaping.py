@@ -13,19 +13,9 @@ import time
 from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
 from claude_sandbox.core.process import load_libc
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 KILL_WAIT = 2.0
-
-
 _PR_SET_DUMPABLE = 4
-
-
 _PR_SET_CHILD_SUBREAPER = 36
-
-
 _PR_GET_CHILD_SUBREAPER = 37
 
 
@@ -87,14 +77,16 @@ def wait_all(pidfds: list[int]) -> None:
         os.close(fd)
 
 
-def orphans(groups: set[int]) -> list[tuple[int, str]]:
-    """Children reparented to this subreaper by the launch: (pid, state).
+def reap_orphans(groups: set[int]) -> None:
+    """Wait (bounded) for the launch's orphans to exit, and reap them; nothing
+    else, so no other child's status is taken from whoever waits for it.
 
-    The inside relays' groups (leaders and connection children), and bwrap's
-    init, which runs in this process's group with the session.
+    The orphans (become_subreaper): the inside relays' `groups` (leaders and
+    connection children), and bwrap's init, in this process's group with the session.
     """
     ours = os.getpgrp()
-    found = []
+    found: list[int] = []
+    pidfds: list[int] = []
     for task in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{task}/children") as f:
@@ -108,28 +100,18 @@ def orphans(groups: set[int]) -> list[tuple[int, str]]:
                 state, group = tail.split()[0], int(tail.split()[2])
             except (OSError, ValueError, IndexError):
                 continue
-            comm = head.partition("(")[2]
-            if group in groups or (group == ours and comm == "bwrap"):
-                found.append((pid, state))
-    return found
-
-
-def reap_orphans(groups: set[int]) -> None:
-    """Wait (bounded) for the launch's orphans to exit, and reap them; nothing
-    else, so no other child's status is taken from whoever waits for it."""
-    pending = orphans(groups)
-    pidfds = []
-    for pid, state in pending:
-        if state != "Z":
-            with contextlib.suppress(OSError):
-                pidfds.append(os.pidfd_open(pid))
+            if group in groups or (group == ours and head.partition("(")[2] == "bwrap"):
+                found.append(pid)
+                if state != "Z":
+                    with contextlib.suppress(OSError):
+                        pidfds.append(os.pidfd_open(pid))
     wait_all(pidfds)
-    for pid, _ in pending:
+    for pid in found:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
 
 
-def in_namespace(pid: int, userns: os.stat_result) -> bool:
+def _in_namespace(pid: int, userns: os.stat_result) -> bool:
     try:
         st = os.stat(f"/proc/{pid}/ns/user")
     except OSError:
@@ -137,8 +119,8 @@ def in_namespace(pid: int, userns: os.stat_result) -> bool:
     return (st.st_dev, st.st_ino) == (userns.st_dev, userns.st_ino)
 
 
-def kill_matching(match: Callable[[int], bool]) -> list[int]:
-    """SIGKILL every process `match` accepts; their pidfds, for wait_all.
+def kill_namespace(userns: os.stat_result) -> list[int]:
+    """SIGKILL every process in the user namespace `userns`; their pidfds, for wait_all.
 
     Only the rare teardowns a signal interrupted get here: a scan of /proc
     costs a few milliseconds. A pidfd is taken before the second check, so
@@ -147,13 +129,13 @@ def kill_matching(match: Callable[[int], bool]) -> list[int]:
     me = os.getpid()
     found: list[int] = []
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me or not match(int(name)):
+        if not name.isdigit() or int(name) == me or not _in_namespace(int(name), userns):
             continue
         try:
             pidfd = os.pidfd_open(int(name))
         except OSError:
             continue
-        if match(int(name)):
+        if _in_namespace(int(name), userns):
             send_kill(pidfd)
             found.append(pidfd)
         else:

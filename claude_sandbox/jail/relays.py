@@ -21,14 +21,10 @@ from __future__ import annotations
 import _socket
 import errno
 import os
-import time
 
 from claude_sandbox.core.process import Child, fork_exec
 from claude_sandbox.core.record import record
-from claude_sandbox.jail.holder import listening  # one reading of /proc/net/tcp for both sides
 from claude_sandbox.jail.start import TOOL_ENV
-
-READY_TIMEOUT = 3.0
 
 
 @record
@@ -39,39 +35,28 @@ class Relay:
     port: int
     path: str  # the unix socket in the private directory
 
-    def outside_argv(self, socat: str) -> list[str]:
-        if self.kind == "local":
-            return [socat, f"UNIX-LISTEN:{self.path},fork", f"TCP4:127.0.0.1:{self.port}"]
-        return [
-            socat,
-            f"TCP4-LISTEN:{self.port},bind=127.0.0.1,reuseaddr,fork",
-            f"UNIX-CONNECT:{self.path}",
-        ]
+    def _tcp_side(self, inside: bool) -> bool:
+        """Whether this side's socat listens on 127.0.0.1 (else on the unix socket)."""
+        return inside == (self.kind == "local")
+
+    def argv(self, socat: str, inside: bool) -> list[str]:
+        if self._tcp_side(inside):
+            return [
+                socat,
+                f"TCP4-LISTEN:{self.port},bind=127.0.0.1,reuseaddr,fork",
+                f"UNIX-CONNECT:{self.path}",
+            ]
+        return [socat, f"UNIX-LISTEN:{self.path},fork", f"TCP4:127.0.0.1:{self.port}"]
 
     def inside_argv(self, socat: str, setpriv: str) -> list[str]:
         # The holder starts it, and later becomes bwrap (--die-with-parent):
         # setpriv's parent-death signal ends the relay with it, even when the
         # launcher was SIGKILLed and nothing of ours runs to tear down.
-        death = [setpriv, "--pdeathsig", "KILL", "--"]
-        if self.kind == "local":
-            return [
-                *death,
-                socat,
-                f"TCP4-LISTEN:{self.port},bind=127.0.0.1,reuseaddr,fork",
-                f"UNIX-CONNECT:{self.path}",
-            ]
-        return [*death, socat, f"UNIX-LISTEN:{self.path},fork", f"TCP4:127.0.0.1:{self.port}"]
+        return [setpriv, "--pdeathsig", "KILL", "--", *self.argv(socat, inside=True)]
 
-    def inside_listener(self) -> tuple[str, str]:
-        """What the inside socat listens on, for the holder's readiness check."""
-        if self.kind == "local":
-            return ("tcp", str(self.port))
-        return ("unix", self.path)
-
-    def outside_listener(self) -> tuple[str, str]:
-        if self.kind == "local":
-            return ("unix", self.path)
-        return ("tcp", str(self.port))
+    def listener(self, inside: bool) -> tuple[str, str]:
+        """What one side's socat listens on, for holder.listening."""
+        return ("tcp", str(self.port)) if self._tcp_side(inside) else ("unix", self.path)
 
 
 def plan_relays(
@@ -103,18 +88,7 @@ def port_taken(port: int) -> bool:
 def spawn_outside(relay: Relay, socat: str) -> Child:
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     try:
-        streams = {0: null, 1: null, 2: null}
-        return fork_exec(relay.outside_argv(socat), TOOL_ENV, streams, True, die_with_parent=True)
+        argv = relay.argv(socat, inside=False)
+        return fork_exec(argv, TOOL_ENV, {0: null, 1: null, 2: null}, True, die_with_parent=True)
     finally:
         os.close(null)
-
-
-def wait_ready(relay: Relay, proc: Child) -> bool:
-    """Wait until the outside socat listens; False if it died or never did."""
-    kind, where = relay.outside_listener()
-    deadline = time.monotonic() + READY_TIMEOUT
-    while not listening(kind, where):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True

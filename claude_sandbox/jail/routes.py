@@ -4,9 +4,9 @@ pasta copies the outer container's routes into the jail's namespace, so the
 holder throws the main table away and builds an allow-list from nothing:
 private, CGNAT, connected and link-local destinations go nowhere, the
 internet goes through pasta's gateway. This module turns the network facts
-the holder read (addresses, gateway) into one `ip -batch` script, predicts
-exactly what the kernel must then show, and compares a read-back with that
-prediction. Anything in the read-back the plan did not predict (a stray
+the holder read (addresses, gateway) into one `ip -batch` script and predicts
+exactly what the kernel must then show; readback.py compares a read-back with
+that prediction. Anything in the read-back the plan did not predict (a stray
 route, an extra attribute, a policy rule, a global IPv6 route) refuses the
 launch: containment is proved by reading, not assumed from writing.
 
@@ -143,57 +143,39 @@ def _host(addr: str) -> str:
     return f"{addr}/32"
 
 
-def _blocked_rows(facts: NetFacts) -> list[PlannedRoute]:
-    src = facts.address
-    rows = [
-        PlannedRoute(
-            f"route add {b.kind} {b.cidr} src {src}",
-            Route("main", b.kind, _network(b.cidr), prefsrc=src),
-            True,
-            b.why,
-        )
-        for b in BLOCKED
-    ]
-    fixed = {_network(b.cidr) for b in BLOCKED}
-    # Connected subnets and whatever pasta copied from outside: the outer
-    # container's neighbours (a database, the host bridge) live there.
-    local_nets = [_network(f"{a.address}/{a.prefixlen}") for a in facts.addresses if not a.loopback]
-    for net in dict.fromkeys([*local_nets, *(_network(c) for c in facts.copied)]):
-        if net in fixed or net == "0.0.0.0/0":
-            continue
-        fixed.add(net)
-        rows.append(
-            PlannedRoute(
-                f"route add blackhole {net} src {src}",
-                Route("main", "blackhole", net, prefsrc=src),
-                True,
-                "connected or copied subnet of the outer container",
-            )
-        )
-    return rows
-
-
-def _via_gateway(facts: NetFacts, addr: str, required: bool, why: str) -> PlannedRoute:
+def _drop(facts: NetFacts, kind: str, dst: str, why: str) -> PlannedRoute:
     return PlannedRoute(
-        f"route add {_host(addr)} via {facts.gateway} dev {facts.iface} src {facts.address} "
+        f"route add {kind} {dst} src {facts.address}",
+        Route("main", kind, dst, prefsrc=facts.address),
+        True,
+        why,
+    )
+
+
+def _via_gateway(facts: NetFacts, dst: str, required: bool, why: str,
+                 named: str | None = None) -> PlannedRoute:
+    """`named`: how the command spells `dst` ("default")."""
+    return PlannedRoute(
+        f"route add {named or dst} via {facts.gateway} dev {facts.iface} src {facts.address} "
         "onlink",
-        Route(
-            "main",
-            "unicast",
-            _host(addr),
-            gateway=facts.gateway,
-            dev=facts.iface,
-            prefsrc=facts.address,
-            flags=("onlink",),
-        ),
+        Route("main", "unicast", dst, gateway=facts.gateway, dev=facts.iface,
+              prefsrc=facts.address, flags=("onlink",)),
         required,
         why,
     )
 
 
-def _covered(addr: str, blocked: Iterable[str]) -> bool:
-    ip = ipaddress.ip_address(addr)
-    return any(ip in ipaddress.ip_network(net) for net in blocked)
+def _blocked_rows(facts: NetFacts) -> list[PlannedRoute]:
+    rows = [_drop(facts, b.kind, _network(b.cidr), b.why) for b in BLOCKED]
+    fixed = {_network(b.cidr) for b in BLOCKED} | {"0.0.0.0/0"}
+    # Connected subnets and whatever pasta copied from outside: the outer
+    # container's neighbours (a database, the host bridge) live there.
+    local_nets = [_network(f"{a.address}/{a.prefixlen}") for a in facts.addresses if not a.loopback]
+    for net in dict.fromkeys([*local_nets, *(_network(c) for c in facts.copied)]):
+        if net not in fixed:
+            rows.append(_drop(facts, "blackhole", net,
+                              "connected or copied subnet of the outer container"))
+    return rows
 
 
 def _host_rows(facts: NetFacts, host: Iterable[str], skip: set[str]) -> list[PlannedRoute]:
@@ -203,22 +185,12 @@ def _host_rows(facts: NetFacts, host: Iterable[str], skip: set[str]) -> list[Pla
     services, or to whatever listens on the host's other interfaces (a TEST-NET
     or public address the private-range rows do not cover).
     """
-    blocked = [_network(b.cidr) for b in BLOCKED] + ["127.0.0.0/8"]
-    rows: list[PlannedRoute] = []
-    seen: set[str] = set()
-    for addr, why in [(facts.gateway, "the gateway: its own services, through pasta"),
-                      *((a, "an address of the host: its services, through pasta")
-                        for a in host)]:
-        if addr in seen or addr in skip or _covered(addr, blocked):
-            continue
-        seen.add(addr)
-        rows.append(PlannedRoute(
-            f"route add blackhole {_host(addr)} src {facts.address}",
-            Route("main", "blackhole", _host(addr), prefsrc=facts.address),
-            True,
-            why,
-        ))
-    return rows
+    blocked = [ipaddress.ip_network(cidr) for cidr in (*(b.cidr for b in BLOCKED), "127.0.0.0/8")]
+    whys = {facts.gateway: "the gateway: its own services, through pasta"}
+    for addr in host:
+        whys.setdefault(addr, "an address of the host: its services, through pasta")
+    return [_drop(facts, "blackhole", _host(addr), why) for addr, why in whys.items()
+            if addr not in skip and not any(ipaddress.ip_address(addr) in net for net in blocked)]
 
 
 def build_plan(facts: NetFacts, dns: str, allow_ip: Sequence[str],
@@ -231,27 +203,11 @@ def build_plan(facts: NetFacts, dns: str, allow_ip: Sequence[str],
     blackhole /32 stops connections to it. Optional rows come last so a
     failure among them cannot stop a required row from being programmed.
     """
-    src = facts.address
-    rows = _blocked_rows(facts)
-    rows += _host_rows(facts, host, set(allow_ip))
-    rows.append(
-        PlannedRoute(
-            f"route add default via {facts.gateway} dev {facts.iface} src {src} onlink",
-            Route(
-                "main", "unicast", "0.0.0.0/0", gateway=facts.gateway, dev=facts.iface,
-                prefsrc=src, flags=("onlink",),
-            ),
-            True,
-            "the internet, through pasta",
-        )
-    )
-    rows.append(_via_gateway(facts, dns, False, "pasta's DNS forwarder"))
-    seen = {dns}
-    for addr in allow_ip:
-        if addr in seen:
-            continue
-        seen.add(addr)
-        rows.append(_via_gateway(facts, addr, False, "allow-ip exception"))
+    rows = _blocked_rows(facts) + _host_rows(facts, host, set(allow_ip))
+    rows.append(_via_gateway(facts, "0.0.0.0/0", True, "the internet, through pasta", "default"))
+    rows.append(_via_gateway(facts, _host(dns), False, "pasta's DNS forwarder"))
+    rows += [_via_gateway(facts, _host(addr), False, "allow-ip exception")
+             for addr in dict.fromkeys(allow_ip) if addr != dns]
     return Plan(tuple(rows), expected_local_table(facts.addresses))
 
 
@@ -287,36 +243,26 @@ def expected_local_table(addresses: Iterable[Address]) -> tuple[Route, ...]:
     out: list[Route] = []
     for a in addresses:
         net = ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False)
-
-        def local(dst: str, scope: str, kind: str = "local", a: Address = a) -> Route:
-            return Route(
-                "local", kind, dst, dev=a.dev, prefsrc=a.address, scope=scope, protocol="kernel"
-            )
-
-        out.append(local(_host(a.address), "host"))
+        kept = [("local", _host(a.address), "host")]
         if a.loopback and a.prefixlen < 32:
-            out.append(local(str(net), "host"))
+            kept.append(("local", str(net), "host"))
         if a.prefixlen < 31:
-            out.append(local(_host(str(net.broadcast_address)), "link", "broadcast"))
+            kept.append(("broadcast", _host(str(net.broadcast_address)), "link"))
+        out += [Route("local", kind, dst, dev=a.dev, prefsrc=a.address, scope=scope,
+                      protocol="kernel") for kind, dst, scope in kept]
     return tuple(out)
 
 
-def explain_plan(
-    facts: NetFacts | None = None, dns: str = DNS_FORWARDER, allow_ip: Sequence[str] = ()
-) -> list[str]:
+def explain_plan(allow_ip: Sequence[str] = ()) -> list[str]:
     """The plan as `claude-sandbox explain` prints it, for example addresses."""
-    if facts is None:
-        facts = NetFacts(
-            iface="eth0",
-            address="192.0.2.2",
-            gateway="192.0.2.1",
-            addresses=(
-                Address("lo", "127.0.0.1", 8, True),
-                Address("eth0", "192.0.2.2", 24, False),
-            ),
-            copied=(),
-        )
-    return plan_lines(build_plan(facts, dns, allow_ip))
+    example = NetFacts(
+        iface="eth0",
+        address="192.0.2.2",
+        gateway="192.0.2.1",
+        addresses=(Address("lo", "127.0.0.1", 8, True), Address("eth0", "192.0.2.2", 24, False)),
+        copied=(),
+    )
+    return plan_lines(build_plan(example, DNS_FORWARDER, allow_ip))
 
 
 def plan_lines(plan: Plan) -> list[str]:

@@ -40,7 +40,7 @@ from claude_sandbox.core.process import Child
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import dirs, dnsfilter, lock, reaping, relays, routes
 from claude_sandbox.jail import start as jail_start
-from claude_sandbox.jail.holder import ENCODING, ERRORS, recv_frame, send_frame
+from claude_sandbox.jail.holder import encode_frame, recv_frame, send_frame, wait_listening
 from claude_sandbox.jail.spec import JailSpec
 
 TYPE_CHECKING = False
@@ -56,13 +56,12 @@ PASTA_ATTEMPTS = 3
 # --- start -------------------------------------------------------------------
 
 
-def start(settings: JailSpec, early: jail_start.Early | None = None,
-          trace: Trace | None = None) -> Jail:
+def start(settings: JailSpec, early: jail_start.Early | None = None) -> Jail:
     """Take over (or begin) the holder and pasta's attach; return at once so the
     caller can prepare the sandbox while pasta works. `early` is what the
     caller started with jail_start.begin() before importing this module."""
     if early is None:
-        early = jail_start.begin(trace or Trace(False, "jail"))
+        early = jail_start.begin(Trace(False, "jail"))
     jail = Jail(settings, early)
     try:
         jail._start()
@@ -77,22 +76,22 @@ class Jail:
 
     def __init__(self, settings: JailSpec, early: jail_start.Early) -> None:
         self.settings = settings
-        self._dir: str | None = early.directory
+        self.private_dir: str | None = early.directory  # None once removed
         self._sock: _socket.socket = early.sock
         self._holder: Child = early.holder
-        self._forward: jail_start.Forwarder | None = early.forward
+        self._forward = early.forward
         self._pasta: Child = early.pasta
         self._outside: list[tuple[relays.Relay, Child]] = []
         self._inside_pidfds: list[tuple[int, int]] = []
         # An open descriptor of the holder's user namespace, held until close():
         # it identifies what the holder left behind, and holding it keeps the
         # kernel from giving its inode number to another launch's namespace.
-        self._userns_fd: int | None = early.userns_fd
+        self._userns_fd = early.userns_fd
         self._session_started = False
         self._was_subreaper = True  # until _start() knows: never clear what was not ours
         self._plan: routes.Plan | None = None
         self._closed = False
-        self._tracer = early.trace
+        self._trace = early.trace.phase
         self.warnings: list[str] = []
         # Every process this launch started (holder, pasta, relays),
         # for leak checks and the benchmark's resident-memory figures.
@@ -100,20 +99,13 @@ class Jail:
 
     # -- helpers --
 
-    def _trace(self, phase: str) -> None:
-        self._tracer.phase(phase)
-
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
         print(f"claude-sandbox: warning: {message}", file=sys.stderr)
 
-    @property
-    def private_dir(self) -> str | None:
-        return self._dir
-
     def _path(self, name: str) -> str:
-        assert self._dir is not None
-        return os.path.join(self._dir, name)
+        assert self.private_dir is not None
+        return os.path.join(self.private_dir, name)
 
     # -- start --
 
@@ -123,17 +115,10 @@ class Jail:
         # attach and the holder's start-up.
         reaping.set_not_dumpable()
         self._was_subreaper = reaping.become_subreaper()
-        self._start_outside_relays()
-        dirs.sweep_stale_dirs()
-        self._trace("not dumpable, outside relays, stale directories")
-
-    def _start_outside_relays(self) -> None:
         want = relays.plan_relays(
-            self.settings.local_ports, self.settings.callback_ports, self._dir or ""
+            self.settings.local_ports, self.settings.callback_ports, self.private_dir or ""
         )
-        if not want:
-            return
-        socat = paths.tool("socat")
+        socat = paths.tool("socat") if want else ""
         for relay in want:
             if relay.kind == "callback" and relays.port_taken(relay.port):
                 self._warn(
@@ -144,6 +129,8 @@ class Jail:
             proc = relays.spawn_outside(relay, socat)
             self.started[f"outside-relay-{relay.kind}-{relay.port}"] = proc.pid
             self._outside.append((relay, proc))
+        dirs.sweep_stale_dirs()
+        self._trace("not dumpable, outside relays, stale directories")
 
     # -- run --
 
@@ -155,30 +142,25 @@ class Jail:
         over the socketpair (SCM_RIGHTS), since it started before they existed.
         """
         try:
-            try:
-                # The answer to the DNS filter request start.begin() sent.
-                dnsfilter.check(self._receive())
-                self._trace("DNS filter programmed and verified")
-                self._wait_pasta()
-                self._plan = lock.lock_routes(self._ask, self._trace, self._warn,
-                                              self.settings)
-                self._start_inside_relays()
-                self._exec(argv, env, fds)
-            except reaping.HolderGone:
-                return self._holder_status()
+            # The answer to the DNS filter request start.begin() sent.
+            dnsfilter.check(self._receive())
+            self._trace("DNS filter programmed and verified")
+            self._wait_pasta()
+            self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings)
+            self._start_inside_relays()
+            self._exec(argv, env, fds)
             self._trace("session started")
             status = self._holder_status()
             self._trace("session ended")
             return status
+        except reaping.HolderGone:
+            return self._holder_status()
         finally:
             self.close()
             self._trace("teardown")
 
     def _holder_status(self) -> int:
-        code = self._holder.wait()
-        if self._forward is not None:
-            return self._forward.forward.status(code)
-        return 128 - code if code < 0 else code
+        return self._forward.forward.status(self._holder.wait())
 
     def _holder_ends_within(self, seconds: float) -> bool:
         """Whether the holder has ended, or does within `seconds`. An exiting
@@ -200,8 +182,7 @@ class Jail:
             with contextlib.suppress(FileNotFoundError):
                 if os.stat(pidfile).st_size > 0:
                     break
-            rc = self._pasta.poll()
-            if rc is not None:
+            if self._pasta.poll() is not None:
                 if self._holder_ends_within(HOLDER_GRACE):
                     raise reaping.HolderGone  # a signal ended the launch while pasta attached
                 if "Permission denied" not in self._pasta_log() or attempt + 1 >= PASTA_ATTEMPTS:
@@ -209,8 +190,8 @@ class Jail:
                 # The exec window described in jail_start.wait_netns: try again.
                 attempt += 1
                 self._trace(f"pasta attach retried (attempt {attempt})")
-                assert self._dir is not None
-                self._pasta = jail_start.spawn_pasta(self._holder, self._dir)
+                assert self.private_dir is not None
+                self._pasta = jail_start.spawn_pasta(self._holder, self.private_dir)
             if time.monotonic() > deadline:
                 raise SandboxError("egress jail: pasta did not attach in time", EXIT_JAIL)
             time.sleep(0.0005)
@@ -233,10 +214,9 @@ class Jail:
     def _pasta_log(self) -> str:
         try:
             with open(self._path("pasta.log"), errors="replace") as f:
-                lines = [line.strip() for line in f if line.strip()]
+                useful = [line.strip() for line in f if line.strip() and "syslog" not in line]
         except OSError:
-            lines = []
-        useful = [line for line in lines if "syslog" not in line]
+            useful = []
         return useful[-1] if useful else "no message"
 
     def _ask(self, fields: list[str]) -> list[str]:
@@ -260,10 +240,10 @@ class Jail:
             return
         socat, setpriv = paths.tool("socat"), paths.tool("setpriv")
         for relay, proc in self._outside:
-            if not relays.wait_ready(relay, proc):
+            if not wait_listening(*relay.listener(inside=False), proc):
                 self._warn(f"{relay.kind}-port {relay.port}: outside relay did not start")
                 continue
-            kind, where = relay.inside_listener()
+            kind, where = relay.listener(inside=True)
             reply = self._ask(["relay", kind, where, *relay.inside_argv(socat, setpriv)])
             if reply[0] != "ok":
                 self._warn(f"{relay.kind}-port {relay.port}: {reply[1]}")
@@ -276,18 +256,12 @@ class Jail:
 
     def _exec(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int]) -> None:
         fields = ["exec", str(len(argv)), *argv, str(len(fds)), *map(str, fds)]
-        fields += [f"{k}={v}" for k, v in env.items()]
-        payload = "\0".join(fields).encode(ENCODING, ERRORS)
-        frame = len(payload).to_bytes(4, "big") + payload
+        frame = encode_frame(fields + [f"{k}={v}" for k, v in env.items()])
         try:
-            # The descriptors ride on the frame's first byte.
-            sent = (
-                self._sock.sendmsg(
-                    [frame[:1]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))]
-                )
-                if fds
-                else 0
-            )
+            sent = 0
+            if fds:  # the descriptors ride on the frame's first byte
+                rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))
+                sent = self._sock.sendmsg([frame[:1]], [rights])
             self._sock.sendall(frame[sent:])
             reply = recv_frame(self._sock)
         except OSError:
@@ -296,8 +270,7 @@ class Jail:
         if reply is not None:
             raise SandboxError(f"egress jail: {reply[1]}", EXIT_UNAVAILABLE)
         self._session_started = True
-        if self._forward is not None:
-            self._forward.session_started()
+        self._forward.session_started()
 
     # -- teardown --
 
@@ -308,8 +281,7 @@ class Jail:
         self._closed = True
         self._sock.close()
         if self._holder.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._holder.kill()
+            self._holder.kill()  # not reaped, so it exists
         self._holder.wait()
         # Signal everything first and wait once for all of it: each SIGKILLed
         # process takes milliseconds to exit, and waiting for them one after
@@ -320,8 +292,7 @@ class Jail:
             # our child (-f), not yet reaped, so its pid cannot have been reused.
             with contextlib.suppress(OSError):
                 dying.append(os.pidfd_open(self._pasta.pid))
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._pasta.pid, _signal.SIGKILL)
+            self._pasta.kill()
         relay_groups = {pid for pid, _ in self._inside_pidfds}
         for pid, pidfd in self._inside_pidfds:
             # The session is gone, so a relay group still exists only if its
@@ -343,14 +314,13 @@ class Jail:
                 dying.append(pidfd)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, _signal.SIGKILL)
-        if self._userns_fd is not None and not self._session_started:
+        if not self._session_started:
             # The holder died (a signal) before it became the session. Whatever
             # it spawned and had not yet reported, above all an inside relay it
             # was waiting for (its pid travels only in the reply), is orphaned
             # with no pid on record. It still lives in the holder's user
             # namespace, which nothing outside this launch shares: end that.
-            userns = os.fstat(self._userns_fd)
-            dying += reaping.kill_matching(lambda pid: reaping.in_namespace(pid, userns))
+            dying += reaping.kill_namespace(os.fstat(self._userns_fd))
         reaping.wait_all(dying)
         reaping.reap_orphans(relay_groups)
         if not self._was_subreaper:
@@ -361,15 +331,11 @@ class Jail:
         for _, proc in self._outside:
             proc.wait()
         self._outside.clear()
-        if self._userns_fd is not None:
-            os.close(self._userns_fd)
-            self._userns_fd = None
-        if self._dir is not None:
-            dirs.remove_dir(self._dir)
-            self._dir = None
-        if self._forward is not None:
-            self._forward.restore()
-            self._forward = None
+        os.close(self._userns_fd)
+        if self.private_dir is not None:
+            dirs.remove_dir(self.private_dir)
+            self.private_dir = None
+        self._forward.restore()
 
     def plan_lines(self) -> list[str]:
         """The plan this jail programmed (or the example plan before run())."""

@@ -1,13 +1,11 @@
-"""What a jailed launch does first: the preflight, then everything up to pasta's attach.
+"""What a jailed launch does first, right after the preflight: everything up to pasta's attach.
 
 The holder's namespace and pasta's attach are the longest wait of a jailed
-launch (ADR 0004), so they start before anything else is
-imported: this module needs only os, fcntl, stat, time, _signal,
-_socket (and ctypes, which session.py needs as well). begin() spawns the
-holder, waits for its namespace, prepares the tap device, spawns pasta and
-asks the holder for the DNS filter; the launcher's facts and plan, and
-importing session.py, then overlap their work. abandon() ends all of it when
-the launch stops before the jail takes over.
+launch (ADR 0004), so begin() starts them before anything else is imported
+(this module needs only os, fcntl, time, _signal, _socket, and ctypes, which
+session.py needs as well); the launcher's facts and plan, and importing
+session.py, overlap their work. abandon() ends all of it when the launch
+stops before the jail takes over.
 """
 
 from __future__ import annotations
@@ -103,10 +101,6 @@ class Forwarder:
         self.ignored = ignored
         self.forward = Forward(holder.pid, _FORWARDED)
 
-    @property
-    def signalled(self) -> int:
-        return self.forward.signalled
-
     def session_started(self) -> None:
         """Ctrl-C and Ctrl-\\ from a supervisor now reach the agent too."""
         self.forward.handle(_TERMINAL)
@@ -119,10 +113,10 @@ class Forwarder:
 
     def check(self) -> None:
         """Refuse to go on once a forwarded signal has ended the holder."""
-        if self.signalled and self.holder.poll() is not None:
+        signum = self.forward.signalled
+        if signum and self.holder.poll() is not None:
             raise SandboxError(
-                f"egress jail: stopped by signal {self.signalled} before the session started",
-                128 + self.signalled,
+                f"egress jail: stopped by signal {signum} before the session started", 128 + signum
             )
 
 
@@ -148,11 +142,10 @@ def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
             ):
                 userns = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
                 try:
-                    netns = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                    return userns, os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
                     os.close(userns)
                     raise
-                return userns, netns
         except OSError:
             pass
         if holder.poll() is not None:
@@ -195,10 +188,9 @@ def make_tap(userns_fd: int, netns_fd: int, forward: Forwarder) -> None:
         os.close(writable)
     with os.fdopen(readable, "rb") as err:
         message = err.read().decode(errors="replace").strip()
-    _, wait_status = os.waitpid(pid, 0)
-    if wait_status != 0:
+    status = Child(pid).wait()
+    if status != 0:
         forward.check()
-        status = os.waitstatus_to_exitcode(wait_status)
         reason = message or (f"killed by signal {-status}" if status < 0 else f"exit {status}")
         raise SandboxError(f"egress jail: cannot create the tap device: {reason}", EXIT_JAIL)
 
@@ -279,16 +271,26 @@ class Early:
     trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
 
 
+def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None, ...],
+         fds: tuple[int, ...], directory: str) -> None:
+    sock.close()  # the holder reads EOF and exits, if it has not yet
+    for child in children:
+        if child is not None:
+            child.kill()
+            child.wait()
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)
+    if directory:
+        remove_dir(directory)
+    forward.restore()
+
+
 def abandon(early: Early) -> None:
     """End what begin() started when the launch stops before the jail takes it over
     (a refusal while the facts or the plan are made): nothing of it outlives the launch."""
-    early.sock.close()
-    for child in (early.pasta, early.holder):
-        child.kill()
-        child.wait()
-    os.close(early.userns_fd)
-    remove_dir(early.directory)
-    early.forward.restore()
+    _end(early.sock, early.forward, (early.pasta, early.holder), (early.userns_fd,),
+         early.directory)
 
 
 def begin(trace: Trace) -> Early:
@@ -326,17 +328,7 @@ def begin(trace: Trace) -> Early:
         # plans; Jail.run reads and checks the answer first (dnsfilter.py).
         send_frame(sock, dnsfilter.request())
     except BaseException as exc:
-        sock.close()  # the holder reads EOF and exits, if it has not yet
-        for child in (pasta, holder):
-            if child is not None:
-                child.kill()
-                child.wait()
-        for fd in (userns_fd, netns_fd):
-            if fd >= 0:
-                os.close(fd)
-        if directory:
-            remove_dir(directory)
-        forward.restore()
+        _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
             where = f": {exc.filename}" if exc.filename else ""
             raise SandboxError(f"egress jail: {exc.strerror or exc}{where}", EXIT_JAIL) from None
