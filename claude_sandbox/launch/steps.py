@@ -96,7 +96,10 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         if the_plan.jail is not None and early is not None:
             from claude_sandbox.jail import session  # only a jailed launch pays for it
 
-            jail = session.start(the_plan.jail, early)
+            # From here the jail owns what `early` started, and ends it even when
+            # start() fails: abandoning it again would close descriptors twice.
+            handed, early = early, None
+            jail = session.start(the_plan.jail, handed)
             trace.phase("jail started")
         prepared = _prepare(the_plan, cfg, gathered.facts, store)
         trace.phase("prepared")
