@@ -9,9 +9,11 @@ check with PASS/FAIL/SKIP and its detail.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import subprocess
 from typing import Any
 
 import probes
@@ -80,7 +82,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     path = session.config.getoption("--csbx-report")
     if not path:
         return
+    text = json.dumps({"rows": _ROWS}, indent=1)
     temporary = f"{path}.part"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump({"rows": _ROWS}, handle, indent=1)
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        if error.errno not in (errno.EROFS, errno.EACCES):
+            raise
+        # hardening = brokered, run as the agent itself: only its commands write the
+        # workspace, so the report leaves through one (test_brokered.py).
+        subprocess.run(["/bin/sh", "-c", 'cat > "$1"', "sh", temporary], input=text,
+                       text=True, check=True, timeout=60)
+        subprocess.run(["/bin/sh", "-c", 'mv "$1" "$2"', "sh", temporary, path], check=True,
+                       timeout=60)
+        return
     os.replace(temporary, path)

@@ -37,6 +37,16 @@ CONFIG_FILE = "/etc/claude-sandbox.conf"
 # user's own hooks and MCP servers work there.
 UNWRAPPED_SETTINGS = "/etc/claude-code/managed-settings.d/90-claude-sandbox-unwrapped.json"
 EMPTY_SETTINGS = f"{LIBEXEC}/empty-settings.json"
+# hardening = brokered (inside/broker.py): the command client, built from
+# inside/command-client.c by the installer, and the directory a tmpfs covers inside
+# for the command server's socket, which the agent's domain cannot write.
+COMMAND_CLIENT = f"{LIBEXEC}/command-client"
+BROKER_DIR = f"{LIBEXEC}/broker"
+# The shells the client stands in for under brokered, where they exist (resolved).
+SHELLS = ("/bin/sh", "/bin/bash", "/bin/dash", "/bin/zsh", "/usr/bin/sh", "/usr/bin/bash",
+          "/usr/bin/dash", "/usr/bin/zsh")
+# The dynamic loaders an agent's own program needs EXECUTE on under brokered.
+LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
 # Codex's managed configuration, its top layer. Inside the sandbox a copy that also
 # sets sandbox_mode = "danger-full-access" is bound over it (codexconfig.py).
 CODEX_MANAGED_CONFIG = "/etc/codex/managed_config.toml"

@@ -114,6 +114,10 @@ def main(argv: list[str]) -> NoReturn:
         prochide.request_hiding(helper_fd)
     reset_signals(settings.keep_ignored)
     apply_rlimits(settings)
+    if settings.level == "brokered":  # the agent in a child; a command server here
+        from claude_sandbox.inside import broker
+
+        broker.run(settings, os.isatty(0))
     if os.isatty(0) and os.fork() != 0:
         relay_stops()
     landlock.enter(settings.level, settings.writable, settings.exec_files)

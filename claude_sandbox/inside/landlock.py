@@ -267,6 +267,61 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
         os.close(ruleset)
 
 
+# What brokered handles besides EXECUTE: writing, and every change to the file
+# system (make, remove, rename across directories, truncate), by the ABI that has it.
+_WRITE_FILE = 1 << 1
+_CHANGES = sum(1 << bit for bit in range(4, 13))  # remove dir/file, make char..sym
+_REFER, _TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+
+
+def enter_brokered(writable: Sequence[str], execute: Sequence[str]) -> None:
+    """The agent's domain under brokered (broker.py): EXECUTE only `execute`, write and
+    change only beneath `writable`, signals and abstract sockets scoped. Irreversible.
+
+    Fails closed: without ABI 6 the agent could signal or reach what is outside it."""
+    abi = abi_version()
+    if abi < SCOPE_ABI:
+        raise SandboxError(
+            f"hardening = brokered needs Landlock ABI {SCOPE_ABI} (signal and socket "
+            f"scoping); this kernel has {abi or 'none'}: use hardening = harsh",
+            EXIT_UNAVAILABLE)
+    write = _WRITE_FILE | _CHANGES | _REFER | _TRUNCATE
+    attr = _RulesetAttr(ACCESS_FS_EXECUTE | write, 0,
+                        SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET)
+    ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), ctypes.sizeof(attr), 0)
+    if ruleset < 0:
+        raise _fail("create_ruleset")
+    try:
+        for paths, access in ((writable, write), (execute, ACCESS_FS_EXECUTE)):
+            for path in paths:
+                _add_rule(ruleset, path, access)
+        if _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0:
+            raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
+        if _syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
+            raise _fail("restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+_FILE_RIGHTS = ACCESS_FS_EXECUTE | _WRITE_FILE | _TRUNCATE  # what a rule on a file may hold
+
+
+def _add_rule(ruleset: int, path: str, access: int) -> None:
+    """A rule beneath `path`; a path that does not exist gets none (nothing to grant)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if not os.path.isdir(path):
+            access &= _FILE_RIGHTS
+        attr = _PathBeneathAttr(access, fd)
+        if _syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.addressof(attr), 0) < 0:
+            raise _fail(f"add_rule({path})")
+    finally:
+        os.close(fd)
+
+
 def describe(level: str, abi: int | None = None) -> list[str]:
     """Lines for `claude-sandbox explain` and `doctor`."""
     abi = abi_version() if abi is None else abi

@@ -25,7 +25,7 @@ import os
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
 from claude_sandbox.core.record import record
 
-LEVELS = ("standard", "harsh")
+LEVELS = ("standard", "harsh", "brokered")
 # The terminal signals bwrap ignores so that the agent decides (process.SESSION_IGNORED);
 # kept ignored for the agent only where the launch itself inherited them ignored.
 TERMINAL_SIGNALS = {"int": _signal.SIGINT, "quit": _signal.SIGQUIT, "hup": _signal.SIGHUP,
@@ -44,6 +44,12 @@ class Inner:
     keep_ignored: tuple[str, ...] = ()  # TERMINAL_SIGNALS the launch inherited ignored
     late_masks: bool = False  # ask the launcher's helper for the late masks (procmask.py)
     command: tuple[str, ...] = ()  # the agent's argv; argv[0] absolute
+    # brokered only (inside/broker.py): read-only in the agent's view, writable through
+    # the command server; the shells the client stands in for; the agent's grants.
+    commands_only: tuple[str, ...] = ()
+    shells: tuple[str, ...] = ()
+    agent_writable: tuple[str, ...] = ()
+    agent_exec: tuple[str, ...] = ()
 
 
 FIELDS = (*Inner.__annotations__, "helper_fd")
@@ -128,7 +134,13 @@ def decode(data: bytes) -> tuple[Inner, int | None]:
         keep_ignored=tuple(fields["keep_ignored"]),
         late_masks=fields["late_masks"] == ["1"],
         command=tuple(command),
+        commands_only=_paths(fields["commands_only"], "commands_only"),
+        shells=_paths(fields["shells"], "shells"),
+        agent_writable=_paths(fields["agent_writable"], "agent_writable"),
+        agent_exec=_paths(fields["agent_exec"], "agent_exec"),
     )
+    if (inner.level == "brokered") != bool(inner.shells and inner.agent_exec):
+        raise _bad("the brokered fields belong to the brokered level, and it needs them")
     helper_fd = _int(fields["helper_fd"], "helper_fd")
     if helper_fd is not None and helper_fd < 3:
         raise _bad("helper_fd must not be a standard stream")

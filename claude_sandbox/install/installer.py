@@ -387,6 +387,65 @@ def install_files(report: Report) -> None:
                 functools.partial(_make_empty_dir, paths.EMPTY_DIR))
 
 
+# The command client of hardening = brokered: C, static, built here from source
+# (docs/adr/0009-process-tree.md). A compiler the installer fetched for it is removed again.
+CLIENT_SOURCE = SOURCE / "inside" / "command-client.c"
+BUILD_PACKAGES = ("gcc", "libc6-dev")
+
+
+def install_command_client(report: Report, apt: bool) -> None:
+    report.step(f"broker directory {paths.BROKER_DIR}", not _empty_dir_ok(paths.BROKER_DIR),
+                functools.partial(_make_empty_dir, paths.BROKER_DIR))
+    fetched = [pkg for pkg in BUILD_PACKAGES if not _dpkg_installed(pkg)]
+    if fetched and not apt:
+        print(f"  skipped    {paths.COMMAND_CLIENT} (needs {' '.join(fetched)}; "
+              "hardening = brokered refuses to launch without it)")
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        built = os.path.join(scratch, "command-client")
+
+        def build() -> None:
+            env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+            if fetched:
+                _run(["apt-get", "update", "-qq"], env=env)
+                _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *fetched],
+                     env=env)
+            try:
+                _run(["gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", built,
+                      str(CLIENT_SOURCE)])
+            finally:
+                if fetched:
+                    _run(["apt-get", "purge", "-y", "-qq", "--autoremove", *fetched], env=env)
+
+        if report.check:
+            report.step(f"command client {paths.COMMAND_CLIENT}",
+                        not os.path.exists(paths.COMMAND_CLIENT), lambda: None)
+            return
+        build()
+        with open(built, "rb") as handle:
+            binary = handle.read()
+        report.step(f"command client {paths.COMMAND_CLIENT}",
+                    _differs_bytes(paths.COMMAND_CLIENT, binary, 0o755),
+                    functools.partial(_write_bytes, paths.COMMAND_CLIENT, binary, 0o755))
+
+
+def _differs_bytes(path: str, data: bytes, mode: int) -> bool:
+    try:
+        info = os.lstat(path)
+        with open(path, "rb") as handle:
+            return handle.read() != data or stat.S_IMODE(info.st_mode) != mode
+    except OSError:
+        return True
+
+
+def _write_bytes(path: str, data: bytes, mode: int) -> None:
+    staged = f"{path}.new"
+    with open(staged, "wb") as handle:
+        handle.write(data)
+    os.chmod(staged, mode)
+    os.replace(staged, path)
+
+
 def _empty_dir_ok(path: str) -> bool:
     try:
         info = os.lstat(path)
@@ -595,6 +654,7 @@ def install(options: argparse.Namespace) -> int:
     if not options.no_tools:
         install_tools(report)
     install_files(report)
+    install_command_client(report, apt=not options.no_apt)
     install_verification(report)
     install_integrity(report)
     agents = [a for a in options.agents.split(",") if a] if options.agents else []

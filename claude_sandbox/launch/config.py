@@ -270,7 +270,7 @@ DEFAULT_FILE = """\
 # allow-ip = 10.1.2.3                    # reach one private address
 # local-port = 11434                     # reach the container's 127.0.0.1:11434
 # callback-port = 54545                  # let a browser reach a login callback inside
-# hardening = standard                   # or harsh; per agent: hardening.codex = harsh
+# hardening = standard                   # harsh, brokered; per agent: hardening.codex = harsh
 # max-pids = 4096                        # cap processes
 # max-memory = 8G                        # cap memory
 """

@@ -14,6 +14,7 @@ from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch import (
+    brokered,
     config,
     controlfiles,
     gitconfig,
@@ -43,6 +44,7 @@ class Gathered:
     host_addresses: tuple[str, ...]  # with the jail on: this namespace's own addresses
     keep_ignored: tuple[str, ...]  # terminal signals the launch inherited ignored
     environ: tuple[tuple[str, str], ...]  # the launching variables the sandbox may take
+    runners: brokered.Runners | None = None  # hardening = brokered only (brokered.py)
 
 
 def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
@@ -72,6 +74,8 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
         host_addresses=_host_addresses() if cfg.egress_jail else (),
         keep_ignored=keep_ignored,
         environ=tuple((name, environ[name]) for name in mounts.passed_names(cfg, environ)),
+        runners=(brokered.read(command[0], facts.real_root, environ)
+                 if cfg.hardening == "brokered" else None),
     )
 
 

@@ -22,7 +22,7 @@ class Kind:
     ADDRESSES = KindOf("list of single IPv4 addresses")
     PORTS = KindOf("list of ports 1-65535")
     PORT = KindOf("port 1-65535, 0 for off")
-    LEVEL = KindOf("standard | harsh")
+    LEVEL = KindOf("standard | harsh | brokered")
     COUNT = KindOf("positive integer")
     SIZE = KindOf("size in bytes, with an optional K, M or G suffix")
     KEYS = KindOf("list of key names")
@@ -161,7 +161,9 @@ KEYS: tuple[Key, ...] = (
         None,
         Kind.LEVEL,
         "standard",
-        "kernel layers: standard, or harsh (no nested user namespaces, no exec where writable)",
+        "kernel layers: standard; harsh (no nested user namespaces, no exec where writable); "
+        "brokered (the agent's commands run through a command server, each in a sandbox "
+        "of its own; the agent itself executes nothing else and writes no workspace)",
         per_agent=True,
     ),
     Key(

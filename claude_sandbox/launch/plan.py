@@ -19,7 +19,7 @@ from claude_sandbox.core import paths
 from claude_sandbox.core.record import record
 from claude_sandbox.inside.spec import Inner
 from claude_sandbox.jail.spec import JailSpec
-from claude_sandbox.launch import mounts
+from claude_sandbox.launch import brokered, mounts
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.gather import Gathered
 from claude_sandbox.launch.limits import LimitPlan
@@ -59,6 +59,8 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
     mount_list = mounts.build(profile, cfg, facts, gathered.layout,
                               codex_config=gathered.codex_config is not None,
                               jailed=cfg.egress_jail)
+    if gathered.runners is not None:
+        mount_list = (*mount_list, brokered.MOUNT)
     contents = {GITCONFIG: gathered.gitconfig, CODEX_CONFIG: gathered.codex_config or "",
                 RESOLV_CONF: resolv_conf(gathered.resolv_conf)}
     # Only what a mount binds: a descriptor nothing consumes would reach the agent.
@@ -76,6 +78,8 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         keep_ignored=gathered.keep_ignored,
         late_masks=not facts.proc_mountable or facts.uid == 0,
         command=gathered.command,
+        **(brokered.fields(gathered.runners, gathered.layout, mount_list, facts.uid)
+           if gathered.runners is not None else {}),
     )
     jail = JailSpec(cfg.allow_ip, cfg.local_ports, cfg.callback_ports,
                     gathered.host_addresses) if cfg.egress_jail else None

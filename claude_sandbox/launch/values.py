@@ -122,7 +122,7 @@ def _relative_path(text: str, where: str) -> str:
 
 def _level(text: str, where: str) -> str:
     if text not in LEVELS:
-        raise SandboxError(f"{where}: {text!r} is not standard or harsh", EXIT_CONFIG)
+        raise SandboxError(f"{where}: {text!r} is not one of {', '.join(LEVELS)}", EXIT_CONFIG)
     return text
 
 

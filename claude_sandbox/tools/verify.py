@@ -346,6 +346,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "cgroup_bases": _cgroup_bases(),
         "jail_may_widen": "egress-jail" in cfg.env_may_widen,
         "hardening": cfg.hardening,
+        "agent_programs": _agent_programs(cfg.hardening, environ),
         "allow_write": list(cfg.allow_write),
         "pass_env": list(cfg.pass_env),
         "max_pids": cfg.max_pids,
@@ -355,19 +356,30 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
     }
 
 
+def _agent_programs(level: str, environ: Mapping[str, str]) -> list[str]:
+    """Under brokered: what the checks' own interpreter may execute (launch/brokered.py)."""
+    if level != "brokered":
+        return []
+    from claude_sandbox.launch import brokered
+
+    return list(brokered.read(TOOLS_PYTHON, TOOLS_PYTHON, environ).programs)
+
+
 def shim_prefix(agent: str) -> list[str]:
     return [SHIM, "shell", "--agent", agent, "--"]
 
 
-def _inside_argv(prefix: Sequence[str], directory: str, workdir: str, adversarial: bool
-                 ) -> list[str]:
-    tests = [os.path.join(directory, "test_checks.py")]
-    if adversarial:
+def _inside_argv(prefix: Sequence[str], directory: str, workdir: str, adversarial: bool,
+                 files: Sequence[str] = ("test_checks.py", "test_brokered.py"),
+                 report: str = "report.json") -> list[str]:
+    tests = [os.path.join(directory, name) for name in files]
+    if adversarial and "test_checks.py" in files:
         tests.append(os.path.join(directory, "test_adversarial.py"))
+    select = [] if adversarial else ["-k", "not test_a"]
     return [*prefix, TOOLS_PYTHON, "-I", "-B", "-m", "pytest", "-q", "-p", "no:cacheprovider",
             "--rootdir", directory, "-c", os.path.join(directory, "pytest.ini"), *tests,
-            "--csbx-facts", os.path.join(workdir, "facts.json"),
-            "--csbx-report", os.path.join(workdir, "report.json")]
+            *select, "--csbx-facts", os.path.join(workdir, "facts.json"),
+            "--csbx-report", os.path.join(workdir, report)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,9 +390,28 @@ class Launch:
 
 
 def launch(prefix: Sequence[str], directory: str, workdir: str, environ: Mapping[str, str],
-           adversarial: bool, inherited: Sequence[int] = ()) -> Launch:
-    """`inherited`: descriptors the launcher gets, as from whatever started it."""
+           adversarial: bool, inherited: Sequence[int] = (), brokered: bool = False) -> Launch:
+    """`inherited`: descriptors the launcher gets, as from whatever started it.
+
+    `brokered`: the agent's commands run through a command server, so the catalogue
+    runs twice. First as the agent itself (test_brokered.py: the side doors of its own
+    process), then as a command the agent starts (`sh -c`, through the server): where
+    every other check applies. The rows of both are one report."""
+    if brokered:
+        own = launch_once(_inside_argv(prefix, directory, workdir, adversarial,
+                                       ("test_brokered.py",), "report-agent.json"),
+                          workdir, environ, inherited, "report-agent.json")
+        command = [*prefix, "/bin/sh", "-c", 'exec "$0" "$@"']
+        rest = launch_once(_inside_argv(command, directory, workdir, adversarial),
+                           workdir, environ, inherited)
+        rows = None if own.rows is None or rest.rows is None else own.rows + rest.rows
+        return Launch(rest.status or own.status, own.output + rest.output, rows)
     argv = _inside_argv(prefix, directory, workdir, adversarial)
+    return launch_once(argv, workdir, environ, inherited)
+
+
+def launch_once(argv: Sequence[str], workdir: str, environ: Mapping[str, str],
+                inherited: Sequence[int], report_name: str = "report.json") -> Launch:
     process = subprocess.Popen(argv, cwd=workdir, env=dict(environ), stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                pass_fds=tuple(inherited))
@@ -392,7 +423,7 @@ def launch(prefix: Sequence[str], directory: str, workdir: str, environ: Mapping
     except subprocess.TimeoutExpired:
         process.kill()
         output, _ = process.communicate()
-    report = Path(workdir, "report.json")
+    report = Path(workdir, report_name)
     rows = None
     if report.exists():
         rows = tuple(json.loads(report.read_text(encoding="utf-8"))["rows"])
@@ -481,7 +512,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,
-                            inherited=(fixtures.inherited_fd,))
+                            inherited=(fixtures.inherited_fd,),
+                            brokered=facts["hardening"] == "brokered")
             if outside_checks:
                 results.append(outside_module.check_35_no_leftovers(
                     before, ignore=[workdir, *fixtures.files]))

@@ -77,7 +77,7 @@ def test_every_key_parses() -> None:
         ("callback-port = -1", "not a port number"),
         ("local-model-port = http", "not a port number"),
         ("egress-jail = maybe", "not a flag value"),
-        ("hardening = paranoid", "not standard or harsh"),
+        ("hardening = paranoid", "is not one of standard, harsh, brokered"),
         ("max-pids = 0", "not a positive integer"),
         ("max-memory = lots", "not a size"),
         ("workspace-root", "needs a value"),

@@ -25,10 +25,25 @@ def test_enter_reads_back_what_the_launcher_wrote(
     level: str, pids: int | None, memory: int | None, writable: list[str],
     exec_files: list[str], keep: list[str], masks: bool, program: str, args: list[str],
 ) -> None:
+    brokered = level == "brokered"
     wrote = Inner(level, pids, memory, tuple(writable), tuple(exec_files), tuple(keep), masks,
-                  (program, *args))
+                  (program, *args), commands_only=tuple(writable[:1]) if brokered else (),
+                  shells=("/usr/bin/bash",) if brokered else (),
+                  agent_writable=tuple(writable) if brokered else (),
+                  agent_exec=(program,) if brokered else ())
     helper_fd = 7 if masks else None
     assert spec.decode(spec.encode(wrote, helper_fd)) == (wrote, helper_fd)
+
+
+def test_brokered_fields_only_with_the_brokered_level() -> None:
+    for inner in (Inner("standard", shells=("/bin/sh",), agent_exec=("/x",), command=("/x",)),
+                  Inner("brokered", command=("/x",))):
+        _refused(spec.encode(inner, None))
+        try:
+            spec.decode(spec.encode(inner, None))
+        except SandboxError:
+            continue
+        raise AssertionError(f"read: {inner}")
 
 
 def _refused(data: bytes) -> None:

@@ -1,0 +1,335 @@
+"""`hardening = brokered`: the command server, and the agent's narrower view.
+
+`_enter` forks before anything enters a Landlock domain (docs/adr/0009-process-tree.md):
+
+- The child becomes the agent (agentside.py). In a user and mount namespace of its
+  own it sees the workspace and every allow-write path read-only, and the command
+  client (command-client.c) in place of every shell; then it enters a Landlock domain
+  that lets it execute only its own program, the client and the loader, write only
+  its state, /tmp and /dev, and neither signal nor reach an abstract socket outside
+  it; memfd_create fails for it.
+- The parent stays outside that domain and serves commands: each connection on
+  SOCKET is one shell the agent started (its Bash tool, a hook, a `sh -c` anywhere
+  in its code). The server runs the real shell in a fresh sandbox: user, mount and
+  pid namespaces of its own, the sandbox's writable workspace, the session's network
+  (the egress jail), a cap on processes, and a Landlock domain that scopes signals
+  and abstract sockets, so a command can neither see the agent's processes nor
+  signal or trace them. Its descriptors are the client's, its status goes back.
+
+The server is also the agent's parent outside its domain that relays a Ctrl-Z
+(enter.relay_stops explains why that parent exists). It exits with the agent's
+status, and its children's parent-death signals end every command with it.
+"""
+
+from __future__ import annotations
+
+import _signal as signal  # type: ignore[import-not-found]  # `signal` imports enum
+import _socket  # `socket` imports enum and selectors: milliseconds at every launch
+import os
+import posixpath
+import select
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.process import load_libc
+from claude_sandbox.inside import landlock
+from claude_sandbox.inside.agentside import agent_view, check, mount, own_namespaces, refuse_memfd
+from claude_sandbox.inside.spec import Inner
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+SOCKET = f"{paths.BROKER_DIR}/command.sock"
+REQUEST_LIMIT = 8 << 20  # command-client.c's limit
+EXIT_CANNOT = 126  # a shell's status for a command it cannot run
+_RELAYED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+            signal.SIGUSR2, signal.SIGWINCH}
+_CLONE_NEWNS, _CLONE_NEWPID = 0x20000, 0x20000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 16384, 1 << 18
+_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP = 1, 24
+
+
+# ----------------------------------------------------------------------- the server
+def serve(settings: Inner, agent: int, listener: Any, tty: bool) -> NoReturn:
+    """Accept commands until the agent ends; exit with its status."""
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wake-up fd fires
+    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)  # the agent's to decide, as in relay_stops
+    if tty:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTSTP})
+    poller = select.poll()
+    poller.register(listener.fileno(), select.POLLIN)
+    poller.register(wake_read, select.POLLIN)
+    handlers: set[int] = set()
+    while True:
+        for fd, _ in poller.poll():  # EINTR is retried (PEP 475)
+            if fd == wake_read:
+                while len(os.read(wake_read, 512)) == 512:
+                    pass
+                continue
+            try:
+                conn, _ = listener._accept()  # the C object's: a bare descriptor
+            except OSError:
+                continue
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                os.close(wake_read)
+                os.close(wake_write)
+                listener.close()
+                _handle(settings, conn)
+            os.close(conn)
+            handlers.add(pid)
+        _reap(agent, handlers)
+
+
+def _reap(agent: int, handlers: set[int]) -> None:
+    from claude_sandbox.inside.enter import _still_stopped
+
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
+        except ChildProcessError:
+            os._exit(EXIT_CANNOT)
+        if pid == 0:
+            return
+        if pid != agent:
+            handlers.discard(pid)
+            continue
+        if os.WIFSTOPPED(status):
+            if signal.SIGTSTP not in signal.sigpending() and _still_stopped(pid):
+                os.kill(0, signal.SIGTSTP)
+            signal.sigtimedwait({signal.SIGTSTP}, 0)
+            continue
+        for handler in handlers:  # each one's death ends its command's namespaces
+            try:
+                os.kill(handler, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(128 - code if code < 0 else code)
+
+
+# -------------------------------------------------------------- one command, served
+def _receive(conn: int) -> tuple[bytes, list[int]]:
+    """The client's request and its three descriptors; ([], b"") when it is malformed."""
+    sock = _socket.socket(fileno=os.dup(conn))
+    try:
+        head, ancillary, _, _ = sock.recvmsg(4, _socket.CMSG_SPACE(3 * 4))
+        fds: list[int] = []
+        for level, kind, data in ancillary:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                fds += [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+        if len(head) != 4 or len(fds) != 3:
+            return b"", fds
+        length = int.from_bytes(head, "little")
+        if length > REQUEST_LIMIT:
+            return b"", fds
+        chunks, got = [], 0
+        while got < length:
+            chunk = sock.recv(min(length - got, 1 << 20))
+            if not chunk:
+                return b"", fds
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks), fds
+    finally:
+        sock.close()
+
+
+def parse(data: bytes) -> tuple[str, str, list[str], dict[str, str]] | None:
+    """(the executed shell, working directory, argv, environment), or None when malformed.
+
+    The fields are command-client.c's: "1", the shell as executed (AT_EXECFN), the
+    working directory, the count of arguments, the arguments, the environment."""
+    if not data.endswith(b"\0"):
+        return None
+    fields = [f.decode("utf-8", "surrogateescape") for f in data[:-1].split(b"\0")]
+    if len(fields) < 4 or fields[0] != "1" or not fields[3].isdigit():
+        return None
+    count = int(fields[3])
+    if count < 1 or len(fields) < 4 + count:
+        return None
+    argv = fields[4:4 + count]
+    env = dict(item.split("=", 1) for item in fields[4 + count:] if "=" in item)
+    return fields[1], fields[2], argv, env
+
+
+def _handle(settings: Inner, conn: int) -> NoReturn:
+    """One command: its sandbox, its signals, its status back to the client."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the server blocks SIGTSTP
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        data, fds = _receive(conn)
+        request = parse(data) if len(fds) == 3 else None
+        shell = _real_shell(settings, request[0]) if request else None
+        if request is None or shell is None:
+            os.write(fds[2] if len(fds) == 3 else 2,
+                     b"claude-sandbox: command server: a malformed request, refused\n")
+            _reply(conn, EXIT_CANNOT)
+            os._exit(0)
+        check(load_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        own_namespaces(_CLONE_NEWNS | _CLONE_NEWPID)
+        mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+        # The server's socket is out of a command's reach: it cannot replace it.
+        mount("none", paths.BROKER_DIR, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+               | _MS_NOEXEC, "size=0")
+    except OSError as exc:
+        os.write(2, f"claude-sandbox: command server: {exc}\n".encode())
+        _reply(conn, EXIT_CANNOT)
+        os._exit(0)
+    status_read, status_write = os.pipe2(os.O_CLOEXEC)
+    init = os.fork()
+    if init == 0:
+        os.close(status_read)
+        _init(settings, shell, request, fds, status_write)
+    os.close(status_write)
+    for fd in fds:
+        os.close(fd)
+    _relay(conn, init, status_read)
+
+
+def _real_shell(settings: Inner, executed: str) -> str | None:
+    """The shell the client stood in for, resolved in the server's (unchanged) view."""
+    if not executed.startswith("/"):
+        return None
+    real = posixpath.realpath(executed)
+    return real if real in settings.shells else None
+
+
+def _init(settings: Inner, shell: str, request: tuple[str, str, list[str], dict[str, str]],
+          fds: list[int], status: int) -> NoReturn:
+    """Pid 1 of the command's namespace: runs the shell and passes signals to its group.
+
+    Not the shell itself: pid 1 gets only the signals it handles, and a shell
+    handles none of TERM, INT or HUP when it runs `-c`."""
+    try:
+        check(load_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        try:
+            mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        except OSError:
+            pass  # the outer /proc is bound with masks (no procfs may be mounted): kept
+        command = os.fork()
+        if command == 0:
+            _exec_command(settings, shell, request, fds)
+        for fd in fds:
+            os.close(fd)
+        for signum in _RELAYED:
+            signal.signal(signum, lambda s, _f, g=command: _pass(g, s))
+        _, raw = os.waitpid(command, 0)  # EINTR is retried (PEP 475)
+        code = os.waitstatus_to_exitcode(raw)
+        os.write(status, (256 - code if code < 0 else code).to_bytes(4, "little"))
+    except OSError as exc:
+        os.write(2, f"claude-sandbox: command server: {exc}\n".encode())
+        os.write(status, EXIT_CANNOT.to_bytes(4, "little"))
+    os._exit(0)
+
+
+def _pass(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _exec_command(settings: Inner, shell: str,
+                  request: tuple[str, str, list[str], dict[str, str]], fds: list[int]) -> NoReturn:
+    _, cwd, argv, env = request
+    try:
+        os.setpgid(0, 0)
+        for signum in (*_RELAYED, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(3, 1 << 16)
+        # No capability in the command's own user namespace survives its exec, even
+        # for uid 0 (an exec as root refills them from the bounding set).
+        for cap in range(64):
+            load_libc().prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        import resource
+
+        cap = settings.max_pids if settings.max_pids is not None else COMMAND_PIDS
+        resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        landlock.enter("standard")
+        os.chdir(cwd)
+        os.execve(shell, argv, env)
+    except (OSError, SandboxError) as exc:
+        os.write(2, f"claude-sandbox: command server: cannot run {shell}: {exc}\n".encode())
+    os._exit(EXIT_CANNOT)
+
+
+# Processes one command may run at once when the operator set no max-pids: a fork
+# bomb ends here, not at the sandbox's or the host's limit.
+COMMAND_PIDS = 4096
+
+
+def _relay(conn: int, init: int, status_read: int) -> NoReturn:
+    """Pass the client's signals on until the command ends; a vanished client kills it."""
+    pidfd = os.pidfd_open(init)
+    poller = select.poll()
+    poller.register(conn, select.POLLIN)
+    poller.register(pidfd, select.POLLIN)
+    while True:
+        ready = {fd for fd, _ in poller.poll()}
+        if conn in ready:
+            try:
+                data = os.read(conn, 64)
+            except OSError:
+                data = b""
+            if not data:  # the client is gone (SIGKILLed after its timeout): so is the command
+                os.kill(init, signal.SIGKILL)
+                poller.unregister(conn)
+            for signum in data:
+                if signum in _RELAYED:
+                    os.kill(init, signum)
+        if pidfd in ready:
+            os.waitpid(init, 0)
+            raw = os.read(status_read, 4)
+            _reply(conn, int.from_bytes(raw, "little") if len(raw) == 4 else 256 + 9)
+            os._exit(0)
+
+
+def _reply(conn: int, code: int) -> None:
+    try:
+        os.write(conn, code.to_bytes(4, "little"))
+    except OSError:
+        pass
+
+
+# -------------------------------------------------------------------- the entry
+def run(settings: Inner, tty: bool) -> NoReturn:
+    """Fork the agent into its view and domain; serve its commands here."""
+    if os.getuid() == 0:
+        raise SandboxError(
+            "hardening = brokered does not run as root yet: its command server needs a user "
+            "namespace per command, and uid 0 inside the sandbox cannot map itself into one; "
+            "launch as an unprivileged user or use hardening = harsh", EXIT_UNAVAILABLE)
+    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        listener.bind(SOCKET)
+        listener.listen(64)
+    except OSError as exc:
+        raise SandboxError(f"brokered: cannot listen on {SOCKET}: {exc.strerror}",
+                           EXIT_UNAVAILABLE) from None
+    agent = os.fork()
+    if agent == 0:
+        listener.close()
+        try:
+            check(load_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+            agent_view(settings)
+        except OSError as exc:
+            raise SandboxError(f"brokered: cannot make the agent's view: {exc}",
+                               EXIT_UNAVAILABLE) from None
+        landlock.enter_brokered(settings.agent_writable, settings.agent_exec)
+        refuse_memfd()
+        command = settings.command
+        try:
+            os.execv(command[0], command)
+        except OSError as exc:
+            raise SandboxError(f"cannot run {command[0]}: {exc.strerror}",
+                               EXIT_UNAVAILABLE) from None
+    serve(settings, agent, listener, tty)

@@ -1,0 +1,103 @@
+"""The launcher's half of `hardening = brokered` (the inside half is inside/broker.py).
+
+What the level needs from the host is read here (`read`): the shells the command
+client stands in for, and the programs the agent's own program needs to start (its
+script interpreter, the dynamic loader). `fields` turns them and the plan's mounts
+into the inner record's brokered fields; `MOUNT` is the one mount the level adds.
+The design and its measured side doors: docs/adr/0009-process-tree.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_REFUSED, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.record import record
+from claude_sandbox.launch.mounts import Mount, Writable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+MOUNT = Mount("tmpfs", paths.BROKER_DIR, "brokered: the command server's socket, where "
+              "the agent's domain cannot write (check 63)", size=1 << 20)
+
+
+@record
+class Runners:
+    shells: tuple[str, ...]  # the real shell files, resolved: the client covers each
+    programs: tuple[str, ...]  # the agent's program, its interpreters and the loaders
+
+
+def read(command: str, package: str, environ: Mapping[str, str]) -> Runners:
+    """The host facts the level needs; refuses when the installation lacks its parts.
+
+    `command` is what `_enter` execs, `package` the agent's installed tree. A command
+    that is itself a shell is the client in the agent's view: it runs through the
+    server (`claude-sandbox shell -- sh -c ...`)."""
+    for part in (paths.COMMAND_CLIENT, paths.BROKER_DIR):
+        if not os.path.exists(part):
+            raise SandboxError(f"hardening = brokered: {part} is missing; reinstall "
+                               "claude-sandbox (install.sh builds the command client)",
+                               EXIT_UNAVAILABLE)
+    shells = {os.path.realpath(s) for s in paths.SHELLS if os.path.isfile(s)}
+    programs = [command, package, _npm_package(os.path.realpath(command)),
+                *_interpreters(command, environ.get("PATH", "")), *paths.LOADERS]
+    found = {os.path.realpath(p) for p in programs if os.path.exists(p)} - shells
+    return Runners(tuple(sorted(shells)), tuple(sorted(found)))
+
+
+def _npm_package(program: str) -> str:
+    """The npm package a program belongs to (codex starts a native binary of its own
+    from there), or the program itself."""
+    parts = program.split("/")
+    if "node_modules" not in parts[:-1]:
+        return program
+    at = len(parts) - 1 - parts[::-1].index("node_modules")
+    scoped = parts[at + 1].startswith("@") and at + 2 < len(parts)
+    return "/".join(parts[:at + (3 if scoped else 2)])
+
+
+def _interpreters(program: str, search: str) -> list[str]:
+    """A script's `#!` interpreter, and the program an `env` interpreter starts."""
+    try:
+        with open(program, "rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return []
+    if not head.startswith(b"#!"):
+        return []
+    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    if not words:
+        return []
+    found = [words[0]]
+    if os.path.basename(words[0]) == "env":
+        names = [w for w in words[1:] if not w.startswith("-")]
+        found += [p for p in (paths.which(names[0], search.split(":")),) if p] if names else []
+    return found
+
+
+def fields(runners: Runners, layout: Writable, mount_list: Sequence[Mount], uid: int
+           ) -> dict[str, tuple[str, ...]]:
+    """The inner record's brokered fields, from the plan's own mounts (pure)."""
+    if uid == 0:
+        raise SandboxError(
+            "hardening = brokered does not run as root yet: its command server makes a "
+            "user namespace per command, and uid 0 inside the sandbox cannot map itself "
+            "into one; launch as an unprivileged user, or use hardening = harsh",
+            EXIT_REFUSED)
+    commands_only = (layout.workspace, *layout.allow_write)
+    writable = [m.dest for m in mount_list if m.kind in ("bind", "tmpfs")]
+    agent_writable = [w for w in dict.fromkeys([*writable, "/dev"])
+                      if not _under(w, (*commands_only, paths.BROKER_DIR))]
+    return {
+        "commands_only": commands_only,
+        "shells": runners.shells,
+        "agent_writable": tuple(agent_writable),
+        "agent_exec": (paths.COMMAND_CLIENT, *runners.programs),
+    }
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)

@@ -1,0 +1,101 @@
+"""`hardening = brokered` with the real agents: their commands run through the server.
+
+One prompt against the local mock API, whose first answer asks the agent to run a
+command. Under brokered the agent's own process may not write the workspace, so the
+command's effect there proves it ran through the command server; its pid 1 being the
+server's per-command init (not bwrap's) proves it ran in a sandbox of its own. As an
+unprivileged user: a root launch is refused with one line (tested below).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from claude_sandbox.launch import state
+from claude_sandbox.tools import agentrun, mockapi
+
+pytestmark = pytest.mark.integration
+CONFIG = ("hardening = brokered\nenv-may-widen = egress-jail\npass-env = ANTHROPIC_API_KEY\n"
+          "pass-env = ANTHROPIC_BASE_URL\npass-env = CODEX_MOCK_API_KEY\n"
+          "pass-env = CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC\n")
+SHIM_DIR = "/usr/local/bin"
+
+
+@pytest.fixture
+def user() -> pwd.struct_passwd:
+    if os.getuid() != 0:
+        pytest.skip("needs root to bind the configuration and act as the test user")
+    return pwd.getpwnam("sbxuser")
+
+
+@pytest.fixture
+def workspace(user: pwd.struct_passwd) -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="csbx-brokered-")
+    os.chown(path, user.pw_uid, user.pw_gid)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def conf() -> Iterator[str]:
+    directory = tempfile.mkdtemp(prefix="csbx-conf-")
+    path = os.path.join(directory, "claude-sandbox.conf")
+    with open(path, "w") as handle:
+        handle.write(CONFIG)
+    os.chmod(directory, 0o755)
+    os.chmod(path, 0o644)
+    yield path
+    shutil.rmtree(directory)
+
+
+def _prefix(conf: str, user: pwd.struct_passwd | None) -> list[str]:
+    as_user = [] if user is None else ["setpriv", f"--reuid={user.pw_uid}",
+                                       f"--regid={user.pw_gid}", "--init-groups"]
+    return ["unshare", "-m", "sh", "-c",
+            f'mount --bind {conf} /etc/claude-sandbox.conf && exec "$@"', "sh", *as_user]
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_the_agents_commands_run_through_the_server(agent: str, user: pwd.struct_passwd,
+                                                     workspace: str, conf: str) -> None:
+    if not agentrun.is_installed(agent):
+        pytest.skip(f"{agent} is not installed")
+    marker = os.path.join(workspace, f"ran-{agent}")
+    command = f"tr '\\0' ' ' < /proc/1/cmdline > {marker}"
+    with mockapi.serve("csbx-brokered", tool_command=command) as api:
+        if agent == "pi":
+            root = state.store_root(None, user.pw_dir, user.pw_uid)
+            subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                            "--init-groups", f"{SHIM_DIR}/claude-sandbox", "state", "import",
+                            "--agent", "pi"], check=True, capture_output=True,
+                           env={"HOME": user.pw_dir, "PATH": "/usr/bin:/bin"})
+            agentrun.prepare_home("pi", api, state.agent_home(root, "pi"))
+        result = agentrun.run_agent(
+            agent, "run it", api=api, home=user.pw_dir, cwd=workspace,
+            argv_prefix=_prefix(conf, user), program=f"{SHIM_DIR}/{agent}",
+            env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0"}, timeout=150)
+    assert os.path.exists(marker), (result.returncode, result.stdout[-2000:],
+                                    result.stderr[-2000:])
+    with open(marker) as handle:
+        init = handle.read()
+    assert "_enter" in init and "bwrap" not in init, init
+
+
+def test_a_root_launch_is_refused_in_one_line(conf: str, workspace: str) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root")
+    result = subprocess.run([*_prefix(conf, None), f"{SHIM_DIR}/claude-sandbox", "shell", "--",
+                             "/bin/true"], cwd=workspace, capture_output=True, text=True,
+                            timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/root",
+                                             "CLAUDE_SANDBOX_EGRESS_JAIL": "0"})
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.strip().splitlines()
+             if "egress jail is off" not in line]  # the jail-off warning this test asked for
+    assert len(lines) == 1 and "brokered does not run as root" in lines[0], result.stderr

@@ -1,0 +1,246 @@
+"""The checks and side doors of `hardening = brokered`, from the agent's own process.
+
+Under brokered the runner launches this file as the agent itself, so that what it
+tries is what the agent could try: it runs in the agent's view and Landlock domain,
+and its parent is the command server (docs/adr/0009-process-tree.md). The rest of
+the catalogue runs in a second launch as a command through the server, where the
+agent's commands run. Elsewhere (other levels, or inside a command) these skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from probes import FACTS, errname, fresh_procfs, note
+
+from claude_sandbox.core import paths
+
+Req = pytest.FixtureRequest
+LIBC = ctypes.CDLL(None, use_errno=True)
+# Programs that are on every system we support and are not the agent's: none may run.
+OTHERS = ("/usr/bin/true", "/usr/bin/id", "/usr/bin/perl", "/usr/bin/git", "/usr/bin/env",
+          "/usr/bin/python3")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        one, two = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (one.st_dev, one.st_ino) == (two.st_dev, two.st_ino)
+
+
+@pytest.fixture(autouse=True)
+def _agent_context() -> None:
+    if FACTS.get("hardening") != "brokered":
+        pytest.skip(f"hardening = {FACTS.get('hardening')}: no command server")
+    if not _same_file("/bin/sh", paths.COMMAND_CLIENT):
+        pytest.skip("inside a command: the agent's own launch runs this check")
+
+
+def _exec_error(path: str, argv: list[str] | None = None, fd: int | None = None) -> str:
+    """Exec `path` (or the descriptor `fd`) in a child; the errno name, or "ran"."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            if fd is not None:
+                os.execve(fd, argv or ["x"], {})
+            os.execv(path, argv or [path, "--version"])
+        except OSError as error:
+            os.write(write_end, errname(error.errno or 0).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as handle:
+        word = handle.read().decode() or "ran"
+    os.waitpid(pid, 0)
+    return word
+
+
+def _command(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def _writable_copy(directory: str) -> str:
+    handle, copy = tempfile.mkstemp(prefix=".csbx-brokered-", dir=directory)
+    with open("/bin/true" if not _same_file("/bin/true", paths.COMMAND_CLIENT)
+              else "/usr/bin/true", "rb") as source, os.fdopen(handle, "wb") as target:
+        shutil.copyfileobj(source, target)
+    os.chmod(copy, 0o755)
+    return copy
+
+
+def test_62_brokered_agent_runs_nothing_else(request: Req) -> None:
+    ran = {path: word for path in OTHERS if os.path.exists(path)
+           and os.path.realpath(path) not in FACTS.get("agent_programs", [])
+           and (word := _exec_error(path)) != "EACCES"}
+    assert not ran, f"the agent executed: {ran}"
+    for shell in ("/bin/sh", "/bin/bash"):
+        if os.path.exists(shell):
+            assert _same_file(shell, paths.COMMAND_CLIENT), f"{shell} is a real shell here"
+    note(request, "EACCES for every program but its own; the shells are the command client")
+
+
+def test_63_brokered_server_out_of_reach(request: Req) -> None:
+    server = os.getppid()
+    with pytest.raises(PermissionError):
+        os.kill(server, 0)
+    assert LIBC.ptrace(16, server, 0, 0) != 0, "PTRACE_ATTACH to the server succeeded"
+    assert ctypes.get_errno() == errno.EPERM, f"ptrace: {errname(ctypes.get_errno())}"
+    with pytest.raises(OSError) as caught:
+        Path(paths.BROKER_DIR, "planted").write_text("x")
+    assert caught.value.errno in (errno.EACCES, errno.EROFS), errname(caught.value.errno or 0)
+    note(request, f"signal and ptrace: EPERM; {paths.BROKER_DIR}: "
+         f"{errname(caught.value.errno or 0)}")
+
+
+def test_64_brokered_nothing_written_runs(request: Req) -> None:
+    found = {}
+    for directory in (os.environ.get("HOME", "/tmp"), "/tmp"):
+        copy = _writable_copy(directory)
+        try:
+            found[directory] = _exec_error(copy, [copy])
+        finally:
+            os.unlink(copy)
+    found.update(_memory_exec())
+    ran = {where: word for where, word in found.items() if word not in ("EACCES", "ENOSYS")}
+    assert not ran, f"ran or failed otherwise: {ran}"
+    note(request, ", ".join(f"{where}: {word}" for where, word in found.items()))
+
+
+def _memory_exec() -> dict[str, str]:
+    """Run /usr/bin/true from a memfd both ways; memfd_create itself may be refused."""
+    try:
+        memfd = os.memfd_create("csbx-payload", 0)
+    except OSError as error:
+        return {"memfd_create": errname(error.errno or 0)}
+    with open("/usr/bin/true", "rb") as source:
+        os.write(memfd, source.read())
+    found = {"memfd (fexecve)": _exec_error("", ["payload"], fd=memfd),
+             "memfd (/proc/self/fd)": _exec_error(f"/proc/self/fd/{memfd}", ["payload"])}
+    os.close(memfd)
+    return found
+
+
+def test_65_brokered_workspace_read_only_for_agent(request: Req) -> None:
+    workspace = str(FACTS["workspace"])
+    with pytest.raises(OSError) as caught:
+        Path(workspace, ".csbx-brokered-write").write_text("x")
+    assert caught.value.errno in (errno.EROFS, errno.EACCES), errname(caught.value.errno or 0)
+    controls = [os.path.join(workspace, rel) for rel in FACTS.get("controls", [])]
+    for path in controls[:10]:
+        with pytest.raises(OSError):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            Path(path).write_text("{}")
+    note(request, f"the workspace: {errname(caught.value.errno or 0)} for the agent itself")
+
+
+def test_66_brokered_commands_through_the_server(request: Req) -> None:
+    workspace = str(FACTS["workspace"])
+    target = os.path.join(workspace, ".csbx-brokered-command")
+    result = _command(f"echo out; echo err >&2; ls /proc | grep -c '^[0-9]'; "
+                      f"echo x > {target}; exit 7")
+    try:
+        assert result.returncode == 7, f"status {result.returncode}: {result.stderr.strip()}"
+        lines = result.stdout.split()
+        assert lines[0] == "out" and result.stderr.strip() == "err", (result.stdout,
+                                                                      result.stderr)
+        assert os.path.exists(target), "the command could not write the workspace"
+        if fresh_procfs():  # else the outer /proc is bound with masks, commands included
+            assert int(lines[1]) <= 4, f"the command sees {lines[1]} processes"
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+    note(request, f"status, streams and the workspace through the server; "
+         f"{lines[1]} processes visible to the command")
+
+
+def test_67_brokered_command_cannot_reach_agent(request: Req) -> None:
+    # The agent is named by its command line (this file's name, split in the script so
+    # that the script's own command line does not match): a pid means nothing across
+    # the command's pid namespace.
+    result = _command('for p in /proc/[0-9]*; do '
+                      'tr "\\0" " " < $p/cmdline 2>/dev/null '
+                      '| grep -q "test_brok""ered" || continue; '
+                      'echo SEEN; cat $p/environ >/dev/null 2>&1 && echo READ; '
+                      'kill -0 ${p#/proc/} 2>/dev/null && echo SIGNALLED; done; exit 0')
+    words = result.stdout.split()
+    assert "READ" not in words, "a command read the agent's environment"
+    assert "SIGNALLED" not in words, "a command signalled the agent"
+    note(request, "the agent is not visible to its commands" if "SEEN" not in words else
+         "visible (the outer /proc is bound), but its environment and signals are refused")
+
+
+def test_68_brokered_locks_cannot_be_undone(request: Req) -> None:
+    status = Path("/proc/self/status").read_text()
+    effective = next(line.split()[1] for line in status.splitlines()
+                     if line.startswith("CapEff:"))
+    assert int(effective, 16) == 0, f"the agent holds capabilities {effective}"
+    workspace = str(FACTS["workspace"]).encode()
+    remount = LIBC.mount(None, workspace, None, 32 | 4096, None)  # MS_REMOUNT | MS_BIND
+    assert remount != 0, "the agent remounted the workspace"
+    assert LIBC.umount2(workspace, 2) != 0, "the agent unmounted the workspace"  # MNT_DETACH
+    assert os.getuid() != 0, "the agent runs as root"
+    note(request, "no capabilities; remount and umount refused")
+
+
+# ------------------------------------------------------------- side doors (adversarial)
+def _blocked(request: Req, detail: str) -> None:
+    request.node.user_properties.append(("detail", detail))
+
+
+def test_a41_exec_shell_or_interpreter_directly(request: Req) -> None:
+    real = [p for p in ("/usr/bin/perl", "/usr/bin/dash", "/usr/bin/bash", "/usr/bin/python3")
+            if os.path.exists(p) and not _same_file(p, paths.COMMAND_CLIENT)
+            and os.path.realpath(p) not in FACTS.get("agent_programs", [])]
+    escaped = [p for p in real if _exec_error(p, [p, "-c", "exit 0"]) != "EACCES"]
+    if escaped:
+        pytest.fail(f"executed directly: {', '.join(escaped)}")
+    _blocked(request, f"EACCES: {', '.join(real) or 'no other interpreter present'}")
+
+
+def test_a42_exec_from_memory(request: Req) -> None:
+    found = _memory_exec()
+    ran = {where: word for where, word in found.items() if word not in ("EACCES", "ENOSYS")}
+    if ran:
+        pytest.fail(f"memory exec: {ran}")
+    _blocked(request, ", ".join(f"{where}: {word}" for where, word in found.items()))
+
+
+def test_a43_signal_or_trace_the_server(request: Req) -> None:
+    server = os.getppid()
+    try:
+        os.kill(server, 0)
+        pytest.fail("signalled the command server")
+    except PermissionError:
+        pass
+    if LIBC.ptrace(16, server, 0, 0) == 0:
+        pytest.fail("attached to the command server")
+    _blocked(request, "EPERM")
+
+
+def test_a44_replace_the_server_socket(request: Req) -> None:
+    sock = os.path.join(paths.BROKER_DIR, "command.sock")
+    try:
+        os.unlink(sock)
+        pytest.fail("removed the command server's socket")
+    except OSError as error:
+        _blocked(request, errname(error.errno or 0))
+
+
+def test_a45_write_workspace_from_the_agent(request: Req) -> None:
+    try:
+        Path(str(FACTS["workspace"]), ".csbx-a45").write_text("x")
+        pytest.fail("the agent wrote the workspace itself")
+    except OSError as error:
+        _blocked(request, errname(error.errno or 0))
