@@ -82,6 +82,34 @@ def test_verify_passes_with_harsh_and_check_50_sees_it(tmp_path: Path) -> None:
     assert row["outcome"] == "PASS" and "EACCES" in row["detail"], row
 
 
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_verify_passes_with_brokered_and_its_side_doors_are_closed(tmp_path: Path,
+                                                                   agent: str) -> None:
+    """`hardening = brokered` as the unprivileged user: the catalogue passes as a command
+    through the server, and checks 62-68 and probes A41-A45 from the agent's own process."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to bind a config over /etc and act as sbxuser")
+    conf = tmp_path / "claude-sandbox.conf"
+    conf.write_text("hardening = brokered\n")
+    conf.chmod(0o644)
+    tmp_path.chmod(0o755)
+    as_user = "setpriv --reuid=sbxuser --regid=sbxuser --init-groups"
+    script = (f"mount --bind {conf} /etc/claude-sandbox.conf && "
+              f"exec {as_user} {SHIM} verify --json --adversarial --agent {agent}")
+    result = subprocess.run(["flock", LOCK, "unshare", "-m", "--propagation", "private",
+                             "sh", "-c", script], capture_output=True, text=True,
+                            check=False, cwd="/tmp", timeout=900,
+                            env={"PATH": "/usr/local/bin:/usr/bin:/bin",
+                                 "HOME": "/home/sbxuser"})
+    report = json.loads(result.stdout or "{}")
+    assert result.returncode == 0 and not _failures(report), (_failures(report), result.stderr)
+    rows = {r["id"]: r for r in report["rows"]}
+    for number in ("62", "63", "64", "65", "66", "67", "68"):
+        assert rows[number]["outcome"] == "PASS", rows[number]
+    for probe in ("A41", "A42", "A43", "A44", "A45"):
+        assert rows[probe]["outcome"] == "BLOCKED", rows[probe]
+
+
 # ------------------------------------------------------------------ each check can fail
 
 def _run_with(prefix: list[str], jail: bool = False) -> dict[str, tuple[str, str]]:

@@ -1,0 +1,127 @@
+"""The command server of `hardening = brokered`, driven from a real agent process.
+
+Each test launches `claude-sandbox shell -- python3 SCRIPT` as the unprivileged test
+user with `hardening = brokered` bound over the operator's file in a private mount
+namespace: SCRIPT is the agent, and every shell it starts goes through the server.
+What a user relies on: a timeout's TERM reaches the command, a client killed after its
+grace period takes its command along, a garbled request harms nothing, and no command
+outlives the agent.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+pytestmark = pytest.mark.integration
+SHIM = "/usr/local/bin/claude-sandbox"
+
+
+@pytest.fixture
+def setup() -> Iterator[tuple[pwd.struct_passwd, str, str]]:
+    if os.getuid() != 0:
+        pytest.skip("needs root to bind the configuration and act as the test user")
+    user = pwd.getpwnam("sbxuser")
+    workspace = tempfile.mkdtemp(prefix="csbx-server-")
+    os.chown(workspace, user.pw_uid, user.pw_gid)
+    conf = os.path.join(workspace, ".conf")
+    with open(conf, "w") as handle:
+        handle.write("hardening = brokered\nenv-may-widen = egress-jail\n")
+    os.chmod(conf, 0o644)
+    yield user, workspace, conf
+    shutil.rmtree(workspace, ignore_errors=True)
+
+
+def _agent(setup: tuple[pwd.struct_passwd, str, str], script: str, timeout: float = 60
+           ) -> subprocess.CompletedProcess[str]:
+    user, workspace, conf = setup
+    path = os.path.join(workspace, "agent.py")
+    with open(path, "w") as handle:
+        handle.write(script)
+    as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups"]
+    argv = ["unshare", "-m", "sh", "-c",
+            f'mount --bind {conf} /etc/claude-sandbox.conf && exec "$@"', "sh", *as_user,
+            SHIM, "shell", "--", "/usr/bin/python3", path]
+    return subprocess.run(argv, cwd=workspace, capture_output=True, text=True,
+                          timeout=timeout, env={"PATH": "/usr/bin:/bin", "HOME": user.pw_dir,
+                                                "CLAUDE_SANDBOX_EGRESS_JAIL": "0"})
+
+
+def _leftovers(marker: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def test_term_reaches_the_command_and_its_status_comes_back(setup) -> None:  # type: ignore[no-untyped-def]
+    result = _agent(setup, """
+import signal, subprocess, sys, time
+p = subprocess.Popen(["/bin/bash", "-c", "trap 'echo got-term; exit 9' TERM; echo ready; "
+                      "sleep 30 & wait"], stdout=subprocess.PIPE, text=True)
+assert p.stdout.readline().strip() == "ready"
+p.send_signal(signal.SIGTERM)
+print("output", p.stdout.read().strip(), "status", p.wait(timeout=20))
+""")
+    assert "output got-term status 9" in result.stdout, (result.stdout, result.stderr)
+
+
+def test_a_killed_client_takes_its_command_along(setup) -> None:  # type: ignore[no-untyped-def]
+    marker = "csbx-server-sleeper-4821"
+    result = _agent(setup, f"""
+import signal, subprocess, time
+p = subprocess.Popen(["/bin/sh", "-c", "sleep 3600; : {marker}"])
+time.sleep(1)
+assert open("/proc/self/status").read()  # the command runs, in its own pid namespace
+p.kill()  # what Claude Code does 1.5 s after a timeout's TERM
+p.wait()
+time.sleep(1)
+import os
+left = []
+for pid in filter(str.isdigit, os.listdir("/proc")):  # the agent sees its commands' pids
+    try:
+        if b"{marker}" in open(f"/proc/{{pid}}/cmdline", "rb").read():
+            left.append(pid)
+    except OSError:
+        pass
+print("left", len(left))
+""")
+    assert "left 0" in result.stdout, (result.stdout, result.stderr)
+    assert not _leftovers(marker), "the command outlived its client"
+
+
+def test_a_garbled_request_harms_nothing(setup) -> None:  # type: ignore[no-untyped-def]
+    result = _agent(setup, """
+import socket, subprocess
+for junk in (b"", b"\\xff" * 9, (40).to_bytes(4, "little") + b"1\\0/etc/passwd\\0/\\0" + b"9" * 30):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect("/usr/libexec/claude-sandbox/broker/command.sock")
+        s.sendall(junk)
+        s.shutdown(socket.SHUT_WR)
+        print("reply", len(s.recv(16)))
+print("after", subprocess.run(["/bin/sh", "-c", "exit 4"]).returncode)
+""")
+    assert "after 4" in result.stdout, (result.stdout, result.stderr)
+
+
+def test_no_command_outlives_the_agent(setup) -> None:  # type: ignore[no-untyped-def]
+    marker = "csbx-server-orphan-7731"
+    result = _agent(setup, f"""
+import subprocess, time
+subprocess.Popen(["/bin/sh", "-c", "sleep 3600 & sleep 3600; : {marker}"])
+time.sleep(1)
+print("agent ends")
+""")
+    assert "agent ends" in result.stdout, (result.stdout, result.stderr)
+    assert not _leftovers(marker), "a command outlived the agent"
