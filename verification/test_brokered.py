@@ -2,7 +2,7 @@
 
 Under brokered the runner launches this file as the agent itself, so that what it
 tries is what the agent could try: it runs in the agent's view and Landlock domain,
-and its parent is the command server (docs/adr/0009-process-tree.md). The rest of
+and its parent is the command server (docs/adr/0009-the-enforced-process-tree.md). The rest of
 the catalogue runs in a second launch as a command through the server, where the
 agent's commands run. Elsewhere (other levels, or inside a command) these skip.
 """
@@ -14,6 +14,7 @@ import ctypes
 import errno
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -192,6 +193,26 @@ def test_68_brokered_locks_cannot_be_undone(request: Req) -> None:
     assert LIBC.umount2(workspace, 2) != 0, "the agent unmounted the workspace"  # MNT_DETACH
     assert os.getuid() != 0, "the agent runs as root"
     note(request, "no capabilities; remount and umount refused")
+
+
+def test_69_brokered_agent_network(request: Req) -> None:
+    port = next(p for p in range(2200, 2300) if p not in FACTS.get("agent_connect", []))
+    with socket.socket() as sock:
+        sock.settimeout(5)
+        with pytest.raises(OSError) as caught:
+            sock.connect(("127.0.0.1", port))
+    assert caught.value.errno == errno.EACCES, f"connect: {errname(caught.value.errno or 0)}"
+    with socket.socket() as sock, pytest.raises(OSError) as listen:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+    assert listen.value.errno == errno.EACCES, f"listen: {errname(listen.value.errno or 0)}"
+    script = (f"import socket; s = socket.socket(); s.settimeout(5)\n"
+              f"try: s.connect(('127.0.0.1', {port}))\n"
+              f"except OSError as e: print(e.errno)")
+    result = _command(f"exec python3 -c \"{script}\"")
+    assert result.stdout.strip() != str(errno.EACCES), "Landlock refused the command too"
+    note(request, f"the agent: connect to {port} and listen EACCES; a command: "
+         f"errno {result.stdout.strip() or 'none (connected)'}")
 
 
 # ------------------------------------------------------------- side doors (adversarial)

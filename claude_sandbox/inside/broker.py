@@ -1,6 +1,7 @@
 """`hardening = brokered`: the command server, and the agent's narrower view.
 
-`_enter` forks before anything enters a Landlock domain (docs/adr/0009-process-tree.md):
+`_enter` forks before anything enters a Landlock domain
+(docs/adr/0009-the-enforced-process-tree.md):
 
 - The child becomes the agent (agentside.py). In a user and mount namespace of its
   own it sees the workspace and every allow-write path read-only, and the command
@@ -324,7 +325,8 @@ def run(settings: Inner, tty: bool) -> NoReturn:
         except OSError as exc:
             raise SandboxError(f"brokered: cannot make the agent's view: {exc}",
                                EXIT_UNAVAILABLE) from None
-        landlock.enter_brokered(settings.agent_writable, settings.agent_exec)
+        landlock.enter_brokered(settings.agent_writable, settings.agent_exec,
+                                settings.agent_connect, settings.agent_bind)
         refuse_memfd()
         command = settings.command
         try:

@@ -7,7 +7,7 @@
  * which runs the real shell with them in a fresh sandbox outside the agent's domain;
  * it passes on the signals it gets, and exits as the command did.
  *
- * Why C, statically linked (docs/adr/0009-process-tree.md): a client that is an
+ * Why C, statically linked (docs/adr/0009-the-enforced-process-tree.md): a client that is an
  * interpreter would let the agent run anything through it, and a static program
  * needs no loader or library the agent's domain would also have to let it execute.
  *

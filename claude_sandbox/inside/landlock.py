@@ -272,11 +272,19 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
 _WRITE_FILE = 1 << 1
 _CHANGES = sum(1 << bit for bit in range(4, 13))  # remove dir/file, make char..sym
 _REFER, _TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+_NET_BIND, _NET_CONNECT, _RULE_NET_PORT = 1 << 0, 1 << 1, 2  # TCP, ABI 4
 
 
-def enter_brokered(writable: Sequence[str], execute: Sequence[str]) -> None:
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1  # __attribute__((packed)) in linux/landlock.h
+    _fields_ = (("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64))
+
+
+def enter_brokered(writable: Sequence[str], execute: Sequence[str],
+                   connect: Sequence[int] = (), bind: Sequence[int] = ()) -> None:
     """The agent's domain under brokered (broker.py): EXECUTE only `execute`, write and
-    change only beneath `writable`, signals and abstract sockets scoped. Irreversible.
+    change only beneath `writable`, TCP connect only to `connect` and listen only on
+    `bind`, signals and abstract sockets scoped. Irreversible.
 
     Fails closed: without ABI 6 the agent could signal or reach what is outside it."""
     abi = abi_version()
@@ -286,7 +294,7 @@ def enter_brokered(writable: Sequence[str], execute: Sequence[str]) -> None:
             f"scoping); this kernel has {abi or 'none'}: use hardening = harsh",
             EXIT_UNAVAILABLE)
     write = _WRITE_FILE | _CHANGES | _REFER | _TRUNCATE
-    attr = _RulesetAttr(ACCESS_FS_EXECUTE | write, 0,
+    attr = _RulesetAttr(ACCESS_FS_EXECUTE | write, _NET_BIND | _NET_CONNECT,
                         SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET)
     ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), ctypes.sizeof(attr), 0)
     if ruleset < 0:
@@ -295,6 +303,12 @@ def enter_brokered(writable: Sequence[str], execute: Sequence[str]) -> None:
         for paths, access in ((writable, write), (execute, ACCESS_FS_EXECUTE)):
             for path in paths:
                 _add_rule(ruleset, path, access)
+        for ports, access in ((connect, _NET_CONNECT), (bind, _NET_BIND)):
+            for port in ports:
+                rule = _NetPortAttr(access, port)
+                if _syscall(_SYS_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.addressof(rule),
+                            0) < 0:
+                    raise _fail(f"add_rule(port {port})")
         if _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0:
             raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
         if _syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:

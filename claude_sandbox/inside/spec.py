@@ -50,6 +50,8 @@ class Inner:
     shells: tuple[str, ...] = ()
     agent_writable: tuple[str, ...] = ()
     agent_exec: tuple[str, ...] = ()
+    agent_connect: tuple[int, ...] = ()  # TCP ports the agent may connect to
+    agent_bind: tuple[int, ...] = ()  # TCP ports it may listen on (callback-port)
 
 
 FIELDS = (*Inner.__annotations__, "helper_fd")
@@ -99,6 +101,13 @@ def _paths(values: list[str], name: str) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _ports(values: list[str], name: str) -> tuple[int, ...]:
+    ports = tuple(_int([value], name) or 0 for value in values)
+    if not all(0 < port < 65536 for port in ports):
+        raise _bad(f"{name} must be TCP ports")
+    return ports
+
+
 def decode(data: bytes) -> tuple[Inner, int | None]:
     """Inverse of `encode`, refusing anything the launcher would not have written."""
     if len(data) > LIMIT or not data.endswith(b"\0"):
@@ -138,6 +147,8 @@ def decode(data: bytes) -> tuple[Inner, int | None]:
         shells=_paths(fields["shells"], "shells"),
         agent_writable=_paths(fields["agent_writable"], "agent_writable"),
         agent_exec=_paths(fields["agent_exec"], "agent_exec"),
+        agent_connect=_ports(fields["agent_connect"], "agent_connect"),
+        agent_bind=_ports(fields["agent_bind"], "agent_bind"),
     )
     if (inner.level == "brokered") != bool(inner.shells and inner.agent_exec):
         raise _bad("the brokered fields belong to the brokered level, and it needs them")

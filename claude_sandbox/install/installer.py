@@ -388,7 +388,8 @@ def install_files(report: Report) -> None:
 
 
 # The command client of hardening = brokered: C, static, built here from source
-# (docs/adr/0009-process-tree.md). A compiler the installer fetched for it is removed again.
+# (docs/adr/0009-the-enforced-process-tree.md). A compiler the installer fetched for it
+# is removed again.
 CLIENT_SOURCE = SOURCE / "inside" / "command-client.c"
 BUILD_PACKAGES = ("gcc", "libc6-dev")
 
@@ -406,6 +407,7 @@ def install_command_client(report: Report, apt: bool) -> None:
 
         def build() -> None:
             env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+            before = _installed_packages() if fetched else set()
             if fetched:
                 _run(["apt-get", "update", "-qq"], env=env)
                 _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *fetched],
@@ -414,8 +416,10 @@ def install_command_client(report: Report, apt: bool) -> None:
                 _run(["gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", built,
                       str(CLIENT_SOURCE)])
             finally:
-                if fetched:
-                    _run(["apt-get", "purge", "-y", "-qq", "--autoremove", *fetched], env=env)
+                # Exactly what the install above added, the compiler's dependencies too.
+                added = sorted(_installed_packages() - before) if fetched else []
+                if added:
+                    _run(["apt-get", "purge", "-y", "-qq", *added], env=env)
 
         if report.check:
             report.step(f"command client {paths.COMMAND_CLIENT}",
@@ -427,6 +431,12 @@ def install_command_client(report: Report, apt: bool) -> None:
         report.step(f"command client {paths.COMMAND_CLIENT}",
                     _differs_bytes(paths.COMMAND_CLIENT, binary, 0o755),
                     functools.partial(_write_bytes, paths.COMMAND_CLIENT, binary, 0o755))
+
+
+def _installed_packages() -> set[str]:
+    result = subprocess.run(["dpkg-query", "-W", "-f", "${Package}\\n"], capture_output=True,
+                            text=True, check=False)
+    return set(result.stdout.split())
 
 
 def _differs_bytes(path: str, data: bytes, mode: int) -> bool:

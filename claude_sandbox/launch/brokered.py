@@ -4,7 +4,7 @@ What the level needs from the host is read here (`read`): the shells the command
 client stands in for, and the programs the agent's own program needs to start (its
 script interpreter, the dynamic loader). `fields` turns them and the plan's mounts
 into the inner record's brokered fields; `MOUNT` is the one mount the level adds.
-The design and its measured side doors: docs/adr/0009-process-tree.md.
+The design and its measured side doors: docs/adr/0009-the-enforced-process-tree.md.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from claude_sandbox.launch.mounts import Mount, Writable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from typing import Any
 
 MOUNT = Mount("tmpfs", paths.BROKER_DIR, "brokered: the command server's socket, where "
               "the agent's domain cannot write (check 63)", size=1 << 20)
@@ -78,9 +79,11 @@ def _interpreters(program: str, search: str) -> list[str]:
     return found
 
 
-def fields(runners: Runners, layout: Writable, mount_list: Sequence[Mount], uid: int
-           ) -> dict[str, tuple[str, ...]]:
-    """The inner record's brokered fields, from the plan's own mounts (pure)."""
+def fields(runners: Runners, layout: Writable, mount_list: Sequence[Mount], uid: int,
+           env: Mapping[str, str], command: Sequence[str], local_ports: Sequence[int],
+           callback_ports: Sequence[int]) -> dict[str, tuple[Any, ...]]:
+    """The inner record's brokered fields, from the plan's own mounts, environment and
+    the agent's command line."""
     if uid == 0:
         raise SandboxError(
             "hardening = brokered does not run as root yet: its command server makes a "
@@ -96,7 +99,34 @@ def fields(runners: Runners, layout: Writable, mount_list: Sequence[Mount], uid:
         "shells": runners.shells,
         "agent_writable": tuple(agent_writable),
         "agent_exec": (paths.COMMAND_CLIENT, *runners.programs),
+        "agent_connect": connect_ports([*env.values(), *command], local_ports),
+        "agent_bind": tuple(sorted(set(callback_ports))),
     }
+
+
+# HTTPS, the agents' APIs; the rest only where the environment or the operator names it.
+CONNECT_PORTS = (443,)
+_SEPARATORS = str.maketrans({c: " " for c in ",;\"'{}()<>"})  # around URLs in config text
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def connect_ports(texts: Sequence[str], local_ports: Sequence[int]) -> tuple[int, ...]:
+    """The TCP ports the agent's own process may connect to: 443, the port of every URL
+    in `texts` (the sandbox's environment: a base URL, a proxy; the agent's arguments),
+    and each local-port (a local model, a service relayed into the jail)."""
+    found = {*CONNECT_PORTS, *local_ports}
+    for value in texts:
+        for token in value.translate(_SEPARATORS).split():
+            scheme, sep, rest = token.partition("://")
+            if not sep:
+                continue
+            host = rest.split("/", 1)[0].rpartition("@")[2]
+            port = host.rpartition(":")[2] if ":" in host.rpartition("]")[2] else ""
+            if port.isdigit() and 0 < int(port) < 65536:
+                found.add(int(port))
+            elif scheme.lower() in _DEFAULT_PORTS:
+                found.add(_DEFAULT_PORTS[scheme.lower()])
+    return tuple(sorted(found))
 
 
 def _under(path: str, roots: Sequence[str]) -> bool:

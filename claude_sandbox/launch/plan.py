@@ -66,6 +66,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
     # Only what a mount binds: a descriptor nothing consumes would reach the agent.
     used = [m.source for m in mount_list if m.kind == "data"]
     data = tuple((name, contents[name]) for name in dict.fromkeys(used))
+    env = mounts.environment(profile, cfg, facts, dict(gathered.environ))
     rlimits = dict(limits.rlimits)  # what no cgroup enforces, `_enter` sets
     inner = Inner(
         level=cfg.hardening,
@@ -78,7 +79,8 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         keep_ignored=gathered.keep_ignored,
         late_masks=not facts.proc_mountable or facts.uid == 0,
         command=gathered.command,
-        **(brokered.fields(gathered.runners, gathered.layout, mount_list, facts.uid)
+        **(brokered.fields(gathered.runners, gathered.layout, mount_list, facts.uid, dict(env),
+                           gathered.command, cfg.local_ports, cfg.callback_ports)
            if gathered.runners is not None else {}),
     )
     jail = JailSpec(cfg.allow_ip, cfg.local_ports, cfg.callback_ports,
@@ -88,7 +90,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         options=mounts.options(facts),
         mounts=mount_list,
         cwd=facts.cwd,
-        env=mounts.environment(profile, cfg, facts, dict(gathered.environ)),
+        env=env,
         pass_env=cfg.pass_env,
         data=data,
         inner=inner,

@@ -347,6 +347,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "jail_may_widen": "egress-jail" in cfg.env_may_widen,
         "hardening": cfg.hardening,
         "agent_programs": _agent_programs(cfg.hardening, environ),
+        "agent_connect": list(brokered_connect(cfg, environ)),
         "allow_write": list(cfg.allow_write),
         "pass_env": list(cfg.pass_env),
         "max_pids": cfg.max_pids,
@@ -363,6 +364,14 @@ def _agent_programs(level: str, environ: Mapping[str, str]) -> list[str]:
     from claude_sandbox.launch import brokered
 
     return list(brokered.read(TOOLS_PYTHON, TOOLS_PYTHON, environ).programs)
+
+
+def brokered_connect(cfg: Any, environ: Mapping[str, str]) -> tuple[int, ...]:
+    """The ports the agent may connect to under brokered, from what could reach inside."""
+    from claude_sandbox.launch import brokered
+
+    passed = {name: environ[name] for name in cfg.pass_env if name in environ}
+    return brokered.connect_ports(list(passed.values()), cfg.local_ports)
 
 
 def shim_prefix(agent: str) -> list[str]:

@@ -30,7 +30,8 @@ def test_enter_reads_back_what_the_launcher_wrote(
                   (program, *args), commands_only=tuple(writable[:1]) if brokered else (),
                   shells=("/usr/bin/bash",) if brokered else (),
                   agent_writable=tuple(writable) if brokered else (),
-                  agent_exec=(program,) if brokered else ())
+                  agent_exec=(program,) if brokered else (),
+                  agent_connect=(443, 8080) if brokered else ())
     helper_fd = 7 if masks else None
     assert spec.decode(spec.encode(wrote, helper_fd)) == (wrote, helper_fd)
 
