@@ -60,8 +60,7 @@ class Config:
 class _Line:
     key: Key
     agent: str | None
-    value: str | None  # None for a bare flag
-    where: str
+    value: object  # parsed; True for a bare flag
 
 
 def _split_line(raw: str, where: str, agents: tuple[str, ...]) -> _Line | None:
@@ -83,11 +82,12 @@ def _split_line(raw: str, where: str, agents: tuple[str, ...]) -> _Line | None:
             raise SandboxError(
                 f"{where}: {key_name} needs a value (`{key_name} = ...`)", EXIT_CONFIG
             )
-        return _Line(key, agent or None, None, where)
+        return _Line(key, agent or None, True)
     value = value.strip()
     if not value:
         raise SandboxError(f"{where}: {key_name} has an empty value", EXIT_CONFIG)
-    return _Line(key, agent or None, value, where)
+    parser = values.SCALAR_PARSERS.get(key.kind) or values.ITEM_PARSERS[key.kind]
+    return _Line(key, agent or None, parser(value, where))
 
 
 def read_file(path: str) -> str | None:
@@ -128,17 +128,14 @@ def parse(
             continue
         key = line.key
         if line.agent is not None and line.agent != agent:
-            _parse_value(line)  # still validated: a typo for another agent is an error too
-            continue
+            continue  # still parsed (_split_line): a typo for another agent is an error too
         if key.kind in values.ITEM_PARSERS:
-            value = _parse_value(line)
-            lists[key.name].append(value)
-            items.setdefault((key.name, value), where)
+            lists[key.name].append(line.value)
+            items.setdefault((key.name, line.value), where)
         elif line.agent is None and key.name in agent_specific:
-            _parse_value(line)  # the per-agent line wins, whatever the order
-            continue
+            continue  # the per-agent line wins, whatever the order
         else:
-            scalars[key.name] = _parse_value(line)
+            scalars[key.name] = line.value
             if line.agent is not None:
                 agent_specific.add(key.name)
         origins[key.name] = where
@@ -197,13 +194,6 @@ def _narrow_scalar(
         if not inside:
             _refuse_widening(key, where, f"{value} is outside the file's {current}",
                              may_widen, path)
-
-
-def _parse_value(line: _Line) -> object:
-    if line.value is None:
-        return True
-    parser = values.SCALAR_PARSERS.get(line.key.kind) or values.ITEM_PARSERS[line.key.kind]
-    return parser(line.value, line.where)
 
 
 def _dedupe(items: list[Any]) -> tuple[Any, ...]:

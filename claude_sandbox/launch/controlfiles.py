@@ -192,42 +192,37 @@ def plan(
 
     for control in rows:
         parts = control.path.split("/")
-        blocked = False
         for depth in range(1, len(parts)):
             ancestor = os.path.join(root, *parts[:depth])
             kind = kinds.get(ancestor)
             if kind == "link":
                 _refuse_link(ancestor, control.path)
             if kind == "locked":
-                blocked = True  # nothing below can be created by this user at all
-                break
+                break  # nothing below can be created by this user at all
             if kind is None:
                 # Nothing below can be created while an empty read-only directory stands here.
                 hold(ancestor, f"placeholder for {control.path}: {control.why}",
                      Placeholder(ancestor, "dir"))
-                blocked = True
                 break
             if ancestor not in pinned:
                 pinned.append(ancestor)  # a directory, or a file nothing can be made below
             if kind != "dir":
-                blocked = True
                 break
-        if blocked:
-            continue
-        path = os.path.join(root, control.path)
-        kind = kinds.get(path)
-        if kind == "link":
-            _refuse_link(path, control.path)
-        if kind == "locked":
-            continue
-        if kind is None:
-            hold(path, f"{control.why} (absent: a placeholder stands in until the end)",
-                 Placeholder(path, control.placeholder, control.content))
-        elif kind == "dir" and not control.whole:
-            if path not in pinned:
-                pinned.append(path)
-        else:
-            hold(path, control.why)
+        else:  # every ancestor is a directory: hold the path itself
+            path = os.path.join(root, control.path)
+            kind = kinds.get(path)
+            if kind == "link":
+                _refuse_link(path, control.path)
+            if kind == "locked":
+                continue
+            if kind is None:
+                hold(path, f"{control.why} (absent: a placeholder stands in until the end)",
+                     Placeholder(path, control.placeholder, control.content))
+            elif kind == "dir" and not control.whole:
+                if path not in pinned:
+                    pinned.append(path)
+            else:
+                hold(path, control.why)
     # A pin inside a read-only path would make part of it writable again.
     pinned = [p for p in pinned if p not in read_only
               and not any(p.startswith(r + "/") for r in read_only)]

@@ -146,13 +146,6 @@ def socket_paths(mountinfo: str) -> tuple[str, ...]:
 RUNTIME_DIRS = ("/run", "/var/run", "/var/tmp")
 
 
-def _read_mountinfo() -> str:
-    try:
-        return mountinfo_module.read()
-    except OSError:
-        return "0 0 0:0 / /proc/unknown ro - none none ro"  # unknown: keep the outer /proc
-
-
 def install_root(binary: str, home: str) -> str:
     """The npm package holding `binary` when it lives under $HOME, else the file.
 
@@ -264,7 +257,10 @@ def probe(
         raise SandboxError("the current directory no longer exists", EXIT_REFUSED) from None
     path_entries = tuple(p for p in environ.get("PATH", "").split(":") if p)
     binary = real_binary(agent)
-    mounts = _read_mountinfo()
+    try:
+        mounts = mountinfo_module.read()
+    except OSError:
+        mounts = "0 0 0:0 / /proc/unknown ro - none none ro"  # unknown: keep the outer /proc
 
     return HostFacts(
         uid=uid,

@@ -27,12 +27,9 @@ if TYPE_CHECKING:
 # Container-engine and system-bus sockets, for the checks' and probes' reference:
 # none of them is reached inside, by the mechanisms below, not by this list.
 RUNTIME_SOCKETS = (
-    "/run/docker.sock",
-    "/var/run/docker.sock",
-    "/run/podman/podman.sock",
-    "/run/containerd/containerd.sock",
-    "/run/dbus/system_bus_socket",
-)
+    "/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock",
+    "/run/containerd/containerd.sock", "/run/dbus/system_bus_socket",
+)  # fmt: skip
 # Dotfiles that hold credentials or reach the outer display (checks 14, 15).
 NULLED_DOTFILES = (".netrc", ".Xauthority", ".ICEauthority")
 # Of the outer home only the forge CLIs' stores come back, read-only: gh aliases
@@ -42,18 +39,9 @@ LOCAL_BIN_TOOLS = (".local/bin/uv", ".local/bin/uvx")
 AGENT_SHELL = "/bin/bash"
 # Passed through from the launching environment when set: terminal and locale.
 PASSED_THROUGH = (
-    "TERM",
-    "COLORTERM",
-    "LANG",
-    "LANGUAGE",
-    "TZ",
-    "NO_COLOR",
-    "FORCE_COLOR",
-    "COLUMNS",
-    "LINES",
-    "EDITOR",
-    "VISUAL",
-)
+    "TERM", "COLORTERM", "LANG", "LANGUAGE", "TZ", "NO_COLOR", "FORCE_COLOR",
+    "COLUMNS", "LINES", "EDITOR", "VISUAL",
+)  # fmt: skip
 
 
 # The descriptors a launch binds as data, by name: the run step gives them numbers.

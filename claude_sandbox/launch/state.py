@@ -153,11 +153,8 @@ def import_into(outer_home: str, home: str, imports: Iterable[Import]) -> list[s
 def _plain_below(home: str, path: str) -> bool:
     """No component of `path` below `home` is a symbolic link (the agent may plant one
     in its store; an import must never write through it, out of the store)."""
-    relative = os.path.relpath(path, home)
-    if relative == ".":
-        return True
     current = home
-    for part in relative.split(os.sep):
+    for part in os.path.relpath(path, home).split(os.sep):
         current = os.path.join(current, part)
         if os.path.islink(current):
             return False

@@ -28,23 +28,9 @@ from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
 from claude_sandbox.core.record import record
 
 SYSTEM_TREES = (
-    "/etc",
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/boot",
-    "/proc",
-    "/sys",
-    "/dev",
-    "/run",
-    "/var/lib",
-    "/var/spool",
-    "/var/cache",
-)
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot",
+    "/proc", "/sys", "/dev", "/run", "/var/lib", "/var/spool", "/var/cache",
+)  # fmt: skip
 # Shared scratch trees: other programs' sockets and files live directly in them
 # (tmux, X11, IDE and ssh-agent sockets); a directory below them is fine.
 SHARED_TREES = ("/tmp", "/var/tmp")
