@@ -30,3 +30,8 @@ class SandboxError(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+def jail_error(why: str, status: int = EXIT_JAIL) -> SandboxError:
+    """A refusal of the egress jail's: every one reads `egress jail: WHY`."""
+    return SandboxError(f"egress jail: {why}", status)

@@ -85,18 +85,16 @@ def internal_argv(command: str) -> list[str]:
     )
     return [INTERPRETER, "-I", "-S", "-c", code]
 
+# The package of each tool whose name is not its package's.
 _PACKAGES = {
     "bwrap": "bubblewrap",
     "unshare": "util-linux",
     "setpriv": "util-linux",
     "pasta": "passt",
     "ip": "iproute2",
-    "ss": "iproute2",
-    "socat": "socat",
     "sh": "dash",
     "iptables-restore": "iptables",
     "iptables-save": "iptables",
-    "git": "git",
 }
 
 

@@ -29,24 +29,21 @@ class Child:
         if self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere: gone all the same
-                self.returncode = 0
-                return self.returncode
+            except ChildProcessError:  # reaped elsewhere: gone all the same (as status 0)
+                pid, status = self.pid, 0
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def wait(self) -> int:
         """The exit status (negative: the signal that ended it)."""
-        while self.returncode is None:
+        if self.returncode is None:
             try:
-                _, status = os.waitpid(self.pid, 0)
+                _, status = os.waitpid(self.pid, 0)  # EINTR is retried (PEP 475)
             except ChildProcessError:
                 self.returncode = 0
-                break
-            except InterruptedError:
-                continue
-            self.returncode = os.waitstatus_to_exitcode(status)
+            else:
+                self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def kill(self) -> None:
@@ -113,17 +110,15 @@ def fork_exec(
     outside relays: nothing else would ever end them). `before_exec` runs in
     the child last (joining a cgroup, ignoring the session's signals).
     """
-    libc = load_libc() if die_with_parent else None
+    if die_with_parent:
+        load_libc()  # here, once: the child need not import ctypes
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
-            if libc is not None:
-                # Checked: a child that could outlive the launcher must not start.
-                if libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
-                    os._exit(127)
-                if os.getppid() != parent:  # the parent died before the prctl
-                    os._exit(127)
+            # Checked: a child that could outlive the launcher must not start.
+            if die_with_parent and not tie_to_parent(parent):
+                os._exit(127)
             for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
                 _signal.signal(signum, _signal.SIG_DFL)
             if setsid:
@@ -244,7 +239,6 @@ class Forward:
         _signal.setitimer(_signal.ITIMER_REAL, 0)
         for signum, handler in self.previous.items():
             _signal.signal(signum, handler)
-        self.previous = {}
         os.close(self.pidfd)
 
 
@@ -259,10 +253,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def die_with_parent() -> bool:
+def tie_to_parent(parent: int) -> bool:
     """SIGKILL this process when its parent ends (kept across exec); False if the
-    parent is already gone or the kernel refused."""
-    parent = os.getppid()
+    kernel refused, or if `parent` is no longer the parent (it died before the prctl)."""
     if load_libc().prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
         return False
     return os.getppid() == parent

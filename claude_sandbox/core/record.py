@@ -82,8 +82,7 @@ def _values(self: object) -> tuple[object, ...]:
 def _eq(self: object, other: object) -> bool:
     if other.__class__ is not self.__class__:
         return NotImplemented  # type: ignore[no-any-return]
-    same: bool = _values(self) == _values(other)
-    return same
+    return _values(self) == _values(other)
 
 
 def _hash(self: object) -> int:

@@ -23,7 +23,3 @@ class Trace:
         sys.stderr.write(f"claude-sandbox: {self.part}: {name}: {1000 * (now - self._last):.1f} "
                          f"ms (total {1000 * (now - self._start):.1f} ms)\n")
         self._last = now
-
-    def part_of(self, part: str) -> Trace:
-        """A tracer for a part that runs beside this one (the jail), enabled alike."""
-        return Trace(self.enabled, part)

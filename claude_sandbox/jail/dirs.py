@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import stat
 
-from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
-
 _DIR_PREFIX = "claude-sandbox-jail."
 
 
@@ -21,15 +19,11 @@ def _own_prefix() -> str:
 def make_private_dir() -> str:
     # 0700 and unguessable: pasta's pid file and the relays' unix sockets live
     # here; another user must not connect to them or plant files. The name
-    # carries the launcher's pid and pid namespace, for sweep_stale_dirs.
-    for _ in range(16):
-        path = f"/tmp/{_own_prefix()}{os.getpid()}.{os.urandom(6).hex()}"
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        return path
-    raise SandboxError("egress jail: cannot create a private directory in /tmp", EXIT_JAIL)
+    # carries the launcher's pid and pid namespace, for sweep_stale_dirs. mkdir
+    # refuses a name that exists, so nothing planted there is ever used.
+    path = f"/tmp/{_own_prefix()}{os.getpid()}.{os.urandom(6).hex()}"
+    os.mkdir(path, 0o700)
+    return path
 
 
 def sweep_stale_dirs(dead: int = 0) -> None:

@@ -13,7 +13,7 @@ checked before the routes are locked and long before the agent runs
 from __future__ import annotations
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
+from claude_sandbox.core.errors import jail_error
 
 # The filter table's rules, as iptables-save prints them.
 _RULES = (
@@ -40,8 +40,8 @@ def check(reply: list[str]) -> None:
     """Refuse the launch unless the holder's answer shows exactly the planned filter."""
     if reply[0] != "ok" or reply[1] != "0":
         why = reply[1] if reply[0] != "ok" else reply[3].strip()
-        raise SandboxError(f"egress jail: iptables failed ({why}); the DNS forwarder "
-                           "cannot be limited to DNS; install the iptables package", EXIT_JAIL)
+        raise jail_error(f"iptables failed ({why}); the DNS forwarder cannot be limited "
+                         "to DNS; install the iptables package")
     saved = reply[2].splitlines()
     rules = [line for line in saved if line.startswith("-")]
     policies = [line.split()[:2] for line in saved if line.startswith(":")]
@@ -51,5 +51,4 @@ def check(reply: list[str]) -> None:
     elif tuple(rules) != _RULES:
         problem = f"filter rules {rules}"
     if problem:
-        raise SandboxError(f"egress jail: the DNS filter read back differs ({problem}); "
-                           "refusing to launch", EXIT_JAIL)
+        raise jail_error(f"the DNS filter read back differs ({problem}); refusing to launch")

@@ -227,11 +227,11 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
     # bwrap stays in the terminal's foreground group with the agent: it must not
     # die of the agent's Ctrl-C or hang-up, or --die-with-parent ends the whole
     # sandbox before the agent has had its say (process.SESSION_IGNORED).
-    from claude_sandbox.core.process import die_with_parent, ignore_session_signals
+    from claude_sandbox.core.process import ignore_session_signals, tie_to_parent
 
     ignore_session_signals()
     # The session dies with the launcher, even a SIGKILLed one.
-    if not die_with_parent():
+    if not tie_to_parent(os.getppid()):
         send_frame(sock, ["err", "cannot tie the session to the launcher (PR_SET_PDEATHSIG)"])
         os._exit(127)
     try:

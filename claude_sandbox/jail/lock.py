@@ -8,7 +8,7 @@ docs/explanation/egress-jail.md).
 from __future__ import annotations
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
+from claude_sandbox.core.errors import jail_error
 from claude_sandbox.jail import readback, routes
 from claude_sandbox.jail.spec import JailSpec
 
@@ -26,7 +26,7 @@ READBACK = "route show table all\nrule show\n"
 def _ip(ask: Ask, args: list[str], stdin_text: str = "") -> tuple[int, str, str]:
     reply = ask(["run", stdin_text, paths.tool("ip"), *args])
     if reply[0] != "ok":
-        raise SandboxError(f"egress jail: {reply[1]}", EXIT_JAIL)
+        raise jail_error(reply[1])
     return int(reply[1]), reply[2], reply[3]
 
 def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], None],
@@ -36,7 +36,7 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
     rc, out, err = _ip(ask, ["-j", "-4", "-batch", "-"], "addr show\nroute show table main\n")
     docs = readback.parse_json_stream(out)
     if rc != 0 or len(docs) != 2:
-        raise SandboxError(f"egress jail: cannot read the namespace: {err.strip()}", EXIT_JAIL)
+        raise jail_error(f"cannot read the namespace: {err.strip()}")
     facts = readback.parse_facts(docs[0], docs[1])
     plan = routes.build_plan(facts, paths.DNS_FORWARDER, settings.allow_ip,
                              settings.host)
@@ -54,11 +54,8 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
     seen = readback.parse_readback(out4, out6)
     problems = readback.compare(plan, failed, seen)
     if problems:
-        raise SandboxError(
-            "egress jail: the routes read back differ from the plan; refusing to launch: "
-            + "; ".join(problems[:5]),
-            EXIT_JAIL,
-        )
+        raise jail_error("the routes read back differ from the plan; refusing to launch: "
+                         + "; ".join(problems[:5]))
     trace("routes programmed and verified")
     return plan
 
@@ -71,14 +68,10 @@ def _failed_rows(warn: Callable[[str], None], plan: routes.Plan, err: str) -> se
     last_row = len(plan.routes) + 1
     for line in sorted(readback.failed_lines(err)):
         if line == 1 or line > last_row:
-            raise SandboxError(
-                f"egress jail: route programming failed ({err.strip()})", EXIT_JAIL
-            )
+            raise jail_error(f"route programming failed ({err.strip()})")
         row = plan.routes[line - 2]
         if row.required:
-            raise SandboxError(
-                f"egress jail: cannot program `ip {row.command}` ({err.strip()})", EXIT_JAIL
-            )
+            raise jail_error(f"cannot program `ip {row.command}` ({err.strip()})")
         failed.add(line - 2)
         warn(f"egress jail: could not add `ip {row.command}` ({row.why}); skipped")
     return failed

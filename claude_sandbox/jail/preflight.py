@@ -10,11 +10,11 @@ import os
 import stat
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
 
 
 def _refused(why: str) -> SandboxError:
-    return SandboxError(f"egress jail: {why}", EXIT_UNAVAILABLE)
+    return jail_error(why, EXIT_UNAVAILABLE)
 
 
 def _check_tun() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
+from claude_sandbox.core.errors import SandboxError, jail_error
 from claude_sandbox.jail.routes import (
     EXPECTED_RULES_V4,
     EXPECTED_RULES_V6,
@@ -31,7 +31,7 @@ _V6_HARMLESS = (
 
 
 def _fail(what: str) -> SandboxError:
-    return SandboxError(f"egress jail: unexpected route read-back ({what})", EXIT_JAIL)
+    return jail_error(f"unexpected route read-back ({what})")
 
 
 def parse_json_stream(text: str) -> list[object]:
@@ -212,8 +212,8 @@ def parse_facts(addr_doc: object, route_doc: object) -> NetFacts:
         else:
             copied.append(r.dst)
     if gateway is None or iface is None:
-        raise SandboxError("egress jail: pasta configured no IPv4 default route", EXIT_JAIL)
+        raise jail_error("pasta configured no IPv4 default route")
     own = [a for a in addresses if a.dev == iface]
     if not own:
-        raise SandboxError(f"egress jail: pasta's interface {iface} has no IPv4 address", EXIT_JAIL)
+        raise jail_error(f"pasta's interface {iface} has no IPv4 address")
     return NetFacts(iface, own[0].address, gateway, tuple(addresses), tuple(copied))

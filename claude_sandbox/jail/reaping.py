@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
 import contextlib
+import ctypes
 import os
 import select
 import time
 
-from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
+from claude_sandbox.core.errors import jail_error
 from claude_sandbox.core.process import load_libc
 
 KILL_WAIT = 2.0
@@ -23,7 +24,7 @@ def set_not_dumpable() -> None:
     """The waiting parent holds the jail's control socket: keep same-user
     processes (the agent included) out of its memory and descriptors (egress-jail.md, Channels)."""
     if load_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        raise SandboxError("egress jail: cannot mark the launcher not dumpable", EXIT_JAIL)
+        raise jail_error("cannot mark the launcher not dumpable")
 
 
 def become_subreaper() -> bool:
@@ -35,13 +36,11 @@ def become_subreaper() -> bool:
     close() reaps them; otherwise, in a container without an init that
     reaps, they stay zombies.
     """
-    import ctypes
-
     libc = load_libc()
     before = ctypes.c_int(0)
     libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise SandboxError("egress jail: cannot adopt the launch's orphans (subreaper)", EXIT_JAIL)
+        raise jail_error("cannot adopt the launch's orphans (subreaper)")
     return bool(before.value)
 
 

@@ -24,6 +24,7 @@ import os
 
 from claude_sandbox.core.process import Child, fork_exec
 from claude_sandbox.core.record import record
+from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.jail.start import TOOL_ENV
 
 
@@ -59,12 +60,10 @@ class Relay:
         return ("tcp", str(self.port)) if self._tcp_side(inside) else ("unix", self.path)
 
 
-def plan_relays(
-    local_ports: tuple[int, ...], callback_ports: tuple[int, ...], directory: str
-) -> tuple[Relay, ...]:
+def plan_relays(settings: JailSpec, directory: str) -> tuple[Relay, ...]:
     return tuple(
-        [Relay("local", p, os.path.join(directory, f"l-{p}")) for p in local_ports]
-        + [Relay("callback", p, os.path.join(directory, f"c-{p}")) for p in callback_ports]
+        [Relay("local", p, os.path.join(directory, f"l-{p}")) for p in settings.local_ports]
+        + [Relay("callback", p, os.path.join(directory, f"c-{p}")) for p in settings.callback_ports]
     )
 
 

@@ -139,10 +139,6 @@ def _network(cidr: str) -> str:
     return str(ipaddress.ip_network(cidr, strict=False))
 
 
-def _host(addr: str) -> str:
-    return f"{addr}/32"
-
-
 def _drop(facts: NetFacts, kind: str, dst: str, why: str) -> PlannedRoute:
     return PlannedRoute(
         f"route add {kind} {dst} src {facts.address}",
@@ -189,7 +185,7 @@ def _host_rows(facts: NetFacts, host: Iterable[str], skip: set[str]) -> list[Pla
     whys = {facts.gateway: "the gateway: its own services, through pasta"}
     for addr in host:
         whys.setdefault(addr, "an address of the host: its services, through pasta")
-    return [_drop(facts, "blackhole", _host(addr), why) for addr, why in whys.items()
+    return [_drop(facts, "blackhole", f"{addr}/32", why) for addr, why in whys.items()
             if addr not in skip and not any(ipaddress.ip_address(addr) in net for net in blocked)]
 
 
@@ -205,8 +201,8 @@ def build_plan(facts: NetFacts, dns: str, allow_ip: Sequence[str],
     """
     rows = _blocked_rows(facts) + _host_rows(facts, host, set(allow_ip))
     rows.append(_via_gateway(facts, "0.0.0.0/0", True, "the internet, through pasta", "default"))
-    rows.append(_via_gateway(facts, _host(dns), False, "pasta's DNS forwarder"))
-    rows += [_via_gateway(facts, _host(addr), False, "allow-ip exception")
+    rows.append(_via_gateway(facts, f"{dns}/32", False, "pasta's DNS forwarder"))
+    rows += [_via_gateway(facts, f"{addr}/32", False, "allow-ip exception")
              for addr in dict.fromkeys(allow_ip) if addr != dns]
     return Plan(tuple(rows), expected_local_table(facts.addresses))
 
@@ -243,11 +239,11 @@ def expected_local_table(addresses: Iterable[Address]) -> tuple[Route, ...]:
     out: list[Route] = []
     for a in addresses:
         net = ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False)
-        kept = [("local", _host(a.address), "host")]
+        kept = [("local", f"{a.address}/32", "host")]
         if a.loopback and a.prefixlen < 32:
             kept.append(("local", str(net), "host"))
         if a.prefixlen < 31:
-            kept.append(("broadcast", _host(str(net.broadcast_address)), "link"))
+            kept.append(("broadcast", f"{net.broadcast_address}/32", "link"))
         out += [Route("local", kind, dst, dev=a.dev, prefsrc=a.address, scope=scope,
                       protocol="kernel") for kind, dst, scope in kept]
     return tuple(out)

@@ -31,11 +31,12 @@ import _socket
 import array
 import contextlib
 import os
+import select
 import sys
 import time
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, jail_error
 from claude_sandbox.core.process import Child
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import dirs, dnsfilter, lock, reaping, relays, routes
@@ -51,9 +52,6 @@ PASTA_TIMEOUT = 10.0
 # How long a failed pasta waits for the holder whose exit may have caused it.
 HOLDER_GRACE = 0.2
 PASTA_ATTEMPTS = 3
-
-
-# --- start -------------------------------------------------------------------
 
 
 def start(settings: JailSpec, early: jail_start.Early | None = None) -> Jail:
@@ -97,17 +95,9 @@ class Jail:
         # for leak checks and the benchmark's resident-memory figures.
         self.started: dict[str, int] = {"holder": early.holder.pid}
 
-    # -- helpers --
-
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
         print(f"claude-sandbox: warning: {message}", file=sys.stderr)
-
-    def _path(self, name: str) -> str:
-        assert self.private_dir is not None
-        return os.path.join(self.private_dir, name)
-
-    # -- start --
 
     def _start(self) -> None:
         # Ctrl-C and Ctrl-\ are ignored and TERM and HUP forwarded to the
@@ -115,9 +105,7 @@ class Jail:
         # attach and the holder's start-up.
         reaping.set_not_dumpable()
         self._was_subreaper = reaping.become_subreaper()
-        want = relays.plan_relays(
-            self.settings.local_ports, self.settings.callback_ports, self.private_dir or ""
-        )
+        want = relays.plan_relays(self.settings, self.private_dir or "")
         socat = paths.tool("socat") if want else ""
         for relay in want:
             if relay.kind == "callback" and relays.port_taken(relay.port):
@@ -131,8 +119,6 @@ class Jail:
             self._outside.append((relay, proc))
         dirs.sweep_stale_dirs()
         self._trace("not dumpable, outside relays, stale directories")
-
-    # -- run --
 
     def run(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = ()) -> int:
         """Lock the routes, run the session, tear down; the session's status.
@@ -162,20 +148,11 @@ class Jail:
     def _holder_status(self) -> int:
         return self._forward.forward.status(self._holder.wait())
 
-    def _holder_ends_within(self, seconds: float) -> bool:
-        """Whether the holder has ended, or does within `seconds`. An exiting
-        holder lets go of its namespaces before it becomes a zombie: pasta can
-        fail on them in that window, before waitpid can see the exit."""
-        deadline = time.monotonic() + seconds
-        while self._holder.poll() is None:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.001)
-        return True
-
     def _wait_pasta(self) -> None:
         """Wait until pasta has configured the namespace: its pid file is written."""
-        pidfile = self._path("pasta.pid")
+        directory = self.private_dir
+        assert directory is not None
+        pidfile = os.path.join(directory, "pasta.pid")
         deadline = time.monotonic() + PASTA_TIMEOUT
         attempt = 0
         while True:
@@ -183,17 +160,19 @@ class Jail:
                 if os.stat(pidfile).st_size > 0:
                     break
             if self._pasta.poll() is not None:
-                if self._holder_ends_within(HOLDER_GRACE):
+                # An exiting holder lets go of its namespaces before waitpid can see the
+                # exit, and pasta can fail on them then; its pidfd polls readable once it can.
+                if select.select([self._forward.forward.pidfd], [], [], HOLDER_GRACE)[0]:
                     raise reaping.HolderGone  # a signal ended the launch while pasta attached
-                if "Permission denied" not in self._pasta_log() or attempt + 1 >= PASTA_ATTEMPTS:
-                    raise SandboxError(f"egress jail: pasta failed: {self._pasta_log()}", EXIT_JAIL)
+                log = _last_message(os.path.join(directory, "pasta.log"))
+                if "Permission denied" not in log or attempt + 1 >= PASTA_ATTEMPTS:
+                    raise jail_error(f"pasta failed: {log}")
                 # The exec window described in jail_start.wait_netns: try again.
                 attempt += 1
                 self._trace(f"pasta attach retried (attempt {attempt})")
-                assert self.private_dir is not None
-                self._pasta = jail_start.spawn_pasta(self._holder, self.private_dir)
+                self._pasta = jail_start.spawn_pasta(self._holder, directory)
             if time.monotonic() > deadline:
-                raise SandboxError("egress jail: pasta did not attach in time", EXIT_JAIL)
+                raise jail_error("pasta did not attach in time")
             time.sleep(0.0005)
         # pasta -f writes its own pid: the process started here, which teardown
         # ends by that pid. Anything else in the file is not the pasta we know.
@@ -203,21 +182,10 @@ class Jail:
         except (OSError, ValueError):
             named = -1
         if named != self._pasta.pid:
-            raise SandboxError(
-                f"egress jail: pasta's pid file names {named}, not the pasta started "
-                f"({self._pasta.pid})",
-                EXIT_JAIL,
-            )
+            raise jail_error(f"pasta's pid file names {named}, not the pasta started "
+                             f"({self._pasta.pid})")
         self.started["pasta"] = self._pasta.pid
         self._trace("pasta attached")
-
-    def _pasta_log(self) -> str:
-        try:
-            with open(self._path("pasta.log"), errors="replace") as f:
-                useful = [line.strip() for line in f if line.strip() and "syslog" not in line]
-        except OSError:
-            useful = []
-        return useful[-1] if useful else "no message"
 
     def _ask(self, fields: list[str]) -> list[str]:
         try:
@@ -268,11 +236,9 @@ class Jail:
             raise reaping.HolderGone from None
         # EOF: the close-on-exec socket closed because the exec succeeded.
         if reply is not None:
-            raise SandboxError(f"egress jail: {reply[1]}", EXIT_UNAVAILABLE)
+            raise jail_error(reply[1], EXIT_UNAVAILABLE)
         self._session_started = True
         self._forward.session_started()
-
-    # -- teardown --
 
     def close(self) -> None:
         """Stop everything this launch started and remove its files; idempotent."""
@@ -301,7 +267,6 @@ class Jail:
                 os.killpg(pid, _signal.SIGKILL)
             reaping.send_kill(pidfd)
             dying.append(pidfd)
-        self._inside_pidfds.clear()
         for _, proc in self._outside:
             # Not yet reaped, so its pid cannot have been reused. The relay itself
             # is killed through its pidfd: a relay spawned an instant ago may not
@@ -330,17 +295,18 @@ class Jail:
         self._pasta.wait()
         for _, proc in self._outside:
             proc.wait()
-        self._outside.clear()
         os.close(self._userns_fd)
         if self.private_dir is not None:
             dirs.remove_dir(self.private_dir)
             self.private_dir = None
         self._forward.restore()
 
-    def plan_lines(self) -> list[str]:
-        """The plan this jail programmed (or the example plan before run())."""
-        if self._plan is None:
-            return routes.explain_plan(allow_ip=self.settings.allow_ip)
-        return routes.plan_lines(self._plan)
 
-
+def _last_message(log: str) -> str:
+    """pasta's last line in its log, for the refusal."""
+    try:
+        with open(log, errors="replace") as f:
+            useful = [line.strip() for line in f if line.strip() and "syslog" not in line]
+    except OSError:
+        useful = []
+    return useful[-1] if useful else "no message"

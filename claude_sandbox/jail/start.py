@@ -4,7 +4,7 @@ The holder's namespace and pasta's attach are the longest wait of a jailed
 launch (ADR 0004), so begin() starts them before anything else is imported
 (this module needs only os, fcntl, time, _signal, _socket, and ctypes, which
 session.py needs as well); the launcher's facts and plan, and importing
-session.py, overlap their work. abandon() ends all of it when the launch
+session.py, overlap their work. Early.abandon() ends all of it when the launch
 stops before the jail takes over.
 """
 
@@ -17,7 +17,7 @@ import os
 import time
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, jail_error
 from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
@@ -109,15 +109,13 @@ class Forwarder:
         self.forward.close()
         for signum, handler in self.ignored.items():
             _signal.signal(signum, handler)
-        self.ignored = {}
 
     def check(self) -> None:
         """Refuse to go on once a forwarded signal has ended the holder."""
         signum = self.forward.signalled
         if signum and self.holder.poll() is not None:
-            raise SandboxError(
-                f"egress jail: stopped by signal {signum} before the session started", 128 + signum
-            )
+            raise jail_error(f"stopped by signal {signum} before the session started",
+                             128 + signum)
 
 
 def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
@@ -150,13 +148,10 @@ def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
             pass
         if holder.poll() is not None:
             forward.check()
-            raise SandboxError(
-                "egress jail: cannot create a user and network namespace "
-                "(unshare failed; are unprivileged user namespaces allowed?)",
-                EXIT_UNAVAILABLE,
-            )
+            raise jail_error("cannot create a user and network namespace (unshare failed; "
+                             "are unprivileged user namespaces allowed?)", EXIT_UNAVAILABLE)
         if time.monotonic() > deadline:
-            raise SandboxError("egress jail: the namespace holder did not start", EXIT_JAIL)
+            raise jail_error("the namespace holder did not start")
         time.sleep(0.0002)
 
 
@@ -192,7 +187,7 @@ def make_tap(userns_fd: int, netns_fd: int, forward: Forwarder) -> None:
     if status != 0:
         forward.check()
         reason = message or (f"killed by signal {-status}" if status < 0 else f"exit {status}")
-        raise SandboxError(f"egress jail: cannot create the tap device: {reason}", EXIT_JAIL)
+        raise jail_error(f"cannot create the tap device: {reason}")
 
 
 def _tap_child(userns_fd: int, netns_fd: int, report: int) -> NoReturn:
@@ -270,6 +265,11 @@ class Early:
     pasta: Child
     trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
 
+    def abandon(self) -> None:
+        """End what begin() started when the launch stops before the jail takes it over
+        (a refusal while the facts or the plan are made): nothing of it outlives the launch."""
+        _end(self.sock, self.forward, (self.pasta, self.holder), (self.userns_fd,), self.directory)
+
 
 def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None, ...],
          fds: tuple[int, ...], directory: str) -> None:
@@ -284,13 +284,6 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
     if directory:
         remove_dir(directory)
     forward.restore()
-
-
-def abandon(early: Early) -> None:
-    """End what begin() started when the launch stops before the jail takes it over
-    (a refusal while the facts or the plan are made): nothing of it outlives the launch."""
-    _end(early.sock, early.forward, (early.pasta, early.holder), (early.userns_fd,),
-         early.directory)
 
 
 def begin(trace: Trace) -> Early:
@@ -331,7 +324,7 @@ def begin(trace: Trace) -> Early:
         _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
             where = f": {exc.filename}" if exc.filename else ""
-            raise SandboxError(f"egress jail: {exc.strerror or exc}{where}", EXIT_JAIL) from None
+            raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise
     return Early(holder, sock, forward, userns_fd, directory, pasta, trace)
 

@@ -1,7 +1,9 @@
 """The launch's cgroup: probed, made, joined and removed (limits.py decides what goes in it).
 
 A child cgroup below the launcher's own holds the sandbox's pids and memory
-caps where the kernel delegates one; it is named after the launcher's pid so
+caps where the kernel delegates one. Only a process that outlives the sandbox
+can remove it, once its last process is gone: the waiting launcher (the jail's
+parent, or `limits.run_supervised`). It is named after the launcher's pid so
 that the janitor (janitor.py) and the next launch can remove one a killed
 launcher left behind.
 """
@@ -138,7 +140,6 @@ def _memory_limit(proc_cgroup: str) -> int:
     return _tightest([v for v in values if v < 1 << 60])
 
 
-# ------------------------------------------------------------------ cgroups
 @record
 class Cgroup:
     """The per-launch cgroup directories; one per hierarchy in the plan."""
@@ -164,19 +165,18 @@ class Cgroup:
         """rmdir every directory; retry while exiting tasks drain. Returns leftovers."""
         deadline = time.monotonic() + timeout
         left = list(self.dirs)
-        while left:
+        while True:
             for directory in list(left):
                 try:
                     os.rmdir(directory)
-                    left.remove(directory)
                 except FileNotFoundError:
-                    left.remove(directory)
-                except OSError:
                     pass
+                except OSError:
+                    continue
+                left.remove(directory)
             if not left or time.monotonic() > deadline:
-                break
+                return left
             time.sleep(0.01)
-        return left
 
 
 def _write(path: str, value: str) -> None:
@@ -189,18 +189,15 @@ def _write(path: str, value: str) -> None:
         ) from None
 
 
-def sweep_stale(base: str, dead: int = 0) -> None:
-    """Remove directories whose launcher died without cleaning up (SIGKILL).
-
-    `dead`: a launcher known to be gone though its pid still exists (janitor.py).
-    """
+def sweep_stale(base: str) -> None:
+    """Remove directories whose launcher died without cleaning up (SIGKILL)."""
     try:
         names = os.listdir(base)
     except OSError:
         return
     for name in names:
         pid = name[len(_PREFIX):] if name.startswith(_PREFIX) else ""
-        if pid.isascii() and pid.isdigit() and (int(pid) == dead or not pid_alive(int(pid))):
+        if pid.isascii() and pid.isdigit() and not pid_alive(int(pid)):
             try:
                 os.rmdir(os.path.join(base, name))
             except OSError:
@@ -213,26 +210,22 @@ def create(writes: tuple[CgroupWrite, ...]) -> Cgroup | None:
     if not writes:
         return None
     name = f"{_PREFIX}{os.getpid()}"
-    dirs: list[str] = []
     made = Cgroup(())
     try:
         for write in writes:
             directory = os.path.join(write.base, name)
-            if directory not in dirs:
+            if directory not in made.dirs:
                 sweep_stale(write.base)
                 os.mkdir(directory, 0o755)
-                dirs.append(directory)
-                made = Cgroup(tuple(dirs))
+                made = Cgroup((*made.dirs, directory))
             target = f"{directory}/{write.file}"
             if write.optional and not os.path.exists(target):
                 continue
             _write(target, write.value)
-    except OSError as exc:
+    except (OSError, SandboxError) as exc:
         made.remove()
-        raise SandboxError(
-            f"cannot create cgroup {name}: {exc.strerror}", EXIT_UNAVAILABLE
-        ) from None
-    except SandboxError:
-        made.remove()
+        if isinstance(exc, OSError):
+            raise SandboxError(f"cannot create cgroup {name}: {exc.strerror}",
+                               EXIT_UNAVAILABLE) from None
         raise
     return made

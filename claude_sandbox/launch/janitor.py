@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
+from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
 
 
@@ -47,23 +48,19 @@ class Janitor:
 
     def tell(self, kind: str, path: str) -> None:
         """What to sweep if the launcher dies: `store` or `cgroup`, and a path."""
-        if self._write_end >= 0:
-            try:
-                os.write(self._write_end, f"{kind} {path}\n".encode("utf-8", "surrogateescape"))
-            except BrokenPipeError:  # the janitor could not start: the next launch sweeps
-                pass
+        try:
+            os.write(self._write_end, f"{kind} {path}\n".encode("utf-8", "surrogateescape"))
+        except BrokenPipeError:  # the janitor could not start: the next launch sweeps
+            pass
 
     def done(self) -> None:
         """The launcher has torn down itself: the janitor leaves everything alone."""
-        if self._write_end < 0:
-            return
         try:
             os.write(self._write_end, b"done\n")
         except BrokenPipeError:
             pass
         finally:
             os.close(self._write_end)
-            self._write_end = -1
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
@@ -86,8 +83,6 @@ printf '%s\\n' "$data" | exec "$@"
 
 
 def _wait(read_end: int, launcher: int) -> None:
-    from claude_sandbox.core import paths
-
     os.setsid()
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(read_end, 0)

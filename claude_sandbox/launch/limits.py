@@ -13,12 +13,6 @@ Two mechanisms, chosen per launch by `plan_limits` from probed host facts:
   RLIMIT_DATA caps each process's private writable memory. RLIMIT_AS is never
   used: V8 reserves tens of GiB of address space and dies under it.
 
-A cgroup must be removed after its last process is gone, so it needs a
-process that outlives the sandbox: the jailed launch's waiting parent, or
-`run_supervised` for an unjailed one. Directories are named after the
-launcher's PID, and every launch first sweeps the directories of launchers
-that are gone (a SIGKILLed parent cannot clean up after itself).
-
 Whatever cannot be enforced is refused (pids for root with no cgroup) or
 warned about in one stderr line (memory as a per-process cap only).
 """
@@ -29,6 +23,7 @@ import os
 import resource
 
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.process import Forward, fork_exec, ignore_session_signals, load_libc
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.cgroups import Cgroup, CgroupFacts, CgroupWrite
 
@@ -66,26 +61,20 @@ def prefer_for_oom() -> None:
         pass
 
 
-def default_caps(facts: CgroupFacts) -> tuple[int, int]:
-    """(max-pids, max-memory) when the operator set none: see DEFAULT_PIDS."""
-    pids = min(DEFAULT_PIDS, facts.pids_limit // 2) if facts.pids_limit else DEFAULT_PIDS
-    memory = facts.memory_limit * MEMORY_SHARE[0] // MEMORY_SHARE[1]
-    return max(pids, 64), memory
-
-
 def plan_limits(
     max_pids: int | None, max_memory: int | None, facts: CgroupFacts, uid: int
 ) -> LimitPlan:
     """Pure: which mechanism enforces each cap, and what cannot be enforced.
 
-    A cap the operator did not set is the default (default_caps) and best
+    A cap the operator did not set is the default (DEFAULT_PIDS, MEMORY_SHARE) and best
     effort: where nothing can enforce it, it is left out without a warning
     (`claude-sandbox explain` shows what holds). A cap the operator set is
     enforced or refused, and a weaker mechanism is said aloud.
     """
     explicit_pids, explicit_memory = max_pids is not None, max_memory is not None
-    auto_pids, auto_memory = default_caps(facts)
-    pids = max_pids if max_pids is not None else auto_pids
+    auto_pids = min(DEFAULT_PIDS, facts.pids_limit // 2) if facts.pids_limit else DEFAULT_PIDS
+    pids = max_pids if max_pids is not None else max(auto_pids, 64)
+    auto_memory = facts.memory_limit * MEMORY_SHARE[0] // MEMORY_SHARE[1]
     max_memory = max_memory if explicit_memory else (auto_memory or None)
     cgroup: list[CgroupWrite] = []
     rlimits: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]  # always: no core files
@@ -133,8 +122,6 @@ def run_supervised(
     the session (process.Forward), and it is not dumpable (egress-jail.md,
     Channels). Returns the child's exit status in shell form.
     """
-    from claude_sandbox.core.process import Forward, fork_exec, ignore_session_signals, load_libc
-
     load_libc().prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
 
     def before_exec() -> None:

@@ -32,10 +32,14 @@ unmasked /proc (docs/explanation/kernel-layers.md).
 
 from __future__ import annotations
 
+import _socket
 import ctypes
 import os
+import select
+import struct
 
-from claude_sandbox.core.record import record
+from claude_sandbox.core import paths
+from claude_sandbox.core.process import load_libc, tie_to_parent
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,13 +50,6 @@ _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
 TIMEOUT = 10.0
-
-
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                           ctypes.c_void_p)
-    return libc
 
 
 def _outer(pid: str) -> bool:
@@ -82,12 +79,9 @@ def outer_tasks() -> list[str]:
     return found
 
 
-# ------------------------------------------------------------------ outside: the helper
-
-
 def _join(pid: int) -> None:
     """Enter the user namespace that owns `pid`'s mount namespace, then that namespace."""
-    libc = _libc()
+    libc = load_libc()
     mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     try:
         owner = libc.ioctl(mnt, _NS_GET_USERNS, 0)
@@ -109,29 +103,27 @@ def hide(binds: Iterable[tuple[str, str, str]]) -> None:
     """In the sandbox's mount namespace: each (empty source, target, witness), the source
     bound over the target; one whose witness is gone meanwhile (a task that ended, a
     path removed) is skipped, one still there and not hidden fails."""
-    libc = _libc()
+    libc = load_libc()
+    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_void_p)
     for source, target, witness in binds:
         if (libc.mount(source.encode(), target.encode(), None, _MS_BIND, None) != 0
                 and os.path.lexists(witness)):
             raise OSError(ctypes.get_errno(), f"mount over {target}")
 
 
-def serve(fd: int, masks: Masks) -> int:
+def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | None) -> int:
     """The helper's whole life (a forked child of the launcher): one request, one answer.
 
     Only `_enter` holds the other end (it closes it before the agent runs); the
     pid it names must lead to a mount namespace other than the launcher's.
     """
     try:
-        import _socket
-        import select
-        import struct
-
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
         sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)
         # Computed before joining: the walk must see the host's tree, not the sandbox's,
         # and it overlaps bwrap's set-up.
-        private = masks.private() if masks.private is not None else {}
+        private = root_only() if root_only is not None else {}
         ready, _, _ = select.select([fd], [], [], TIMEOUT)
         pid = 0
         if ready:
@@ -146,9 +138,9 @@ def serve(fd: int, masks: Masks) -> int:
             os.write(fd, b"the request came from outside the sandbox\n")
             return 1
         _join(pid)
-        tasks = outer_tasks() if masks.outer_proc else []
-        hide([*((masks.empty_dir, f"/proc/{tid}", f"/proc/{tid}/status") for tid in tasks),
-              *((masks.empty_dir if is_dir else masks.empty_file, path, path)
+        tasks = outer_tasks() if outer_proc else []
+        hide([*((paths.EMPTY_DIR, f"/proc/{tid}", f"/proc/{tid}/status") for tid in tasks),
+              *((paths.EMPTY_DIR if is_dir else paths.EMPTY_FILE, path, path)
                 for path, is_dir in private.items())])
         os.write(fd, b"ok\n")
         return 0
@@ -160,24 +152,11 @@ def serve(fd: int, masks: Masks) -> int:
         return 1
 
 
-@record
-class Masks:
-    """What the helper hides: the outer processes, and root-only paths {path: is_dir}
-    (a function: the helper finds them while bwrap sets up)."""
-
-    outer_proc: bool
-    private: Callable[[], dict[str, bool]] | None
-    empty_dir: str
-    empty_file: str
-
-
-def start_helper(masks: Masks) -> tuple[int, int]:
-    """Fork the helper; (its pid, the end `_enter` gets: close-on-exec, as every
-    descriptor of the launch's, until the child meant to inherit it is started)."""
-    import _socket
-
-    from claude_sandbox.core.process import load_libc
-
+def start_helper(outer_proc: bool,
+                 root_only: Callable[[], dict[str, bool]] | None) -> tuple[int, int]:
+    """Fork the helper, to hide the outer processes and what `root_only()` finds (rootonly.py);
+    (its pid, the end `_enter` gets: close-on-exec, as every descriptor of the launch's,
+    until the child meant to inherit it is started)."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     ours.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)  # before anything is sent
     parent = os.getpid()
@@ -190,9 +169,8 @@ def start_helper(masks: Masks) -> tuple[int, int]:
             os.closerange(3, keep)  # the jail's channel and the rest are not its business
             os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
             # Ends with the launcher, even SIGKILLed: nothing else would end it.
-            load_libc().prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
-            if os.getppid() == parent:
-                status = serve(ours.detach(), masks)
+            if tie_to_parent(parent):
+                status = serve(ours.detach(), outer_proc, root_only)
         finally:
             os._exit(status)
     ours.close()

@@ -111,9 +111,8 @@ def explain_lines(plan: Plan) -> list[str]:
     lines = [f"{paths.find_tool('bwrap') or 'bwrap'} \\"]
     lines += [f"  {shlex.join(args):<{width}}  # {reason}" for args, reason in rows]
     lines.append(f"  -- {shlex.join(enter_argv(fds))}")
-    inner = plan.inner
     lines.append("# inside, `_enter` applies the kernel layers below, then runs:")
-    lines.append(f"  {shlex.join(inner.command)}")
+    lines.append(f"  {shlex.join(plan.inner.command)}")
     lines.append("# environment (the whole of it; pass-env values hidden):")
     lines += [f"  {name}={value}" for name, value in shown_env(plan)]
     for name, content in plan.data:

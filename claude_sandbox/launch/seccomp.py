@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
+from errno import ENOSYS, EPERM, errorcode
 
 from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import data_descriptor
@@ -34,9 +35,6 @@ AUDIT_ARCH_I386 = 0x40000003
 AUDIT_ARCH_AARCH64 = 0xC00000B7
 AUDIT_ARCH_ARM = 0x40000028
 X32_SYSCALL_BIT = 0x40000000
-
-EPERM = 1
-ENOSYS = 38
 
 # ioctl requests (asm-generic/ioctls.h, the same on both architectures).
 TIOCSTI = 0x5412
@@ -77,71 +75,61 @@ class Rule:
     name: str
     x86_64: int
     aarch64: int
-    errno: int
-    level: str  # "standard": both levels; "harsh": harsh only
     why: str
     arg: ArgTest | None = None
+    errno: int = EPERM
+    level: str = "standard"  # "standard": both levels; "harsh": harsh only
 
 
 _NEWUSER = ArgTest(0, CLONE_NEWUSER, CLONE_NEWUSER)
 
-# The policy. One row per denial; a reviewer reads this and nothing else.
+# The policy. One row per denial, EPERM at both levels unless it says otherwise; a
+# reviewer reads this and nothing else.
 # fmt: off
 RULES: tuple[Rule, ...] = (
-    Rule("ioctl", 16, 29, EPERM, "standard",
+    Rule("ioctl", 16, 29,
          "TIOCSTI pushes bytes into the terminal's input: commands typed for the user's shell",
          ArgTest(1, 0xFFFFFFFF, TIOCSTI)),
-    Rule("ioctl", 16, 29, EPERM, "standard",
-         "TIOCLINUX can also inject console input (paste selection)",
+    Rule("ioctl", 16, 29, "TIOCLINUX can also inject console input (paste selection)",
          ArgTest(1, 0xFFFFFFFF, TIOCLINUX)),
-    Rule("ptrace", 101, 117, EPERM, "standard",
+    Rule("ptrace", 101, 117,
          "no Yama here: nothing else stops tracing a same-uid process (measured)"),
-    Rule("process_vm_readv", 310, 270, EPERM, "standard", "reads another process's memory"),
-    Rule("process_vm_writev", 311, 271, EPERM, "standard", "writes another process's memory"),
-    Rule("pidfd_getfd", 438, 438, EPERM, "standard",
+    Rule("process_vm_readv", 310, 270, "reads another process's memory"),
+    Rule("process_vm_writev", 311, 271, "writes another process's memory"),
+    Rule("pidfd_getfd", 438, 438,
          "steals a descriptor (a socket, a credential file) from another process"),
-    Rule("bpf", 321, 280, EPERM, "standard", "kernel attack surface; not needed by agents"),
-    Rule("perf_event_open", 298, 241, EPERM, "standard",
-         "kernel attack surface and a side channel"),
-    Rule("keyctl", 250, 219, EPERM, "standard", "the kernel keyring may hold host secrets"),
-    Rule("add_key", 248, 217, EPERM, "standard", "the kernel keyring"),
-    Rule("request_key", 249, 218, EPERM, "standard", "the kernel keyring"),
-    Rule("userfaultfd", 323, 282, EPERM, "standard",
-         "widens kernel race windows; a favourite exploit primitive"),
-    Rule("io_uring_setup", 425, 425, EPERM, "standard",
+    Rule("bpf", 321, 280, "kernel attack surface; not needed by agents"),
+    Rule("perf_event_open", 298, 241, "kernel attack surface and a side channel"),
+    Rule("keyctl", 250, 219, "the kernel keyring may hold host secrets"),
+    Rule("add_key", 248, 217, "the kernel keyring"),
+    Rule("request_key", 249, 218, "the kernel keyring"),
+    Rule("userfaultfd", 323, 282, "widens kernel race windows; a favourite exploit primitive"),
+    Rule("io_uring_setup", 425, 425,
          "io_uring bypasses per-call filtering and has a long CVE history"),
-    Rule("io_uring_enter", 426, 426, EPERM, "standard", "io_uring"),
-    Rule("io_uring_register", 427, 427, EPERM, "standard", "io_uring"),
-    Rule("kexec_load", 246, 104, EPERM, "standard", "replaces the running kernel"),
-    Rule("kexec_file_load", 320, 294, EPERM, "standard", "replaces the running kernel"),
-    Rule("init_module", 175, 105, EPERM, "standard", "loads kernel code"),
-    Rule("finit_module", 313, 273, EPERM, "standard", "loads kernel code"),
-    Rule("delete_module", 176, 106, EPERM, "standard", "unloads kernel code"),
-    Rule("open_by_handle_at", 304, 265, EPERM, "standard",
+    Rule("io_uring_enter", 426, 426, "io_uring"),
+    Rule("io_uring_register", 427, 427, "io_uring"),
+    Rule("kexec_load", 246, 104, "replaces the running kernel"),
+    Rule("kexec_file_load", 320, 294, "replaces the running kernel"),
+    Rule("init_module", 175, 105, "loads kernel code"),
+    Rule("finit_module", 313, 273, "loads kernel code"),
+    Rule("delete_module", 176, 106, "unloads kernel code"),
+    Rule("open_by_handle_at", 304, 265,
          "opens files by handle, around the mount namespace (the 'shocker' escape)"),
     # Harsh: no nested user namespaces. Standard keeps them because codex and
     # Anthropic's sandbox runtime build their own sandbox inside (measured).
-    Rule("unshare", 272, 97, EPERM, "harsh", "a new user namespace regains capabilities",
-         _NEWUSER),
-    Rule("clone", 56, 220, EPERM, "harsh", "a new user namespace regains capabilities",
-         _NEWUSER),
+    Rule("unshare", 272, 97, "a new user namespace regains capabilities", _NEWUSER, level="harsh"),
+    Rule("clone", 56, 220, "a new user namespace regains capabilities", _NEWUSER, level="harsh"),
     # clone3 passes its flags in a struct that BPF cannot read; ENOSYS makes
     # glibc fall back to clone(2), whose flags the row above does inspect.
-    Rule("clone3", 435, 435, ENOSYS, "harsh", "flags hidden from BPF; fall back to clone"),
+    Rule("clone3", 435, 435, "flags hidden from BPF; fall back to clone", errno=ENOSYS,
+         level="harsh"),
 )
 # fmt: on
 
 
-@record
-class _Arch:
-    audit_arch: int  # every other (i386 on x86_64, arm32 on aarch64) is killed
-    has_x32: bool
-
-
-_ARCHES = {
-    "x86_64": _Arch(AUDIT_ARCH_X86_64, True),
-    "aarch64": _Arch(AUDIT_ARCH_AARCH64, False),
-}
+# The native audit arch of each machine; every other (i386 on x86_64, arm32 on
+# aarch64) is killed.
+_ARCHES = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -181,17 +169,16 @@ def _syscall_block(nr: int, rows: list[Rule]) -> list[bytes]:
 
 
 def _compile(rows: tuple[Rule, ...], machine: str) -> bytes:
-    arch = _ARCHES[machine]
     groups: dict[int, list[Rule]] = {}
     for row in rows:
         groups.setdefault(getattr(row, machine), []).append(row)
     prog = [
         _insn(_LD_W_ABS, 0, 0, _OFF_ARCH),
-        _insn(_JMP_JEQ_K, 1, 0, arch.audit_arch),
+        _insn(_JMP_JEQ_K, 1, 0, _ARCHES[machine]),
         _insn(_RET_K, 0, 0, RET_KILL_PROCESS),  # i386, arm32, anything else
         _insn(_LD_W_ABS, 0, 0, _OFF_NR),
     ]
-    if arch.has_x32:
+    if machine == "x86_64":
         # x32 shares the x86_64 audit arch and is told apart only by bit 30
         # of the number. nr -1 (0xffffffff) is let through as libseccomp
         # does: the kernel answers it with ENOSYS and nothing runs.
@@ -208,13 +195,9 @@ def _compile(rows: tuple[Rule, ...], machine: str) -> bytes:
     return b"".join(prog)
 
 
-def host_machine() -> str:
-    return os.uname().machine
-
-
 def build_filter(level: str, machine: str | None = None) -> bytes:
     """The BPF program (struct sock_filter[]) for `level` on `machine` (default: this host)."""
-    machine = machine or host_machine()
+    machine = machine or os.uname().machine
     if machine not in _ARCHES:
         raise SandboxError(
             f"the seccomp layer has no system-call table for {machine}; "
@@ -233,11 +216,9 @@ def describe(level: str) -> list[str]:
     """Lines for `claude-sandbox explain` / `doctor`."""
     lines = [f"seccomp ({level}): foreign ABIs (i386, x32, arm32) kill the process"]
     for row in rules_for(level):
-        errno_name = "ENOSYS" if row.errno == ENOSYS else "EPERM"
-        test = ""
-        if row.arg is not None:
-            test = f" when arg{row.arg.index}&{row.arg.mask:#x}=={row.arg.value:#x}"
-        lines.append(f"  {row.name}{test} -> {errno_name}: {row.why}")
+        test = "" if row.arg is None else (
+            f" when arg{row.arg.index}&{row.arg.mask:#x}=={row.arg.value:#x}")
+        lines.append(f"  {row.name}{test} -> {errorcode[row.errno]}: {row.why}")
     if level == "standard":
         lines.append("  nested user namespaces allowed (agents build their own sandbox)")
     return lines

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import termios
 import time
 
 from claude_sandbox.core import paths
@@ -32,7 +33,6 @@ from claude_sandbox.launch import (
     render,
     seccomp,
     state,
-    terminal,
 )
 from claude_sandbox.launch.janitor import Janitor
 from claude_sandbox.launch.mounts import Writable
@@ -41,12 +41,7 @@ from claude_sandbox.launch.request import Request
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-JAIL_OFF_WARNING = (
-    "claude-sandbox: warning: the egress jail is off (egress-jail = 0): the agent shares "
-    "this container's network, including private networks, cloud metadata and services on "
-    "127.0.0.1\n"
-)
+    from typing import Any
 
 
 def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Janitor,
@@ -70,7 +65,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     jail = None
     early = None
     prepared: Prepared | None = None
-    modes = terminal.modes()
+    modes = _terminal_modes()
     try:
         # Before the facts are read: a dead launcher's placeholders must not be
         # planned around (the sweep removes them, and the plan would bind them).
@@ -86,9 +81,11 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
                 cgroup.join()  # the holder and everything it starts inherit the caps
             # Started first: the holder's namespace and pasta's attach are the longest
             # wait, and the facts and the plan are made meanwhile.
-            early = jail_start.begin(trace.part_of("jail"))
+            early = jail_start.begin(Trace(trace.enabled, "jail"))
         else:
-            sys.stderr.write(JAIL_OFF_WARNING)
+            sys.stderr.write("claude-sandbox: warning: the egress jail is off (egress-jail = 0): "
+                             "the agent shares this container's network, including private "
+                             "networks, cloud metadata and services on 127.0.0.1\n")
         gathered = gather.gather(profile, cfg, request, environ, keep_ignored)
         the_plan = plan.make(profile, cfg, gathered, limit_plan)
         if trace.enabled:
@@ -118,15 +115,13 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         if jail is not None:
             jail.close()
         elif early is not None:
-            from claude_sandbox.jail import start as jail_start
-
-            jail_start.abandon(early)
+            early.abandon()
         if prepared is not None:
             _undo(prepared)  # first: the /proc helper is in the cgroup too
         if cgroup is not None:
             cgroup.leave()
             cgroup.remove()
-        terminal.restore(modes)
+        _restore_terminal(modes)
 
 
 @record
@@ -160,12 +155,9 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
         if the_plan.inner.late_masks:
             from claude_sandbox.launch import procmask, rootonly
 
-            layout = the_plan.layout
-            private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, layout))
+            private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, the_plan.layout))
                        if the_plan.root_only else None)
-            masks = procmask.Masks(the_plan.hide_outer_proc, private, paths.EMPTY_DIR,
-                                   paths.EMPTY_FILE)
-            helper, helper_fd = procmask.start_helper(masks)
+            helper, helper_fd = procmask.start_helper(the_plan.hide_outer_proc, private)
             opened["helper"] = helper_fd
         opened[render.INNER] = data_descriptor("inner", spec.encode(the_plan.inner, helper_fd))
     except BaseException:
@@ -195,6 +187,29 @@ def _undo(prepared: Prepared) -> None:
     for path in prepared.made.remove():
         sys.stderr.write(f"claude-sandbox: warning: {path} was a placeholder the sandbox made "
                          "and has changed; left as it is\n")
+
+
+def _terminal_modes() -> list[Any] | None:
+    """The launching terminal's modes, to give back whatever state the agent leaves it in."""
+    try:
+        return termios.tcgetattr(0) if os.isatty(0) else None
+    except termios.error:
+        return None
+
+
+def _restore_terminal(modes: list[Any] | None) -> None:
+    """An agent killed in raw mode leaves the terminal unusable; the shell gets it back sane.
+
+    Only from the terminal's foreground group: a background launch writing the
+    modes would be stopped by SIGTTOU.
+    """
+    if modes is None:
+        return
+    try:
+        if os.tcgetpgrp(0) == os.getpgrp():
+            termios.tcsetattr(0, termios.TCSADRAIN, modes)
+    except (OSError, termios.error):
+        pass
 
 
 def _say_held_back(profile: profiles.Profile, cfg: config.Config,

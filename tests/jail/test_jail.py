@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pytest
 
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.jail import dirs, lock
+from claude_sandbox.jail import dirs, lock, routes
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.lock import READBACK
 from claude_sandbox.jail.spec import JailSpec
@@ -181,7 +181,7 @@ def test_readback_matches_and_a_tampered_table_refuses(
     argv = ["/usr/bin/touch", marker]
     status, _, j = launch(_settings(), argv, tmp_path)
     assert status == 0 and os.path.exists(marker)
-    assert any("route add default via" in line for line in j.plan_lines())
+    assert any("route add default via" in line for line in routes.plan_lines(j._plan))
     os.unlink(marker)
     real_ip = lock._ip
     for tamper in (
