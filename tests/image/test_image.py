@@ -142,6 +142,24 @@ def test_verify(container: str, user: str, agent: str) -> None:
     _ok(container, f"claude-sandbox verify --agent {agent} --plain", user)
 
 
+def test_brokered_in_the_image(container: str) -> None:
+    """The command client is built into the image (a static binary, root-owned), and
+    `hardening = brokered` passes verify as the image's user, side doors included."""
+    client = "/usr/libexec/claude-sandbox/command-client"
+    assert _ok(container, f"stat -c '%a %U' {client}").strip() == "755 root"
+    # No PT_INTERP program header: it needs no loader (ELF64, little-endian).
+    elf = ("import struct,sys; d=open(sys.argv[1],'rb').read(); "
+           "off,=struct.unpack_from('<Q',d,32); size,n=struct.unpack_from('<HH',d,54); "
+           "print(any(struct.unpack_from('<I',d,off+i*size)[0]==3 for i in range(n)))")
+    assert _ok(container, f'python3 -c "{elf}" {client}').strip() == "False"
+    _ok(container, "cp /etc/claude-sandbox.conf /etc/csbx.conf.brokered && "
+                   "printf 'hardening = brokered\\n' >> /etc/claude-sandbox.conf")
+    try:
+        _ok(container, "claude-sandbox verify --agent claude --plain --adversarial", "1000")
+    finally:
+        _ok(container, "mv /etc/csbx.conf.brokered /etc/claude-sandbox.conf")
+
+
 @pytest.fixture(scope="module")
 def tool_call(container: str) -> Iterator[str]:
     script = "/usr/local/share/csbx-tool-call.py"
