@@ -1,1 +1,1 @@
-"""."""
+"""What every process of ours uses: paths, errors, records, starting processes, tracing."""

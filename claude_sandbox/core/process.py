@@ -242,6 +242,23 @@ class Forward:
         os.close(self.pidfd)
 
 
+def pass_stop_on(pid: int) -> None:
+    """The agent `pid` stopped: unless a terminal's Ctrl-Z already stopped the whole job
+    (its SIGTSTP waits pending, blocked, in this parent), stop the job from here, outside
+    the agent's Landlock domain (inside/enter.py, relay_stops, says why)."""
+    if _signal.SIGTSTP not in _signal.sigpending() and _still_stopped(pid):
+        os.kill(0, _signal.SIGTSTP)  # reaches this parent too: pending, taken below
+    _signal.sigtimedwait({_signal.SIGTSTP}, 0)
+
+
+def _still_stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] == b"T"
+    except (OSError, IndexError):
+        return False
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists (it may belong to another user)."""
     try:

@@ -1,1 +1,1 @@
-"""."""
+"""Inside bwrap: `_enter`, the Landlock layer and, under brokered, the command server."""

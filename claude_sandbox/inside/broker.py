@@ -32,7 +32,7 @@ import select
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.core.process import load_libc
+from claude_sandbox.core.process import load_libc, pass_stop_on
 from claude_sandbox.inside import landlock
 from claude_sandbox.inside.agentside import agent_view, check, mount, own_namespaces, refuse_memfd
 from claude_sandbox.inside.spec import Inner
@@ -84,12 +84,10 @@ def serve(settings: Inner, agent: int, listener: Any, tty: bool) -> NoReturn:
                 _handle(settings, conn)
             os.close(conn)
             handlers.add(pid)
-        _reap(agent, handlers)
+        _reap(agent, handlers, tty)
 
 
-def _reap(agent: int, handlers: set[int]) -> None:
-    from claude_sandbox.inside.enter import _still_stopped
-
+def _reap(agent: int, handlers: set[int], tty: bool) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
@@ -101,9 +99,8 @@ def _reap(agent: int, handlers: set[int]) -> None:
             handlers.discard(pid)
             continue
         if os.WIFSTOPPED(status):
-            if signal.SIGTSTP not in signal.sigpending() and _still_stopped(pid):
-                os.kill(0, signal.SIGTSTP)
-            signal.sigtimedwait({signal.SIGTSTP}, 0)
+            if tty:  # the same relay as enter.relay_stops
+                pass_stop_on(pid)
             continue
         for handler in handlers:  # each one's death ends its command's namespaces
             try:

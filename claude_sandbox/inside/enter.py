@@ -21,6 +21,7 @@ import os
 import resource
 
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
+from claude_sandbox.core.process import pass_stop_on
 from claude_sandbox.inside import landlock, spec
 from claude_sandbox.inside.spec import Inner
 
@@ -89,20 +90,10 @@ def relay_stops() -> NoReturn:
         except ChildProcessError:
             os._exit(0)
         if os.WIFSTOPPED(status):
-            if signal.SIGTSTP not in signal.sigpending() and _still_stopped(pid):
-                os.kill(0, signal.SIGTSTP)  # reaches this parent too: pending, taken below
-            signal.sigtimedwait({signal.SIGTSTP}, 0)
+            pass_stop_on(pid)
             continue
         code = os.waitstatus_to_exitcode(status)
         os._exit(128 - code if code < 0 else code)
-
-
-def _still_stopped(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0] == b"T"
-    except (OSError, IndexError):
-        return False
 
 
 def main(argv: list[str]) -> NoReturn:

@@ -323,6 +323,9 @@ def begin(trace: Trace) -> Early:
     except BaseException as exc:
         _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
+            # ... or a holder a forwarded TERM ended (the DNS filter request then meets
+            # a broken pipe): that reads as the signal, not as a jail error.
+            forward.check()
             where = f": {exc.filename}" if exc.filename else ""
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise

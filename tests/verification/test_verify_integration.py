@@ -149,9 +149,9 @@ def weakened(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
     real_launch = verify.launch
 
-    def launch(prefix, directory, workdir, environ, adversarial, inherited=()):  # type: ignore[no-untyped-def]
+    def launch(prefix, directory, workdir, environ, adversarial, inherited=(), brokered=False):  # type: ignore[no-untyped-def]
         prefix = [workdir if p == "{WORKDIR}" else p for p in prefix]
-        return real_launch(prefix, directory, workdir, environ, adversarial, inherited)
+        return real_launch(prefix, directory, workdir, environ, adversarial, inherited, brokered)
 
     monkeypatch.setattr(verify, "launch", launch)
     return _bwrap
