@@ -344,6 +344,13 @@ def describe(level: str, abi: int | None = None) -> list[str]:
         lines.append("  signals and abstract unix sockets scoped to the sandbox")
     else:
         lines.append("  NOT ENFORCED: signal and abstract-socket scoping (needs ABI 6)")
+    if level == "brokered":
+        lines.append("  the agent executes only its own program, its loader and the command "
+                     "client (every shell);")
+        lines.append("  it writes no workspace, connects over TCP only to its ports; each "
+                     "shell runs through")
+        lines.append("  the command server in a sandbox of its own "
+                     "(docs/explanation/process-tree.md)")
     if level == "harsh":
         if abi:
             lines.append("  EXECUTE only on read-only subtrees: nothing written inside runs")
