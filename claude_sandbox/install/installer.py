@@ -12,6 +12,7 @@ import argparse
 import compileall
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import os
@@ -392,60 +393,59 @@ def install_files(report: Report) -> None:
 # is removed again.
 CLIENT_SOURCE = SOURCE / "inside" / "command-client.c"
 BUILD_PACKAGES = ("gcc", "libc6-dev")
+CLIENT_FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror")
+CLIENT_STAMP = f"{paths.COMMAND_CLIENT}.source-sha256"
 
 
 def install_command_client(report: Report, apt: bool) -> None:
     report.step(f"broker directory {paths.BROKER_DIR}", not _empty_dir_ok(paths.BROKER_DIR),
                 functools.partial(_make_empty_dir, paths.BROKER_DIR))
-    fetched = [pkg for pkg in BUILD_PACKAGES if not _dpkg_installed(pkg)]
+    # The source's digest, kept beside the binary: an install that finds both unchanged
+    # builds nothing, and so fetches no compiler (a second install changes nothing).
+    stamp = hashlib.sha256(CLIENT_SOURCE.read_bytes() + " ".join(CLIENT_FLAGS).encode())
+    current = os.path.exists(paths.COMMAND_CLIENT) and _reads(CLIENT_STAMP) == stamp.hexdigest()
+    what = f"command client {paths.COMMAND_CLIENT}"
+    fetched = [pkg for pkg in BUILD_PACKAGES if not _dpkg_installed(pkg)] if not current else []
     if fetched and not apt:
         print(f"  skipped    {paths.COMMAND_CLIENT} (needs {' '.join(fetched)}; "
               "hardening = brokered refuses to launch without it)")
         return
-    with tempfile.TemporaryDirectory() as scratch:
-        built = os.path.join(scratch, "command-client")
 
-        def build() -> None:
-            env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-            before = _installed_packages() if fetched else set()
-            if fetched:
-                _run(["apt-get", "update", "-qq"], env=env)
-                _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *fetched],
-                     env=env)
-            try:
-                _run(["gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", built,
-                      str(CLIENT_SOURCE)])
-            finally:
-                # Exactly what the install above added, the compiler's dependencies too.
-                added = sorted(_installed_packages() - before) if fetched else []
-                if added:
-                    _run(["apt-get", "purge", "-y", "-qq", *added], env=env)
+    def build() -> None:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        before = _installed_packages() if fetched else set()
+        if fetched:
+            _run(["apt-get", "update", "-qq"], env=env)
+            _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *fetched],
+                 env=env)
+        try:
+            with tempfile.TemporaryDirectory() as scratch:
+                built = os.path.join(scratch, "command-client")
+                _run(["gcc", *CLIENT_FLAGS, "-o", built, str(CLIENT_SOURCE)])
+                with open(built, "rb") as handle:
+                    _write_bytes(paths.COMMAND_CLIENT, handle.read(), 0o755)
+            _write(CLIENT_STAMP, stamp.hexdigest(), 0o644)
+        finally:
+            # Exactly what the install above added, the compiler's dependencies too.
+            added = sorted(_installed_packages() - before) if fetched else []
+            if added:
+                _run(["apt-get", "purge", "-y", "-qq", *added], env=env)
 
-        if report.check:
-            report.step(f"command client {paths.COMMAND_CLIENT}",
-                        not os.path.exists(paths.COMMAND_CLIENT), lambda: None)
-            return
-        build()
-        with open(built, "rb") as handle:
-            binary = handle.read()
-        report.step(f"command client {paths.COMMAND_CLIENT}",
-                    _differs_bytes(paths.COMMAND_CLIENT, binary, 0o755),
-                    functools.partial(_write_bytes, paths.COMMAND_CLIENT, binary, 0o755))
+    report.step(what, not current, build)
+
+
+def _reads(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
 
 
 def _installed_packages() -> set[str]:
     result = subprocess.run(["dpkg-query", "-W", "-f", "${Package}\\n"], capture_output=True,
                             text=True, check=False)
     return set(result.stdout.split())
-
-
-def _differs_bytes(path: str, data: bytes, mode: int) -> bool:
-    try:
-        info = os.lstat(path)
-        with open(path, "rb") as handle:
-            return handle.read() != data or stat.S_IMODE(info.st_mode) != mode
-    except OSError:
-        return True
 
 
 def _write_bytes(path: str, data: bytes, mode: int) -> None:

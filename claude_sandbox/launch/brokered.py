@@ -92,8 +92,10 @@ def fields(runners: Runners, layout: Writable, mount_list: Sequence[Mount], uid:
             EXIT_REFUSED)
     commands_only = (layout.workspace, *layout.allow_write)
     writable = [m.dest for m in mount_list if m.kind in ("bind", "tmpfs")]
+    # Not /proc, writable where the host masks it: only for the uid maps, written before
+    # the agent's domain is entered.
     agent_writable = [w for w in dict.fromkeys([*writable, "/dev"])
-                      if not _under(w, (*commands_only, paths.BROKER_DIR))]
+                      if not _under(w, (*commands_only, paths.BROKER_DIR, "/proc"))]
     return {
         "commands_only": commands_only,
         "shells": runners.shells,

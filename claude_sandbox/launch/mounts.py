@@ -98,15 +98,21 @@ def optional_paths(home: str) -> tuple[str, ...]:
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 
 
-def _proc_mounts(facts: HostFacts) -> list[Mount]:
+def _proc_mounts(facts: HostFacts, brokered: bool) -> list[Mount]:
     """A fresh procfs where the kernel allows one; else the outer /proc, read-only.
 
     A fresh procfs shows only the sandbox's processes and lets a non-root agent
     build its own nested sandbox (codex writes /proc/self/uid_map). Container
     runtimes mask parts of /proc, and the kernel then refuses a new procfs: the
     outer one stays, read-only, with other processes' environ and fds closed by
-    the user namespace and --cap-drop ALL (checks 33, 34).
+    the user namespace and --cap-drop ALL (checks 33, 34). Under brokered (never
+    root) it stays writable: the agent's view and each command's namespaces write
+    their own uid_map; the runtime's masks come along read-only, and what the uid
+    does not own stays closed to it.
     """
+    if not facts.proc_mountable and brokered:
+        return [Mount("bind", "/proc", "the outer /proc (this host masks parts of /proc: no "
+                      "fresh procfs); writable for brokered's own uid maps", source="/proc")]
     if not facts.proc_mountable:
         return [Mount("ro-bind", "/proc", "the outer /proc, read-only (this host masks parts "
                       "of /proc: no fresh procfs)", source="/proc")]
@@ -265,7 +271,7 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
     size = config.tmpfs_size
     found: list[Mount] = [
         _same("ro-bind", "/", "default deny by inversion: everything read-only"),
-        *_proc_mounts(facts),
+        *_proc_mounts(facts, config.hardening == "brokered"),
         Mount("dev", "/dev", "a private /dev with only the basic devices (check 10)"),
         Mount("tmpfs", "/dev/shm", "a private /dev/shm of bounded size (check 58)", size=size),
         Mount("tmpfs", "/tmp", "a private /tmp of bounded size: IDE sockets stay outside "

@@ -38,15 +38,20 @@ def setup() -> Iterator[tuple[pwd.struct_passwd, str, str]]:
     shutil.rmtree(workspace, ignore_errors=True)
 
 
-def _agent(setup: tuple[pwd.struct_passwd, str, str], script: str, timeout: float = 60
-           ) -> subprocess.CompletedProcess[str]:
+# What a container engine does to /proc (test_boundary.py's simulation): no fresh procfs.
+MASK_PROC = "mount --make-rprivate / && mount --bind /dev/null /proc/timer_list && "
+
+
+def _agent(setup: tuple[pwd.struct_passwd, str, str], script: str, timeout: float = 60,
+           masked: bool = False) -> subprocess.CompletedProcess[str]:
     user, workspace, conf = setup
     path = os.path.join(workspace, "agent.py")
     with open(path, "w") as handle:
         handle.write(script)
     as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups"]
     argv = ["unshare", "-m", "sh", "-c",
-            f'mount --bind {conf} /etc/claude-sandbox.conf && exec "$@"', "sh", *as_user,
+            f'{MASK_PROC if masked else ""}mount --bind {conf} /etc/claude-sandbox.conf && '
+            'exec "$@"', "sh", *as_user,
             SHIM, "shell", "--", "/usr/bin/python3", path]
     return subprocess.run(argv, cwd=workspace, capture_output=True, text=True,
                           timeout=timeout, env={"PATH": "/usr/bin:/bin", "HOME": user.pw_dir,
@@ -125,3 +130,19 @@ print("agent ends")
 """)
     assert "agent ends" in result.stdout, (result.stdout, result.stderr)
     assert not _leftovers(marker), "a command outlived the agent"
+
+
+def test_brokered_where_the_host_masks_proc(setup) -> None:  # type: ignore[no-untyped-def]
+    """A container engine's masked /proc: no fresh procfs anywhere, and the agent's view
+    and each command's namespaces still write their own uid maps."""
+    result = _agent(setup, """
+import subprocess
+try:
+    open("agent-wrote", "w")
+except OSError as error:
+    print("agent", error.strerror)
+print("command", subprocess.run(["/bin/sh", "-c", "echo x > command-wrote; exit 3"]).returncode)
+""", masked=True)
+    assert "agent Read-only file system" in result.stdout, (result.stdout, result.stderr)
+    assert "command 3" in result.stdout, (result.stdout, result.stderr)
+
