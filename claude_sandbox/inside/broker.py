@@ -46,7 +46,7 @@ REQUEST_LIMIT = 8 << 20  # command-client.c's limit
 EXIT_CANNOT = 126  # a shell's status for a command it cannot run
 _RELAYED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
             signal.SIGUSR2, signal.SIGWINCH}
-_CLONE_NEWNS, _CLONE_NEWPID = 0x20000, 0x20000000
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x20000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 16384, 1 << 18
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP = 1, 24
 
@@ -170,7 +170,9 @@ def _handle(settings: Inner, conn: int) -> NoReturn:
             _reply(conn, EXIT_CANNOT)
             os._exit(0)
         check(load_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
-        own_namespaces(_CLONE_NEWNS | _CLONE_NEWPID)
+        # Offline: a network namespace of its own, where not even loopback is up.
+        own_namespaces(_CLONE_NEWNS | _CLONE_NEWPID
+                       | (_CLONE_NEWNET if settings.offline_commands else 0))
         mount(None, "/", None, _MS_REC | _MS_PRIVATE)
         # The server's socket is out of a command's reach: it cannot replace it.
         mount("none", paths.BROKER_DIR, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV

@@ -52,6 +52,7 @@ class Inner:
     agent_exec: tuple[str, ...] = ()
     agent_connect: tuple[int, ...] = ()  # TCP ports the agent may connect to
     agent_bind: tuple[int, ...] = ()  # TCP ports it may listen on (callback-port)
+    offline_commands: bool = False  # each command in a network namespace of its own
 
 
 FIELDS = (*Inner.__annotations__, "helper_fd")
@@ -129,8 +130,9 @@ def decode(data: bytes) -> tuple[Inner, int | None]:
         raise _bad(f"unknown level {level!r}")
     if not set(fields["keep_ignored"]) <= set(TERMINAL_SIGNALS):
         raise _bad("keep_ignored must name terminal signals")
-    if fields["late_masks"] not in (["0"], ["1"]):
-        raise _bad("late_masks must be 0 or 1")
+    for flag in ("late_masks", "offline_commands"):
+        if fields[flag] not in (["0"], ["1"]):
+            raise _bad(f"{flag} must be 0 or 1")
     command = fields["command"]
     if not command or not command[0].startswith("/"):
         raise _bad("the agent must be named by absolute path")
@@ -149,8 +151,10 @@ def decode(data: bytes) -> tuple[Inner, int | None]:
         agent_exec=_paths(fields["agent_exec"], "agent_exec"),
         agent_connect=_ports(fields["agent_connect"], "agent_connect"),
         agent_bind=_ports(fields["agent_bind"], "agent_bind"),
+        offline_commands=fields["offline_commands"] == ["1"],
     )
-    if (inner.level == "brokered") != bool(inner.shells and inner.agent_exec):
+    if (inner.level == "brokered") != bool(inner.shells and inner.agent_exec) or (
+            inner.offline_commands and inner.level != "brokered"):
         raise _bad("the brokered fields belong to the brokered level, and it needs them")
     helper_fd = _int(fields["helper_fd"], "helper_fd")
     if helper_fd is not None and helper_fd < 3:

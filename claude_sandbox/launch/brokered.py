@@ -31,7 +31,8 @@ class Runners:
     programs: tuple[str, ...]  # the agent's program, its interpreters and the loaders
 
 
-def read(command: str, package: str, environ: Mapping[str, str]) -> Runners:
+def read(command: str, package: str, environ: Mapping[str, str],
+         tools: Sequence[str] = ()) -> Runners:
     """The host facts the level needs; refuses when the installation lacks its parts.
 
     `command` is what `_enter` execs, `package` the agent's installed tree. A command
@@ -43,8 +44,13 @@ def read(command: str, package: str, environ: Mapping[str, str]) -> Runners:
                                "claude-sandbox (install.sh builds the command client)",
                                EXIT_UNAVAILABLE)
     shells = {os.path.realpath(s) for s in paths.SHELLS if os.path.isfile(s)}
+    search = environ.get("PATH", "").split(":")
+    # `tools`: the profile's direct tools (names, found on PATH) and the operator's
+    # agent-exec (paths); a shell among them stays the client's.
+    found_tools = [t if t.startswith("/") else paths.which(t, search) or "" for t in tools]
     programs = [command, package, _npm_package(os.path.realpath(command)),
-                *_interpreters(command, environ.get("PATH", "")), *paths.LOADERS]
+                *_interpreters(command, environ.get("PATH", "")), *paths.LOADERS,
+                *filter(None, found_tools)]
     found = {os.path.realpath(p) for p in programs if os.path.exists(p)} - shells
     return Runners(tuple(sorted(shells)), tuple(sorted(found)))
 

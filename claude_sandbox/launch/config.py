@@ -50,6 +50,8 @@ class Config:
     allow_socket: tuple[str, ...] = ()
     env_may_widen: tuple[str, ...] = ()
     tmpfs_size: int = 1 << 30
+    agent_exec: tuple[str, ...] = ()  # brokered: what the agent itself may execute
+    offline_commands: bool = False  # brokered: commands without a network
     # Where each non-default value came from ("FILE:LINE" or the variable).
     origins: Mapping[str, str] = MappingProxyType({})
     # Where each path of allow-write, allow-read and allow-socket came from.
@@ -240,6 +242,8 @@ def _assemble(
         allow_socket=_dedupe(lists["allow-socket"]),
         env_may_widen=_dedupe(lists["env-may-widen"]),
         tmpfs_size=scalars.get("tmpfs-size", 1 << 30),
+        agent_exec=_dedupe(lists["agent-exec"]),
+        offline_commands=scalars.get("offline-commands", False),
         origins=MappingProxyType(dict(origins)),
         path_origins=MappingProxyType(where_from),
     )

@@ -74,7 +74,8 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
         host_addresses=_host_addresses() if cfg.egress_jail else (),
         keep_ignored=keep_ignored,
         environ=tuple((name, environ[name]) for name in mounts.passed_names(cfg, environ)),
-        runners=(brokered.read(command[0], facts.real_root, environ)
+        runners=(brokered.read(command[0], facts.real_root, environ,
+                               (*profile.direct_tools, *cfg.agent_exec))
                  if cfg.hardening == "brokered" else None),
     )
 

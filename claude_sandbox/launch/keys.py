@@ -81,6 +81,11 @@ KEYS: tuple[Key, ...] = (
         "brokered (the agent's commands run through a command server, each in a sandbox "
         "of its own; the agent itself executes nothing else and writes no workspace)",
         per_agent=True),
+    Key("agent-exec",       None, Kind.PATHS,    "(none)",
+        "under brokered: a program (or a directory of them) the agent itself may execute, "
+        "not only through the command server: git, an MCP server"),
+    Key("offline-commands", None, Kind.FLAG,     "off",
+        "under brokered: each command gets a network namespace of its own, with no network"),
     Key("max-pids",         None, Kind.COUNT,    "(no cap)",
         "the most processes the sandbox may hold", per_agent=True),
     Key("max-memory",       None, Kind.SIZE,     "(no cap)",

@@ -82,6 +82,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         **(brokered.fields(gathered.runners, gathered.layout, mount_list, facts.uid, dict(env),
                            gathered.command, cfg.local_ports, cfg.callback_ports)
            if gathered.runners is not None else {}),
+        offline_commands=cfg.offline_commands and gathered.runners is not None,
     )
     jail = JailSpec(cfg.allow_ip, cfg.local_ports, cfg.callback_ports,
                     gathered.host_addresses) if cfg.egress_jail else None

@@ -47,6 +47,9 @@ class Profile:
     # Arguments for which the agent answers at once (a version query): nothing is
     # injected then, or the agent's own fast path is lost.
     quick_args: tuple[tuple[str, ...], ...] = ()
+    # Programs the agent starts without a shell (read from its package): under brokered
+    # its own process may execute these where PATH finds them.
+    direct_tools: tuple[str, ...] = ()
 
 
 PROFILES: tuple[Profile, ...] = (
@@ -82,6 +85,7 @@ PROFILES: tuple[Profile, ...] = (
         name="pi",
         imports=(Import(".pi", skip=("agent/sessions",)),),
         credentials=("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"),
+        direct_tools=("rg", "fd"),  # its grep and find tools
     ),
 )
 AGENT_NAMES: tuple[str, ...] = tuple(profile.name for profile in PROFILES)

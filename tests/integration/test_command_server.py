@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -146,3 +147,48 @@ print("command", subprocess.run(["/bin/sh", "-c", "echo x > command-wrote; exit 
     assert "agent Read-only file system" in result.stdout, (result.stdout, result.stderr)
     assert "command 3" in result.stdout, (result.stdout, result.stderr)
 
+
+
+def test_offline_commands_have_no_network(setup) -> None:  # type: ignore[no-untyped-def]
+    """`offline-commands`: a command cannot reach even a listener the sandbox's own network
+    reaches (the container's 127.0.0.1 with the jail off); without it, it can."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    probe = os.path.join(setup[1], "probe.py")
+    with open(probe, "w") as handle:
+        handle.write("import socket\ns = socket.socket()\ns.settimeout(5)\n"
+                     f"try:\n    s.connect(('127.0.0.1', {port}))\n    print('reached')\n"
+                     "except OSError as e:\n    print('refused', e.errno)\n")
+    os.chmod(probe, 0o644)
+    script = f"""
+import subprocess
+print(subprocess.run(["/bin/sh", "-c", "exec python3 {probe}"], capture_output=True,
+                     text=True).stdout.strip())
+"""
+    try:
+        assert "reached" in _agent(setup, script).stdout
+        with open(setup[2], "a") as handle:
+            handle.write("offline-commands\n")
+        result = _agent(setup, script)
+        assert "refused" in result.stdout, (result.stdout, result.stderr)
+    finally:
+        listener.close()
+
+
+def test_agent_exec_lets_the_agent_run_a_program_itself(setup) -> None:  # type: ignore[no-untyped-def]
+    script = """
+import os, subprocess
+for program in ("/usr/bin/git", "/usr/bin/id"):
+    try:
+        print(program, subprocess.run([program, "--version"], capture_output=True).returncode)
+    except PermissionError:
+        print(program, "EACCES")
+"""
+    assert "/usr/bin/git EACCES" in _agent(setup, script).stdout
+    with open(setup[2], "a") as handle:
+        handle.write("agent-exec = /usr/bin/git\n")
+    result = _agent(setup, script)
+    assert "/usr/bin/git 0" in result.stdout and "/usr/bin/id EACCES" in result.stdout, (
+        result.stdout, result.stderr)

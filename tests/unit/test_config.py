@@ -63,6 +63,15 @@ def test_every_key_parses() -> None:
     assert cfg.origins["hardening"] == f"{PATH}:13"
 
 
+def test_the_brokered_keys_parse_and_refuse_a_relative_program() -> None:
+    cfg = parse("hardening = brokered\nagent-exec = /usr/bin/git\n"
+                "agent-exec = /usr/lib/git-core\noffline-commands\n")
+    assert cfg.agent_exec == ("/usr/bin/git", "/usr/lib/git-core")
+    assert cfg.offline_commands is True
+    assert parse("").offline_commands is False
+    assert refusal("agent-exec = git\n").startswith(f"{PATH}:1: ")
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
