@@ -57,13 +57,13 @@ def agent_view(settings: Inner) -> None:
     for path in settings.commands_only:
         # Each is a mount of its own (launch/mounts.py binds it); recursive: the pins
         # and control paths mounted inside it too.
-        _read_only(path)
+        read_only(path)
     for shell in settings.shells:
         mount(paths.COMMAND_CLIENT, shell, None, _MS_BIND)
-        _read_only(shell)
+        read_only(shell)
 
 
-def _read_only(path: str) -> None:
+def read_only(path: str) -> None:
     """mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY): read-only, every other flag kept.
     Not a remount: in a user namespace of our own, a remount that leaves out a flag the
     parent's mount has locked (nosuid, nodev) is refused."""

@@ -34,7 +34,14 @@ from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import load_libc, pass_stop_on
 from claude_sandbox.inside import landlock
-from claude_sandbox.inside.agentside import agent_view, check, mount, own_namespaces, refuse_memfd
+from claude_sandbox.inside.agentside import (
+    agent_view,
+    check,
+    mount,
+    own_namespaces,
+    read_only,
+    refuse_memfd,
+)
 from claude_sandbox.inside.spec import Inner
 
 TYPE_CHECKING = False
@@ -75,13 +82,18 @@ def serve(settings: Inner, agent: int, listener: Any, tty: bool) -> NoReturn:
                 conn, _ = listener._accept()  # the C object's: a bare descriptor
             except OSError:
                 continue
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:  # max-pids reached: this command is refused, the session lives
+                _reply(conn, EXIT_CANNOT)
+                os.close(conn)
+                continue
             if pid == 0:
                 signal.set_wakeup_fd(-1)
                 os.close(wake_read)
                 os.close(wake_write)
                 listener.close()
-                _handle(settings, conn)
+                _forked(_handle, settings, conn)
             os.close(conn)
             handlers.add(pid)
         _reap(agent, handlers, tty)
@@ -138,6 +150,19 @@ def _receive(conn: int) -> tuple[bytes, list[int]]:
         sock.close()
 
 
+def _forked(body: Any, *args: Any) -> NoReturn:
+    """Run a forked child's body; whatever it raises ends that child, never unwinds the
+    server's own stack in a copy of it."""
+    try:
+        body(*args)
+    except BaseException as exc:  # the child's last word, then its end
+        try:
+            os.write(2, f"claude-sandbox: command server: {exc!r}\n".encode())
+        finally:
+            os._exit(EXIT_CANNOT)
+    os._exit(EXIT_CANNOT)
+
+
 def parse(data: bytes) -> tuple[str, str, list[str], dict[str, str]] | None:
     """(the executed shell, working directory, argv, environment), or None when malformed.
 
@@ -146,13 +171,15 @@ def parse(data: bytes) -> tuple[str, str, list[str], dict[str, str]] | None:
     if not data.endswith(b"\0"):
         return None
     fields = [f.decode("utf-8", "surrogateescape") for f in data[:-1].split(b"\0")]
-    if len(fields) < 4 or fields[0] != "1" or not fields[3].isdigit():
+    if len(fields) < 4 or fields[0] != "1" or not fields[3].isascii() \
+            or not fields[3].isdigit() or len(fields[3]) > 7:
         return None
     count = int(fields[3])
-    if count < 1 or len(fields) < 4 + count:
+    if count < 1 or len(fields) < 4 + count or not fields[4]:
         return None
     argv = fields[4:4 + count]
-    env = dict(item.split("=", 1) for item in fields[4 + count:] if "=" in item)
+    # A name is what execve takes: not empty, no "=" (the first "=" splits).
+    env = dict(item.split("=", 1) for item in fields[4 + count:] if "=" in item[1:])
     return fields[1], fields[2], argv, env
 
 
@@ -185,7 +212,7 @@ def _handle(settings: Inner, conn: int) -> NoReturn:
     init = os.fork()
     if init == 0:
         os.close(status_read)
-        _init(settings, shell, request, fds, status_write)
+        _forked(_init, settings, shell, request, fds, status_write)
     os.close(status_write)
     for fd in fds:
         os.close(fd)
@@ -211,10 +238,12 @@ def _init(settings: Inner, shell: str, request: tuple[str, str, list[str], dict[
         try:
             mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
         except OSError:
-            pass  # the outer /proc is bound with masks (no procfs may be mounted): kept
+            # The outer /proc, bound with the engine's masks (no procfs may be mounted):
+            # kept, read-only for the command (writable only for the uid maps above).
+            read_only("/proc")
         command = os.fork()
         if command == 0:
-            _exec_command(settings, shell, request, fds)
+            _forked(_exec_command, settings, shell, request, fds)
         for fd in fds:
             os.close(fd)
         for signum in _RELAYED:
@@ -252,8 +281,12 @@ def _exec_command(settings: Inner, shell: str,
         import resource
 
         cap = settings.max_pids if settings.max_pids is not None else COMMAND_PIDS
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        cap = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
         resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if landlock.abi_version() < landlock.SCOPE_ABI:  # the agent refused already
+            raise SandboxError("Landlock cannot scope the command", EXIT_UNAVAILABLE)
         landlock.enter("standard")
         os.chdir(cwd)
         os.execve(shell, argv, env)

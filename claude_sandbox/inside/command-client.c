@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,6 +62,10 @@ static int add(char *buf, size_t *used, const char *text) {
 }
 
 int main(int argc, char **argv) {
+    /* A closed 0, 1 or 2 would otherwise become the server's socket below, and the
+     * command would get its own control connection as a stream. */
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd) return EXIT_CANNOT;
     char *request = malloc(REQUEST_LIMIT + 4);
     char cwd[4096], count[16];
     if (request == NULL) return fail("no memory");

@@ -300,9 +300,12 @@ def enter_brokered(writable: Sequence[str], execute: Sequence[str],
     if ruleset < 0:
         raise _fail("create_ruleset")
     try:
-        for paths, access in ((writable, write), (execute, ACCESS_FS_EXECUTE)):
-            for path in paths:
-                _add_rule(ruleset, path, access)
+        for path in writable:
+            _add_rule(ruleset, path, write)
+        for path in execute:
+            # As harsh's grants: never a symlink, never on a read-write mount.
+            if not _add_exec_rule(ruleset, path):
+                _warn(f"brokered: {path} is not on a read-only mount; no EXECUTE there")
         for ports, access in ((connect, _NET_CONNECT), (bind, _NET_BIND)):
             for port in ports:
                 rule = _NetPortAttr(access, port)

@@ -9,6 +9,7 @@ The design and its measured side doors: docs/adr/0009-the-enforced-process-tree.
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from claude_sandbox.core import paths
@@ -106,8 +107,13 @@ def fields(runners: Runners, layout: Writable, mount_list: Sequence[Mount], uid:
         "commands_only": commands_only,
         "shells": runners.shells,
         "agent_writable": tuple(agent_writable),
-        "agent_exec": (paths.COMMAND_CLIENT, *runners.programs),
-        "agent_connect": connect_ports([*env.values(), *command], local_ports),
+        # Nothing the agent or its commands can write: its program and tools come from
+        # read-only places (a tool PATH finds in the state store does not run).
+        "agent_exec": (paths.COMMAND_CLIENT, *(p for p in runners.programs if not _under(
+            p, (*commands_only, *agent_writable)))),
+        # The agent's own arguments count only where they configure it (codex's
+        # `-c base_url=...`), not a prompt that mentions a URL.
+        "agent_connect": connect_ports([*env.values(), *_config_values(command)], local_ports),
         "agent_bind": tuple(sorted(set(callback_ports))),
     }
 
@@ -135,6 +141,10 @@ def connect_ports(texts: Sequence[str], local_ports: Sequence[int]) -> tuple[int
             elif scheme.lower() in _DEFAULT_PORTS:
                 found.add(_DEFAULT_PORTS[scheme.lower()])
     return tuple(sorted(found))
+
+
+def _config_values(argv: Sequence[str]) -> list[str]:
+    return [value for flag, value in itertools.pairwise(argv) if flag in ("-c", "--config")]
 
 
 def _under(path: str, roots: Sequence[str]) -> bool:

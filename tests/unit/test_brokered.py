@@ -41,12 +41,14 @@ def test_the_npm_package_of_a_program(program: str, package: str) -> None:
 
 
 def _fields(uid: int = 1000, workspace: str = "/w") -> dict[str, tuple[object, ...]]:
-    runners = brokered.Runners(("/usr/bin/bash", "/usr/bin/dash"), ("/usr/bin/node",))
+    runners = brokered.Runners(("/usr/bin/bash", "/usr/bin/dash"),
+                               ("/usr/bin/node", "/home/u/.local/bin/rg", f"{workspace}/tool"))
     mounts = (Mount("tmpfs", "/tmp", ""), Mount("bind", "/home/u", ""),
               Mount("bind", workspace, ""), Mount("bind", f"{workspace}/.git", ""),
               Mount("ro-bind", "/usr", ""), brokered.MOUNT)
     return brokered.fields(runners, Writable(workspace, ("/data",)), mounts, uid,
-                           {"X": "https://api:8443"}, ("/n", "base_url=\"http://h:81\""), (),
+                           {"X": "https://api:8443"}, ("/n", "-c", "base_url=\"http://h:81\"",
+                            "a prompt naming http://h:82/"), (),
                            (1455,))
 
 
@@ -55,6 +57,8 @@ def test_the_agent_writes_neither_the_workspace_nor_the_servers_directory() -> N
     assert found["commands_only"] == ("/w", "/data")
     assert found["agent_writable"] == ("/tmp", "/home/u", "/dev")
     assert paths.BROKER_DIR not in found["agent_writable"]
+    # A tool found where the agent or its commands write (the state store, the
+    # workspace) never runs: only what comes from read-only places.
     assert found["agent_exec"] == (paths.COMMAND_CLIENT, "/usr/bin/node")
     assert found["agent_connect"] == (81, 443, 8443) and found["agent_bind"] == (1455,)
 
