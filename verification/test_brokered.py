@@ -224,10 +224,13 @@ def test_a41_exec_shell_or_interpreter_directly(request: Req) -> None:
     real = [p for p in ("/usr/bin/perl", "/usr/bin/dash", "/usr/bin/bash", "/usr/bin/python3")
             if os.path.exists(p) and not _same_file(p, paths.COMMAND_CLIENT)
             and os.path.realpath(p) not in FACTS.get("agent_programs", [])]
-    # The real shell, reached through the server's view of the file system.
-    real.append(f"/proc/{os.getppid()}/root/usr/bin/bash")
+    # The real shell, reached through the server's view of the file system. Only where
+    # the sandbox has its own procfs: under a container engine's masked /proc the pid
+    # numbers in /proc are the container's, not the sandbox's.
+    if fresh_procfs():
+        real.append(f"/proc/{os.getppid()}/root/usr/bin/bash")
     words = {p: _exec_error(p, [p, "-c", "exit 0"]) for p in real}
-    escaped = [p for p, word in words.items() if word not in ("EACCES", "EPERM")]
+    escaped = [p for p, word in words.items() if word == "ran"]
     if escaped:
         pytest.fail(f"executed directly: {', '.join(escaped)}")
     _blocked(request, ", ".join(f"{p}: {word}" for p, word in words.items()))
