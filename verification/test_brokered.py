@@ -257,7 +257,7 @@ def test_a43_signal_or_trace_the_server(request: Req) -> None:
 
 
 def test_a44_replace_the_server_socket(request: Req) -> None:
-    sock = os.path.join(paths.BROKER_DIR, "command.sock")
+    sock = paths.BROKER_SOCKET
     try:
         os.unlink(sock)
         pytest.fail("removed the command server's socket")

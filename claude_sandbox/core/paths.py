@@ -42,6 +42,7 @@ EMPTY_SETTINGS = f"{LIBEXEC}/empty-settings.json"
 # for the command server's socket, which the agent's domain cannot write.
 COMMAND_CLIENT = f"{LIBEXEC}/command-client"
 BROKER_DIR = f"{LIBEXEC}/broker"
+BROKER_SOCKET = f"{BROKER_DIR}/command.sock"
 # The shells the client stands in for under brokered, where they exist (resolved).
 SHELLS = ("/bin/sh", "/bin/bash", "/bin/dash", "/bin/zsh", "/usr/bin/sh", "/usr/bin/bash",
           "/usr/bin/dash", "/usr/bin/zsh")

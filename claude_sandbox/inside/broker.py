@@ -48,7 +48,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-SOCKET = f"{paths.BROKER_DIR}/command.sock"
+SOCKET = paths.BROKER_SOCKET
 REQUEST_LIMIT = 8 << 20  # command-client.c's limit
 EXIT_CANNOT = 126  # a shell's status for a command it cannot run
 _RELAYED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,

@@ -31,8 +31,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#ifndef BROKER_SOCKET
-#define BROKER_SOCKET "/usr/libexec/claude-sandbox/broker/command.sock"
+#ifndef BROKER_SOCKET /* claude_sandbox/core/paths.py names it; the installer passes it */
+#error "build with -DBROKER_SOCKET=PATH (install/installer.py does)"
 #endif
 #define REQUEST_LIMIT (8u << 20) /* the server's limit too: ARG_MAX-sized scripts fit */
 #define EXIT_CANNOT 126          /* what a shell returns for a command it cannot run */

@@ -227,6 +227,15 @@ def _add_exec_rule(ruleset: int, path: str) -> bool:
         os.close(fd)
 
 
+def _restrict_self(ruleset: int) -> None:
+    """Enter the ruleset's domain. restrict_self needs no_new_privs (bwrap sets it;
+    asking again is free)."""
+    if _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0:
+        raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
+    if _syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
+        raise _fail("restrict_self")
+
+
 def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = ()) -> None:
     """Put this process (and so the agent) into its Landlock domain. Irreversible."""
     abi = abi_version()
@@ -258,11 +267,7 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
                 _warn(f"harsh: {path} is also writable through another mount; no EXECUTE there")
             for path in plan.roots:
                 _add_exec_rule(ruleset, path)
-        # restrict_self needs no_new_privs (bwrap sets it; asking again is free).
-        if _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0:
-            raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
-        if _syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
-            raise _fail("restrict_self")
+        _restrict_self(ruleset)
     finally:
         os.close(ruleset)
 
@@ -312,10 +317,7 @@ def enter_brokered(writable: Sequence[str], execute: Sequence[str],
                 if _syscall(_SYS_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.addressof(rule),
                             0) < 0:
                     raise _fail(f"add_rule(port {port})")
-        if _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0:
-            raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
-        if _syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
-            raise _fail("restrict_self")
+        _restrict_self(ruleset)
     finally:
         os.close(ruleset)
 

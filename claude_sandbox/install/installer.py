@@ -393,7 +393,8 @@ def install_files(report: Report) -> None:
 # is removed again.
 CLIENT_SOURCE = SOURCE / "inside" / "command-client.c"
 BUILD_PACKAGES = ("gcc", "libc6-dev")
-CLIENT_FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror")
+CLIENT_FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror",
+                f'-DBROKER_SOCKET="{paths.BROKER_SOCKET}"')  # one path, named in paths.py
 CLIENT_STAMP = f"{paths.COMMAND_CLIENT}.source-sha256"
 
 
@@ -403,7 +404,8 @@ def install_command_client(report: Report, apt: bool) -> None:
     # The source's digest, kept beside the binary: an install that finds both unchanged
     # builds nothing, and so fetches no compiler (a second install changes nothing).
     stamp = hashlib.sha256(CLIENT_SOURCE.read_bytes() + " ".join(CLIENT_FLAGS).encode())
-    current = os.path.exists(paths.COMMAND_CLIENT) and _reads(CLIENT_STAMP) == stamp.hexdigest()
+    current = (os.path.exists(paths.COMMAND_CLIENT)
+               and (_read(CLIENT_STAMP) or "") == stamp.hexdigest())
     what = f"command client {paths.COMMAND_CLIENT}"
     fetched = [pkg for pkg in BUILD_PACKAGES if not _dpkg_installed(pkg)] if not current else []
     if fetched and not apt:
@@ -432,14 +434,6 @@ def install_command_client(report: Report, apt: bool) -> None:
                 _run(["apt-get", "purge", "-y", "-qq", *added], env=env)
 
     report.step(what, not current, build)
-
-
-def _reads(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return ""
 
 
 def _installed_packages() -> set[str]:

@@ -15,7 +15,7 @@ import os
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.mounts import Mount, Writable
+from claude_sandbox.launch.mounts import Mount, Writable, under
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -102,14 +102,14 @@ def fields(runners: Runners, layout: Writable, mount_list: Sequence[Mount], uid:
     # Not /proc, writable where the host masks it: only for the uid maps, written before
     # the agent's domain is entered.
     agent_writable = [w for w in dict.fromkeys([*writable, "/dev"])
-                      if not _under(w, (*commands_only, paths.BROKER_DIR, "/proc"))]
+                      if not under(w, (*commands_only, paths.BROKER_DIR, "/proc"))]
     return {
         "commands_only": commands_only,
         "shells": runners.shells,
         "agent_writable": tuple(agent_writable),
         # Nothing the agent or its commands can write: its program and tools come from
         # read-only places (a tool PATH finds in the state store does not run).
-        "agent_exec": (paths.COMMAND_CLIENT, *(p for p in runners.programs if not _under(
+        "agent_exec": (paths.COMMAND_CLIENT, *(p for p in runners.programs if not under(
             p, (*commands_only, *agent_writable)))),
         # The agent's own arguments count only where they configure it (codex's
         # `-c base_url=...`), not a prompt that mentions a URL.
@@ -145,7 +145,3 @@ def connect_ports(texts: Sequence[str], local_ports: Sequence[int]) -> tuple[int
 
 def _config_values(argv: Sequence[str]) -> list[str]:
     return [value for flag, value in itertools.pairwise(argv) if flag in ("-c", "--config")]
-
-
-def _under(path: str, roots: Sequence[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)

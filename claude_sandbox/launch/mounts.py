@@ -127,7 +127,7 @@ def _same(kind: str, path: str, reason: str, *, runs: bool = False) -> Mount:
     return Mount(kind, path, reason, source=path, runs=runs)
 
 
-def _under(path: str, roots: Sequence[str]) -> bool:
+def under(path: str, roots: Sequence[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
@@ -173,7 +173,7 @@ def _guard_mounts(facts: HostFacts, writable: Sequence[str]) -> list[Mount]:
     """Check 22: entry points in writable PATH directories ahead of the shims."""
     found: list[Mount] = []
     for entry in facts.guard:
-        if not _under(entry.directory, writable):
+        if not under(entry.directory, writable):
             continue
         path = os.path.join(entry.directory, entry.name)
         if entry.state == "other":
@@ -210,7 +210,7 @@ def restored(facts: HostFacts) -> list[str]:
     candidates = [facts.resolv_target] if facts.resolv_target != "/etc/resolv.conf" else []
     candidates += [os.path.realpath(e) for e in facts.path if e.startswith("/")]
     for path in candidates:
-        if path not in masked and path not in found and _under(path, masked):
+        if path not in masked and path not in found and under(path, masked):
             found.append(path)
     return found
 
@@ -230,8 +230,8 @@ def _socket_mounts(config: Config, facts: HostFacts, layout: Writable) -> list[M
     return [Mount("ro-bind", sock, "a socket of the host: not connectable inside (check 57)",
                   source=paths.EMPTY_FILE)
             for sock in facts.sockets
-            if not _under(sock, own) or (_under(sock, back)
-                                         and not _under(sock, config.allow_socket))]
+            if not under(sock, own) or (under(sock, back)
+                                         and not under(sock, config.allow_socket))]
 
 
 def _control_mounts(controls: Sequence[ControlPlan]) -> list[Mount]:

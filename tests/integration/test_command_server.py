@@ -112,7 +112,7 @@ def test_a_garbled_request_harms_nothing(setup) -> None:  # type: ignore[no-unty
 import socket, subprocess
 for junk in (b"", b"\\xff" * 9, (40).to_bytes(4, "little") + b"1\\0/etc/passwd\\0/\\0" + b"9" * 30):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect("/usr/libexec/claude-sandbox/broker/command.sock")
+        s.connect("/usr/libexec/claude-sandbox/broker/command.sock")  # paths.BROKER_SOCKET
         s.sendall(junk)
         s.shutdown(socket.SHUT_WR)
         print("reply", len(s.recv(16)))
