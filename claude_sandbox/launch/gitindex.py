@@ -1,0 +1,161 @@
+"""Find the git index entries that hide changes from `git status` and `git diff`.
+
+After a session the launcher reports entries the agent marked skip-worktree or
+assume-unchanged. It reads `.git/index` itself: running git on a repository the
+agent could have configured would run the agent's hooks, filters and fsmonitor.
+The file may be hostile, so every count and length is checked against the bytes
+actually there before it is used, and anything malformed raises IndexFormat.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+
+SKIP_WORKTREE = "skip-worktree"
+ASSUME_UNCHANGED = "assume-unchanged"
+
+_ASSUME_VALID = 0x8000
+_EXTENDED = 0x4000
+_NAME_MASK = 0x0FFF
+_EXT_SKIP_WORKTREE = 0x4000
+# skip-worktree and intent-to-add. git refuses an entry with any other extended
+# bit, so a file carrying one is not an index git would read the way we do.
+_EXT_KNOWN = 0x6000
+# ctime, mtime (seconds and nanoseconds), dev, ino, mode, uid, gid, size: 32 bits each.
+_STAT_BYTES = 40
+_HEADER = struct.Struct(">4sII")
+_U16 = struct.Struct(">H")
+
+
+class IndexFormat(ValueError):
+    """The data is not an index this module can read; the message says why, briefly."""
+
+
+def _varint(data: bytes, pos: int, end: int, most: int) -> tuple[int, int]:
+    # git's offset varint: each continuation byte adds one before shifting, so
+    # every value has one encoding. The value only grows, so it is refused as soon
+    # as it passes `most`: a run of 0x80 bytes never builds a huge integer.
+    value = -1
+    while True:
+        if pos >= end:
+            raise IndexFormat("truncated entry")
+        byte = data[pos]
+        pos += 1
+        value = ((value + 1) << 7) | (byte & 0x7F)
+        if value > most:
+            raise IndexFormat("prefix strip longer than the previous path")
+        if not byte & 0x80:
+            return value, pos
+
+
+def hidden(data: bytes, *, hash_size: int = 20) -> tuple[tuple[str, str], ...]:
+    """(path, "skip-worktree" | "assume-unchanged") for each flagged entry, in index order.
+
+    `hash_size` is 20 for sha1 repositories and 32 for `extensions.objectformat = sha256`.
+    """
+    if hash_size not in (20, 32):
+        raise ValueError(f"hash_size must be 20 or 32, not {hash_size}")
+    # The trailing checksum is not verified (a hostile file can carry a valid one
+    # and we only report), but its room is required: without it the file was cut.
+    end = len(data) - hash_size
+    if end < _HEADER.size:
+        raise IndexFormat("truncated header")
+    signature, version, count = _HEADER.unpack_from(data)
+    if signature != b"DIRC":
+        raise IndexFormat("bad signature")
+    if version not in (2, 3, 4):
+        raise IndexFormat(f"unsupported index version {version}")
+    fixed = _STAT_BYTES + hash_size + 2
+    # Every entry takes at least two bytes past its flags (a name byte and a NUL,
+    # or a varint and a NUL), so a count the data cannot hold is refused up front.
+    if count * (fixed + 2) > end - _HEADER.size:
+        raise IndexFormat("entry count larger than the data")
+    found: list[tuple[str, str]] = []
+    previous = b""
+    pos = _HEADER.size
+    for _ in range(count):
+        start = pos
+        pos += fixed
+        if pos > end:
+            raise IndexFormat("truncated entry")
+        (flags,) = _U16.unpack_from(data, pos - 2)
+        extended = 0
+        if flags & _EXTENDED:
+            # git writes version 3 whenever an entry needs extended flags; a version 2
+            # file with the bit is ambiguous, and ambiguity must not read as "clean".
+            if version < 3:
+                raise IndexFormat("extended flags in a version 2 index")
+            if pos + 2 > end:
+                raise IndexFormat("truncated entry")
+            (extended,) = _U16.unpack_from(data, pos)
+            pos += 2
+            if extended & ~_EXT_KNOWN:
+                raise IndexFormat("unknown extended flags")
+        if version == 4:
+            strip, pos = _varint(data, pos, end, len(previous))
+        nul = data.find(b"\0", pos, end)
+        if nul < 0:
+            raise IndexFormat("truncated entry")
+        if version == 4:
+            name = previous[: len(previous) - strip] + data[pos:nul]
+            pos = nul + 1
+        else:
+            name = data[pos:nul]
+            # 1 to 8 NULs make the entry a multiple of 8 bytes from its start.
+            pos = start + ((nul - start + 8) & ~7)
+            if pos > end:
+                raise IndexFormat("truncated entry")
+            if data.count(0, nul, pos) != pos - nul:
+                raise IndexFormat("padding is not NUL")
+        # The flags hold the name length, capped at 0xFFF: a mismatch means the
+        # file would not read the same way in git, so it is refused, not guessed.
+        length = flags & _NAME_MASK
+        if not name or (len(name) != length if length < _NAME_MASK else len(name) < length):
+            raise IndexFormat("name length does not match the flags")
+        previous = name
+        path = name.decode("utf-8", "surrogateescape")
+        if extended & _EXT_SKIP_WORKTREE:
+            found.append((path, SKIP_WORKTREE))
+        if flags & _ASSUME_VALID:
+            found.append((path, ASSUME_UNCHANGED))
+    return tuple(found)
+
+
+def read_hidden(
+    path: str, *, limit: int = 512 << 20, hash_size: int = 20
+) -> tuple[tuple[str, str], ...]:
+    """hidden() of the index file at `path`; () when there is none.
+
+    A symlink, FIFO, device or directory there raises IndexFormat without blocking.
+    """
+    # O_NONBLOCK: opening a FIFO with no writer must not wait. O_NOFOLLOW: the
+    # agent could point the name at any file the launcher can read.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return ()  # a repository with nothing ever added has no index
+    except OSError as error:
+        raise IndexFormat(f"cannot open: {error.strerror or error}") from None
+    chunks: list[bytes] = []
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise IndexFormat("not a regular file")
+        if info.st_size > limit:
+            raise IndexFormat(f"larger than {limit} bytes")
+        # Read to EOF rather than trusting st_size, but never past the limit: a
+        # process left running could still be growing the file.
+        total = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+            total += len(chunk)
+            if total > limit:
+                raise IndexFormat(f"larger than {limit} bytes")
+            chunks.append(chunk)
+    except OSError as error:
+        raise IndexFormat(f"cannot read: {error.strerror or error}") from None
+    finally:
+        os.close(fd)
+    return hidden(b"".join(chunks), hash_size=hash_size)

@@ -1,0 +1,196 @@
+"""Git repositories as the launcher reads them: found, parsed and validated without git.
+
+The launcher never runs git on a repository the agent could have steered: an
+`[include] path = /dev/tty`, a FIFO at `HEAD` or a `core.fsmonitor` would make
+the launcher's own git read the terminal, block, or run a program (check 71).
+What it needs it reads itself, here: where a workspace's git directory is, the
+values of refs and HEAD, and whether a name is one git itself would make.
+Every open is `O_NOFOLLOW | O_NONBLOCK` and checked to be a regular file
+before a byte is read, so a planted link or FIFO costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from claude_sandbox.core.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+_HEX = frozenset("0123456789abcdef")
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+SMALL = 1 << 16  # HEAD, commondir, gitdir, a ref: a line, never this long
+
+
+@record
+class Repository:
+    """One git directory the sandbox shows as an overlay, and what it belongs to."""
+
+    gitdir: str  # the common git directory: objects, refs, config, hooks
+    top: str  # the working tree it serves ("" for a bare layout's own directory)
+    why: str  # for explain: how the launch found it
+
+
+def read_small(path: str, limit: int = SMALL) -> str | None:
+    """A regular file's text, or None: absent, a link, a FIFO, a device, too long."""
+    try:
+        fd = os.open(path, _READ)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        return os.read(fd, limit + 1).decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def is_object_id(text: str) -> bool:
+    return len(text) in (40, 64) and set(text) <= _HEX
+
+
+def valid_refname(name: str) -> bool:
+    """git's check-ref-format rules, for a full name under refs/ (or a pseudo-ref)."""
+    if not name or name.startswith("/") or name.endswith(("/", ".", ".lock")):
+        return False
+    if ".." in name or "@{" in name or "//" in name or name == "@":
+        return False
+    if any(ord(c) < 0x20 or c in " ~^:?*[\\\x7f" for c in name):
+        return False
+    return all(part and not part.startswith(".") and not part.endswith(".lock")
+               for part in name.split("/"))
+
+
+def ref_value(text: str | None) -> str | None:
+    """A ref file's content if it is one git writes: an object id, or `ref: refs/...`."""
+    if text is None or not text.endswith("\n") or text.count("\n") != 1:
+        return None
+    value = text[:-1]
+    if is_object_id(value):
+        return value
+    if value.startswith("ref: ") and value[5:].startswith("refs/") and valid_refname(value[5:]):
+        return value
+    return None
+
+
+def gitfile_target(path: str) -> str | None:
+    """Where a `.git` file (`gitdir: PATH`) points, made absolute, or None."""
+    text = read_small(path)
+    if text is None or not text.startswith("gitdir: "):
+        return None
+    target = text[len("gitdir: "):].rstrip("\n")
+    if not target or "\n" in target or "\0" in target:
+        return None
+    return os.path.normpath(os.path.join(os.path.dirname(path), target))
+
+
+def common_dir(gitdir: str) -> str:
+    """A linked worktree's git directory names the repository's in `commondir`."""
+    text = read_small(os.path.join(gitdir, "commondir"))
+    if text is None or not text.strip() or "\n" in text.rstrip("\n"):
+        return gitdir
+    return os.path.normpath(os.path.join(gitdir, text.rstrip("\n")))
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def looks_like_gitdir(path: str) -> bool:
+    """git's own test for a git directory: HEAD, objects/ and refs/ (none a link)."""
+    return (read_small(os.path.join(path, "HEAD")) is not None
+            and _is_dir(os.path.join(path, "objects")) and _is_dir(os.path.join(path, "refs")))
+
+
+def find(workspace: str) -> tuple[Repository, ...]:
+    """The git directories a launch in `workspace` overlays.
+
+    The repository the workspace belongs to, found as git finds it: upward from
+    the workspace until an entry named `.git`, without crossing into another
+    file system (git stops there too). A `.git` file (a linked worktree, a
+    submodule, a `.bare` layout) leads to the git directory it names, and a
+    linked worktree's to the common one, where config, refs and hooks live: the
+    overlay covers that. Submodules' git directories live inside it (modules/).
+    A `.git` that is a symbolic link is not followed: the pre-launch check
+    refuses it (gitcheck.py).
+    """
+    found: list[Repository] = []
+    directory = workspace
+    try:
+        device = os.lstat(workspace).st_dev
+    except OSError:
+        return ()
+    while True:
+        entry = os.path.join(directory, ".git")
+        try:
+            info = os.lstat(entry)
+        except OSError:
+            info = None
+        if info is not None:
+            where = "the workspace's" if directory == workspace else f"{directory}'s"
+            if stat.S_ISDIR(info.st_mode):
+                found.append(Repository(entry, directory, f"{where} .git"))
+            elif stat.S_ISREG(info.st_mode):
+                target = gitfile_target(entry)
+                if target is not None and looks_like_gitdir(target):
+                    common = common_dir(target)
+                    why = (f"the repository {where} .git file names" if common == target
+                           else f"the repository of {where} linked worktree")
+                    if looks_like_gitdir(common):
+                        found.append(Repository(common, directory, why))
+            break
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        try:
+            if os.lstat(parent).st_dev != device:
+                break
+        except OSError:
+            break
+        directory = parent
+    return tuple(found)
+
+
+def loose_refs(gitdir: str) -> Iterator[tuple[str, str | None]]:
+    """(refname, value or None if not a valid ref file) for every file under refs/."""
+    stack = ["refs"]
+    while stack:
+        relative = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(gitdir, relative)))
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{relative}/{entry.name}"
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(name)
+            elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".lock"):
+                yield name, ref_value(read_small(entry.path))
+
+
+def packed_refs(text: str | None) -> dict[str, str]:
+    """packed-refs' `OID NAME` lines; comments and peeled (`^OID`) lines skipped."""
+    found: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        if line.startswith(("#", "^")):
+            continue
+        oid, _, name = line.partition(" ")
+        if is_object_id(oid) and valid_refname(name):
+            found[name] = oid
+    return found
+
+
+def all_refs(gitdir: str) -> dict[str, str]:
+    """Every ref's value as git reads it: a loose file wins over its packed line."""
+    refs = packed_refs(read_small(os.path.join(gitdir, "packed-refs"), 256 << 20))
+    refs.update((name, value) for name, value in loose_refs(gitdir) if value is not None)
+    return refs
