@@ -1,14 +1,18 @@
-"""After the session: report control files the agent created or changed below the top.
+"""After the session: name, by class, what it left that a program outside could run.
 
-The top of each writable root holds its control files read-only (controlfiles.py),
-but a mount can only hold a path that exists, and a subdirectory can gain one:
-`sub/.mcp.json`, `sub/.claude/settings.json`, `vendor/lib/.git` (a repository
-with its own config and hooks), `sub/.pi/extensions`. Programs started outside
-in that subdirectory read them. Nothing at launch can stop their creation, so
-the launcher reports them when the session ends, one line each, with a time
-budget: a very large workspace is reported as not fully searched (ADR 0005).
+In `live` mode the agent writes the real workspace. When the session ends, this
+module walks every writable root and names what the session created or changed
+that a program started outside later runs, follows or is steered by: FIFOs and
+sockets, links out of the roots, git directories, control files, Python startup
+files and bytecode, executables, dot-configuration (the classes in CLASSES).
 
-A change is told by the inode's change time, which a process cannot set back
+The walk is complete, not budgeted: a time budget lets an attacker who creates
+enough directories (210,000 exhausted one second) push what matters past the
+budget, so a cut-short report is a report the attacker wrote. The walk is bounded
+by the tree alone and kept fast instead: iterative, links never followed, and at
+most one lstat per entry (DirEntry.stat(follow_symlinks=False)).
+
+A change is told by the inode's change time, which no process can set back
 (utimensat sets only the access and modification times).
 """
 
@@ -16,80 +20,236 @@ from __future__ import annotations
 
 import os
 import stat
-import time
+
+from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Sequence
 
-BUDGET = 1.0  # seconds
+CLASSES: tuple[tuple[str, str], ...] = (
+    ("special", "a FIFO, socket or device"),
+    ("link-out", "a symbolic link to outside the writable roots"),
+    ("git", "a git directory or .git file, with its own config and hooks"),
+    ("control", "a file that an agent, editor or tool loads as project settings"),
+    ("python-startup", "a file that Python or a shell runs at start"),
+    ("bytecode", "compiled Python, run in place of its source"),
+    ("executable", "a regular file with an execute bit"),
+    ("dot-config", "a dot file or a file in a dot directory, read as configuration"),
+)
+_RANK = {kind: rank for rank, (kind, _) in enumerate(CLASSES)}
+# (one, many, what to do): the rest of each report line.
+_WORDS = {
+    "special": ("special file", "special files",
+                "review {it} before a program outside opens {it}: it blocks or talks to the agent"),
+    "link-out": ("symbolic link", "symbolic links", "review {it} before a program outside "
+                 "follows {it}"),
+    "git": ("git repository", "git repositories", "review {it} before running git there outside"),
+    "control": ("control file", "control files", "review {it} before running the agent, "
+                "editor or tool outside there"),
+    "python-startup": ("Python startup file", "Python startup files",
+                       "review {it} before running that Python or shell outside"),
+    "bytecode": ("bytecode file", "bytecode files", "review {it} before running Python there "
+                 "outside"),
+    "executable": ("executable file", "executable files",
+                   "review {it} before running {it} outside"),
+    "dot-config": ("configuration file", "configuration files",
+                   "review {it} before running tools outside there"),
+}
+_SPECIAL = stat.S_IFIFO, stat.S_IFSOCK, stat.S_IFCHR, stat.S_IFBLK
+_STARTUP = frozenset({"sitecustomize.py", "usercustomize.py", "pyvenv.cfg"})
+_EXEC_BITS = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 
-def scan(roots: Iterable[str], names: frozenset[str], since_ns: int) -> tuple[list[str], bool]:
-    """Paths below each root (not at its top) named in `names` and changed since `since_ns`,
-    and directories anywhere (the top included) that became bare git repositories.
+@record
+class Finding:
+    """One entry the session created or changed. `path` is relative to the root when
+    scan() was given one root (report_lines has no roots to relativize against), else
+    absolute."""
 
-    Returns (found, complete). Symbolic links are not followed; a changed
-    entry's subtree is not searched further.
-    """
-    deadline = time.monotonic() + BUDGET
-    found: list[str] = []
+    path: str
+    kind: str
+
+
+def scan(roots: Sequence[str], since_ns: int, control_names: frozenset[str]) -> tuple[Finding, ...]:
+    """Every root walked completely, links never followed; each entry changed since
+    `since_ns` given the first class that fits; ordered by class, then path.
+
+    A .git directory or bare repository is named, not entered; a control directory is
+    named once for anything changed in it; unreadable directories are skipped."""
+    walked: list[tuple[str, int]] = []
     for root in roots:
-        stack = [(root, 0)]
-        while stack:
-            if time.monotonic() > deadline:
-                return found, False
-            directory, depth = stack.pop()
-            try:
-                entries = list(os.scandir(directory))
-            except OSError:
+        root = os.path.abspath(root)
+        try:
+            info = os.lstat(root)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):  # a root that is a link is not followed
+            walked.append((root, info.st_ctime_ns))
+    # "Inside" is tested both ways: lexically, as the link reads, and as the kernel
+    # resolves it, since a directory link on the way can climb out unseen lexically.
+    lexical = tuple(r.rstrip("/") + "/" for r, _ in walked)
+    real = tuple(os.path.realpath(r).rstrip("/") + "/" for r, _ in walked)
+    found: dict[str, int] = {}  # absolute path -> rank; a path reached twice keeps its first
+    for root, ctime in walked:
+        _walk(root, ctime, since_ns, control_names, (lexical, real), found)
+    cut = len(walked[0][0].rstrip("/")) + 1 if len(roots) == 1 and walked else 0
+    ranked = sorted((rank, path) for path, rank in found.items())
+    return tuple(Finding((path[cut:] or ".") if cut else path, CLASSES[rank][0])
+                 for rank, path in ranked)
+
+
+def _walk(root: str, root_ctime: int, since_ns: int, control_names: frozenset[str],
+          inside: tuple[tuple[str, ...], tuple[str, ...]], found: dict[str, int]) -> None:
+    def add(path: str, kind: str) -> None:
+        found[path] = min(found.get(path, len(CLASSES)), _RANK[kind])
+
+    # (directory, its ctime, the control directory it lies in, below a dot directory,
+    # named .git). Iterative: a deep tree must not exhaust the interpreter's stack.
+    stack = [(root, root_ctime, "", False, False)]
+    while stack:
+        directory, ctime, owner, dotted, dotgit = stack.pop()
+        if owner and owner in found:
+            continue  # its control directory is named already: nothing more to say
+        entries = _listing(directory)
+        if dotgit or _bare(entries):
+            # Not descended (another module checks repositories); named when it, or
+            # what lies directly in it (HEAD, config, hooks/), changed.
+            if ctime >= since_ns or any(info.st_ctime_ns >= since_ns for _, info in entries):
+                add(owner or directory, "control" if owner and owner != directory else "git")
+            continue
+        if owner == directory and ctime >= since_ns:
+            add(owner, "control")  # reported once, as the directory
+            continue
+        for entry, info in entries:
+            name, mode, changed = entry.name, info.st_mode, info.st_ctime_ns >= since_ns
+            if owner:
+                if changed:
+                    add(owner, "control")
+                    break
+                if stat.S_ISDIR(mode):
+                    stack.append((entry.path, info.st_ctime_ns, owner, dotted, name == ".git"))
                 continue
+            if stat.S_ISDIR(mode):
+                own = entry.path if name in control_names and name != ".git" else ""
+                stack.append((entry.path, info.st_ctime_ns, own,
+                              dotted or name.startswith("."), name == ".git"))
+            elif changed:
+                kind = _classify(entry.path, name, mode, dotted, control_names, inside)
+                if kind:
+                    add(entry.path, kind)
+
+
+def _listing(directory: str) -> list[tuple[os.DirEntry[str], os.stat_result]]:
+    """The entries of `directory` with their lstat; empty when it cannot be read."""
+    listed: list[tuple[os.DirEntry[str], os.stat_result]] = []
+    try:
+        with os.scandir(directory) as entries:
             for entry in entries:
                 try:
-                    info = entry.stat(follow_symlinks=False)
+                    listed.append((entry, entry.stat(follow_symlinks=False)))
                 except OSError:
-                    continue
-                if depth >= 1 and entry.name in names and _changed(entry.path, info, since_ns):
-                    found.append(entry.path)
-                    continue
-                if entry.name == "HEAD" and _bare_repository(directory, since_ns):
-                    found.append(directory)  # a git directory in its own right (bare)
-                    continue
-                if stat.S_ISDIR(info.st_mode) and entry.name != ".git":
-                    stack.append((entry.path, depth + 1))
-    return found, True
-
-
-def _bare_repository(directory: str, since_ns: int) -> bool:
-    """`directory` looks like a git directory (HEAD, objects/, refs/, config) that the
-    session made or changed: git run there outside would use its config and hooks."""
-    parts = [os.path.join(directory, n) for n in ("HEAD", "objects", "refs", "config")]
-    if not all(os.path.lexists(p) for p in parts) or directory.endswith("/.git"):
-        return False
-    try:
-        return any(os.lstat(p).st_ctime_ns >= since_ns for p in parts)
+                    pass  # removed while we listed: nothing left to report
     except OSError:
-        return False
+        pass  # unreadable: skipped, as a program outside cannot read it either
+    return listed
 
 
-def _changed(path: str, info: os.stat_result, since_ns: int) -> bool:
-    """The entry, or anything one level inside it (settings.json, hooks/), changed since."""
-    if info.st_ctime_ns >= since_ns:
-        return True
-    if not stat.S_ISDIR(info.st_mode):
-        return False
+def _bare(entries: list[tuple[os.DirEntry[str], os.stat_result]]) -> bool:
+    """A bare repository: a regular HEAD, objects/ and refs/ (git's own test, simplified)."""
+    if len(entries) < 3:
+        return False  # most directories: no set to build
+    modes = {entry.name: info.st_mode for entry, info in entries
+             if entry.name in ("HEAD", "objects", "refs")}
+    return (len(modes) == 3 and stat.S_ISREG(modes["HEAD"]) and stat.S_ISDIR(modes["objects"])
+            and stat.S_ISDIR(modes["refs"]))
+
+
+def _classify(path: str, name: str, mode: int, dotted: bool,
+              control_names: frozenset[str],
+              inside: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
+    """The first class a changed non-directory entry fits, or "" for ordinary source."""
+    if stat.S_IFMT(mode) in _SPECIAL:
+        return "special"
+    if stat.S_ISLNK(mode) and _points_out(path, inside):
+        return "link-out"
+    # The name classes hold for a link inside too: a program that opens the name follows it.
+    if name == ".git":
+        return "git"
+    if name in control_names:
+        return "control"
+    activate = name == "activate" or name.startswith("activate.") or name == "Activate.ps1"
+    if name.endswith(".pth") or name in _STARTUP or (
+            activate and os.path.basename(os.path.dirname(path)) in ("bin", "Scripts")):
+        return "python-startup"
+    if name.endswith((".pyc", ".pyo")):
+        return "bytecode"
+    if not stat.S_ISREG(mode):
+        return ""  # a link's mode bits mean nothing; its target is reported on its own
+    if mode & _EXEC_BITS:
+        return "executable"
+    if dotted or name.startswith("."):
+        return "dot-config"
+    return ""
+
+
+def _points_out(path: str, inside: tuple[tuple[str, ...], tuple[str, ...]]) -> bool:
     try:
-        with os.scandir(path) as inner:
-            return any(child.stat(follow_symlinks=False).st_ctime_ns >= since_ns
-                       for child in inner)
+        target = os.readlink(path)
     except OSError:
-        return False
+        return False  # gone since we listed it
+    lexical = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    real = os.path.realpath(path)
+    return not (lexical + "/").startswith(inside[0]) or not (real + "/").startswith(inside[1])
 
 
-def report_lines(found: list[str], complete: bool) -> list[str]:
-    lines = [f"the session created or changed {path}: programs started outside in that "
-             "directory read it; review it before running them there" for path in found]
-    if not complete:
-        lines.append(f"the search for control files changed in the session stopped after "
-                     f"{BUDGET:.0f} s; the workspace is too large to search fully")
+def report_lines(findings: Sequence[Finding], full_list: str | None,
+                 limit: int = 10) -> list[str]:
+    """One line per class with findings; the complete list written to `full_list` when a
+    line had to be cut."""
+    by_kind: dict[str, list[str]] = {}
+    for finding in findings:
+        by_kind.setdefault(finding.kind, []).append(_shown(finding.path))
+    cut = any(len(paths) > limit for paths in by_kind.values())
+    written = bool(full_list) and cut and _write_full_list(full_list or "", findings)
+    lines = []
+    for kind, meaning in CLASSES:
+        paths = by_kind.get(kind)
+        if not paths:
+            continue
+        one, many, advice = _WORDS[kind]
+        named = ", ".join(paths[:limit])
+        if len(paths) > limit:
+            named += f" and {len(paths) - limit} more"
+            if written:
+                named += f" (all {len(paths)} in {full_list})"
+        count = f"1 {one}" if len(paths) == 1 else f"{len(paths)} {many}"
+        it = "it" if len(paths) == 1 else "them"
+        lines.append(f"the session created or changed {count} ({meaning}): {named}; "
+                     + advice.format(it=it))
     return lines
+
+
+def _shown(path: str) -> str:
+    """The path, with control characters escaped: a name must not drive the terminal."""
+    return path if path.isprintable() else path.encode("unicode_escape").decode("ascii")
+
+
+def _write_full_list(full_list: str, findings: Sequence[Finding]) -> bool:
+    """Write `kind<TAB>path` lines, 0600, never through a link: a fresh `.part` file
+    (O_EXCL, O_NOFOLLOW) renamed over the name, which replaces a link rather than follow it."""
+    part = full_list + ".part"
+    try:
+        try:
+            os.unlink(part)  # a stale one from an earlier run; unlink does not follow links
+        except FileNotFoundError:
+            pass
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        with open(fd, "w", encoding="utf-8") as out:
+            os.fchmod(fd, 0o600)  # whatever the umask
+            out.writelines(f"{f.kind}\t{_shown(f.path)}\n" for f in findings)
+        os.replace(part, full_list)
+    except OSError:
+        return False  # the lines then name no file
+    return True
