@@ -1,10 +1,11 @@
 """The jail holder: the first process of the jail's user + network namespace.
 
-`unshare --user --map-root-user --net INTERPRETER -I -S -c CODE _jail_holder
---fd N` starts it (`paths.internal_argv`, as `_enter` starts;
+`unshare --user --map-root-user --net --mount INTERPRETER -I -S -c CODE
+_jail_holder --fd N` starts it (`paths.internal_argv`, as `_enter` starts;
 docs/explanation/egress-jail.md). It holds the namespace open while pasta
 attaches from outside, then carries out the parent's requests inside the
-namespace: run `ip` or iptables, switch IPv6 off, start an inside relay, and
+namespace: run `ip` or iptables, switch IPv6 off, start an inside relay, mount
+the workspace's overlays in its own mount namespace (core/views.py), and
 finally exec the session command. Policy (which routes and filter, whether the
 read-back matches) lives in the parent (session.py, lock.py, readback.py,
 dnsfilter.py); the holder is a small executor, so its import cost stays off
@@ -254,6 +255,12 @@ def serve(sock: _socket.socket) -> int:
             send_frame(sock, ipv6_off())
         elif op == "relay":
             send_frame(sock, start_relay(args[0], args[1], args[2:]))
+        elif op == "overlay" and len(args) == 4:
+            # In this holder's own mount namespace, which bwrap inherits (core/views.py).
+            from claude_sandbox.core.views import mount_overlay
+
+            failed = mount_overlay(*args)
+            send_frame(sock, ["ok"] if failed is None else ["err", failed])
         elif op == "exec":
             # exec, argc, argv..., fd count, target fd numbers..., environment...
             argc = int(args[0])

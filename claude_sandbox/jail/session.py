@@ -36,7 +36,7 @@ import sys
 import time
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.errors import EXIT_UNAVAILABLE, jail_error
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
 from claude_sandbox.core.process import Child
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import dirs, dnsfilter, lock, reaping, relays, routes
@@ -120,7 +120,8 @@ class Jail:
         dirs.sweep_stale_dirs()
         self._trace("not dumpable, outside relays, stale directories")
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = ()) -> int:
+    def run(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = (),
+            overlays: Sequence[tuple[str, str, str, str]] = ()) -> int:
         """Lock the routes, run the session, tear down; the session's status.
 
         `fds` are descriptors the session must inherit at the same numbers
@@ -134,6 +135,14 @@ class Jail:
             self._wait_pasta()
             self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings)
             self._start_inside_relays()
+            for overlay in overlays:  # (lower, upper, work, target): core/views.py
+                reply = self._ask(["overlay", *overlay])
+                if reply[0] != "ok":
+                    raise SandboxError(
+                        f"cannot show {overlay[3]} to the sandbox as an overlay ({reply[1]}): "
+                        "the kernel must allow overlayfs in a user namespace (Linux 5.11 or "
+                        "later)", EXIT_UNAVAILABLE)
+            self._trace("overlays mounted")
             self._exec(argv, env, fds)
             self._trace("session started")
             status = self._holder_status()

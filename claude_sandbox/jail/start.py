@@ -72,7 +72,8 @@ def spawn_holder() -> tuple[Child, _socket.socket]:
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         argv = [
-            paths.tool("unshare"), "--user", "--map-root-user", "--net",
+            # --mount: the workspace's overlays are mounted here, out of the host's view.
+            paths.tool("unshare"), "--user", "--map-root-user", "--net", "--mount",
             *paths.internal_argv("_jail_holder"), "--fd", str(theirs.fileno()),
         ]  # fmt: skip
         holder = fork_exec(argv, dict(os.environ), {}, setsid=False,

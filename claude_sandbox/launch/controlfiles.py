@@ -1,36 +1,31 @@
-"""Workspace control files: what programs outside run or trust, read-only inside.
+"""Workspace control files: what programs outside run or trust, never changed from inside.
 
 The workspace is writable by design, but some of its paths are not ordinary
-source: git runs hooks and reads its config (core.fsmonitor, core.hooksPath,
-aliases, filters), Claude Code starts the MCP servers in .mcp.json and runs
-the hooks in .claude/settings.json, VS Code runs tasks, a dev-container
-rebuild runs lifecycle commands as the container's root. An agent that writes
-one of them leaves code that a program outside runs later (ADR 0005, checks
-51-54). The table below names them, with why; the operator can add paths
-(`protect`) or leave built-in ones writable (`unprotect`), never from the
-environment.
+source: Claude Code starts the MCP servers in .mcp.json and runs the hooks in
+.claude/settings.json, VS Code runs tasks, a dev-container rebuild runs
+lifecycle commands as the container's root. An agent that writes one of them
+leaves code that a program outside runs later (ADR 0005, checks 51-54). The
+table below names them, with why; the operator can add paths (`protect`) or
+leave built-in ones writable (`unprotect`), never from the environment. git's
+own directory is not in the table: it is an overlay whose changes are applied
+by rule after the session (gitapply.py, ADR 0010).
 
 How each is held (all computed here, from facts, as a plan the argv builder
-renders):
-- an existing path is bound read-only onto itself. A mount point cannot be
-  unlinked or renamed, so the agent can neither change it nor swap it;
+renders), without making anything in the workspace (ADR 0010):
+- an existing directory is an overlay view: the agent sees the real one and
+  writes its own per-workspace copy in the store, which the next sandboxed
+  session sees again and nothing outside ever reads (Claude's "always allow"
+  choices persist for the agent; the real .claude/ never changes);
+- an existing file is bound read-only onto itself (a mount point cannot be
+  unlinked or renamed);
 - every directory between the writable root and a protected path is bound
-  onto itself too ("pinned"): otherwise `mv .git .git.old && mkdir .git`
-  would move the protection away with the directory;
-- an absent path gets a placeholder, created by the launcher before the
-  sandbox starts and removed after it ends, so that nothing can be created
-  there during the session. Placeholders are empty directories (git ignores
-  them, so they are never committed), except inside .git, where git would
-  stop on a directory in place of a file: there they are files whose content
-  git reads as "nothing changed" (commondir "." names the git directory
-  itself; an empty config.worktree sets nothing);
+  onto itself ("pinned"), so the protection cannot be moved away with it;
+- an absent path is not held: nothing stands in for it, because a stand-in
+  shows to git, the agents, the IDE and the user's terminal. The session-end
+  report names it when the session creates it (aftermath.py), and
+  `workspace-mode = review` keeps it out of the workspace until applied;
 - a protected path that is a symbolic link cannot be held (a mount follows
   the link, and the link itself could be swapped): the launch is refused.
-
-git keeps working inside: commits, branches, checkouts and fetches write
-objects, refs, the index and HEAD, which stay writable; what fails is what
-would change the configuration (`git config`, `git remote add`, upstream
-tracking) and `git init` where the workspace is not a repository.
 """
 
 from __future__ import annotations
@@ -48,29 +43,13 @@ if TYPE_CHECKING:
 
 @record
 class Control:
-    """One protected path, relative to a writable root, and what stands in when absent."""
+    """One protected path, relative to a writable root."""
 
     path: str
     why: str
-    # What a placeholder is: "dir", or "file" with `content`.
-    placeholder: str = "dir"
-    content: str = ""
-    # An existing directory is read-only as a whole; False: only pinned, so its
-    # protected entries (rows of their own) are held and the rest stays writable.
-    whole: bool = True
 
 
 CONTROL: tuple[Control, ...] = (
-    Control(".git", "git's own directory: a new one would bring its own config and hooks",
-            whole=False),
-    Control(".git/config", "git configuration: hooksPath, fsmonitor, aliases, filters and "
-            "remotes run programs", placeholder="file"),
-    Control(".git/config.worktree", "per-worktree git configuration", placeholder="file"),
-    Control(".git/commondir", "moves git's config and hooks to another directory",
-            placeholder="file", content=".\n"),
-    Control(".git/hooks", "git hooks run on commit, checkout, merge and push"),
-    Control(".git/modules", "submodules' git directories, each with its config and hooks"),
-    Control(".gitmodules", "submodule URLs that git fetches from"),
     Control(".claude", "Claude Code project settings: hooks, env, MCP servers, commands, skills"),
     Control(".mcp.json", "project MCP servers: programs Claude Code starts"),
     Control(".codex", "Codex project configuration"),
@@ -94,19 +73,12 @@ CONTROL: tuple[Control, ...] = (
 
 
 @record
-class Placeholder:
-    path: str  # absolute
-    kind: str  # "dir" or "file"
-    content: str = ""
-
-
-@record
 class ControlPlan:
-    """What the argv builder binds, in order, and what the launcher makes and removes."""
+    """What the argv builder binds, in order, and the overlay views the launch mounts."""
 
     pinned: tuple[str, ...]  # directories bound read-write onto themselves
-    read_only: tuple[str, ...]  # bound read-only onto themselves (placeholders included)
-    placeholders: tuple[Placeholder, ...]
+    read_only: tuple[str, ...]  # existing files, bound read-only onto themselves
+    views: tuple[str, ...]  # existing directories: overlays with the agent's copy on top
     reasons: tuple[tuple[str, str], ...]  # (absolute path, why) for explain
 
 
@@ -125,30 +97,14 @@ def controls(protect: Sequence[str], unprotect: Sequence[str]) -> tuple[Control,
 _KINDS = {stat.S_IFDIR: "dir", stat.S_IFLNK: "link", stat.S_IFREG: "file"}
 
 
-def probe(paths_: Iterable[str], shared: frozenset[str] = frozenset()) -> dict[str, str | None]:
-    """lstat each path: the only file-system reads the planner needs.
-
-    An absent path whose directory this user cannot write, and does not own, is
-    "locked": the agent, with the same uid and no capabilities, cannot create it
-    and cannot chmod the directory to do so. A path in `shared` holds another live
-    session's placeholder (placeholders.made_by_others): absent for this plan too,
-    which then holds the same placeholder read-only rather than planning inside it.
-    """
+def probe(paths_: Iterable[str]) -> dict[str, str | None]:
+    """lstat each path: the only file-system reads the planner needs."""
     found: dict[str, str | None] = {}
     for path in paths_:
-        if path in shared:
-            found[path] = None
-            continue
         try:
             mode = os.lstat(path).st_mode
         except OSError:
-            parent = os.path.dirname(path)
-            try:
-                ours = os.stat(parent).st_uid == os.getuid()
-            except OSError:
-                ours = False
-            writable = os.path.isdir(parent) and (ours or os.access(parent, os.W_OK | os.X_OK))
-            found[path] = None if writable else "locked"
+            found[path] = None
             continue
         found[path] = _KINDS.get(stat.S_IFMT(mode), "other")
     return found
@@ -172,65 +128,52 @@ def plan(
     extra: Sequence[tuple[str, str]],
     kinds: dict[str, str | None],
 ) -> ControlPlan:
-    """Pure: the binds and placeholders that keep `table` (and `extra`) read-only under `root`.
+    """Pure: the binds and views that keep `table` (and `extra`) from changing under `root`.
 
-    `extra` holds (relative path, why) rows derived at launch (git's hooksPath,
-    PATH directories inside the workspace); `kinds` is `probe` over `candidates`.
+    `extra` holds (relative path, why) rows derived at launch (PATH directories
+    inside the workspace, which stay read-only: a program planted there would
+    run in the user's shell); `kinds` is `probe` over `candidates`.
     """
-    rows = [*table, *(Control(relative, why) for relative, why in extra)]
+    rows = [*((c, True) for c in table), *((Control(r, why), False) for r, why in extra)]
     pinned: list[str] = []
     read_only: list[str] = []
-    placeholders: list[Placeholder] = []
+    views: list[str] = []
     reasons: list[tuple[str, str]] = []
-
-    def hold(path: str, why: str, placeholder: Placeholder | None = None) -> None:
-        if placeholder is not None and path not in [p.path for p in placeholders]:
-            placeholders.append(placeholder)
-        if path not in read_only:
-            read_only.append(path)
-            reasons.append((path, why))
-
-    for control in rows:
+    for control, viewable in rows:
         parts = control.path.split("/")
         for depth in range(1, len(parts)):
             ancestor = os.path.join(root, *parts[:depth])
             kind = kinds.get(ancestor)
             if kind == "link":
                 _refuse_link(ancestor, control.path)
-            if kind == "locked":
-                break  # nothing below can be created by this user at all
-            if kind is None:
-                # Nothing below can be created while an empty read-only directory stands here.
-                hold(ancestor, f"placeholder for {control.path}: {control.why}",
-                     Placeholder(ancestor, "dir"))
-                break
-            if ancestor not in pinned:
-                pinned.append(ancestor)  # a directory, or a file nothing can be made below
             if kind != "dir":
-                break
+                break  # absent (nothing to hold), or a file nothing can be made below
+            if ancestor not in pinned:
+                pinned.append(ancestor)
         else:  # every ancestor is a directory: hold the path itself
             path = os.path.join(root, control.path)
             kind = kinds.get(path)
             if kind == "link":
                 _refuse_link(path, control.path)
-            if kind == "locked":
+            if kind is None or path in read_only or path in views:
                 continue
-            if kind is None:
-                hold(path, f"{control.why} (absent: a placeholder stands in until the end)",
-                     Placeholder(path, control.placeholder, control.content))
-            elif kind == "dir" and not control.whole:
-                if path not in pinned:
-                    pinned.append(path)
+            if kind == "dir" and viewable:
+                views.append(path)
+                reasons.append((path, f"{control.why}: the agent writes its own copy"))
             else:
-                hold(path, control.why)
-    # A pin inside a read-only path would make part of it writable again.
-    pinned = [p for p in pinned if p not in read_only
-              and not any(p.startswith(r + "/") for r in read_only)]
+                read_only.append(path)
+                reasons.append((path, control.why))
+    held = [*read_only, *views]
+    # A pin inside a held path would make part of it writable again.
+    pinned = [p for p in pinned if p not in held and not any(p.startswith(h + "/") for h in held)]
+    views = [v for v in views if not any(v.startswith(h + "/") for h in held)]
+    # A view already keeps the real directory unchanged: nothing inside it needs a bind.
+    read_only = [r for r in read_only if not any(r.startswith(v + "/") for v in views)]
     # Parents first: a bind over a directory must not cover a bind made inside it.
     return ControlPlan(
         pinned=tuple(sorted(pinned, key=_depth)),
         read_only=tuple(sorted(read_only, key=_depth)),
-        placeholders=tuple(placeholders),
+        views=tuple(sorted(views, key=_depth)),
         reasons=tuple(reasons),
     )
 

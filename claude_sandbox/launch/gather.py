@@ -1,7 +1,8 @@
 """The facts a launch reads before its plan is made: host, workspace, command, files.
 
 Everything the pure planner (plan.py) needs from the file system, the
-password database, git and /proc is read here, once, into a frozen `Gathered`.
+password database, the workspace's git directory and /proc is read here, once,
+into a frozen `Gathered`.
 `claude-sandbox explain` gathers the same facts the same way and creates
 nothing; the launch then makes what the plan needs (steps.py).
 """
@@ -18,9 +19,9 @@ from claude_sandbox.launch import (
     config,
     controlfiles,
     gitconfig,
+    gitrepo,
     hostfacts,
     mounts,
-    placeholders,
     profiles,
     state,
     workspace,
@@ -121,20 +122,18 @@ def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts, store: str)
         for path in cfg.allow_write
     )
     table = controlfiles.controls(cfg.protect, cfg.unprotect)
-    shared = placeholders.made_by_others(store)
     plans = []
     for top in (root, *extra):
         if not os.path.isdir(top):
             continue
         rows = derived_controls(top, facts)
         candidates = controlfiles.candidates(top, table, [r for r, _ in rows])
-        kinds = controlfiles.probe(candidates, shared)
-        plans.append(controlfiles.plan(top, table, rows, kinds))
-    return Writable(root, extra, tuple(plans))
+        plans.append(controlfiles.plan(top, table, rows, controlfiles.probe(candidates)))
+    return Writable(root, extra, tuple(plans), gitrepo.find(root))
 
 
 def derived_controls(top: str, facts: hostfacts.HostFacts) -> list[tuple[str, str]]:
-    """Control paths this host makes: PATH directories ahead of the system's, git's hooksPath."""
+    """Control paths this host makes: PATH directories ahead of the system's."""
     rows = []
     for entry in facts.path:
         resolved = os.path.realpath(entry) if entry.startswith("/") else ""
@@ -143,45 +142,6 @@ def derived_controls(top: str, facts: hostfacts.HostFacts) -> list[tuple[str, st
         if resolved.startswith(top + "/") and os.path.isdir(resolved):
             rows.append((resolved[len(top) + 1 :], "on the launching PATH ahead of the system "
                          "directories: a program planted here runs in the user's shell"))
-    hooks = hostfacts.git_hooks_path(top, facts.home)
-    if hooks and hooks.startswith(top + "/"):
-        rows.append((hooks[len(top) + 1 :], "git's core.hooksPath: hooks run from here"))
-    rows += _git_dir_rows(top)
-    return rows
-
-
-def _git_dir_rows(top: str) -> list[tuple[str, str]]:
-    """Where git's own directory is not plainly `.git`: worktrees and a `.git` file.
-
-    A linked worktree's metadata (.git/worktrees/ID/commondir, config.worktree,
-    gitdir) can send that worktree's git to a config and hooks of the agent's; a
-    `.git` file (a `.bare` layout, a submodule) names a git directory whose config
-    and hooks sit elsewhere in the workspace.
-    """
-    rows: list[tuple[str, str]] = []
-    why = "a linked worktree's git metadata: where its config and hooks come from"
-    worktrees = os.path.join(top, ".git", "worktrees")
-    try:
-        names = os.listdir(worktrees) if not os.path.islink(worktrees) else []
-    except OSError:
-        names = []
-    for name in names:
-        for leaf in ("commondir", "config.worktree", "gitdir"):
-            if os.path.lexists(os.path.join(worktrees, name, leaf)):
-                rows.append((f".git/worktrees/{name}/{leaf}", why))
-    gitfile = os.path.join(top, ".git")
-    if os.path.isfile(gitfile) and not os.path.islink(gitfile):
-        try:
-            with open(gitfile, encoding="utf-8", errors="replace") as handle:
-                line = handle.readline().strip()
-        except OSError:
-            line = ""
-        if line.startswith("gitdir:"):
-            target = os.path.realpath(os.path.join(top, line[len("gitdir:"):].strip()))
-            if target.startswith(top + "/"):
-                relative = target[len(top) + 1 :]
-                rows += [(f"{relative}/{leaf}", "the git directory the .git file names")
-                         for leaf in ("config", "hooks", "commondir", "config.worktree")]
     return rows
 
 

@@ -173,33 +173,6 @@ def agent_tmp_dir(base: str, uid: int) -> str:
     return base if owner == uid else f"{base}-{uid}"
 
 
-def git_hooks_path(top: str, home: str) -> str | None:
-    """Where git outside runs this repository's hooks from, when core.hooksPath moves them.
-
-    Asked of git itself (every config level, includes, conditionals), as the
-    user, with `safe.directory` allowing a repository another uid owns. None
-    where `top` holds no .git or git does not answer.
-    """
-    if not os.path.lexists(os.path.join(top, ".git")):
-        return None
-    program = paths.find_tool("git")
-    if program is None:
-        return None
-    from claude_sandbox.core.process import capture
-
-    argv = [program, "-c", "safe.directory=*", "-C", top, "config", "--get", "core.hooksPath"]
-    try:
-        status, out = capture(argv, {"HOME": home, "PATH": ":".join(paths.SYSTEM_DIRS)})
-    except OSError:
-        return None
-    value = out.strip()
-    if status != 0 or not value:
-        return None
-    if value.startswith("~/"):
-        value = os.path.join(home, value[2:])
-    return os.path.realpath(os.path.join(top, value))
-
-
 def login_homes(launching_home: str) -> tuple[str, ...]:
     """Homes whose dot-files run code at someone's login: root's and login users' (uid >= 1000).
 

@@ -1,8 +1,8 @@
 """The janitor: what a launcher cannot clean up when it is killed, cleaned up at once.
 
 A SIGKILLed launcher runs no code. Its sandbox dies with it (parent-death
-signals), but its files stay: the placeholders it made in the workspace, the
-jail's private directory in /tmp, its cgroup directories. Every launch sweeps
+signals), but its files stay: the jail's private directory in /tmp, its cgroup
+directories. Every launch sweeps
 those of dead launchers first; the janitor makes that immediate instead of
 "at the next launch" (docs/explanation/architecture.md, Teardown).
 
@@ -47,7 +47,7 @@ class Janitor:
         os.close(read_end)
 
     def tell(self, kind: str, path: str) -> None:
-        """What to sweep if the launcher dies: `store` or `cgroup`, and a path."""
+        """What to sweep if the launcher dies: `cgroup`, and a path."""
         try:
             os.write(self._write_end, f"{kind} {path}\n".encode("utf-8", "surrogateescape"))
         except BrokenPipeError:  # the janitor could not start: the next launch sweeps
@@ -106,13 +106,14 @@ def main(argv: list[str]) -> int:
 
 
 def sweep(launcher: int, told: list[list[str]]) -> None:
-    """Remove what the dead launcher made: its placeholders, jail directory and cgroups."""
-    from claude_sandbox.jail import dirs
-    from claude_sandbox.launch import cgroups, placeholders
+    """Remove what the dead launcher made: its jail directory and cgroups.
 
-    for kind, path in told:
-        if kind == "store":
-            placeholders.sweep(path, dead=launcher)
+    Its git overlays' upper directories stay in the store: the next launch in that
+    workspace keeps them aside unapplied and says where (gitsession.py).
+    """
+    from claude_sandbox.jail import dirs
+    from claude_sandbox.launch import cgroups
+
     dirs.sweep_stale_dirs(dead=launcher)
     # A cgroup can go only once the sandbox's last process has left it: the
     # processes die of their parent-death signals, and remove() waits for that.

@@ -113,7 +113,7 @@ def plan_limits(
 
 def run_supervised(
     argv: Sequence[str], env: Mapping[str, str], cgroup: Cgroup | None,
-    pass_fds: Sequence[int] = (),
+    pass_fds: Sequence[int] = (), overlays: Sequence[tuple[str, str, str, str]] = (),
 ) -> int:
     """For an unjailed launch: fork, cap, exec, wait; the caller then cleans up.
 
@@ -128,6 +128,19 @@ def run_supervised(
         if cgroup is not None:
             cgroup.join()
         ignore_session_signals()
+        if overlays:  # without the jail, the child makes the mount namespace itself
+            from claude_sandbox.core import views
+
+            failed = views.own_mount_namespace(os.getuid(), os.getgid())
+            for lower, upper, work, target in overlays if failed is None else ():
+                failed = views.mount_overlay(lower, upper, work, target)
+                if failed is not None:
+                    failed = f"cannot show {target} to the sandbox as an overlay ({failed})"
+                    break
+            if failed is not None:
+                os.write(2, f"claude-sandbox: {failed}: the kernel must allow overlayfs in a "
+                         "user namespace (Linux 5.11 or later)\n".encode())
+                os._exit(EXIT_UNAVAILABLE)
 
     # The session dies with the launcher, even a SIGKILLed one (die_with_parent).
     child = fork_exec(argv, env, {}, setsid=False, die_with_parent=True, pass_fds=pass_fds,

@@ -17,6 +17,7 @@ from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.controlfiles import ControlPlan
+from claude_sandbox.launch.gitrepo import Repository
 from claude_sandbox.launch.hostfacts import HostFacts
 from claude_sandbox.launch.profiles import Profile
 
@@ -81,8 +82,10 @@ class Writable:
 
     workspace: str
     allow_write: tuple[str, ...] = ()
-    # One plan per writable root: its control files, held read-only (check 52).
+    # One plan per writable root: its control files, held (check 52).
     controls: tuple[ControlPlan, ...] = ()
+    # The git directories the sandbox shows as overlays (gitrepo.find, check 70).
+    repositories: tuple[Repository, ...] = ()
 
 
 def optional_paths(home: str) -> tuple[str, ...]:
@@ -234,9 +237,14 @@ def _socket_mounts(config: Config, facts: HostFacts, layout: Writable) -> list[M
                                          and not under(sock, config.allow_socket))]
 
 
-def _control_mounts(controls: Sequence[ControlPlan]) -> list[Mount]:
-    """After every writable bind: pins first, then the read-only control paths (ADR 0005)."""
-    found: list[Mount] = []
+def _control_mounts(layout: Writable) -> list[Mount]:
+    """After every writable bind: git directories outside the workspace, pins, then the
+    read-only control paths (ADR 0005, ADR 0010)."""
+    roots = [layout.workspace, *layout.allow_write]
+    found = [_same("bind", repo.gitdir, "the workspace's git directory lies outside it (a "
+                   "subdirectory or a linked worktree): its overlay, writable (check 70)")
+             for repo in layout.repositories if not under(repo.gitdir, roots)]
+    controls = layout.controls
     for plan in controls:
         found += [_same("bind", path, "pinned: it holds a control path, so it cannot be "
                         "renamed away (check 52)") for path in plan.pinned]
@@ -292,7 +300,7 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
         why = ("the workspace, writable (check 17)" if path == layout.workspace
                else "allow-write, after the masks it reaches through")
         found.append(_same("bind", path, why))
-    found += _control_mounts(layout.controls)
+    found += _control_mounts(layout)
     found += [_same("ro-bind", path, "allow-read: visible, never writable", runs=True)
               for path in config.allow_read]
     writable.append(facts.home)
@@ -345,6 +353,9 @@ def environment(
         "IS_SANDBOX_AGENT": profile.name,
         "GIT_CONFIG_GLOBAL": paths.GITCONFIG_INSIDE,
         "GIT_CONFIG_SYSTEM": "/dev/null",
+        # The sandbox's mounts are boundaries git would stop at: a launch from a
+        # subdirectory has its repository's top on another mount (check 70).
+        "GIT_DISCOVERY_ACROSS_FILESYSTEM": "1",
     }
     env.update(profile.env)
     if profile.tmp_variable and facts.agent_tmp:

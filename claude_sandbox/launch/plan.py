@@ -13,13 +13,14 @@ model.
 
 from __future__ import annotations
 
+import os
 import resource
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.record import record
 from claude_sandbox.inside.spec import Inner
 from claude_sandbox.jail.spec import JailSpec
-from claude_sandbox.launch import brokered, mounts
+from claude_sandbox.launch import brokered, mounts, overlays
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.gather import Gathered
 from claude_sandbox.launch.limits import LimitPlan
@@ -31,6 +32,7 @@ from claude_sandbox.launch.mounts import (
     Option,
     Writable,
 )
+from claude_sandbox.launch.overlays import View
 from claude_sandbox.launch.profiles import Profile
 
 
@@ -46,7 +48,10 @@ class Plan:
     inner: Inner  # what `_enter` applies inside, then execs
     limits: LimitPlan
     jail: JailSpec | None
-    layout: Writable  # what the launcher prepares for the mounts: placeholders
+    layout: Writable  # the writable roots, their control files and git directories
+    # Overlays mounted before bwrap, which its binds carry in (core/views.py, ADR 0010).
+    views: tuple[View, ...]
+    workspace_store: str  # the agent's per-workspace directory in its store
     # A helper outside makes late masks (procmask.py): the outer processes where the
     # outer /proc is bound, and on a root launch what root keeps from others (rootonly.py).
     hide_outer_proc: bool
@@ -56,6 +61,7 @@ class Plan:
 def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -> Plan:
     """The whole launch, decided: pure, from what gather.py read and the configuration."""
     facts = gathered.facts
+    store = overlays.workspace_store(os.path.dirname(facts.store_home), gathered.layout.workspace)
     mount_list = mounts.build(profile, cfg, facts, gathered.layout,
                               codex_config=gathered.codex_config is not None,
                               jailed=cfg.egress_jail)
@@ -98,6 +104,8 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         limits=limits,
         jail=jail,
         layout=gathered.layout,
+        views=overlays.views(gathered.layout, store),
+        workspace_store=store,
         hide_outer_proc=not facts.proc_mountable,
         root_only=facts.uid == 0,
     )

@@ -111,6 +111,10 @@ def explain_lines(plan: Plan) -> list[str]:
     lines = [f"{paths.find_tool('bwrap') or 'bwrap'} \\"]
     lines += [f"  {shlex.join(args):<{width}}  # {reason}" for args, reason in rows]
     lines.append(f"  -- {shlex.join(enter_argv(fds))}")
+    if plan.views:
+        lines.append("# overlays, mounted before bwrap starts; its binds carry them in:")
+        lines += [f"  {view.target}  (the agent's writes: {view.store})  # {view.reason}"
+                  for view in plan.views]
     lines.append("# inside, `_enter` applies the kernel layers below, then runs:")
     lines.append(f"  {shlex.join(plan.inner.command)}")
     lines.append("# environment (the whole of it; pass-env values hidden):")

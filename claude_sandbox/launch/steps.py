@@ -4,8 +4,10 @@ run.py forks the janitor before this module (and the rest of the launcher) is
 imported, so that the janitor, waiting the whole session, holds little memory.
 The order here: the configuration and the caps; the jail's holder and pasta,
 whose attach the rest overlaps; the facts (gather.py); the plan (plan.py, pure);
-the things the plan needs made (the state store, placeholders, descriptors, the
-/proc helper); bwrap, waited for; the undoing.
+the things the plan needs made (the state store, the workspace's overlays,
+descriptors, the /proc helper); bwrap, waited for; the undoing, and the
+workspace's exit: git's changes applied by rule, and what the session made
+reported by class (ADR 0010).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from claude_sandbox.launch import (
     config,
     controlfiles,
     gather,
+    gitcheck,
+    gitsession,
     hostfacts,
     limits,
-    placeholders,
     plan,
     profiles,
     render,
@@ -35,7 +38,6 @@ from claude_sandbox.launch import (
     state,
 )
 from claude_sandbox.launch.janitor import Janitor
-from claude_sandbox.launch.mounts import Writable
 from claude_sandbox.launch.request import Request
 
 TYPE_CHECKING = False
@@ -67,11 +69,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     prepared: Prepared | None = None
     modes = _terminal_modes()
     try:
-        # Before the facts are read: a dead launcher's placeholders must not be
-        # planned around (the sweep removes them, and the plan would bind them).
         store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
-        placeholders.sweep(store)
-        janitor.tell("store", store)
         if cfg.egress_jail:
             from claude_sandbox.jail import preflight
             from claude_sandbox.jail import start as jail_start
@@ -98,18 +96,22 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             handed, early = early, None
             jail = session.start(the_plan.jail, handed)
             trace.phase("jail started")
+        started = time.time_ns()
         prepared = _prepare(the_plan, cfg, gathered.facts, store)
         trace.phase("prepared")
-        # The launcher always waits: placeholders and cgroups are removed, and the
-        # session's changes reported, only by a process that outlives the sandbox.
-        started = time.time_ns()
+        # The launcher always waits: git's changes are applied, cgroups removed and the
+        # session's changes reported only by a process that outlives the sandbox.
         env = dict(the_plan.env)
+        overlays = [(layer.view.target, layer.upper, layer.work, layer.view.target)
+                    for layer in prepared.layers]
         if jail is not None:
-            status = jail.run(prepared.argv, env, prepared.fds)
+            status = jail.run(prepared.argv, env, prepared.fds, overlays)
         else:
-            status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds)
+            status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds,
+                                           overlays=overlays)
         trace.phase("session ended")
-        _report_changes(cfg, the_plan.layout, started)
+        _workspace_exit(cfg, the_plan, prepared, started)
+        trace.phase("workspace applied and reported")
         return status
     finally:
         if jail is not None:
@@ -130,21 +132,22 @@ class Prepared:
 
     argv: list[str]
     fds: tuple[int, ...]
-    made: placeholders.Made
+    layers: tuple[gitsession.Layer, ...]  # the overlays' directories, made in the store
+    quarantine: gitcheck.Quarantine  # what the checks moved out, and the lines to say
     helper: int | None  # the /proc helper's pid (procmask.py)
 
 
 def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
              store: str) -> Prepared:
-    """Make what the plan needs: the store, the scratch directory, descriptors, placeholders."""
+    """Make what the plan needs: the store, the scratch directory, overlays, descriptors."""
     bwrap_path = paths.tool("bwrap")
     state.ensure_home(store, the_plan.agent, facts.home, profiles.get(the_plan.agent).imports,
                       facts.uid, default_root=cfg.state_dir is None)
     if facts.agent_tmp:
         state.private_dir(facts.agent_tmp, facts.uid, f"{the_plan.agent}'s scratch directory")
-    controls = the_plan.layout.controls
-    made = placeholders.make(store, [p for c in controls for p in c.placeholders],
-                             [p for c in controls for p in c.read_only])
+    quarantine = gitcheck.Quarantine(store)
+    layers = gitsession.prepare(the_plan.views, quarantine)
+    _say(quarantine)
     opened: dict[str, int] = {}
     helper = None
     try:
@@ -163,18 +166,18 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
     except BaseException:
         for fd in opened.values():
             os.close(fd)
-        _undo(Prepared([], (), made, helper))
+        _undo(Prepared([], (), layers, quarantine, helper))
         raise
     # The agent shares the launching terminal, as it would without the sandbox:
     # job control, resizes and hang-ups reach it directly. What a shared
     # terminal allows beyond that, pushing input with TIOCSTI or TIOCLINUX, the
     # seccomp filter refuses (check 45; docs/explanation/terminal.md).
     argv = render.bwrap_argv(the_plan, bwrap_path, {k: str(v) for k, v in opened.items()})
-    return Prepared(argv, tuple(opened.values()), made, helper)
+    return Prepared(argv, tuple(opened.values()), layers, quarantine, helper)
 
 
 def _undo(prepared: Prepared) -> None:
-    """After the session: the /proc helper reaped, the placeholders removed."""
+    """After the session: the /proc helper reaped."""
     if prepared.helper is not None:
         try:
             os.kill(prepared.helper, 9)
@@ -184,9 +187,6 @@ def _undo(prepared: Prepared) -> None:
             os.waitpid(prepared.helper, 0)
         except ChildProcessError:
             pass
-    for path in prepared.made.remove():
-        sys.stderr.write(f"claude-sandbox: warning: {path} was a placeholder the sandbox made "
-                         "and has changed; left as it is\n")
 
 
 def _terminal_modes() -> list[Any] | None:
@@ -225,12 +225,36 @@ def _say_held_back(profile: profiles.Profile, cfg: config.Config,
             f"(or log in inside: the login stays in the agent's state store)\n")
 
 
-def _report_changes(cfg: config.Config, layout: Writable, since_ns: int) -> None:
-    """Control files the session made below the top of a writable root (aftermath.py)."""
+def _say(quarantine: gitcheck.Quarantine) -> None:
+    for line in quarantine.lines:
+        sys.stderr.write(f"claude-sandbox: {line}\n")
+    quarantine.lines.clear()
+
+
+def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
+                    since_ns: int) -> None:
+    """git's changes applied by rule, then what the session made, by class (ADR 0010)."""
     from claude_sandbox.launch import aftermath
 
+    layout = the_plan.layout
+    quarantine = prepared.quarantine
+    gitsession.finish(prepared.layers, layout.workspace, quarantine)
     table = controlfiles.controls(cfg.protect, cfg.unprotect)
-    names = frozenset(control.path.split("/")[0] for control in table)
+    names = frozenset(control.path.split("/")[-1] for control in table)
     roots = [r for r in (layout.workspace, *layout.allow_write) if os.path.isdir(r)]
-    for line in aftermath.report_lines(*aftermath.scan(roots, names, since_ns)):
-        sys.stderr.write(f"claude-sandbox: warning: {line}\n")
+    # The overlaid repositories were applied by rule above: not the user's to review.
+    overlaid = {path for repo in layout.repositories
+                for path in (repo.gitdir, os.path.join(repo.top, ".git"))}
+    # scan() names paths relative to the root when it has one root.
+    def absolute(path: str) -> str:
+        return path if os.path.isabs(path) else os.path.normpath(os.path.join(roots[0], path))
+
+    findings = [f for f in aftermath.scan(roots, since_ns, names)
+                if absolute(f.path) not in overlaid]
+    gitsession.check_made([absolute(f.path) for f in findings if f.kind == "git"],
+                          layout.workspace,
+                          [repo.gitdir for repo in layout.repositories], since_ns, quarantine)
+    _say(quarantine)
+    report = os.path.join(the_plan.workspace_store, "last-session.txt")
+    for line in aftermath.report_lines(findings, report):
+        sys.stderr.write(f"claude-sandbox: {line}\n")

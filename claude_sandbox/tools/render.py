@@ -26,6 +26,7 @@ from claude_sandbox.launch import (
     state,
 )
 from claude_sandbox.launch.gather import Gathered
+from claude_sandbox.launch.gitrepo import Repository
 from claude_sandbox.launch.hostfacts import GuardEntry, HostFacts
 from claude_sandbox.launch.mounts import Writable
 
@@ -57,12 +58,13 @@ def representative_facts(profile: profiles.Profile) -> HostFacts:
 
 
 def representative_layout() -> Writable:
-    """A workspace that is a git repository with a .vscode directory, nothing else."""
-    present = {f"{WORKSPACE}/{rel}": kind for rel, kind in (
-        (".git", "dir"), (".git/config", "file"), (".git/hooks", "dir"), (".vscode", "dir"))}
+    """A workspace that is a git repository with a .vscode directory and a .mcp.json file."""
+    present = {f"{WORKSPACE}/{rel}": kind for rel, kind in ((".vscode", "dir"),
+                                                            (".mcp.json", "file"))}
     table = controlfiles.controls((), ())
     kinds = {path: present.get(path) for path in controlfiles.candidates(WORKSPACE, table, ())}
-    return Writable(WORKSPACE, (), (controlfiles.plan(WORKSPACE, table, (), kinds),))
+    repos = (Repository(f"{WORKSPACE}/.git", WORKSPACE, "the workspace's .git"),)
+    return Writable(WORKSPACE, (), (controlfiles.plan(WORKSPACE, table, (), kinds),), repos)
 
 
 def _cell(text: object) -> str:
@@ -92,7 +94,9 @@ def pages() -> dict[str, str]:
                             resolv_conf="", host_addresses=(), keep_ignored=(), environ=())
         none = limits.LimitPlan((), (), ())
         made = plan.make(profile, config.Config(), gathered, none)
-        plans.append((profile.name, render.option_rows(made)))
+        views = [(view.target, view.store.replace(made.workspace_store, "STORE"), view.reason)
+                 for view in made.views]
+        plans.append((profile.name, render.option_rows(made), views))
     return {
         "verification-checks.md": env.get_template("verification-checks.md.j2").render(
             checks=catalogue["checks"], adversarial=catalogue.get("adversarial", [])),

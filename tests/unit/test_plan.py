@@ -12,6 +12,7 @@ from claude_sandbox.core.record import replace
 from claude_sandbox.launch import controlfiles, mounts, plan, profiles, render
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.gather import Gathered
+from claude_sandbox.launch.gitrepo import Repository
 from claude_sandbox.launch.hostfacts import GuardEntry, HostFacts
 from claude_sandbox.launch.limits import LimitPlan
 from claude_sandbox.launch.mounts import Writable
@@ -51,13 +52,15 @@ def facts(
 
 
 def layout(allow_write: tuple[str, ...] = (), *, repo: bool = False) -> Writable:
-    """The workspace /work/project; with `repo`, a git repository with a .vscode directory."""
-    present = {".git": "dir", ".git/config": "file", ".git/hooks": "dir", ".vscode": "dir"}
+    """The workspace /work/project; with `repo`, a git repository, a .vscode directory and
+    a .mcp.json file."""
+    present = {".vscode": "dir", ".mcp.json": "file"}
     table = controlfiles.controls((), ())
     root = "/work/project"
     kinds = {path: (present.get(path[len(root) + 1 :]) if repo else None)
              for path in controlfiles.candidates(root, table, ())}
-    return Writable(root, allow_write, (controlfiles.plan(root, table, (), kinds),))
+    repos = (Repository(f"{root}/.git", root, "the workspace's .git"),) if repo else ()
+    return Writable(root, allow_write, (controlfiles.plan(root, table, (), kinds),), repos)
 
 
 FDS = {"gitconfig": "5", "seccomp": "6", "resolv-conf": "7", "codex-config": "8", "inner": "9"}
@@ -144,9 +147,7 @@ def test_matrix_skeleton_and_order(
         ("--ro-bind", paths.EMPTY_FILE, f"{home}/.netrc"),
         ("--bind", "/work/project", "/work/project"),
         ("--bind", "/srv/cache", "/srv/cache"),
-        ("--bind", "/work/project/.git", "/work/project/.git"),
-        ("--ro-bind", "/work/project/.vscode", "/work/project/.vscode"),
-        ("--ro-bind", "/work/project/.git/config", "/work/project/.git/config"),
+        ("--ro-bind", "/work/project/.mcp.json", "/work/project/.mcp.json"),
         ("--ro-bind", "/dev/null", paths.INSIDE_MARKER),
         ("--ro-bind-data", "5", paths.GITCONFIG_INSIDE),
         ("--seccomp", "6"),
@@ -331,16 +332,39 @@ def test_fresh_procfs_keeps_kernel_knobs_read_only_for_root() -> None:
     assert "--proc" not in argv
 
 
-def test_control_paths_follow_every_writable_bind_pins_first() -> None:
+def test_control_paths_follow_every_writable_bind() -> None:
     argv = flat(build(allow_write=("/work",), repo=True))
     assert_order(
         argv,
         ("--bind", "/work", "/work"),  # a root that holds the workspace comes first
         ("--bind", "/work/project", "/work/project"),
-        ("--bind", "/work/project/.git", "/work/project/.git"),
         ("--ro-bind", "/work/project/.mcp.json", "/work/project/.mcp.json"),
-        ("--ro-bind", "/work/project/.git/hooks", "/work/project/.git/hooks"),
     )
+    # git's directory and the existing .vscode are overlays mounted before bwrap: the
+    # workspace's recursive bind carries them in, and no bind covers them.
+    assert "/work/project/.git" not in argv and "/work/project/.vscode" not in argv
+
+
+def test_views_are_git_directories_then_control_directories_in_the_store() -> None:
+    made = build(repo=True)
+    assert [(v.kind, v.target) for v in made.views] == [
+        ("git", "/work/project/.git"), ("control", "/work/project/.vscode")]
+    for view in made.views:
+        assert view.store.startswith(made.workspace_store + "/")
+        assert not view.store.startswith(made.layout.workspace)  # never in the workspace
+
+
+def test_a_git_directory_outside_the_workspace_is_bound_writable() -> None:
+    """A launch from a subdirectory, or in a linked worktree: the overlay must be reached."""
+    profile = profiles.get("claude")
+    gathered = Gathered(
+        facts=facts(), command=("/real/agent",), gitconfig="", codex_config=None,
+        layout=Writable("/work/project/sub", (), (),
+                        (Repository("/work/project/.git", "/work/project", "x"),)),
+        resolv_conf="", host_addresses=(), keep_ignored=(), environ=())
+    argv = flat(plan.make(profile, Config(egress_jail=False), gathered, LimitPlan((), (), ())))
+    assert_order(argv, ("--bind", "/work/project/sub", "/work/project/sub"),
+                 ("--bind", "/work/project/.git", "/work/project/.git"))
 
 
 def test_the_unwrapped_claude_policy_is_empty_inside() -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from claude_sandbox.core.errors import SandboxError
-from claude_sandbox.launch import placeholders, profiles, state
-from claude_sandbox.launch.controlfiles import Placeholder
+from claude_sandbox.launch import profiles, state
 
 
 def _outer_home(tmp_path: Path) -> Path:
@@ -74,82 +73,6 @@ def test_a_store_that_is_not_ours_refuses(tmp_path: Path) -> None:
     with pytest.raises(SandboxError):
         state.ensure_home(str(tmp_path / "absent" / "1000"), "claude", "/x", (), os.getuid(),
                           default_root=False)
-
-
-def test_placeholders_are_made_and_removed_only_when_unchanged(tmp_path: Path) -> None:
-    store, ws = tmp_path / "store", tmp_path / "ws"
-    store.mkdir()
-    ws.mkdir()
-    wanted = [Placeholder(str(ws / ".mcp.json"), "dir"),
-              Placeholder(str(ws / "commondir"), "file", ".\n")]
-    made = placeholders.make(str(store), wanted)
-    assert (ws / ".mcp.json").is_dir() and (ws / "commondir").read_text() == ".\n"
-    assert list((store / "placeholders").iterdir())
-    assert made.remove() == []
-    assert not (ws / ".mcp.json").exists() and not (ws / "commondir").exists()
-    # Changed meanwhile: left in place and reported.
-    made = placeholders.make(str(store), wanted)
-    (ws / "commondir").write_text("../elsewhere\n")
-    assert made.remove() == [str(ws / "commondir")]
-    assert (ws / "commondir").exists()
-
-
-def test_a_killed_launchers_placeholders_are_swept(tmp_path: Path) -> None:
-    store, ws = tmp_path / "store", tmp_path / "ws"
-    store.mkdir()
-    ws.mkdir()
-    placeholders.make(str(store), [Placeholder(str(ws / ".vscode"), "dir")])
-    ledger = next((store / "placeholders").iterdir())
-    dead = store / "placeholders" / "999999999"  # no such process
-    ledger.rename(dead)
-    placeholders.sweep(str(store))
-    assert not (ws / ".vscode").exists() and not dead.exists()
-
-
-def test_a_launcher_killed_while_it_makes_placeholders_leaves_none(tmp_path: Path) -> None:
-    """The ledger names each placeholder before it is made (inode 0): the sweep removes
-    what is exactly such a placeholder, and nothing else of the same name."""
-    store, ws = tmp_path / "store", tmp_path / "ws"
-    (store / "placeholders").mkdir(parents=True)
-    ws.mkdir()
-    (ws / ".vscode").mkdir()  # made, then the launcher died before writing its inode
-    (ws / "commondir").write_text(".\n")
-    (ws / ".claude").mkdir()  # a user's directory with something in it: not a placeholder
-    (ws / ".claude" / "settings.json").write_text("{}")
-    (ws / "config").write_text("[core]\n")  # other content: not the placeholder
-    planned = [("dir", ".vscode", ""), ("file", "commondir", ".\\n"), ("dir", ".claude", ""),
-               ("file", "config", ""), ("dir", ".idea", "")]
-    (store / "placeholders" / "999999999").write_text(
-        "".join(f"{kind}\t0\t0\t{ws / name}\t{content}\n" for kind, name, content in planned))
-    placeholders.sweep(str(store))
-    assert not (ws / ".vscode").exists() and not (ws / "commondir").exists()
-    assert (ws / ".claude" / "settings.json").exists() and (ws / "config").exists()
-    assert not (store / "placeholders" / "999999999").exists()
-
-
-def test_a_placeholder_two_launches_hold_is_removed_by_the_last(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    store, ws = tmp_path / "store", tmp_path / "ws"
-    store.mkdir()
-    ws.mkdir()
-    path = str(ws / ".vscode")
-    # Another launch, alive, made the placeholder: its ledger names it.
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        made = placeholders.make(str(store), [Placeholder(path, "dir")])
-        ledger = next((store / "placeholders").iterdir())
-        ledger.rename(store / "placeholders" / str(other.pid))
-        # This launch finds it there and holds it too.
-        ours = placeholders.make(str(store), [], held=[path])
-        assert ours.remove() == [] and os.path.isdir(path)  # the other still holds it
-        del made
-    finally:
-        other.kill()
-        other.wait()
-    placeholders.sweep(str(store))  # the other one is gone now: the last holder was it
-    assert not os.path.exists(path)
 
 
 def test_an_import_never_writes_through_a_link_in_the_store(tmp_path: Path) -> None:

@@ -1,0 +1,238 @@
+"""The workspace's overlays around one session: made before it, applied and checked after.
+
+Before the sandbox starts, each git directory the launch overlays is checked
+(gitcheck.py: nothing but regular files and directories) and its refs, HEAD,
+config and index are noted (gitapply.Snapshot); each overlay gets its upper and
+work directories in the agent's per-workspace store. After the session, each
+git upper is applied by rule (gitapply.py), the real directory is checked
+again, and what was not applied is kept in the store and named. Repositories
+the session made or changed that had no overlay (a nested one the agent
+created) are checked the same way, and their hooks and configuration changed
+in the session are quarantined (ADR 0010, check 70).
+
+A launcher killed before it applied leaves its session's upper directories in
+the store; the next launch in that workspace keeps them aside and says where,
+so nothing the agent's git wrote is lost or applied unread.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+from claude_sandbox.core.process import pid_alive
+from claude_sandbox.core.record import record
+from claude_sandbox.launch import gitapply, gitcheck, gitrepo
+from claude_sandbox.launch.overlays import View
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+
+@record
+class Layer:
+    """One overlay as mounted: its view, and where its upper and work directories are."""
+
+    view: View
+    upper: str
+    work: str
+    base: gitapply.Snapshot | None  # a git view's real directory at launch
+
+
+def _session_dir(view: View) -> str:
+    return os.path.join(_upper_base(view.store), "sessions", str(os.getpid()))
+
+
+# overlayfs refuses an upper directory on overlayfs, and a container's root file system
+# (where the store lies unless state-dir names a volume) often is one. Then the uppers
+# go to /dev/shm, a tmpfs every container has, in a directory of this user's, 0700.
+_SHM = "/dev/shm"
+
+
+def _upper_base(store: str) -> str:
+    if _fstype(store) != "overlay":
+        return store
+    import hashlib
+
+    key = hashlib.sha256(store.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    base = os.path.join(_SHM, f"claude-sandbox-{os.getuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
+
+        raise SandboxError(f"{base} is not a directory of yours: the sandbox keeps the "
+                           "session's git changes there; remove it", EXIT_REFUSED)
+    os.chmod(base, 0o700)
+    return os.path.join(base, key)
+
+
+def _fstype(path: str) -> str:
+    """The type of the file system `path` (or its nearest existing parent) lies on."""
+    from claude_sandbox.core import mountinfo
+
+    while not os.path.exists(path) and path != "/":
+        path = os.path.dirname(path)
+    real = os.path.realpath(path)
+    best = ("", "")
+    for mount in mountinfo.parse(mountinfo.read()):
+        point = mount.mountpoint
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and \
+                len(point) >= len(best[0]):
+            best = (point, mount.fstype)
+    return best[1]
+
+
+def prepare(views: Sequence[View], quarantine: gitcheck.Quarantine) -> tuple[Layer, ...]:
+    """Check each git directory, note it, and make every overlay's directories."""
+    layers = []
+    for view in views:
+        base = None
+        if view.kind == "git":
+            _keep_interrupted(view, quarantine)
+            gitcheck.check(view.target, quarantine)
+            base = gitapply.snapshot(view.target)
+            directory = _session_dir(view)
+        else:
+            directory = _upper_base(view.store)
+        upper, work = os.path.join(directory, "upper"), os.path.join(directory, "work")
+        for path in (upper, work):
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        layers.append(Layer(view, upper, work, base))
+    return tuple(layers)
+
+
+def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarantine) -> None:
+    """Apply each git layer to its real directory, check it, keep what was not applied."""
+    for layer in layers:
+        if layer.view.kind != "git":
+            continue
+        directory = os.path.dirname(layer.upper)
+        try:
+            result = gitapply.apply(layer.upper, layer.view.target, layer.base, workspace)
+            gitcheck.check(layer.view.target, quarantine)
+        except (OSError, ValueError) as error:
+            # Never half-applied in silence: what is left stays in the store, named.
+            result = gitapply.Result((f"{layer.view.target}: the session's git changes could "
+                                      f"not all be applied ({error})",), True)
+        quarantine.lines += result.lines
+        if result.kept:
+            kept = _keep(layer.view, directory)
+            quarantine.lines.append(f"what the session's git wrote and was not applied is "
+                                    f"kept in {kept}")
+        else:
+            remove_tree(directory)
+
+
+def _keep(view: View, directory: str) -> str:
+    target = os.path.join(view.store, "kept", time.strftime("%Y%m%dT%H%M%S") + "-"
+                          + os.path.basename(directory))
+    os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+    import shutil
+
+    # Copied where the upper lay on /dev/shm; links in it are kept as links.
+    shutil.move(directory, target)
+    return target
+
+
+def _keep_interrupted(view: View, quarantine: gitcheck.Quarantine) -> None:
+    """A dead launcher's session was never applied: keep it aside, and say where."""
+    sessions = os.path.join(_upper_base(view.store), "sessions")
+    try:
+        names = os.listdir(sessions)
+    except OSError:
+        return
+    for name in names:
+        if name.isdigit() and int(name) != os.getpid() and not pid_alive(int(name)):
+            kept = _keep(view, os.path.join(sessions, name))
+            quarantine.lines.append(
+                f"an interrupted session's git changes to {view.target} were not applied; "
+                f"they are kept in {kept}/upper")
+
+
+def remove_tree(path: str) -> None:
+    """Remove a directory tree of ours; overlayfs leaves its work directory mode 000."""
+    import shutil
+
+    # Top down: each directory is opened up before the walk lists it.
+    for root, dirs, _files in os.walk(path):
+        for name in dirs:
+            full = os.path.join(root, name)
+            if not os.path.islink(full):
+                try:
+                    os.chmod(full, 0o700)
+                except OSError:
+                    pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def check_made(paths: Iterable[str], workspace: str, overlaid: Iterable[str], since_ns: int,
+               quarantine: gitcheck.Quarantine) -> None:
+    """Repositories the session made or changed without an overlay: checked, and their
+    hooks and configuration from the session quarantined (the config is replaced by
+    its allowed keys)."""
+    done = {os.path.realpath(p) for p in overlaid}
+    for path in paths:
+        gitdir = path
+        if os.path.basename(path) == ".git" and _regular(path):
+            target = gitrepo.gitfile_target(path)
+            if target is None or not _inside(os.path.realpath(target), workspace):
+                quarantine.take(path, "a .git file that names a git directory outside the "
+                                "workspace: git outside would use that directory's config")
+                continue
+            gitdir = target
+        # A worktree's or submodule's git directory inside an overlaid one was applied
+        # with it.
+        resolved = os.path.realpath(gitdir)
+        if any(_inside(resolved, d) for d in done) or not os.path.isdir(gitdir):
+            continue
+        gitcheck.check(gitdir, quarantine)
+        _strip_made(gitdir, since_ns, quarantine)
+
+
+def _strip_made(gitdir: str, since_ns: int, quarantine: gitcheck.Quarantine) -> None:
+    from claude_sandbox.launch import gitpolicy, repoconfig
+
+    hooks = os.path.join(gitdir, "hooks")
+    try:
+        entries = list(os.scandir(hooks))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not entry.name.endswith(".sample") and _since(entry.path, since_ns):
+            quarantine.take(entry.path, "a git hook made in the session: git outside runs it")
+    config = os.path.join(gitdir, "config")
+    if not _since(config, since_ns):
+        return
+    text = gitrepo.read_small(config, 4 << 20) or ""
+    try:
+        allowed, refused = gitpolicy.split(repoconfig.changes((), repoconfig.parse(text)))
+        names = ", ".join(change.name for change, _ in refused)
+    except repoconfig.ConfigSyntax:
+        allowed, names = (), "it does not parse"
+    if names:
+        quarantine.take(config, f"configuration made in the session that git would run or "
+                        f"follow: {names}")
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+            handle.write(repoconfig.rewrite("", allowed))
+
+
+def _since(path: str, since_ns: int) -> bool:
+    try:
+        return os.lstat(path).st_ctime_ns >= since_ns
+    except OSError:
+        return False
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")

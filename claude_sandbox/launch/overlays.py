@@ -1,0 +1,53 @@
+"""The launch's overlays, as the plan names them: which directory, why, where its writes go.
+
+core/views.py mounts them; gitsession.py makes their directories and, after the
+session, applies the git ones by rule (ADR 0010).
+"""
+
+from __future__ import annotations
+
+import os
+
+from claude_sandbox.core.record import record
+from claude_sandbox.launch.mounts import Writable
+
+
+@record
+class View:
+    """An overlay mounted before bwrap starts (core/views.py): the real `target` below,
+    read-only, and an upper directory in the store that takes every write.
+
+    `kind` "git": a git directory, whose upper is per session and applied by rule
+    when the session ends (gitapply.py); "control": an existing control
+    directory, whose upper is the agent's own per-workspace copy, kept for the
+    next session and never applied. `store` holds the upper and work directories.
+    """
+
+    kind: str
+    target: str
+    store: str
+    reason: str
+
+
+def workspace_store(agent_store: str, workspace: str) -> str:
+    """The agent's per-workspace directory in its store: views' uppers, kept changes."""
+    import hashlib
+
+    key = hashlib.sha256(workspace.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(agent_store, "workspaces", f"{os.path.basename(workspace)}-{key}")
+
+
+def views(layout: Writable, base: str) -> tuple[View, ...]:
+    """Every overlay of the launch, in `base` (workspace_store): git directories first,
+    then control directories."""
+    found = [View("git", repo.gitdir, os.path.join(base, "git", str(index)),
+                  f"{repo.why}: an overlay; the session's changes are applied by rule when "
+                  "it ends, never hooks, includes, links or special files (check 70)")
+             for index, repo in enumerate(layout.repositories)]
+    for plan in layout.controls:
+        why = dict(plan.reasons)
+        for path in plan.views:
+            relative = os.path.relpath(path, layout.workspace).replace("/", "%")
+            found.append(View("control", path, os.path.join(base, "controls", relative),
+                              f"control path, an overlay: {why.get(path, '')} (check 52)"))
+    return tuple(found)
