@@ -415,3 +415,86 @@ def check_60_hang_up_ends_the_session(shim: str, agent: str, workdir: str,
     finally:
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         _reap_children()
+
+
+def _git(argv: Sequence[str], cwd: str, home: str) -> subprocess.CompletedProcess[str]:
+    """The user's own git, outside, as a person runs it after a session."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": home, "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "v", "GIT_AUTHOR_EMAIL": "v@x", "GIT_COMMITTER_NAME": "v",
+           "GIT_COMMITTER_EMAIL": "v@x"}
+    return subprocess.run(["git", "-c", "safe.directory=*", *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, check=False, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def _scratch_repository(home: str) -> str:
+    repo = tempfile.mkdtemp(prefix="csbx-verify-git-", dir="/var/tmp")
+    for argv in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "v"]):
+        _git(argv, repo, home)
+    return repo
+
+
+def _launch_in(shim: str, agent: str, repo: str, environ: Mapping[str, str], script: str
+               ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([shim, "shell", "--agent", agent, "--", "/bin/sh", "-c", script],
+                          cwd=repo, env=dict(environ), capture_output=True, text=True,
+                          check=False, stdin=subprocess.DEVNULL, timeout=120)
+
+
+def check_70_git_holds_only_what_git_makes(shim: str, agent: str, home: str,
+                                           environ: Mapping[str, str]) -> Result:
+    """A session plants links and a FIFO in .git; after it, none is there, and the user's
+    own git outside writes nothing through them."""
+    repo = _scratch_repository(home)
+    victim = os.path.join(repo, "victim")
+    try:
+        with open(victim, "w", encoding="utf-8") as handle:
+            handle.write("unchanged\n")
+        links = " ; ".join(f"rm -f .git/{rel} ; ln -s {victim} .git/{rel}"
+                           for rel in ("logs/HEAD", "ORIG_HEAD", "refs/heads/evil"))
+        _launch_in(shim, agent, repo, environ,
+                   f"{links} ; mkfifo .git/FETCH_HEAD ; git checkout -qb 'x;id'")
+        left = []
+        for root, dirs, files in os.walk(os.path.join(repo, ".git")):
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                if os.path.islink(path) or not (os.path.isfile(path) or os.path.isdir(path)):
+                    left.append(os.path.relpath(path, repo))
+        for argv in (["checkout", "-q", "-b", "after"], ["status", "--short"],
+                     ["commit", "-q", "--allow-empty", "-m", "after"]):
+            _git(argv, repo, home)
+        with open(victim, encoding="utf-8") as handle:
+            written = handle.read() != "unchanged\n"
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+    if left or written:
+        return Result("70", "FAIL", f"left in .git: {', '.join(left) or 'nothing'}; "
+                      f"the user's git wrote through a link: {written}")
+    return Result("70", "PASS", "links and a FIFO planted in .git were quarantined; git "
+                  "checkout, status and commit outside wrote through nothing")
+
+
+def check_71_launcher_git_unsteerable(shim: str, agent: str, home: str,
+                                      environ: Mapping[str, str]) -> Result:
+    """An include of /dev/tty and a FIFO at HEAD: the launch neither reads the terminal
+    nor waits on the FIFO."""
+    repo = _scratch_repository(home)
+    try:
+        with open(os.path.join(repo, ".git/config"), "a", encoding="utf-8") as handle:
+            handle.write("[include]\n\tpath = /dev/tty\n")
+        os.unlink(os.path.join(repo, ".git/HEAD"))
+        os.mkfifo(os.path.join(repo, ".git/HEAD"))
+        started = time.monotonic()
+        try:
+            result = _launch_in(shim, agent, repo, environ, "true")
+        except subprocess.TimeoutExpired:
+            return Result("71", "FAIL", "the launch hung on a FIFO at .git/HEAD")
+        took = time.monotonic() - started
+        head_ok = os.path.isfile(os.path.join(repo, ".git/HEAD"))
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+    if result.returncode != 0 or not head_ok or took > 30:
+        return Result("71", "FAIL", f"exit {result.returncode} after {took:.1f} s; "
+                      f"HEAD a regular file again: {head_ok}")
+    return Result("71", "PASS", f"the launch ran in {took:.1f} s; the FIFO was quarantined "
+                  "and the include was never read")

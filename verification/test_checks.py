@@ -860,12 +860,17 @@ def _control_paths() -> list[str]:
 def test_52_control_files_readonly(request: pytest.FixtureRequest) -> None:
     workspace = str(FACTS.get("workspace") or os.getcwd())
     open_to_writes = []
-    for path in _control_paths():
-        if path == os.path.join(workspace, ".git") and os.path.isdir(path):
+    held = 0
+    for path in [*_control_paths(), os.path.join(workspace, ".git")]:
+        if os.path.isdir(path) and not os.path.islink(path):
             mount = mount_at(path)
-            assert mount is not None, f"{path} is not pinned (it could be renamed away)"
+            assert mount is not None and mount.fstype == "overlay", \
+                f"{path} is not an overlay (the agent would write the real one)"
+            held += 1
             continue
-        assert os.path.lexists(path), f"{path} is absent, so it could be created"
+        if not os.path.lexists(path):
+            continue  # absent: nothing stands in; the session-end report names it if made
+        held += 1
         can, evidence = writable(path)
         if can:
             open_to_writes.append(evidence)
@@ -892,7 +897,7 @@ def test_52_control_files_readonly(request: pytest.FixtureRequest) -> None:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(probe)
-    note(request, f"{len(_control_paths())} control paths read-only; git add and commit work")
+    note(request, f"{held} existing control paths held; git add and commit work")
 
 
 def _git(git: str, workspace: str, *argv: str) -> subprocess.CompletedProcess[str]:

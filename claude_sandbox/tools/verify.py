@@ -518,6 +518,10 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, workdir, base_env))
                 results.append(outside_module.check_60_hang_up_ends_the_session(
                     SHIM, agent, workdir, base_env))
+                results.append(outside_module.check_70_git_holds_only_what_git_makes(
+                    SHIM, agent, facts["home"], base_env))
+                results.append(outside_module.check_71_launcher_git_unsteerable(
+                    SHIM, agent, facts["home"], base_env))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,
@@ -528,7 +532,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     before, ignore=[workdir, *fixtures.files]))
             else:
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
-                            for number in ("27", "48", "49", "60", "35", "53")]
+                            for number in ("27", "48", "49", "60", "35", "53", "70", "71")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()

@@ -316,28 +316,29 @@ def test_a_bad_line_in_the_real_config_file_refuses(tmp_path: pytest.TempPathFac
 
 
 def test_sessions_side_by_side_share_one_workspace(launcher: Launcher) -> None:
-    """A second session (and eight at once) in a workspace that is not a git repository,
-    while another runs: each starts, none can create .git/config, and nothing is left."""
+    """A second session (and eight at once) in a workspace while another runs: each
+    starts, and the sandbox leaves nothing in the workspace (ADR 0010: no stand-ins)."""
     first = subprocess.Popen(
         ["setpriv", f"--reuid={launcher.uid}", f"--regid={launcher.uid}", "--init-groups",
-         "/usr/local/bin/claude-sandbox", "shell", "--", "/bin/sleep", "4"],
+         "/usr/local/bin/claude-sandbox", "shell", "--", "/bin/sh", "-c",
+         "touch started && sleep 4"],
         cwd=launcher.workspace, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": launcher.home,
              "CLAUDE_SANDBOX_EGRESS_JAIL": "0"})
     try:
         deadline = time.monotonic() + 15
-        while not os.path.isdir(os.path.join(launcher.workspace, ".git")):
+        while not os.path.exists(os.path.join(launcher.workspace, "started")):
             assert time.monotonic() < deadline, "the first session did not start"
             time.sleep(0.05)
-        second = launcher.shell("/bin/sh", "-c", "touch .git/config || echo refused")
+        assert os.listdir(launcher.workspace) == ["started"]  # nothing of the sandbox's
+        second = launcher.shell("/bin/true")
         assert second.returncode == 0, second.stderr
-        assert "refused" in second.stdout
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             results = list(pool.map(lambda _: launcher.shell("/bin/true"), range(8)))
         assert [r.returncode for r in results] == [0] * 8, [r.stderr for r in results]
     finally:
         first.wait(timeout=30)
-    assert os.listdir(launcher.workspace) == []
+    assert os.listdir(launcher.workspace) == ["started"]
 
 
 def test_a_refusal_while_planning_leaves_no_jail_behind(launcher: Launcher) -> None:

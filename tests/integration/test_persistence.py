@@ -112,26 +112,36 @@ def _git(launcher: Launcher, *argv: str) -> None:
                    check=True, capture_output=True)
 
 
-def test_control_files_are_read_only_and_git_still_commits(launcher: Launcher) -> None:
+def test_control_files_stay_the_users_and_git_still_commits(launcher: Launcher) -> None:
+    """Existing control paths are held (a directory is the agent's own copy, a file is
+    read-only); git's directory is an overlay whose hooks and config plants never land;
+    absent control paths are not held, and the session-end report names them (ADR 0010)."""
     _git(launcher, "init", "-q")
     os.makedirs(os.path.join(launcher.workspace, ".vscode"))
+    with open(os.path.join(launcher.workspace, ".envrc"), "w") as handle:
+        handle.write("# the user's\n")
     subprocess.run(["chown", "-R", f"{launcher.uid}:{launcher.uid}", launcher.workspace],
                    check=True)
-    before = sorted(os.listdir(launcher.workspace))
     attempts = " ; ".join(
         f"(echo x >> {path} && echo WROTE {path})" for path in (
-            ".git/hooks/pre-commit", ".git/config", ".git/commondir", ".mcp.json",
-            ".claude/settings.json", ".vscode/tasks.json", ".devcontainer/devcontainer.json",
-            ".envrc", ".pi/extensions/x.ts", ".codex/config.toml"))
-    script = (f"{attempts} ; (mv .git .git-old && echo WROTE moved) ; "
+            ".git/hooks/pre-commit", ".git/config", ".vscode/tasks.json", ".envrc",
+            ".mcp.json"))
+    script = (f"{attempts} ; (mv .git .git-old && echo MOVED) ; "
               "echo hi > file && git add file && git commit -qm first && git log --oneline")
     result = launcher.shell("/bin/sh", "-c", script)
-    assert "WROTE" not in result.stdout, result.stdout
     assert "first" in result.stdout, result.stderr
-    # Outside: the placeholders are gone, git sees the commit, no hook was planted.
-    assert sorted(os.listdir(launcher.workspace)) == sorted({*before, "file"})
-    assert not os.path.exists(os.path.join(launcher.workspace, ".git/hooks/pre-commit"))
-    log = subprocess.run(["git", "-c", "safe.directory=*", "-C", launcher.workspace, "log",
+    assert "MOVED" not in result.stdout and "WROTE .envrc" not in result.stdout
+    # Outside: the plants in .git did not land, the held paths are the user's.
+    workspace = launcher.workspace
+    assert not os.path.exists(os.path.join(workspace, ".git/hooks/pre-commit"))
+    with open(os.path.join(workspace, ".git/config")) as handle:
+        assert "x" not in handle.read().split()
+    assert os.listdir(os.path.join(workspace, ".vscode")) == []
+    with open(os.path.join(workspace, ".envrc")) as handle:
+        assert handle.read() == "# the user's\n"
+    # Absent, so not held: created, and named when the session ended.
+    assert ".mcp.json" in result.stderr and "control file" in result.stderr
+    log = subprocess.run(["git", "-c", "safe.directory=*", "-C", workspace, "log",
                           "--oneline"], capture_output=True, text=True, check=True)
     assert "first" in log.stdout
 
@@ -139,7 +149,7 @@ def test_control_files_are_read_only_and_git_still_commits(launcher: Launcher) -
 def test_a_nested_control_file_is_reported_when_the_session_ends(launcher: Launcher) -> None:
     result = launcher.shell("/bin/sh", "-c", "mkdir -p sub/.claude && echo '{}' > sub/.mcp.json")
     assert result.returncode == 0
-    assert f"the session created or changed {launcher.workspace}/sub/.mcp.json" in result.stderr
+    assert "sub/.mcp.json" in result.stderr and "review them" in result.stderr
 
 
 def test_the_environment_cannot_widen_the_operators_file(launcher: Launcher) -> None:
