@@ -446,7 +446,9 @@ def check_70_git_holds_only_what_git_makes(shim: str, agent: str, home: str,
     """A session plants links and a FIFO in .git; after it, none is there, and the user's
     own git outside writes nothing through them."""
     repo = _scratch_repository(home)
-    victim = os.path.join(repo, "victim")
+    # Outside the workspace, as ~/.bashrc is: the agent itself cannot write it.
+    handle_fd, victim = tempfile.mkstemp(prefix=".csbx-verify-victim-", dir=home)
+    os.close(handle_fd)
     try:
         with open(victim, "w", encoding="utf-8") as handle:
             handle.write("unchanged\n")
@@ -467,6 +469,7 @@ def check_70_git_holds_only_what_git_makes(shim: str, agent: str, home: str,
             written = handle.read() != "unchanged\n"
     finally:
         shutil.rmtree(repo, ignore_errors=True)
+        os.unlink(victim)
     if left or written:
         return Result("70", "FAIL", f"left in .git: {', '.join(left) or 'nothing'}; "
                       f"the user's git wrote through a link: {written}")

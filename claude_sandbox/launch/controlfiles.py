@@ -21,9 +21,9 @@ renders), without making anything in the workspace (ADR 0010):
 - every directory between the writable root and a protected path is bound
   onto itself ("pinned"), so the protection cannot be moved away with it;
 - an absent path is not held: nothing stands in for it, because a stand-in
-  shows to git, the agents, the IDE and the user's terminal. The session-end
-  report names it when the session creates it (aftermath.py), and
-  `workspace-mode = review` keeps it out of the workspace until applied;
+  shows to git, the agents, the IDE and the user's terminal. What the session
+  creates there is moved, when it ends, into the agent's per-workspace store
+  and named (steps.py), so no program outside finds it there afterwards;
 - a protected path that is a symbolic link cannot be held (a mount follows
   the link, and the link itself could be swapped): the launch is refused.
 """
@@ -79,6 +79,7 @@ class ControlPlan:
     pinned: tuple[str, ...]  # directories bound read-write onto themselves
     read_only: tuple[str, ...]  # existing files, bound read-only onto themselves
     views: tuple[str, ...]  # existing directories: overlays with the agent's copy on top
+    absent: tuple[str, ...]  # not there at launch: what the session makes there is moved
     reasons: tuple[tuple[str, str], ...]  # (absolute path, why) for explain
 
 
@@ -138,6 +139,7 @@ def plan(
     pinned: list[str] = []
     read_only: list[str] = []
     views: list[str] = []
+    absent: list[str] = []
     reasons: list[tuple[str, str]] = []
     for control, viewable in rows:
         parts = control.path.split("/")
@@ -146,6 +148,8 @@ def plan(
             kind = kinds.get(ancestor)
             if kind == "link":
                 _refuse_link(ancestor, control.path)
+            if kind is None and ancestor not in absent:
+                absent.append(ancestor)
             if kind != "dir":
                 break  # absent (nothing to hold), or a file nothing can be made below
             if ancestor not in pinned:
@@ -155,6 +159,8 @@ def plan(
             kind = kinds.get(path)
             if kind == "link":
                 _refuse_link(path, control.path)
+            if kind is None and path not in absent:
+                absent.append(path)
             if kind is None or path in read_only or path in views:
                 continue
             if kind == "dir" and viewable:
@@ -174,6 +180,7 @@ def plan(
         pinned=tuple(sorted(pinned, key=_depth)),
         read_only=tuple(sorted(read_only, key=_depth)),
         views=tuple(sorted(views, key=_depth)),
+        absent=tuple(absent),
         reasons=tuple(reasons),
     )
 

@@ -62,7 +62,10 @@ def _git_identity(git: str, home: str) -> dict[str, str]:
     """user.name and user.email from the user's global config, in one git call."""
     try:
         status, output = capture(
-            [git, "config", "--global", "-z", "--get-regexp", r"^user\.(name|email)$"],
+            # -C /: git looks for a repository where it starts, and the launch directory's
+            # could hold a FIFO at HEAD or an include of /dev/tty (check 71).
+            [git, "-C", "/", "config", "--global", "-z", "--get-regexp",
+             r"^user\.(name|email)$"],
             {"HOME": home, "PATH": "/usr/bin:/bin"},
         )
     except OSError:

@@ -38,6 +38,7 @@ from claude_sandbox.launch import (
     state,
 )
 from claude_sandbox.launch.janitor import Janitor
+from claude_sandbox.launch.mounts import Writable
 from claude_sandbox.launch.request import Request
 
 TYPE_CHECKING = False
@@ -231,6 +232,30 @@ def _say(quarantine: gitcheck.Quarantine) -> None:
     quarantine.lines.clear()
 
 
+def _move_created_controls(layout: Writable, store: str,
+                           quarantine: gitcheck.Quarantine) -> None:
+    """A control path absent at launch that the session made is the agent's own copy:
+    moved into its per-workspace store, named, never left for a program outside."""
+    import shutil
+
+    for control_plan in layout.controls:
+        for path in control_plan.absent:
+            if not os.path.lexists(path):
+                continue
+            target = os.path.join(store, "created", time.strftime("%Y%m%dT%H%M%S"),
+                                  os.path.relpath(path, "/"))
+            try:
+                os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+                shutil.move(path, target)
+            except OSError as error:
+                quarantine.lines.append(f"warning: the session made the control path {path}, "
+                                        f"and it could not be moved away ({error.strerror})")
+                continue
+            quarantine.lines.append(f"the session made the control path {path}: moved to "
+                                    f"{target} (programs outside would run it); to keep it: "
+                                    f"mv '{target}' '{path}'")
+
+
 def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
                     since_ns: int) -> None:
     """git's changes applied by rule, then what the session made, by class (ADR 0010)."""
@@ -239,6 +264,7 @@ def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
     layout = the_plan.layout
     quarantine = prepared.quarantine
     gitsession.finish(prepared.layers, layout.workspace, quarantine)
+    _move_created_controls(layout, the_plan.workspace_store, quarantine)
     table = controlfiles.controls(cfg.protect, cfg.unprotect)
     names = frozenset(control.path.split("/")[-1] for control in table)
     roots = [r for r in (layout.workspace, *layout.allow_write) if os.path.isdir(r)]

@@ -73,5 +73,5 @@ def run_all(workspace: str, markers: str, agents: Sequence[str] = AGENTS,
         return Outcome("FAIL", f"ran outside: {', '.join(fired)}")
     if not ran:
         return Outcome("SKIP", "no agent installed to start outside")
-    return Outcome("PASS", f"plants refused inside; started outside in the workspace: "
+    return Outcome("PASS", f"plants made inside; started outside in the workspace: "
                    f"{', '.join(ran)}; none of them ran a plant")

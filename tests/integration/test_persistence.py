@@ -139,8 +139,9 @@ def test_control_files_stay_the_users_and_git_still_commits(launcher: Launcher) 
     assert os.listdir(os.path.join(workspace, ".vscode")) == []
     with open(os.path.join(workspace, ".envrc")) as handle:
         assert handle.read() == "# the user's\n"
-    # Absent, so not held: created, and named when the session ended.
-    assert ".mcp.json" in result.stderr and "control file" in result.stderr
+    # Absent, so not held: the agent's own copy, moved into the store when it ended.
+    assert "control path" in result.stderr and ".mcp.json: moved to" in result.stderr
+    assert not os.path.exists(os.path.join(workspace, ".mcp.json"))
     log = subprocess.run(["git", "-c", "safe.directory=*", "-C", workspace, "log",
                           "--oneline"], capture_output=True, text=True, check=True)
     assert "first" in log.stdout
