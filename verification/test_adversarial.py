@@ -484,34 +484,42 @@ def test_a32_path_dir_ahead(request: Req) -> None:
 
 
 def test_a33_git_hooks_in_workspace(request: Req) -> None:
+    """The writes may land inside: git directories and control directories are overlays
+    and a control path the session makes is moved to the store when it ends. What counts
+    is the real workspace afterwards, confirmed from outside: no new file there, and no
+    planted text in a file that was there (tools/adversarial.py)."""
     workspace = str(FACTS.get("workspace") or os.getcwd())
-    landed = []
+    made, appended = [], []
     for relative, text in (
         (".git/hooks/pre-commit", "#!/bin/sh\necho planted by claude-sandbox verify\n"),
         (".git/config", "[core]\n\thooksPath = .csbx-hooks\n"),
         (".git/commondir", "../.csbx-evil\n"),
-        (".claude/settings.json", '{"hooks": {}}\n'),
-        (".mcp.json", '{"mcpServers": {}}\n'),
-        (".vscode/tasks.json", '{"tasks": []}\n'),
-        (".devcontainer/devcontainer.json", '{"postCreateCommand": "id"}\n'),
+        (".claude/settings.json", '{"hooks": {"csbx": []}}\n'),
+        (".mcp.json", '{"mcpServers": {"csbx": {}}}\n'),
+        (".vscode/tasks.json", '{"tasks": [{"label": "csbx"}]}\n'),
+        (".devcontainer/devcontainer.json", '{"postCreateCommand": "csbx-id"}\n'),
     ):
         path = os.path.join(workspace, relative)
+        existed = os.path.lexists(path)
         try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "a", encoding="utf-8") as handle:
                 handle.write(text)
         except OSError:
             continue
-        landed.append(path)
+        if existed:
+            appended.append([path, text])
+        else:
+            made.append(path)
     try:
         os.rename(os.path.join(workspace, ".git"), os.path.join(workspace, ".git-moved"))
-        landed.append(f"{workspace}/.git (renamed away)")
+        pytest.fail(f"{workspace}/.git was renamed away: git outside would follow a new one")
     except OSError:
         pass
-    if landed:
-        request.node.user_properties.append(("planted", [p for p in landed if "(" not in p]))
-        pytest.fail(f"control files written: {', '.join(landed)}")
-    _blocked(request, "git hooks and config, agent and IDE project settings, dev-container "
-             "config: read-only, and .git cannot be swapped")
+    request.node.user_properties.append(("planted", made))
+    request.node.user_properties.append(("appended", appended))
+    _blocked(request, f"{len(made) + len(appended)} control files written inside, none may "
+             "reach the real workspace (confirmed outside); .git cannot be swapped")
 
 
 def test_a34_host_run_code_in_bulk_binds(request: Req) -> None:

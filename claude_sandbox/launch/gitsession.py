@@ -10,18 +10,22 @@ the session made or changed that had no overlay (a nested one the agent
 created) are checked the same way, and their hooks and configuration changed
 in the session are quarantined (ADR 0010, check 70).
 
-A launcher killed before it applied leaves its session's upper directories in
-the store; the next launch in that workspace keeps them aside and says where,
-so nothing the agent's git wrote is lost or applied unread.
+A launcher killed before it applied leaves its session's directory behind. Each
+session's directory holds a lock its launcher keeps for its whole life, so the
+next launch in that workspace tells an interrupted session from a live one by
+the lock, not by a process ID a container reuses. An interrupted session that
+wrote nothing is removed; one that wrote is kept aside and named, so nothing the
+agent's git wrote is lost or applied unread.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import time
 
-from claude_sandbox.core.process import pid_alive
+from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch import gitapply, gitcheck, gitrepo
 from claude_sandbox.launch.overlays import View
@@ -39,10 +43,25 @@ class Layer:
     upper: str
     work: str
     base: gitapply.Snapshot | None  # a git view's real directory at launch
+    lock: int | None  # a git view's session lock, held until it is applied
 
 
-def _session_dir(view: View) -> str:
-    return os.path.join(_upper_base(view.store), "sessions", str(os.getpid()))
+def _new_session(view: View) -> tuple[str, int]:
+    """A session directory of this launch's, locked for as long as the launcher lives.
+
+    Made under a dot name and renamed once locked: a concurrent launch never takes a
+    directory that is still being made for an interrupted one."""
+    sessions = os.path.join(_upper_base(view.store), "sessions")
+    os.makedirs(sessions, mode=0o700, exist_ok=True)
+    name = os.urandom(8).hex()
+    staging = os.path.join(sessions, f".new-{name}")
+    os.mkdir(staging, 0o700)
+    fd = os.open(os.path.join(staging, "lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    directory = os.path.join(sessions, name)
+    os.rename(staging, directory)
+    return directory, fd
 
 
 # overlayfs refuses an upper directory on overlayfs, and a container's root file system
@@ -61,8 +80,6 @@ def _upper_base(store: str) -> str:
     os.makedirs(base, mode=0o700, exist_ok=True)
     info = os.lstat(base)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
-
         raise SandboxError(f"{base} is not a directory of yours: the sandbox keeps the "
                            "session's git changes there; remove it", EXIT_REFUSED)
     os.chmod(base, 0o700)
@@ -89,19 +106,28 @@ def prepare(views: Sequence[View], quarantine: gitcheck.Quarantine) -> tuple[Lay
     """Check each git directory, note it, and make every overlay's directories."""
     layers = []
     for view in views:
-        base = None
-        if view.kind == "git":
-            _keep_interrupted(view, quarantine)
-            gitcheck.check(view.target, quarantine)
-            base = gitapply.snapshot(view.target)
-            directory = _session_dir(view)
-        else:
-            directory = _upper_base(view.store)
-        upper, work = os.path.join(directory, "upper"), os.path.join(directory, "work")
-        for path in (upper, work):
-            os.makedirs(path, mode=0o700, exist_ok=True)
-        layers.append(Layer(view, upper, work, base))
+        try:
+            layers.append(_prepare_one(view, quarantine))
+        except OSError as error:
+            raise SandboxError(f"{view.store}: the session's overlay for {view.target} could "
+                               f"not be made ({error.strerror or error}); the agent's store "
+                               "must be writable", EXIT_REFUSED) from None
     return tuple(layers)
+
+
+def _prepare_one(view: View, quarantine: gitcheck.Quarantine) -> Layer:
+    base = lock = None
+    if view.kind == "git":
+        _keep_interrupted(view, quarantine)
+        gitcheck.check(view.target, quarantine)
+        base = gitapply.snapshot(view.target)
+        directory, lock = _new_session(view)
+    else:
+        directory = _upper_base(view.store)
+    upper, work = os.path.join(directory, "upper"), os.path.join(directory, "work")
+    for path in (upper, work):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    return Layer(view, upper, work, base, lock)
 
 
 def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarantine) -> None:
@@ -118,23 +144,31 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
             result = gitapply.Result((f"{layer.view.target}: the session's git changes could "
                                       f"not all be applied ({error})",), True)
         quarantine.lines += result.lines
-        if result.kept:
-            kept = _keep(layer.view, directory)
-            quarantine.lines.append(f"what the session's git wrote and was not applied is "
-                                    f"kept in {kept}")
-        else:
-            remove_tree(directory)
+        try:
+            if result.kept:
+                kept = _keep(layer.view, directory)
+                quarantine.lines.append(f"what the session's git wrote and was not applied "
+                                        f"is kept in {kept}")
+            else:
+                remove_tree(directory)
+        except OSError as error:
+            quarantine.lines.append(f"what the session's git wrote stays in {directory} "
+                                    f"({error.strerror or error})")
+        finally:
+            if layer.lock is not None:
+                os.close(layer.lock)
 
 
 def _keep(view: View, directory: str) -> str:
-    target = os.path.join(view.store, "kept", time.strftime("%Y%m%dT%H%M%S") + "-"
-                          + os.path.basename(directory))
-    os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-    import shutil
-
-    # Copied where the upper lay on /dev/shm; links in it are kept as links.
-    shutil.move(directory, target)
-    return target
+    """Keep a session's upper directory aside, beside the sessions: a rename on one file
+    system, never a copy (an upper holds overlayfs whiteouts, device files only root
+    could make again). The work directory is overlayfs's scratch: removed first."""
+    remove_tree(os.path.join(directory, "work"))
+    kept = os.path.join(_upper_base(view.store), "kept")
+    os.makedirs(kept, mode=0o700, exist_ok=True)
+    target = os.path.join(kept, f"{time.strftime('%Y%m%dT%H%M%S')}-{os.urandom(4).hex()}")
+    os.rename(directory, target)
+    return os.path.join(target, "upper")
 
 
 def _keep_interrupted(view: View, quarantine: gitcheck.Quarantine) -> None:
@@ -145,11 +179,41 @@ def _keep_interrupted(view: View, quarantine: gitcheck.Quarantine) -> None:
     except OSError:
         return
     for name in names:
-        if name.isdigit() and int(name) != os.getpid() and not pid_alive(int(name)):
-            kept = _keep(view, os.path.join(sessions, name))
+        if name.startswith("."):
+            continue  # being made, or a launch that died making it: holds nothing
+        directory = os.path.join(sessions, name)
+        lock = _take_lock(directory)
+        if lock is False:
+            continue  # its launcher is alive
+        try:
+            upper = os.path.join(directory, "upper")
+            if not os.path.isdir(upper) or not os.listdir(upper):
+                remove_tree(directory)  # it wrote nothing: nothing to keep or say
+                continue
+            kept = _keep(view, directory)
             quarantine.lines.append(
                 f"an interrupted session's git changes to {view.target} were not applied; "
-                f"they are kept in {kept}/upper")
+                f"they are kept in {kept}")
+        finally:
+            if isinstance(lock, int):
+                os.close(lock)
+
+
+def _take_lock(directory: str) -> int | bool | None:
+    """The session's lock, taken: its fd; False while its launcher lives; None when it
+    has none (a session made before locks, or broken): treated as interrupted."""
+    try:
+        fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None if os.path.isdir(directory) else False
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    return fd
 
 
 def remove_tree(path: str) -> None:

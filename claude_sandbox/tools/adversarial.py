@@ -1,9 +1,10 @@
 """The adversarial suite's outside half: confirm from outside what the inside planted.
 
-An attempt that writes somewhere records the exact path it wrote in its row
-("planted"); only the outside can tell whether that write survived the
-sandbox. `confirm` checks each path, removes it, and turns the row into the
-final verdict.
+An attempt that writes somewhere records the exact path it made in its row
+("planted"), and the text it appended to a file that was there ("appended");
+only the outside can tell whether that write survived the sandbox. `confirm`
+checks each path, removes a planted one (an appended-to file is the user's: it
+is named, never touched), and turns the row into the final verdict.
 """
 
 from __future__ import annotations
@@ -26,10 +27,14 @@ class Confirmed:
 def confirm(rows: Iterable[Mapping[str, Any]], facts: Mapping[str, Any]) -> list[Confirmed]:
     results = []
     for row in rows:
-        planted = row.get("planted")
-        if not planted or row.get("outcome") == "FAIL":
+        planted = row.get("planted") or []
+        # [path, text]: text a probe appended to a file that was there before it.
+        appended = row.get("appended") or []
+        if not (planted or appended) or row.get("outcome") == "FAIL":
             continue
         survivors = [path for path in planted if os.path.lexists(path)]
+        # Reported, never removed: the file is the user's.
+        changed = [path for path, text in appended if text in _read(path)]
         for path in survivors:
             with contextlib.suppress(OSError):
                 if os.path.isdir(path) and not os.path.islink(path):
@@ -37,6 +42,10 @@ def confirm(rows: Iterable[Mapping[str, Any]], facts: Mapping[str, Any]) -> list
                 else:
                     os.unlink(path)
         detail = str(row.get("detail", ""))
+        if changed:
+            results.append(Confirmed(row["id"], "FAIL", "planted text persisted outside in "
+                                     f"{', '.join(changed)}"))
+            continue
         if not survivors:
             results.append(Confirmed(row["id"], "PASS", f"{detail}; nothing persisted outside"))
         elif detail.startswith("EXPOSED"):
@@ -47,3 +56,11 @@ def confirm(rows: Iterable[Mapping[str, Any]], facts: Mapping[str, Any]) -> list
                                      f"persisted outside: {', '.join(survivors)}"))
     del facts
     return results
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(1 << 20)
+    except OSError:
+        return ""

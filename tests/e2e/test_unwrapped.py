@@ -133,6 +133,14 @@ def _run_outside(user: pwd.struct_passwd, workspace: str, home: str) -> list[str
     return ran
 
 
+def _text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
 def _snapshot(home: str) -> dict[str, bytes | None]:
     saved: dict[str, bytes | None] = {}
     for relative in home_plants("x"):
@@ -165,8 +173,15 @@ def test_plants_from_inside_run_nowhere_outside(user: pwd.struct_passwd, workspa
                        for k, v in workspace_plants(markers).items()})
         report = _plant_inside(user, workspace, plants)
         assert "wrote" in report  # the home plants land, in the agent's own store
-        for relative in (".git/config", ".mcp.json", ".claude/settings.json", ".pi/extensions"):
-            assert f"refused {os.path.join(workspace, relative)}" in report, report
+        # The workspace plants land inside too (git and control directories are
+        # overlays; a control path the session made is moved to the store): none of
+        # them may be in the real workspace afterwards.
+        for relative in (".git/config", ".git/hooks/post-checkout", ".mcp.json",
+                         ".claude/settings.json", ".codex/config.toml",
+                         ".pi/extensions/csbx.ts"):
+            path = os.path.join(workspace, relative)
+            assert f"wrote {path}" in report, report
+            assert plants[path] not in _text(path), f"{relative} reached the real workspace"
         after = _snapshot(home)
         assert after == before, "a plant reached the user's real home"
         ran = _run_outside(user, workspace, home)
