@@ -73,8 +73,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         for key, value in report.user_properties:
             if key == "planted":
                 row.setdefault("planted", []).extend(value)
-            elif key == "markers":
-                row["markers"] = value
+            elif key in ("markers", "appended", "reported"):
+                row[key] = value
         _ROWS.append(row)
 
 

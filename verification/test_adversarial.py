@@ -613,3 +613,39 @@ def test_a39_launcher_environ(request: Req) -> None:
         _blocked(request, f"/proc/{pid}/environ: {errname(error.errno or 0)}")
         return
     pytest.fail(f"read the launcher's environ (/proc/{pid}/environ)")
+
+
+# What A46 plants: files that programs started outside later run or obey. In live mode
+# the workspace is the agent's to write, so they land; the defence is that the
+# session-end report names each one (confirmed outside, tools/adversarial.py).
+RUN_OUTSIDE = {
+    "csbx_app.py": "print('app')\n",
+    "__pycache__/csbx_app.cpython-311.pyc": "planted bytecode\n",
+    ".venv/bin/activate": "touch /tmp/csbx-activate\n",
+    ".venv/lib/python3.11/site-packages/csbx.pth": "import os\n",
+    ".cargo/config.toml": "[build]\nrustc-wrapper = \"/tmp/csbx-wrapper\"\n",
+    ".pdbrc": "import os\n",
+    ".npmrc": "script-shell=/tmp/csbx-shell\n",
+    ".yarnrc": "yarn-path \"/tmp/csbx-yarn.js\"\n",
+    ".pnpmfile.cjs": "module.exports = {}\n",
+    "bunfig.toml": "preload = [\"./csbx.ts\"]\n",
+    ".lfsconfig": "[lfs]\n\turl = http://csbx.invalid/\n",
+}
+
+
+def test_a46_run_outside_plants_named(request: Req) -> None:
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    landed = []
+    for relative, text in RUN_OUTSIDE.items():
+        path = os.path.join(workspace, relative)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError:
+            continue
+        if relative != "csbx_app.py":  # the source itself is ordinary work
+            landed.append(relative)
+    request.node.user_properties.append(("reported", landed))
+    _blocked(request, f"{len(landed)} files programs outside would run or obey written; "
+             "each must be named by the session-end report (confirmed outside)")

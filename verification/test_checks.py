@@ -1089,3 +1089,49 @@ def test_61_no_inherited_descriptor_inside(request: pytest.FixtureRequest) -> No
     assert not leaked, f"descriptor(s) {', '.join(leaked)} inside lead to {target}"
     note(request, f"the launcher held descriptor {planted.get('fd')} on {target}; "
                   "nothing inside leads there")
+
+
+# The trees of / a session is shown (claude_sandbox/launch/reads.py), and the mounts
+# every sandbox makes for itself.
+SHOWN_ROOTS = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "var",
+               "sys", "nix", "snap", "gnu", ".dockerenv", "proc", "dev", "tmp", "run"}
+
+
+def test_72_reads_by_inversion(request: pytest.FixtureRequest) -> None:
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    home = str(FACTS.get("home") or os.path.expanduser("~"))
+    shown = [workspace, home, *FACTS.get("allow_write", ()), *FACTS.get("allow_read", ()),
+             *(p for p in FACTS.get("path", ()) if p.startswith("/"))]
+
+    def on_the_way(directory: str) -> set[str]:
+        """The entries of `directory` that lead to a path the sandbox shows."""
+        prefix = directory.rstrip("/") + "/"
+        return {p[len(prefix):].split("/", 1)[0] for p in shown if p.startswith(prefix)}
+
+    extra = []
+    for name in sorted(set(os.listdir("/")) - SHOWN_ROOTS):
+        top = f"/{name}"
+        if any(p == top or p.startswith(top + "/") for p in shown):
+            continue  # walked below
+        extra.append(top)
+    # Each directory on the way to a shown path holds only what leads there.
+    for path in shown:
+        parts = path.strip("/").split("/")
+        for depth in range(1, len(parts)):
+            directory = "/" + "/".join(parts[:depth])
+            if parts[0] in SHOWN_ROOTS or any(directory == p for p in shown):
+                break
+            try:
+                names = set(os.listdir(directory))
+            except OSError:
+                continue
+            extra += [os.path.join(directory, n) for n in sorted(names - on_the_way(directory))]
+    assert not extra, f"shown inside, and no part of the sandbox: {', '.join(extra)}"
+    others = [h for h in FACTS.get("other_homes", ()) if os.path.lexists(h)
+              and not any(p.startswith(h.rstrip("/") + "/") for p in shown)]
+    assert not others, f"another user's home is visible: {', '.join(others)}"
+    outer = set(FACTS.get("outer_root", ()))
+    hidden = sorted(outer - SHOWN_ROOTS - {p.strip("/").split("/")[0] for p in shown})
+    note(request, f"/ shows the system trees; hidden: {', '.join('/' + n for n in hidden)}"
+         + (f"; {len(FACTS.get('other_homes', ()))} other home(s) absent"
+            if FACTS.get("other_homes") else ""))

@@ -58,6 +58,14 @@ _WORDS = {
 }
 _SPECIAL = stat.S_IFIFO, stat.S_IFSOCK, stat.S_IFCHR, stat.S_IFBLK
 _STARTUP = frozenset({"sitecustomize.py", "usercustomize.py", "pyvenv.cfg"})
+# Project files, at any depth, that make a tool run a program they name: a bun
+# preload, a pnpm hook, yarn's yarnPath, a git-hook manager's hooks, mise's tasks and
+# hooks, a toolchain file's path. Named as control files, not held: editing them is
+# ordinary work, and the session-end report says they changed.
+_TOOL_CONFIG = frozenset({"bunfig.toml", ".pnpmfile.cjs", ".yarnrc.yml", ".yarnrc",
+                          "lefthook.yml", ".lefthook.yml", ".pre-commit-config.yaml",
+                          "mise.toml", ".mise.toml", "rust-toolchain.toml", "rust-toolchain",
+                          ".npmrc", ".lfsconfig", ".pdbrc"})
 _EXEC_BITS = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 
@@ -176,7 +184,7 @@ def _classify(path: str, name: str, mode: int, dotted: bool,
     # The name classes hold for a link inside too: a program that opens the name follows it.
     if name == ".git":
         return "git"
-    if name in control_names:
+    if name in control_names or name in _TOOL_CONFIG:
         return "control"
     activate = name == "activate" or name.startswith("activate.") or name == "Activate.ps1"
     if name.endswith(".pth") or name in _STARTUP or (

@@ -129,7 +129,12 @@ def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts, store: str)
         rows = derived_controls(top, facts)
         candidates = controlfiles.candidates(top, table, [r for r, _ in rows])
         plans.append(controlfiles.plan(top, table, rows, controlfiles.probe(candidates)))
-    return Writable(root, extra, tuple(plans), gitrepo.find(root))
+    readable = tuple(workspace.check_readable(path, rules,
+                                              where=cfg.path_origins.get(path, "allow-read"))
+                     for path in cfg.allow_read)
+    on_path = tuple(path for path in rules.path_dirs
+                    if workspace.readable_refusal(path, rules) is None)
+    return Writable(root, extra, tuple(plans), gitrepo.find(root), readable, on_path)
 
 
 def derived_controls(top: str, facts: hostfacts.HostFacts) -> list[tuple[str, str]]:

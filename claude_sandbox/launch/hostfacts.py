@@ -54,6 +54,18 @@ class HostFacts:
     # /etc/resolv.conf leads to: the runtime trees are masked, that file comes back.
     runtime_dirs: tuple[str, ...] = ()
     resolv_target: str = "/etc/resolv.conf"
+    # The entries of /: (name, link target or None). Only the system trees among them
+    # are shown inside (reads.py, check 72).
+    root_entries: tuple[tuple[str, str | None], ...] = ()
+
+
+def root_entries() -> tuple[tuple[str, str | None], ...]:
+    found = []
+    with os.scandir("/") as entries:
+        for entry in entries:
+            link = os.readlink(entry.path) if entry.is_symlink() else None
+            found.append((entry.name, link))
+    return tuple(sorted(found))
 
 
 def _entry_state(path: str) -> str:
@@ -253,4 +265,5 @@ def probe(
         runtime_dirs=tuple(d for d in RUNTIME_DIRS
                            if os.path.isdir(d) and not os.path.islink(d)),
         resolv_target=os.path.realpath("/etc/resolv.conf"),
+        root_entries=root_entries(),
     )

@@ -71,7 +71,8 @@ KEYS: tuple[Key, ...] = (
     Key("unprotect",        None, Kind.RELPATHS, "(none)",
         "a built-in workspace control path to leave writable"),
     Key("allow-read",       None, Kind.PATHS,    "(none)",
-        "outside paths visible read-only at the same place (a package cache, a toolchain)"),
+        "paths outside the system trees shown read-only at the same place (a package "
+        "cache, a toolchain); never a home, its dot entries or the state store (check 72)"),
     Key("allow-socket",     None, Kind.PATHS,    "(none)",
         "unix sockets (or directories of them) outside the workspace the sandbox may connect to"),
     Key("tmpfs-size",       None, Kind.SIZE,     "1G",

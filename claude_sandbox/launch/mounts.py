@@ -15,6 +15,7 @@ import os
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
+from claude_sandbox.launch import reads
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.controlfiles import ControlPlan
 from claude_sandbox.launch.gitrepo import Repository
@@ -86,6 +87,10 @@ class Writable:
     controls: tuple[ControlPlan, ...] = ()
     # The git directories the sandbox shows as overlays (gitrepo.find, check 70).
     repositories: tuple[Repository, ...] = ()
+    # allow-read, resolved and checked (workspace.check_readable), and the launching
+    # PATH's directories that may be shown read-only (not a home's, not the store's).
+    allow_read: tuple[str, ...] = ()
+    path_readable: tuple[str, ...] = ()
 
 
 def optional_paths(home: str) -> tuple[str, ...]:
@@ -124,6 +129,15 @@ def _proc_mounts(facts: HostFacts, brokered: bool) -> list[Mount]:
         reason = "kernel knobs read-only for root (check 46)"
         found += [Mount("ro-bind-try", path, reason, source=path) for path in PROC_READ_ONLY]
     return found
+
+
+def _system_mounts(facts: HostFacts) -> list[Mount]:
+    """Reads by inversion: only the system trees of / (reads.py, check 72)."""
+    return [Mount("symlink", path, "a system tree's link, as on the host", source=link)
+            if link is not None else
+            _same("ro-bind", path, "a system tree, read-only; nothing else of / is shown "
+                  "(check 72)")
+            for path, link in reads.system_entries(facts.root_entries)]
 
 
 def _same(kind: str, path: str, reason: str, *, runs: bool = False) -> Mount:
@@ -230,11 +244,15 @@ def _socket_mounts(config: Config, facts: HostFacts, layout: Writable) -> list[M
     if facts.agent_tmp:
         own.append(facts.agent_tmp)
     back = restored(facts)  # what came back from a masked tree is the host's again
+    # A socket in a tree the sandbox does not show needs no cover, and a cover would
+    # make its parent directories, and so their names, appear inside.
+    shown = [*reads.shown_roots(facts.root_entries), *own, *back, *layout.allow_read,
+             *reads.path_outside(facts, layout)]
     return [Mount("ro-bind", sock, "a socket of the host: not connectable inside (check 57)",
                   source=paths.EMPTY_FILE)
             for sock in facts.sockets
-            if not under(sock, own) or (under(sock, back)
-                                         and not under(sock, config.allow_socket))]
+            if under(sock, shown) and (not under(sock, own) or (
+                under(sock, back) and not under(sock, config.allow_socket)))]
 
 
 def _control_mounts(layout: Writable) -> list[Mount]:
@@ -278,7 +296,7 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
     config for inside; `jailed`: /etc/resolv.conf names the jail's forwarder."""
     size = config.tmpfs_size
     found: list[Mount] = [
-        _same("ro-bind", "/", "default deny by inversion: everything read-only"),
+        *_system_mounts(facts),
         *_proc_mounts(facts, config.hardening == "brokered"),
         Mount("dev", "/dev", "a private /dev with only the basic devices (check 10)"),
         Mount("tmpfs", "/dev/shm", "a private /dev/shm of bounded size (check 58)", size=size),
@@ -302,7 +320,10 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
         found.append(_same("bind", path, why))
     found += _control_mounts(layout)
     found += [_same("ro-bind", path, "allow-read: visible, never writable", runs=True)
-              for path in config.allow_read]
+              for path in layout.allow_read]
+    found += [_same("ro-bind", path, "a directory on the launching PATH outside the system "
+                    "trees: its programs, read-only", runs=True)
+              for path in reads.path_outside(facts, layout)]
     writable.append(facts.home)
     found += _guard_mounts(facts, writable)
     if paths.UNWRAPPED_SETTINGS in facts.existing:

@@ -106,3 +106,33 @@ def check_writable(
     if not os.path.exists(resolved):
         raise SandboxError(f"the {what} {path} ({where}) does not exist", EXIT_CONFIG)
     return resolved
+
+
+def readable_refusal(resolved: str, rules: PathRules) -> str | None:
+    """Why `resolved` may not be shown read-only (allow-read, a PATH directory), or None.
+    Pure. A home, what holds one, a home's dot entries and the state store hold the
+    credentials and the agents' state the sandbox keeps out."""
+    if resolved == "/":
+        return "it is the root directory"
+    for home in (rules.home, *rules.homes):
+        if home != "/" and _within(home, resolved):
+            return f"it is or contains the home directory {home}"
+        dot = _dot_entry(resolved, home)
+        if dot is not None:
+            return f"it is under {dot}: a home's dot entries hold credentials"
+    if _within(resolved, rules.store) or _within(rules.store, resolved):
+        return f"it holds the sandbox's own state store {rules.store}"
+    return None
+
+
+def check_readable(path: str, rules: PathRules, *, where: str) -> str:
+    """The resolved allow-read path, or a refusal naming `where`."""
+    resolved = os.path.realpath(path)
+    reason = readable_refusal(resolved, rules)
+    if reason is not None:
+        via = "" if resolved == os.path.normpath(path) else f" (it resolves to {resolved})"
+        raise SandboxError(f"refusing to show {path}{via} as allow-read ({where}): {reason}",
+                           EXIT_CONFIG)
+    if not os.path.exists(resolved):
+        raise SandboxError(f"the allow-read path {path} ({where}) does not exist", EXIT_CONFIG)
+    return resolved

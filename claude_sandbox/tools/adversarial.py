@@ -24,9 +24,15 @@ class Confirmed:
     detail: str
 
 
-def confirm(rows: Iterable[Mapping[str, Any]], facts: Mapping[str, Any]) -> list[Confirmed]:
+def confirm(rows: Iterable[Mapping[str, Any]], facts: Mapping[str, Any],
+            report: str = "") -> list[Confirmed]:
+    """`report`: what the launcher said when the session ended, and its full list."""
     results = []
     for row in rows:
+        reported = row.get("reported")
+        if reported and row.get("outcome") != "FAIL":
+            results.append(_named(row, reported, report))
+            continue
         planted = row.get("planted") or []
         # [path, text]: text a probe appended to a file that was there before it.
         appended = row.get("appended") or []
@@ -64,3 +70,14 @@ def _read(path: str) -> str:
             return handle.read(1 << 20)
     except OSError:
         return ""
+
+
+def _named(row: Mapping[str, Any], paths: Iterable[str], report: str) -> Confirmed:
+    """A plant live mode lets land counts as blocked only when the session-end report
+    names it: the user is told before a program outside runs it."""
+    unnamed = [p for p in paths if p not in report]
+    if unnamed:
+        return Confirmed(row["id"], "FAIL", "landed and not named by the session-end report: "
+                         + ", ".join(unnamed))
+    return Confirmed(row["id"], "PASS", f"{row.get('detail', '')}; each named by the "
+                     "session-end report")

@@ -53,6 +53,9 @@ def representative_facts(profile: profiles.Profile) -> HostFacts:
         path=(f"{HOME}/.cache/venv/bin", "/usr/local/bin", "/usr/bin", "/bin"),
         existing=existing, real_binary=binary, real_root=binary, guard=guard,
         agent_tmp=profile.tmp_dir,
+        root_entries=(("bin", "usr/bin"), ("etc", None), ("home", None), ("lib", "usr/lib"),
+                      ("opt", None), ("root", None), ("srv", None), ("usr", None), ("var", None),
+                      ("work", None)),
         store_home=state.agent_home(f"{HOME}/{state.DEFAULT_RELATIVE}", profile.name),
     )
 

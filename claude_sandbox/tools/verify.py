@@ -354,7 +354,20 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "max_memory": cfg.max_memory,
         "real_binary": real,
         "runtime_sockets": [s for s in mounts.RUNTIME_SOCKETS if os.path.exists(s)],
+        "allow_read": list(cfg.allow_read),
+        "outer_root": sorted(os.listdir("/")),
+        "other_homes": _other_homes(home),
     }
+
+
+def _other_homes(home: str) -> list[str]:
+    """Every other account's home that exists here: check 72 looks for them inside."""
+    found = {os.path.realpath(e.pw_dir) for e in pwd.getpwall()
+             if e.pw_dir not in ("", "/") and os.path.isdir(e.pw_dir)}
+    system = ("/usr", "/bin", "/sbin", "/var", "/etc", "/dev", "/proc", "/run", "/tmp",
+              "/nonexistent")  # system accounts' homes: trees the sandbox shows
+    return sorted(h for h in found - {home, "/"}
+                  if not any(h == t or h.startswith(t + "/") for t in system))
 
 
 def _agent_programs(level: str, environ: Mapping[str, str]) -> list[str]:
@@ -539,13 +552,28 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
     return merge(catalogue, inside, results, adversarial), inside
 
 
+def _full_list(facts: Mapping[str, Any]) -> str:
+    """The session-end report's full list (aftermath.py), where a class was cut."""
+    from claude_sandbox.launch import overlays
+
+    store = os.path.dirname(str(facts["store_home"]))
+    path = os.path.join(overlays.workspace_store(store, str(facts["workspace"])),
+                        "last-session.txt")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
 def post_checks(inside: Launch, facts: Mapping[str, Any], run_agents: bool = True
                 ) -> list[Any]:
     """Adversarial plants confirmed from outside (they only count when they persisted),
     and check 54's outside half: the real agents started outside run no plant."""
     from claude_sandbox.tools import adversarial
 
-    results: list[Any] = list(adversarial.confirm(inside.rows or (), facts))
+    results: list[Any] = list(adversarial.confirm(inside.rows or (), facts,
+                                                  inside.output + _full_list(facts)))
     for row in inside.rows or ():
         if row.get("id") != "54" or not row.get("markers"):
             continue

@@ -185,10 +185,21 @@ def test_bytecode_executables_and_dot_config(tmp_path: Path) -> None:
     write(tmp_path / "README.md")
     os.symlink(".npmrc", tmp_path / ".yarnrc")  # a link inside, not a regular file
     assert scan(tmp_path, since) == [
+        ("control", ".npmrc"), ("control", ".yarnrc"),
         ("bytecode", "pkg/__pycache__/x.cpython-311.pyc"), ("bytecode", "pkg/old.pyo"),
         ("executable", "group-only"), ("executable", "tools/run"),
-        ("dot-config", ".cargo/config.toml"), ("dot-config", ".npmrc"),
+        ("dot-config", ".cargo/config.toml"),
         ("dot-config", "a/.config/tool/deep/settings.ini")]
+
+
+def test_tool_files_that_name_a_program_are_control_files_at_any_depth(tmp_path: Path) -> None:
+    since = later()
+    for name in ("bunfig.toml", ".pnpmfile.cjs", ".yarnrc.yml", "lefthook.yml", "mise.toml",
+                 ".pre-commit-config.yaml", "rust-toolchain.toml", ".lfsconfig", ".pdbrc"):
+        write(tmp_path / "sub" / name)
+    write(tmp_path / "sub" / "package.json", "{}")  # ordinary source: live mode trusts it
+    assert {kind for kind, _ in scan(tmp_path, since)} == {"control"}
+    assert len(scan(tmp_path, since)) == 9
 
 
 def test_a_dot_root_does_not_make_its_files_dot_config(tmp_path: Path) -> None:
@@ -230,20 +241,20 @@ def test_the_walk_is_complete_on_a_wide_and_deep_tree(tmp_path: Path) -> None:
         os.mkdir(chain[-1])
     since = later()
     write(tmp_path / "ws-deepest", mode=0o755).rename(chain[-1] + "/run")
-    (root / "w7" / "999" / ".npmrc").write_text("")
+    (root / "w7" / "999" / ".pylintrc").write_text("")
     try:
         started = time.perf_counter()
         found = aftermath.scan([str(root)], since, CONTROL)
         seconds = time.perf_counter() - started
         print(f"\nscan of {wide * (fanout + 1) + depth} directories: {seconds:.2f} s")
         assert found == (Finding("d/" * depth + "run", "executable"),
-                         Finding("w7/999/.npmrc", "dot-config"))
+                         Finding("w7/999/.pylintrc", "dot-config"))
     finally:
         # By hand: shutil.rmtree recurses, and the chain is deeper than it can go.
         os.unlink(chain[-1] + "/run")
         for path in reversed(chain[1:]):
             os.rmdir(path)
-        os.unlink(root / "w7" / "999" / ".npmrc")
+        os.unlink(root / "w7" / "999" / ".pylintrc")
         for i in range(wide):
             for j in range(fanout):
                 os.rmdir(f"{root}/w{i}/{j}")

@@ -46,6 +46,9 @@ def facts(
         agent_tmp="/var/tmp/claude-agent" if agent == "claude" else None,
         store_home=f"{home}/.local/state/claude-sandbox/{agent}/home",
         runtime_dirs=("/run", "/var/tmp"),
+        root_entries=(("bin", "usr/bin"), ("etc", None), ("home", None), ("lib", "usr/lib"),
+                      ("opt", None), ("root", None), ("srv", None), ("usr", None), ("var", None),
+                      ("work", None)),
         sockets=("/opt/app/app.sock", "/work/project/dev.sock", "/run/docker.sock",
                  f"{home}/.gnupg/S.gpg-agent"),
     )
@@ -137,7 +140,7 @@ def test_matrix_skeleton_and_order(
     assert_order(
         argv,
         ("--cap-drop", "ALL"),
-        ("--ro-bind", "/", "/"),
+        ("--ro-bind", "/usr", "/usr"),
         ("--dev", "/dev"),
         ("--tmpfs", "/tmp"),
         ("--tmpfs", "/run"),
@@ -162,7 +165,7 @@ def test_matrix_skeleton_and_order(
                      ("--bind", "/work/project", "/work/project"))
     user_map = ("--unshare-user", "--uid", str(uid), "--gid", str(uid))
     # Always a user namespace, root included: outer processes' /proc entries stay closed.
-    assert_order(argv, user_map, ("--cap-drop", "ALL"), ("--ro-bind", "/", "/"))
+    assert_order(argv, user_map, ("--cap-drop", "ALL"), ("--ro-bind", "/usr", "/usr"))
     # Sockets in the workspace, under a masked tree or in $HOME stay as they are.
     for kept in ("/work/project/dev.sock", "/run/docker.sock", f"{home}/.gnupg/S.gpg-agent"):
         assert kept not in argv
@@ -321,14 +324,14 @@ def test_fresh_procfs_keeps_kernel_knobs_read_only_for_root() -> None:
     for uid in (0, 1000):
         host = replace(facts(uid=uid), proc_mountable=True)
         argv = flat(build(host=host))
-        assert_order(argv, ("--ro-bind", "/", "/"), ("--proc", "/proc"), ("--dev", "/dev"))
+        assert_order(argv, ("--ro-bind", "/usr", "/usr"), ("--proc", "/proc"), ("--dev", "/dev"))
         knobs = ("--ro-bind-try", "/proc/sys", "/proc/sys")
         if uid == 0:
             assert_order(argv, ("--proc", "/proc"), knobs, ("--dev", "/dev"))
         else:
             assert "/proc/sys" not in argv  # a nested sandbox can then mount its own procfs
     argv = flat(build(host=facts(uid=0)))
-    assert_order(argv, ("--ro-bind", "/", "/"), ("--ro-bind", "/proc", "/proc"))
+    assert_order(argv, ("--ro-bind", "/usr", "/usr"), ("--ro-bind", "/proc", "/proc"))
     assert "--proc" not in argv
 
 
@@ -369,6 +372,6 @@ def test_a_git_directory_outside_the_workspace_is_bound_writable() -> None:
 
 def test_the_unwrapped_claude_policy_is_empty_inside() -> None:
     argv = flat(build(host=facts(existing=(paths.UNWRAPPED_SETTINGS,))))
-    assert_order(argv, ("--ro-bind", "/", "/"),
+    assert_order(argv, ("--ro-bind", "/usr", "/usr"),
                  ("--ro-bind", paths.EMPTY_SETTINGS, paths.UNWRAPPED_SETTINGS))
     assert paths.UNWRAPPED_SETTINGS not in flat(build())

@@ -88,3 +88,33 @@ def test_a_symlink_into_a_refused_place_is_refused(tmp_path: pytest.TempPathFact
     with pytest.raises(SandboxError) as caught:
         workspace.check_writable(str(link), rules, what="workspace", where="the launch directory")
     assert "resolves to" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/", "root directory"),
+        ("/home", "contains the home directory /home/dev"),
+        ("/home/dev", "home directory /home/dev"),
+        ("/home/other", "home directory /home/other"),
+        ("/home/dev/.ssh", "under /home/dev/.ssh"),
+        ("/root/.aws/credentials", "under /root/.aws"),
+        ("/home/dev/.local/state/claude-sandbox/claude/home", "under /home/dev/.local"),
+    ],
+)
+def test_allow_read_refuses_homes_their_dot_entries_and_the_store(path: str,
+                                                                 expected: str) -> None:
+    reason = workspace.readable_refusal(path, RULES)
+    assert reason is not None and expected in reason, reason
+
+
+@pytest.mark.parametrize("path", ["/home/dev/projects/lib", "/srv/data", "/opt/sdk",
+                                  "/usr/share/dict", "/tmp/shared"])
+def test_allow_read_takes_what_is_no_ones_secret(path: str) -> None:
+    assert workspace.readable_refusal(path, RULES) is None
+
+
+def test_allow_read_refuses_a_store_elsewhere() -> None:
+    rules = workspace.PathRules("/home/dev", (), (), "/srv/state/1000")
+    for path in ("/srv/state/1000/claude", "/srv/state", "/srv"):
+        assert "state store" in str(workspace.readable_refusal(path, rules))
