@@ -1130,6 +1130,8 @@ def test_72_reads_by_inversion(request: pytest.FixtureRequest) -> None:
     others = [h for h in FACTS.get("other_homes", ()) if os.path.lexists(h)
               and not any(p.startswith(h.rstrip("/") + "/") for p in shown)]
     assert not others, f"another user's home is visible: {', '.join(others)}"
+    root = mount_at("/")
+    assert root is not None and root.readonly, "the sandbox's own root is writable"
     outer = set(FACTS.get("outer_root", ()))
     hidden = sorted(outer - SHOWN_ROOTS - {p.strip("/").split("/")[0] for p in shown})
     note(request, f"/ shows the system trees; hidden: {', '.join('/' + n for n in hidden)}"

@@ -54,9 +54,10 @@ GITCONFIG, CODEX_CONFIG, RESOLV_CONF = "gitconfig", "codex-config", "resolv-conf
 class Mount:
     """One mount inside the sandbox, and why.
 
-    `kind`: bwrap's bind, ro-bind, ro-bind-try, tmpfs, proc or dev, or "data";
-    "bind" and "tmpfs" are writable inside. For "data", `source` names a
-    descriptor of the plan (plan.py), whose content is bound read-only. `runs`:
+    `kind`: bwrap's bind, ro-bind, ro-bind-try, tmpfs, proc, dev, symlink (`source` is
+    the link's text) or remount-ro, or "data"; "bind" and "tmpfs" are writable inside.
+    For "data", `source` names a descriptor of the plan (plan.py), whose content is
+    bound read-only. `runs`:
     a program (or a tree of them) bound read-only that must stay executable
     where its surroundings are writable (harsh).
     """
@@ -341,6 +342,11 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
     if jailed:
         found.append(Mount("data", "/etc/resolv.conf", "DNS through the jail's forwarder",
                            source=RESOLV_CONF))
+    # Last: bubblewrap's own root, where the mount points above were made, becomes
+    # read-only (the mounts on it keep their own modes), so it is neither a place to
+    # write outside the bounded tmpfs mounts nor a way to fill memory (check 72).
+    found.append(Mount("remount-ro", "/", "the sandbox's own root: read-only once every "
+                       "mount point is made (check 72)"))
     return tuple(found)
 
 

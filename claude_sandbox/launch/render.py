@@ -25,7 +25,7 @@ def mount_args(mount: Mount, fds: Mapping[str, str]) -> tuple[str, ...]:
     if mount.kind == "tmpfs":
         size = ("--size", str(mount.size)) if mount.size is not None else ()
         return (*size, "--tmpfs", mount.dest)
-    if mount.kind in ("proc", "dev"):
+    if mount.kind in ("proc", "dev", "remount-ro"):
         return (f"--{mount.kind}", mount.dest)
     if mount.kind == "data":
         return ("--ro-bind-data", fds[mount.source], mount.dest)

@@ -18,7 +18,7 @@ def _dests(host: object) -> dict[str, str]:
 
 def test_only_the_system_trees_of_root_are_shown() -> None:
     shown = _dests(replace(facts(), root_entries=ROOT))
-    assert "/" not in shown
+    assert shown["/"] == "remount-ro"  # bubblewrap's own root, read-only; / is not bound
     for tree in ("/usr", "/etc", "/opt", "/var"):
         assert shown[tree] == "ro-bind", tree
     for hidden in ("/home", "/root", "/srv", "/mnt", "/media", "/boot", "/work",
@@ -42,3 +42,8 @@ def test_a_socket_in_a_hidden_tree_gets_no_cover_that_would_name_it() -> None:
     shown = _dests(host)
     assert "/opt/app/app.sock" in shown
     assert "/srv/app/app.sock" not in shown
+
+
+def test_the_sandbox_root_is_made_read_only_after_every_mount() -> None:
+    the_plan = build(host=replace(facts(), root_entries=ROOT))
+    assert the_plan.mounts[-1].kind == "remount-ro" and the_plan.mounts[-1].dest == "/"
