@@ -120,7 +120,26 @@ def hidden(data: bytes, *, hash_size: int = 20) -> tuple[tuple[str, str], ...]:
             found.append((path, SKIP_WORKTREE))
         if flags & _ASSUME_VALID:
             found.append((path, ASSUME_UNCHANGED))
+    _extensions(data, pos, end)
     return tuple(found)
+
+
+_EXTENSION = struct.Struct(">4sI")
+
+
+def _extensions(data: bytes, pos: int, end: int) -> None:
+    """Walk the extensions after the entries. A split index (`link`) is refused: its
+    entries, and their bits, lie in a shared index file this index only names, and
+    applied without it the index outside would not read at all."""
+    while pos < end:
+        if pos + _EXTENSION.size > end:
+            raise IndexFormat("truncated extension")
+        signature, size = _EXTENSION.unpack_from(data, pos)
+        if signature == b"link":
+            raise IndexFormat("a split index (git update-index --no-split-index undoes it)")
+        pos += _EXTENSION.size + size
+        if pos > end:
+            raise IndexFormat("truncated extension")
 
 
 def read_hidden(

@@ -307,3 +307,23 @@ def test_read_hidden_on_a_fifo_without_a_writer_returns_promptly(tmp_path: Path)
     assert not worker.is_alive(), "read_hidden blocked on a FIFO"
     assert isinstance(outcome[0], IndexFormat)
     assert "not a regular file" in str(outcome[0])
+
+
+def test_a_split_index_is_refused_not_read_as_clean(tmp_path: Path) -> None:
+    """Its entries, and their bits, lie in a shared index file the index only names. The
+    entries that replace shared ones have empty names and are refused as they are
+    read; a main index of named entries is refused at its link extension."""
+    repo = make_repo(tmp_path)
+    git(repo, "update-index", "--split-index")
+    git(repo, "update-index", "--skip-worktree", "plain.txt")
+    with pytest.raises(IndexFormat):
+        gitindex.read_hidden(str(repo / ".git" / "index"))
+
+
+def test_the_link_extension_is_refused_where_the_entries_read(indexes: dict[int, bytes]) -> None:
+    import hashlib
+
+    data = indexes[3]
+    body = data[:-20] + b"link" + (20).to_bytes(4, "big") + bytes(20)
+    with pytest.raises(IndexFormat, match="split index"):
+        gitindex.hidden(body + hashlib.sha1(body).digest())
