@@ -2,8 +2,8 @@
 
 The sandbox's root is bubblewrap's own empty one. Into it come the trees of /
 that hold what the machine runs (SYSTEM_ROOTS), read-only; then the workspace,
-the agent's store at $HOME, allow-read and the directories of the launching PATH
-that lie elsewhere. Nothing else of / is shown, whatever its name: other users'
+the agent's store at $HOME, allow-read and the bin directories of the launching
+PATH that lie elsewhere. Nothing else of / is shown, whatever its name: other users'
 homes, /root on a user's launch, /srv, /mnt, /media, projects beside the
 workspace, a volume mounted at an odd path. A list of what to hide would miss
 the next one; this is the list of what to show.
@@ -44,16 +44,25 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+# The sandbox's own mounts: a PATH directory in one of them is not brought back from
+# the host (a /tmp/bin would undo the private /tmp).
+_OWN = ("/tmp", "/dev", "/proc", "/sys")
+
+
 def path_outside(facts: HostFacts, layout: Writable) -> list[str]:
-    """PATH directories a session would not see otherwise (a /go/bin): shown read-only,
-    unless a home, its dot entries or the store hold them (layout.path_readable,
+    """PATH directories a session would not see otherwise (a /go/bin): shown read-only.
+
+    Only a directory named bin or sbin: PATH comes from the launching environment,
+    which may narrow the sandbox but not widen its reads to any directory it names.
+    Never one a home, its dot entries or the store hold (layout.path_readable,
     workspace.readable_refusal)."""
-    shown = [*shown_roots(facts.root_entries), facts.home, layout.workspace,
-             *layout.allow_write, *layout.allow_read]
+    shown = [*shown_roots(facts.root_entries), *_OWN, *facts.runtime_dirs, facts.home,
+             layout.workspace, *layout.allow_write, *layout.allow_read]
     found: list[str] = []
     for entry in facts.path:
         resolved = os.path.realpath(entry) if entry.startswith("/") else ""
         if resolved and resolved not in found and not _under(resolved, shown) \
+                and os.path.basename(resolved) in ("bin", "sbin") \
                 and resolved in layout.path_readable and os.path.isdir(resolved):
             found.append(resolved)
     return found

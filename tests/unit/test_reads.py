@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
 from claude_sandbox.core.record import replace
 from claude_sandbox.launch import reads
+from claude_sandbox.launch.mounts import Writable
 from tests.unit.test_plan import build, facts
 
 ROOT = (("bin", "usr/bin"), ("boot", None), ("etc", None), ("home", None),
@@ -47,3 +55,33 @@ def test_a_socket_in_a_hidden_tree_gets_no_cover_that_would_name_it() -> None:
 def test_the_sandbox_root_is_made_read_only_after_every_mount() -> None:
     the_plan = build(host=replace(facts(), root_entries=ROOT))
     assert the_plan.mounts[-1].kind == "remount-ro" and the_plan.mounts[-1].dest == "/"
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[Path]:
+    """A directory outside /tmp (the sandbox's own), in a tree the test's / does not show."""
+    path = Path(tempfile.mkdtemp(prefix="csbx-reads-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+NO_VAR = tuple(e for e in ROOT if e[0] != "var")
+
+
+def test_path_directories_elsewhere_come_back_only_as_bin_directories(elsewhere: Path) -> None:
+    for name in ("go/bin", "tools/sbin", "secrets"):
+        (elsewhere / name).mkdir(parents=True)
+    path = (f"{elsewhere}/go/bin", f"{elsewhere}/tools/sbin", f"{elsewhere}/secrets",
+            "/tmp/bin", "relative/bin", "/usr/bin")
+    host = replace(facts(), root_entries=NO_VAR, runtime_dirs=("/run",), path=path)
+    layout = Writable("/work/project", path_readable=tuple(p for p in path
+                                                           if p.startswith("/")))
+    assert reads.path_outside(host, layout) == [f"{elsewhere}/go/bin",
+                                                f"{elsewhere}/tools/sbin"]
+
+
+def test_a_path_directory_the_rules_refuse_stays_out(elsewhere: Path) -> None:
+    (elsewhere / "bin").mkdir()
+    host = replace(facts(), root_entries=NO_VAR, runtime_dirs=("/run",),
+                   path=(f"{elsewhere}/bin",))
+    assert reads.path_outside(host, Writable("/work/project", path_readable=())) == []
