@@ -404,13 +404,17 @@ def test_sbxuser_launch(tmp_path: os.PathLike[str]) -> None:
         subprocess.run(["useradd", "-m", "sbxuser"], check=True)
     if not os.path.exists(venv):
         subprocess.run([SYSTEM_PY, "-m", "venv", "--without-pip", venv], check=True)
-        site = subprocess.run(
-            [f"{venv}/bin/python", "-c", PURELIB],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        package = os.path.dirname(os.path.dirname(jail.__file__))  # claude_sandbox/
-        with contextlib.suppress(FileExistsError):
-            os.symlink(package, os.path.join(site, "claude_sandbox"))
+    site = subprocess.run(
+        [f"{venv}/bin/python", "-c", PURELIB],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    package = os.path.dirname(os.path.dirname(jail.__file__))  # claude_sandbox/
+    link = os.path.join(site, "claude_sandbox")
+    # The venv outlives a run; its link must lead to this checkout, not an earlier one.
+    if not os.path.islink(link) or os.readlink(link) != package:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(link)
+        os.symlink(package, link)
     code = (
         "from claude_sandbox.jail import session as jail\n"
         "from claude_sandbox.jail.spec import JailSpec\n"

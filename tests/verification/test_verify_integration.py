@@ -281,3 +281,10 @@ def test_outside_any_sandbox_most_checks_fail() -> None:
     for number in ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "14",
                    "15", "16", "17", "41"):
         assert number in failed, (number, results[number])
+
+
+def test_a_sandbox_that_binds_the_whole_root_fails_check_72(weakened) -> None:  # type: ignore[no-untyped-def]
+    """`--ro-bind / /` shows every other tree of /: /srv, /mnt, a sibling, /root or the
+    other homes, and leaves the sandbox's root what the host's is."""
+    results = _run_with(weakened())
+    assert results["72"][0] == "FAIL", results["72"]
