@@ -483,6 +483,17 @@ def test_a32_path_dir_ahead(request: Req) -> None:
     _blocked(request, f"{len(ahead)} PATH directories ahead of /usr/bin: none writable outside")
 
 
+def _append(path: str, text: str) -> bool:
+    """Append `text` to `path`, making its directories; whether the write landed."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError:
+        return False
+    return True
+
+
 def test_a33_git_hooks_in_workspace(request: Req) -> None:
     """The writes may land inside: git directories and control directories are overlays
     and a control path the session makes is moved to the store when it ends. What counts
@@ -501,11 +512,7 @@ def test_a33_git_hooks_in_workspace(request: Req) -> None:
     ):
         path = os.path.join(workspace, relative)
         existed = os.path.lexists(path)
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(text)
-        except OSError:
+        if not _append(path, text):
             continue
         if existed:
             appended.append([path, text])
@@ -637,12 +644,7 @@ def test_a46_run_outside_plants_named(request: Req) -> None:
     workspace = str(FACTS.get("workspace") or os.getcwd())
     landed = []
     for relative, text in RUN_OUTSIDE.items():
-        path = os.path.join(workspace, relative)
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        except OSError:
+        if not _append(os.path.join(workspace, relative), text):
             continue
         if relative != "csbx_app.py":  # the source itself is ordinary work
             landed.append(relative)

@@ -99,25 +99,16 @@ class Result:
 
 def _entries(upper: str) -> Iterator[tuple[str, str]]:
     """(relative path, "dir" | "file" | "whiteout" | "opaque" | "other") under `upper`."""
-    stack = [""]
-    while stack:
-        relative = stack.pop()
-        try:
-            entries = list(os.scandir(os.path.join(upper, relative)))
-        except OSError:
-            continue
-        for entry in sorted(entries, key=lambda e: e.name):
-            name = f"{relative}/{entry.name}" if relative else entry.name
-            info = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(info.st_mode):
-                yield name, "opaque" if _opaque(entry.path) else "dir"
-                stack.append(name)
-            elif stat.S_ISREG(info.st_mode):
-                yield name, "file"
-            elif stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:
-                yield name, "whiteout"  # overlayfs's mark of a deletion
-            else:
-                yield name, "other"
+    for name, entry in gitrepo.walk(upper, ordered=True):
+        info = entry.stat(follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            yield name, "opaque" if _opaque(entry.path) else "dir"
+        elif stat.S_ISREG(info.st_mode):
+            yield name, "file"
+        elif stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:
+            yield name, "whiteout"  # overlayfs's mark of a deletion
+        else:
+            yield name, "other"
 
 
 def _opaque(path: str) -> bool:

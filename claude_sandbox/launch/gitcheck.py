@@ -88,18 +88,9 @@ def _kind_name(kind: int) -> str:
 
 def not_plain(gitdir: str) -> Iterator[str]:
     """Every path under `gitdir` that is neither a regular file nor a directory."""
-    stack = [gitdir]
-    while stack:
-        directory = stack.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            elif not entry.is_file(follow_symlinks=False):
-                yield entry.path
+    for _, entry in gitrepo.walk(gitdir):
+        if not entry.is_dir(follow_symlinks=False) and not entry.is_file(follow_symlinks=False):
+            yield entry.path
 
 
 def _bad_pointer(path: str, valid: bool) -> bool:

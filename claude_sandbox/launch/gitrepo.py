@@ -160,21 +160,31 @@ def find(workspace: str) -> tuple[Repository, ...]:
     return tuple(found)
 
 
-def loose_refs(gitdir: str) -> Iterator[tuple[str, str | None]]:
-    """(refname, value or None if not a valid ref file) for every file under refs/."""
-    stack = ["refs"]
+def walk(top: str, start: str = "", *, ordered: bool = False
+         ) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(path relative to `top`, entry) for everything under `top`/`start`; `ordered`: in
+    name order within each directory. Iterative, bounded by the tree alone: directories
+    are entered, links never followed, unreadable directories skipped."""
+    stack = [start]
     while stack:
         relative = stack.pop()
         try:
-            entries = list(os.scandir(os.path.join(gitdir, relative)))
+            listed = os.scandir(os.path.join(top, relative))
+            entries = sorted(listed, key=lambda e: e.name) if ordered else list(listed)
         except OSError:
             continue
         for entry in entries:
-            name = f"{relative}/{entry.name}"
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            yield name, entry
             if entry.is_dir(follow_symlinks=False):
                 stack.append(name)
-            elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".lock"):
-                yield name, ref_value(read_small(entry.path))
+
+
+def loose_refs(gitdir: str) -> Iterator[tuple[str, str | None]]:
+    """(refname, value or None if not a valid ref file) for every file under refs/."""
+    for name, entry in walk(gitdir, "refs"):
+        if entry.is_file(follow_symlinks=False) and not entry.name.endswith(".lock"):
+            yield name, ref_value(read_small(entry.path))
 
 
 def packed_refs(text: str | None) -> dict[str, str]:

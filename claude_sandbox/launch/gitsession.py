@@ -182,8 +182,8 @@ def _keep_interrupted(view: View, quarantine: gitcheck.Quarantine) -> None:
         if name.startswith("."):
             continue  # being made, or a launch that died making it: holds nothing
         directory = os.path.join(sessions, name)
-        lock = _take_lock(directory)
-        if lock is False:
+        lock = _claim(directory)
+        if lock is None:
             continue  # its launcher is alive
         try:
             upper = os.path.join(directory, "upper")
@@ -195,24 +195,25 @@ def _keep_interrupted(view: View, quarantine: gitcheck.Quarantine) -> None:
                 f"an interrupted session's git changes to {view.target} were not applied; "
                 f"they are kept in {kept}")
         finally:
-            if isinstance(lock, int):
+            if lock >= 0:
                 os.close(lock)
 
 
-def _take_lock(directory: str) -> int | bool | None:
-    """The session's lock, taken: its fd; False while its launcher lives; None when it
-    has none (a session made before locks, or broken): treated as interrupted."""
+def _claim(directory: str) -> int | None:
+    """A dead session's lock, taken (its fd), or -1 when it has no lock to take (made
+    before locks, or broken): both are interrupted. None: its launcher lives, or another
+    launch took the directory meanwhile."""
     try:
         fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        return None if os.path.isdir(directory) else False
+        return -1 if os.path.isdir(directory) else None
     except OSError:
-        return None
+        return -1
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        return False
+        return None
     return fd
 
 

@@ -233,7 +233,8 @@ def restored(facts: HostFacts) -> list[str]:
     return found
 
 
-def _socket_mounts(config: Config, facts: HostFacts, layout: Writable) -> list[Mount]:
+def _socket_mounts(config: Config, facts: HostFacts, layout: Writable,
+                   on_path: Sequence[str]) -> list[Mount]:
     """Every other socket bound or mounted on the host: covered, so it cannot be connected.
 
     A socket on a read-only mount still accepts connections; covering it with an
@@ -248,7 +249,7 @@ def _socket_mounts(config: Config, facts: HostFacts, layout: Writable) -> list[M
     # A socket in a tree the sandbox does not show needs no cover, and a cover would
     # make its parent directories, and so their names, appear inside.
     shown = [*reads.shown_roots(facts.root_entries), *own, *back, *layout.allow_read,
-             *reads.path_outside(facts, layout)]
+             *on_path]
     return [Mount("ro-bind", sock, "a socket of the host: not connectable inside (check 57)",
                   source=paths.EMPTY_FILE)
             for sock in facts.sockets
@@ -305,7 +306,10 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
               "(checks 11, 58)", size=size),
     ]
     found += _runtime_mounts(config, facts)
-    found += _socket_mounts(config, facts, layout)
+    on_path = reads.path_outside(facts, layout)  # PATH directories elsewhere, shown
+    shown_again = [*layout.allow_read, *on_path]  # read-only binds made further down
+    masks = _socket_mounts(config, facts, layout, on_path)
+    found += [m for m in masks if not under(m.dest, shown_again)]
     found += _home_mounts(profile, config, facts)
     found += _binary_mounts(profile, facts)
     writable = [layout.workspace, *layout.allow_write]
@@ -324,7 +328,10 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
               for path in layout.allow_read]
     found += [_same("ro-bind", path, "a directory on the launching PATH outside the system "
                     "trees: its programs, read-only", runs=True)
-              for path in reads.path_outside(facts, layout)]
+              for path in on_path]
+    # A socket under those binds is covered after them: before, the bind would show the
+    # host's socket again over its cover.
+    found += [m for m in masks if under(m.dest, shown_again)]
     writable.append(facts.home)
     found += _guard_mounts(facts, writable)
     if paths.UNWRAPPED_SETTINGS in facts.existing:

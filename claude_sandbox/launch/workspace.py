@@ -58,12 +58,14 @@ def _dot_entry(path: str, home: str) -> str | None:
     return os.path.join(home, first) if first.startswith(".") else None
 
 
-def forbidden_reason(resolved: str, rules: PathRules) -> str | None:
-    """Why `resolved` may not be writable, or None. Pure."""
+def readable_refusal(resolved: str, rules: PathRules) -> str | None:
+    """Why `resolved` may not even be shown read-only (allow-read, a PATH directory), or
+    None. Pure. `/`, a home, what holds one, a home's dot entries and the state store
+    hold the credentials and the agents' state the sandbox keeps out."""
     if resolved == "/":
         return "it is the root directory"
     if resolved == rules.home:
-        return "it is your home directory"
+        return f"it is your home directory {rules.home}"
     for home in (rules.home, *rules.homes):
         if home != "/" and _within(home, resolved):
             return f"it contains the home directory {home}" if home != resolved else (
@@ -74,6 +76,15 @@ def forbidden_reason(resolved: str, rules: PathRules) -> str | None:
                     "credentials and code that runs at login or later")
     if _within(resolved, rules.store) or _within(rules.store, resolved):
         return f"it holds the sandbox's own state store {rules.store}"
+    return None
+
+
+def forbidden_reason(resolved: str, rules: PathRules) -> str | None:
+    """Why `resolved` may not be writable, or None. Pure. Whatever may not be read may
+    not be written; then what programs outside run from."""
+    reason = readable_refusal(resolved, rules)
+    if reason is not None:
+        return reason
     for directory in rules.path_dirs:
         if _within(resolved, directory):
             return f"it is on PATH ({directory}): a program planted there runs outside"
@@ -106,23 +117,6 @@ def check_writable(
     if not os.path.exists(resolved):
         raise SandboxError(f"the {what} {path} ({where}) does not exist", EXIT_CONFIG)
     return resolved
-
-
-def readable_refusal(resolved: str, rules: PathRules) -> str | None:
-    """Why `resolved` may not be shown read-only (allow-read, a PATH directory), or None.
-    Pure. A home, what holds one, a home's dot entries and the state store hold the
-    credentials and the agents' state the sandbox keeps out."""
-    if resolved == "/":
-        return "it is the root directory"
-    for home in (rules.home, *rules.homes):
-        if home != "/" and _within(home, resolved):
-            return f"it is or contains the home directory {home}"
-        dot = _dot_entry(resolved, home)
-        if dot is not None:
-            return f"it is under {dot}: a home's dot entries hold credentials"
-    if _within(resolved, rules.store) or _within(rules.store, resolved):
-        return f"it holds the sandbox's own state store {rules.store}"
-    return None
 
 
 def check_readable(path: str, rules: PathRules, *, where: str) -> str:

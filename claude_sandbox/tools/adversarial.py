@@ -64,14 +64,6 @@ def confirm(rows: Iterable[Mapping[str, Any]], facts: Mapping[str, Any],
     return results
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read(1 << 20)
-    except OSError:
-        return ""
-
-
 def _named(row: Mapping[str, Any], paths: Iterable[str], report: str) -> Confirmed:
     """A plant live mode lets land counts as blocked only when the session-end report
     names it: the user is told before a program outside runs it."""
@@ -81,3 +73,10 @@ def _named(row: Mapping[str, Any], paths: Iterable[str], report: str) -> Confirm
                          + ", ".join(unnamed))
     return Confirmed(row["id"], "PASS", f"{row.get('detail', '')}; each named by the "
                      "session-end report")
+
+
+def _read(path: str) -> str:
+    """The text at `path`, never blocking: the agent may have left a FIFO there."""
+    from claude_sandbox.launch.gitrepo import read_small
+
+    return read_small(path, 1 << 20) or ""

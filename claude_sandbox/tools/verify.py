@@ -364,10 +364,13 @@ def _other_homes(home: str) -> list[str]:
     """Every other account's home that exists here: check 72 looks for them inside."""
     found = {os.path.realpath(e.pw_dir) for e in pwd.getpwall()
              if e.pw_dir not in ("", "/") and os.path.isdir(e.pw_dir)}
-    system = ("/usr", "/bin", "/sbin", "/var", "/etc", "/dev", "/proc", "/run", "/tmp",
-              "/nonexistent")  # system accounts' homes: trees the sandbox shows
+    from claude_sandbox.launch import reads
+
+    # System accounts' homes lie in trees the sandbox shows, or nowhere.
+    shown = [f"/{name}" for name in reads.SYSTEM_ROOTS] + ["/dev", "/proc", "/run", "/tmp",
+                                                            "/nonexistent"]
     return sorted(h for h in found - {home, "/"}
-                  if not any(h == t or h.startswith(t + "/") for t in system))
+                  if not any(h == t or h.startswith(t + "/") for t in shown))
 
 
 def _agent_programs(level: str, environ: Mapping[str, str]) -> list[str]:
@@ -554,16 +557,12 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
 
 def _full_list(facts: Mapping[str, Any]) -> str:
     """The session-end report's full list (aftermath.py), where a class was cut."""
-    from claude_sandbox.launch import overlays
+    from claude_sandbox.launch import gitrepo, overlays
 
     store = os.path.dirname(str(facts["store_home"]))
     path = os.path.join(overlays.workspace_store(store, str(facts["workspace"])),
                         "last-session.txt")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
+    return gitrepo.read_small(path, 16 << 20) or ""  # never blocks on a planted FIFO
 
 
 def post_checks(inside: Launch, facts: Mapping[str, Any], run_agents: bool = True

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from claude_sandbox.launch import gitrepo
 from claude_sandbox.tools import agentrun, mockapi
 
 pytestmark = pytest.mark.integration
@@ -134,11 +135,7 @@ def _run_outside(user: pwd.struct_passwd, workspace: str, home: str) -> list[str
 
 
 def _text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
+    return gitrepo.read_small(path, 1 << 20) or ""  # never blocks on a planted FIFO
 
 
 def _snapshot(home: str) -> dict[str, bytes | None]:

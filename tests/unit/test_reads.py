@@ -85,3 +85,15 @@ def test_a_path_directory_the_rules_refuse_stays_out(elsewhere: Path) -> None:
     host = replace(facts(), root_entries=NO_VAR, runtime_dirs=("/run",),
                    path=(f"{elsewhere}/bin",))
     assert reads.path_outside(host, Writable("/work/project", path_readable=())) == []
+
+
+def test_a_socket_under_allow_read_is_covered_after_the_bind_that_shows_it() -> None:
+    from claude_sandbox.launch import mounts, profiles
+    from claude_sandbox.launch.config import Config
+
+    host = replace(facts(), root_entries=ROOT, sockets=("/srv/shared/app.sock",))
+    layout = Writable("/work/project", allow_read=("/srv/shared",))
+    made = mounts.build(profiles.get("claude"), Config(egress_jail=False), host, layout,
+                        codex_config=False, jailed=False)
+    dests = [m.dest for m in made]
+    assert dests.index("/srv/shared") < dests.index("/srv/shared/app.sock")
