@@ -80,8 +80,9 @@ def reap_orphans(groups: set[int]) -> None:
     """Wait (bounded) for the launch's orphans to exit, and reap them; nothing
     else, so no other child's status is taken from whoever waits for it.
 
-    The orphans (become_subreaper): the inside relays' `groups` (leaders and
-    connection children), and bwrap's init, in this process's group with the session.
+    The orphans (become_subreaper): the relays' `groups` (the inside relays'
+    leaders, and every relay's connection children, which a killed relay leaves
+    behind), and bwrap's init, in this process's group with the session.
     """
     ours = os.getpgrp()
     found: list[int] = []

@@ -268,7 +268,10 @@ class Jail:
             with contextlib.suppress(OSError):
                 dying.append(os.pidfd_open(self._pasta.pid))
             self._pasta.kill()
+        # Every relay group: a connection child outlives its killed relay by an
+        # instant, is reparented here (a subreaper), and must be reaped too.
         relay_groups = {pid for pid, _ in self._inside_pidfds}
+        relay_groups |= {proc.pid for _, proc in self._outside}
         for pid, pidfd in self._inside_pidfds:
             # The session is gone, so a relay group still exists only if its
             # leader (or a connection child) still runs: the pgid is then ours.
@@ -296,14 +299,16 @@ class Jail:
             # namespace, which nothing outside this launch shares: end that.
             dying += reaping.kill_namespace(os.fstat(self._userns_fd))
         reaping.wait_all(dying)
+        for _, proc in self._outside:
+            # Reaped here, not by reap_orphans: Popen keeps its status. The
+            # group's number stays taken while a member of it lives.
+            proc.wait()
         reaping.reap_orphans(relay_groups)
         if not self._was_subreaper:
             # Orphans reparented while this process was a subreaper are reaped
             # above; a caller that lives on (a test runner) gets its role back.
             reaping.stop_being_subreaper()
         self._pasta.wait()
-        for _, proc in self._outside:
-            proc.wait()
         os.close(self._userns_fd)
         if self.private_dir is not None:
             dirs.remove_dir(self.private_dir)
