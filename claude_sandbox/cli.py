@@ -103,6 +103,36 @@ def build_parser() -> argparse.ArgumentParser:
                        "all; for import and reset: $CLAUDE_SANDBOX_AGENT or claude)")
     store.add_argument("--yes", action="store_true", help="reset without asking")
 
+    review = sub.add_parser(
+        "review",
+        help="show, apply or discard what review-mode sessions changed in the workspace",
+        description="With workspace-mode = review, an agent's sessions write an overlay of "
+        "the workspace, and nothing reaches the real workspace until you apply it here. "
+        "`show` (the default) lists each pending change with its class, what a program "
+        "outside could run or follow first, and +/- line counts; `diff` prints unified "
+        "diffs; `apply` writes the chosen changes into the workspace (never through a "
+        "link; a FIFO, socket or device never; a git directory by rule: objects, refs, "
+        "HEAD, index and allowed config, never hooks or includes); `discard` drops them. "
+        "The workspace is workspace-root, or the current directory. PATH selects what is "
+        "at or under it. Exit 1 when some chosen change could not be applied: it stays "
+        "pending, and the line says why.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    review.add_argument("action", nargs="?", choices=("show", "diff", "apply", "discard"),
+                        default="show", help="what to do (default: show)")
+    review.add_argument("paths", nargs="*", metavar="PATH",
+                        help="what to diff, apply or discard: at or under each path")
+    review.add_argument("--agent", default=None,
+                        help=f"the agent: {', '.join(profiles.AGENT_NAMES)} (default: the "
+                        "one with changes waiting)")
+    review_which = review.add_mutually_exclusive_group()
+    review_which.add_argument("--all", action="store_true", dest="every",
+                              help="apply or discard every pending change")
+    review_which.add_argument("-i", "--interactive", action="store_true",
+                              help="apply: ask for each change (y, n, d for its diff, q)")
+    review.add_argument("--yes", action="store_true", help="discard --all without asking")
+
     doctor = sub.add_parser(
         "doctor",
         help="check that this host can run the sandbox, with fixes",
@@ -152,6 +182,12 @@ def main(argv: Sequence[str]) -> int:
         return _shell(options.agent or _agent_default(), options.cmd)
     if options.command == "state":
         return _state(options.action, options.agent, options.yes)
+    if options.command == "review":
+        from claude_sandbox.launch import reviewcmd
+
+        return reviewcmd.run(options.action, options.agent, options.paths,
+                             every=options.every, interactive=options.interactive,
+                             yes=options.yes, environ=os.environ)
     if options.command == "explain":
         agent = options.agent or _agent_default()
         print(explain(agent, _command(options.cmd), as_json=options.json))

@@ -181,7 +181,14 @@ def _classify(path: str, name: str, mode: int, dotted: bool,
         return "special"
     if stat.S_ISLNK(mode) and _points_out(path, inside):
         return "link-out"
-    # The name classes hold for a link inside too: a program that opens the name follows it.
+    return name_class(path, name, mode, dotted, control_names)
+
+
+def name_class(path: str, name: str, mode: int, dotted: bool,
+               control_names: frozenset[str]) -> str:
+    """The classes told by the name and the mode bits: git, control, python-startup,
+    bytecode, executable, dot-config; "" for ordinary source. They hold for a link
+    inside too: a program that opens the name follows it."""
     if name == ".git":
         return "git"
     if name in control_names or name in _TOOL_CONFIG:

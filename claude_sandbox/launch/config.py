@@ -41,6 +41,7 @@ class Config:
     local_ports: tuple[int, ...] = ()
     callback_ports: tuple[int, ...] = ()
     hardening: str = "standard"
+    workspace_mode: str = "live"  # review: the workspace is an overlay until applied
     max_pids: int | None = None
     max_memory: int | None = None
     state_dir: str | None = None  # None: each user's ~/.local/state/claude-sandbox
@@ -187,6 +188,9 @@ def _narrow_scalar(
         _refuse_widening(key, where, "it turns the egress jail off", may_widen, path)
     elif key.name == "no-forge" and value is False and current is True:
         _refuse_widening(key, where, "it turns no-forge off", may_widen, path)
+    elif key.name == "workspace-mode" and value == "live" and current == "review":
+        _refuse_widening(key, where, "it lets the agent write the workspace the file "
+                         "keeps in review", may_widen, path)
     elif key.name == "local-model-port" and value not in (0, current):
         _refuse_widening(key, where, f"port {value} is not the file's", may_widen, path)
     elif key.name == "workspace-root" and current is not None:
@@ -233,6 +237,7 @@ def _assemble(
         local_ports=_dedupe(local_ports),
         callback_ports=_dedupe(callback_ports),
         hardening=scalars.get("hardening", "standard"),
+        workspace_mode=scalars.get("workspace-mode", "live"),
         max_pids=scalars.get("max-pids"),
         max_memory=scalars.get("max-memory"),
         state_dir=scalars.get("state-dir"),
@@ -265,6 +270,7 @@ DEFAULT_FILE = """\
 # local-port = 11434                     # reach the container's 127.0.0.1:11434
 # callback-port = 54545                  # let a browser reach a login callback inside
 # hardening = standard                   # harsh, brokered; per agent: hardening.codex = harsh
+# workspace-mode = review                # changes wait for `claude-sandbox review`
 # max-pids = 4096                        # cap processes
 # max-memory = 8G                        # cap memory
 """

@@ -76,6 +76,7 @@ CONTROL: tuple[Control, ...] = (
 class ControlPlan:
     """What the argv builder binds, in order, and the overlay views the launch mounts."""
 
+    root: str  # the writable root these paths lie in
     pinned: tuple[str, ...]  # directories bound read-write onto themselves
     read_only: tuple[str, ...]  # existing files, bound read-only onto themselves
     views: tuple[str, ...]  # existing directories: overlays with the agent's copy on top
@@ -93,6 +94,12 @@ def controls(protect: Sequence[str], unprotect: Sequence[str]) -> tuple[Control,
             kept.append(Control(path, "protected by the operator (protect)"))
             known.add(path)
     return tuple(kept)
+
+
+def names(table: Sequence[Control]) -> frozenset[str]:
+    """The last part of each control path: the names the session-end report and review
+    class as control files at any depth (aftermath.py)."""
+    return frozenset(control.path.split("/")[-1] for control in table)
 
 
 _KINDS = {stat.S_IFDIR: "dir", stat.S_IFLNK: "link", stat.S_IFREG: "file"}
@@ -177,6 +184,7 @@ def plan(
     read_only = [r for r in read_only if not any(r.startswith(v + "/") for v in views)]
     # Parents first: a bind over a directory must not cover a bind made inside it.
     return ControlPlan(
+        root=root,
         pinned=tuple(sorted(pinned, key=_depth)),
         read_only=tuple(sorted(read_only, key=_depth)),
         views=tuple(sorted(views, key=_depth)),

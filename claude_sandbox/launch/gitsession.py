@@ -51,7 +51,7 @@ def _new_session(view: View) -> tuple[str, int]:
 
     Made under a dot name and renamed once locked: a concurrent launch never takes a
     directory that is still being made for an interrupted one."""
-    sessions = os.path.join(_upper_base(view.store), "sessions")
+    sessions = os.path.join(upper_base(view.store), "sessions")
     os.makedirs(sessions, mode=0o700, exist_ok=True)
     name = os.urandom(8).hex()
     staging = os.path.join(sessions, f".new-{name}")
@@ -70,7 +70,7 @@ def _new_session(view: View) -> tuple[str, int]:
 _SHM = "/dev/shm"
 
 
-def _upper_base(store: str) -> str:
+def upper_base(store: str) -> str:
     if _fstype(store) != "overlay":
         return store
     import hashlib
@@ -117,13 +117,21 @@ def prepare(views: Sequence[View], quarantine: gitcheck.Quarantine) -> tuple[Lay
 
 def _prepare_one(view: View, quarantine: gitcheck.Quarantine) -> Layer:
     base = lock = None
+    if view.kind == "workspace":
+        from claude_sandbox.launch import review
+
+        pending = review.open_pending(upper_base(view.store), view.target)
+        if pending.count:
+            quarantine.lines.append(review.pending_line(pending.count, view.target,
+                                                        at_launch=True))
+        return Layer(view, pending.upper, pending.work, None, pending.lock)
     if view.kind == "git":
         _keep_interrupted(view, quarantine)
         gitcheck.check(view.target, quarantine)
         base = gitapply.snapshot(view.target)
         directory, lock = _new_session(view)
     else:
-        directory = _upper_base(view.store)
+        directory = upper_base(view.store)
     upper, work = os.path.join(directory, "upper"), os.path.join(directory, "work")
     for path in (upper, work):
         os.makedirs(path, mode=0o700, exist_ok=True)
@@ -131,8 +139,19 @@ def _prepare_one(view: View, quarantine: gitcheck.Quarantine) -> Layer:
 
 
 def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarantine) -> None:
-    """Apply each git layer to its real directory, check it, keep what was not applied."""
+    """Apply each git layer to its real directory, check it, keep what was not applied;
+    in review mode, say what waits for review."""
     for layer in layers:
+        if layer.view.kind == "workspace":
+            from claude_sandbox.launch import review
+
+            count = review.count_pending(layer.upper, layer.view.target)
+            if count:
+                quarantine.lines.append(review.pending_line(count, layer.view.target,
+                                                            at_launch=False))
+            if layer.lock is not None:
+                os.close(layer.lock)
+            continue
         if layer.view.kind != "git":
             continue
         directory = os.path.dirname(layer.upper)
@@ -164,7 +183,7 @@ def _keep(view: View, directory: str) -> str:
     system, never a copy (an upper holds overlayfs whiteouts, device files only root
     could make again). The work directory is overlayfs's scratch: removed first."""
     remove_tree(os.path.join(directory, "work"))
-    kept = os.path.join(_upper_base(view.store), "kept")
+    kept = os.path.join(upper_base(view.store), "kept")
     os.makedirs(kept, mode=0o700, exist_ok=True)
     target = os.path.join(kept, f"{time.strftime('%Y%m%dT%H%M%S')}-{os.urandom(4).hex()}")
     os.rename(directory, target)
@@ -173,7 +192,7 @@ def _keep(view: View, directory: str) -> str:
 
 def _keep_interrupted(view: View, quarantine: gitcheck.Quarantine) -> None:
     """A dead launcher's session was never applied: keep it aside, and say where."""
-    sessions = os.path.join(_upper_base(view.store), "sessions")
+    sessions = os.path.join(upper_base(view.store), "sessions")
     try:
         names = os.listdir(sessions)
     except OSError:

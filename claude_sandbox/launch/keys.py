@@ -27,6 +27,7 @@ class Kind:
     SIZE = KindOf("size in bytes, with an optional K, M or G suffix")
     KEYS = KindOf("list of key names")
     RELPATHS = KindOf("list of paths relative to the workspace")
+    MODE = KindOf("live | review")
 
 
 @record
@@ -59,6 +60,10 @@ KEYS: tuple[Key, ...] = (
         "the same, for one local model server"),
     Key("callback-port",    "CLAUDE_SANDBOX_CALLBACK_PORTS",   Kind.PORTS,     "(none)",
         "relay from the container's 127.0.0.1:PORT into the jail (browser login callbacks)"),
+    Key("workspace-mode",   "CLAUDE_SANDBOX_WORKSPACE_MODE",   Kind.MODE,      "live",
+        "live: the agent writes the workspace; review: it writes an overlay, and nothing "
+        "reaches the workspace until `claude-sandbox review` applies it (check 73); the "
+        "environment may choose review, never live over the file's review", per_agent=True),
     # /etc only: no variable, the launching environment cannot set these.
     Key("env-may-widen",    None, Kind.KEYS,     "(none)",
         "keys whose variable may widen this file's value (by default the environment may "

@@ -257,15 +257,14 @@ def _socket_mounts(config: Config, facts: HostFacts, layout: Writable,
                 under(sock, back) and not under(sock, config.allow_socket)))]
 
 
-def _control_mounts(layout: Writable) -> list[Mount]:
+def _control_mounts(layout: Writable, review: bool) -> list[Mount]:
     """After every writable bind: git directories outside the workspace, pins, then the
-    read-only control paths (ADR 0005, ADR 0010)."""
+    read-only control paths (ADR 0005, ADR 0010); in review mode, none in the workspace."""
     roots = [layout.workspace, *layout.allow_write]
     found = [_same("bind", repo.gitdir, "the workspace's git directory lies outside it (a "
                    "subdirectory or a linked worktree): its overlay, writable (check 70)")
              for repo in layout.repositories if not under(repo.gitdir, roots)]
-    controls = layout.controls
-    for plan in controls:
+    for plan in [p for p in layout.controls if not (review and p.root == layout.workspace)]:
         found += [_same("bind", path, "pinned: it holds a control path, so it cannot be "
                         "renamed away (check 52)") for path in plan.pinned]
         why = dict(plan.reasons)
@@ -320,10 +319,11 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
     # Shallow first: an allow-write path that holds the workspace must not cover its
     # bind, or the workspace could be renamed away with its control files.
     for path in sorted([layout.workspace, *layout.allow_write], key=lambda p: p.count("/")):
-        why = ("the workspace, writable (check 17)" if path == layout.workspace
-               else "allow-write, after the masks it reaches through")
+        why = ("allow-write, after the masks it reaches through" if path != layout.workspace
+               else "the workspace, writable (check 17)" if config.workspace_mode == "live"
+               else "the workspace's overlay, writable; review applies it (checks 17, 73)")
         found.append(_same("bind", path, why))
-    found += _control_mounts(layout)
+    found += _control_mounts(layout, config.workspace_mode == "review")
     found += [_same("ro-bind", path, "allow-read: visible, never writable", runs=True)
               for path in layout.allow_read]
     found += [_same("ro-bind", path, "a directory on the launching PATH outside the system "

@@ -104,7 +104,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         limits=limits,
         jail=jail,
         layout=gathered.layout,
-        views=overlays.views(gathered.layout, store),
+        views=overlays.views(gathered.layout, store, review=cfg.workspace_mode == "review"),
         workspace_store=store,
         hide_outer_proc=not facts.proc_mountable,
         root_only=facts.uid == 0,

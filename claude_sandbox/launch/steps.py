@@ -147,6 +147,11 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
     if facts.agent_tmp:
         state.private_dir(facts.agent_tmp, facts.uid, f"{the_plan.agent}'s scratch directory")
     quarantine = gitcheck.Quarantine(store)
+    if _review(the_plan):
+        # The overlay keeps the session's git writes from the real repositories, which
+        # the launcher still checks: review apply and the user's git read them.
+        for repo in the_plan.layout.repositories:
+            gitcheck.check(repo.gitdir, quarantine)
     layers = gitsession.prepare(the_plan.views, quarantine)
     _say(quarantine)
     opened: dict[str, int] = {}
@@ -232,13 +237,19 @@ def _say(quarantine: gitcheck.Quarantine) -> None:
     quarantine.lines.clear()
 
 
+def _review(the_plan: plan.Plan) -> bool:
+    return any(view.kind == "workspace" for view in the_plan.views)
+
+
 def _move_created_controls(layout: Writable, store: str,
-                           quarantine: gitcheck.Quarantine) -> None:
+                           quarantine: gitcheck.Quarantine, review: bool) -> None:
     """A control path absent at launch that the session made is the agent's own copy:
     moved into its per-workspace store, named, never left for a program outside."""
     import shutil
 
     for control_plan in layout.controls:
+        if review and control_plan.root == layout.workspace:
+            continue  # in the overlay, pending review
         for path in control_plan.absent:
             if not os.path.lexists(path):
                 continue
@@ -264,10 +275,16 @@ def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
     layout = the_plan.layout
     quarantine = prepared.quarantine
     gitsession.finish(prepared.layers, layout.workspace, quarantine)
-    _move_created_controls(layout, the_plan.workspace_store, quarantine)
-    table = controlfiles.controls(cfg.protect, cfg.unprotect)
-    names = frozenset(control.path.split("/")[-1] for control in table)
-    roots = [r for r in (layout.workspace, *layout.allow_write) if os.path.isdir(r)]
+    # In review mode the workspace was not written: what waits there is for
+    # `claude-sandbox review`; the allow-write roots outside it were.
+    review = _review(the_plan)
+    _move_created_controls(layout, the_plan.workspace_store, quarantine, review)
+    names = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
+    roots = [r for r in (*(() if review else (layout.workspace,)), *layout.allow_write)
+             if os.path.isdir(r)]
+    if not roots:
+        _say(quarantine)
+        return
     # The overlaid repositories were applied by rule above: not the user's to review.
     overlaid = {path for repo in layout.repositories
                 for path in (repo.gitdir, os.path.join(repo.top, ".git"))}

@@ -126,6 +126,15 @@ def _level(text: str, where: str) -> str:
     return text
 
 
+MODES = ("live", "review")
+
+
+def _mode(text: str, where: str) -> str:
+    if text not in MODES:
+        raise SandboxError(f"{where}: {text!r} is not one of {', '.join(MODES)}", EXIT_CONFIG)
+    return text
+
+
 def _count(text: str, where: str) -> int:
     if not text.isascii() or not text.isdigit() or int(text) < 1:
         raise SandboxError(f"{where}: {text!r} is not a positive integer", EXIT_CONFIG)
@@ -145,6 +154,7 @@ SCALAR_PARSERS: dict[KindOf, Callable[[str, str], object]] = {
     Kind.FLAG: _flag,
     Kind.PORT: lambda text, where: _port(text, where, zero_ok=True),
     Kind.LEVEL: _level,
+    Kind.MODE: _mode,
     Kind.COUNT: _count,
     Kind.SIZE: _size,
 }

@@ -1,0 +1,258 @@
+"""Review mode: what the sessions changed in the workspace waits in the store until applied.
+
+With `workspace-mode = review` the whole workspace is one overlay (core/views.py):
+the real workspace below, read-only, and an upper directory in the agent's
+per-workspace store that takes every write, from one session to the next.
+Nothing reaches the real workspace while a session runs, nor when it ends. The
+next session sees the pending changes, and its launch says how many there are.
+
+`claude-sandbox review` lists them (`changes`), with what can run or steer a
+program outside first, in the classes of the session-end report (aftermath.py),
+and applies or discards what the user chooses (reviewapply.py).
+
+One session at a time: two overlays sharing one upper directory is undefined
+in overlayfs. A session holds the store's lock for its whole life, and so does
+`claude-sandbox review` while it works; a second one is refused (ADR 0012).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import stat
+
+from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.core.record import record
+from claude_sandbox.launch import aftermath, gitapply, gitrepo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+@record
+class Pending:
+    """The store's pending changes for one workspace, locked by this process."""
+
+    upper: str
+    work: str
+    lock: int
+    count: int
+
+
+@record
+class Change:
+    """One pending change, relative to the workspace.
+
+    `what`: added, changed, deleted, replaced (a directory whose old entries go), or
+    repository (a git directory's changes, applied by rule: gitapply.py). `kind`:
+    file, dir, link, special, git, or "-" for a deletion. `klass`: the session-end
+    report's class (aftermath.CLASSES), "" for ordinary source. `refused`: why it is
+    never applied, or ""."""
+
+    path: str
+    what: str
+    kind: str
+    klass: str
+    refused: str
+
+
+def lock(directory: str, workspace: str) -> int:
+    """The pending changes' lock, taken without waiting; a refusal while another holds it."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fd = os.open(os.path.join(directory, "lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SandboxError(f"the changes pending review in {workspace} are in use by another "
+                           "session or `claude-sandbox review`: review mode takes one at a "
+                           "time; wait for it to end", EXIT_REFUSED) from None
+    return fd
+
+
+def open_pending(directory: str, workspace: str) -> Pending:
+    """Lock the pending changes and make their directories; with none pending, note the
+    workspace's repositories as they are now (the base `review apply` compares with)."""
+    fd = lock(directory, workspace)
+    try:
+        upper, work = os.path.join(directory, "upper"), os.path.join(directory, "work")
+        for path in (upper, work):
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        count = count_pending(upper, workspace)
+        if count == 0:
+            _write_bases(directory, workspace)
+    except BaseException:
+        os.close(fd)
+        raise
+    return Pending(upper, work, fd, count)
+
+
+def count_pending(upper: str, workspace: str) -> int:
+    """How many changes wait: one walk of the upper directory, no file read."""
+    return sum(1 for _ in _leaves(upper, workspace))
+
+
+def pending_line(count: int, workspace: str, *, at_launch: bool) -> str:
+    changes = "1 change" if count == 1 else f"{count} changes"
+    if at_launch:
+        return (f"{changes} from earlier sessions wait for review in {workspace}; the "
+                "session sees them. `claude-sandbox review` lists them")
+    return (f"the session's changes to {workspace} wait for review ({changes} in all); "
+            "nothing reached the workspace. `claude-sandbox review` lists them, "
+            "`claude-sandbox review apply` applies them")
+
+
+def _leaves(upper: str, workspace: str) -> Iterator[tuple[str, os.DirEntry[str], bool]]:
+    """(relative path, entry, is a repository) for what counts as one change: every
+    non-directory, every directory that is a repository (not entered) or opaque or
+    empty. A repository is told by its name, or by git's test on it or on the real
+    directory (a bare one, whose upper may hold only new refs). Iterative, links
+    never followed, in name order."""
+    stack = [""]
+    while stack:
+        relative = stack.pop()
+        try:
+            with os.scandir(os.path.join(upper, relative)) as listed:
+                entries = sorted(listed, key=lambda e: e.name, reverse=True)
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            if not entry.is_dir(follow_symlinks=False):
+                yield name, entry, False
+            elif entry.name == ".git" or gitrepo.looks_like_gitdir(entry.path) or \
+                    gitrepo.looks_like_gitdir(os.path.join(workspace, name)):
+                yield name, entry, True
+            else:
+                if opaque(entry.path) or not _has_entries(entry.path):
+                    yield name, entry, False
+                stack.append(name)
+
+
+def changes(upper: str, workspace: str, control_names: frozenset[str]) -> list[Change]:
+    """Every pending change, what can run or steer a program outside first (by the
+    report's classes), refused ones among them, then ordinary source by path."""
+    found = []
+    for rel, entry, repository in _leaves(upper, workspace):
+        real = os.path.join(workspace, rel)
+        if repository:
+            found.append(Change(rel, "repository", "git", "git", ""))
+            continue
+        info = entry.stat(follow_symlinks=False)
+        mode = info.st_mode
+        there = os.path.lexists(real)
+        klass = _class(rel, mode, control_names)
+        if stat.S_ISDIR(mode):
+            replaced = there and opaque(entry.path)
+            found.append(Change(rel, "replaced" if replaced else "added", "dir", klass, ""))
+        elif stat.S_ISCHR(mode) and info.st_rdev == 0:  # overlayfs's mark of a deletion
+            refused = ("deleting a git directory is never applied; delete it yourself"
+                       if rel.split("/")[-1] == ".git" or gitrepo.looks_like_gitdir(real)
+                       else "")
+            found.append(Change(rel, "deleted", "-", klass, refused))
+        elif stat.S_ISREG(mode):
+            refused = _gitfile_refusal(entry.path, real, workspace) \
+                if entry.name == ".git" else ""
+            found.append(Change(rel, "changed" if there else "added", "file", klass, refused))
+        elif stat.S_ISLNK(mode):
+            out = _link_out(entry.path, real, workspace)
+            found.append(Change(rel, "changed" if there else "added", "link",
+                                "link-out" if out else klass, ""))
+        else:
+            found.append(Change(rel, "added", "special", "special",
+                                "a FIFO, socket or device is never applied"))
+    rank = {kind: index for index, (kind, _) in enumerate(aftermath.CLASSES)}
+    return sorted(found, key=lambda c: (rank.get(c.klass, len(rank)), c.path))
+
+
+def _class(rel: str, mode: int, control_names: frozenset[str]) -> str:
+    parts = rel.split("/")
+    if ".git" in parts[:-1]:
+        return "git"
+    if any(part in control_names for part in parts[:-1]):
+        return "control"
+    dotted = any(part.startswith(".") for part in parts[:-1])
+    if stat.S_ISDIR(mode):
+        return "control" if parts[-1] in control_names else ""
+    return aftermath.name_class(rel, parts[-1], mode, dotted, control_names)
+
+
+def _link_out(link: str, real: str, workspace: str) -> bool:
+    """A link whose target, read where it would lie in the workspace, leaves it."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return True
+    resolved = os.path.normpath(os.path.join(os.path.dirname(real), target))
+    top = workspace.rstrip("/") + "/"
+    return not (resolved + "/").startswith(top)
+
+
+def _gitfile_refusal(path: str, real: str, workspace: str) -> str:
+    text = gitrepo.read_small(path)
+    if text is None or not text.startswith("gitdir: "):
+        return "a .git file that does not name a git directory"
+    target = os.path.normpath(os.path.join(os.path.dirname(real), text[8:].strip()))
+    if not (target + "/").startswith(workspace.rstrip("/") + "/"):
+        return "a .git file that names a git directory outside the workspace"
+    return ""
+
+
+def opaque(path: str) -> bool:
+    try:
+        return os.getxattr(path, "user.overlay.opaque", follow_symlinks=False) == b"y"
+    except OSError:
+        return False
+
+
+def _has_entries(path: str) -> bool:
+    try:
+        with os.scandir(path) as listed:
+            return any(True for _ in listed)
+    except OSError:
+        return False
+
+
+# ------------------------------------------------- the repositories' bases
+
+_BASES = "bases.json"
+
+
+def _write_bases(directory: str, workspace: str) -> None:
+    """Each repository in the workspace as it is before the first pending change: `review
+    apply` then keeps a ref moved outside meanwhile, as a live session's end does."""
+    bases = {}
+    for repo in gitrepo.find(workspace):
+        if (repo.gitdir + "/").startswith(workspace.rstrip("/") + "/"):
+            snap = gitapply.snapshot(repo.gitdir)
+            bases[os.path.relpath(repo.gitdir, workspace)] = [
+                snap.head, [list(p) for p in snap.loose], [list(p) for p in snap.packed],
+                snap.config]
+    part = os.path.join(directory, _BASES + ".part")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(part)  # a killed launch's; unlink does not follow a link
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with open(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        json.dump(bases, handle)
+    os.replace(part, os.path.join(directory, _BASES))
+
+
+def base(directory: str, rel: str, real: str) -> gitapply.Snapshot:
+    """The base of the repository at `rel`: noted before the first pending change, or,
+    for one the sessions made, what is there now. The index is always taken as it is
+    now: the session's index matches the tree and HEAD it applies with."""
+    now = gitapply.snapshot(real)
+    try:
+        with open(os.path.join(directory, _BASES), encoding="utf-8",
+                  errors="surrogateescape") as handle:
+            noted = json.load(handle).get(rel)
+        head, loose, packed, config = noted
+        return gitapply.Snapshot(head, tuple(tuple(p) for p in loose),
+                                 tuple(tuple(p) for p in packed), config, now.index)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return now

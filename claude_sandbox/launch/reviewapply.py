@@ -1,0 +1,251 @@
+"""`claude-sandbox review apply` and `discard`: pending changes to the real workspace, or away.
+
+What the user accepts is written into the real workspace by this process, outside
+the sandbox, with the agent stopped (the store's lock, review.py). Nothing is
+written through a link: each parent directory is opened one name at a time with
+O_NOFOLLOW, so a link already in the real workspace (or one applied earlier)
+cannot lead a write elsewhere, and each file is written to a fresh name (O_EXCL)
+and renamed into place. Mode bits are kept, never set-user-ID, set-group-ID or
+sticky. A FIFO, socket or device is never applied. A git directory is applied by
+the rule a live session's end uses (gitapply.py), checked after (gitcheck.py), and
+what that rule did not carry over is kept aside in the store and named.
+
+An applied or discarded change leaves the upper directory, so the next session
+sees the real workspace there again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import time
+
+from claude_sandbox.launch import gitapply, gitcheck, review
+from claude_sandbox.launch.gitsession import remove_tree
+from claude_sandbox.launch.review import Change
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class NotApplied(Exception):
+    """One change could not be applied: the message says why; it stays pending."""
+
+
+def apply(directory: str, workspace: str, chosen: Sequence[Change],
+          quarantine: gitcheck.Quarantine) -> tuple[list[str], bool]:
+    """Apply each chosen change; (lines to print, whether every one was applied).
+
+    Directories that replace old ones first, the repositories last: their HEAD and
+    index match the files the session left."""
+    upper = os.path.join(directory, "upper")
+    order = sorted(chosen, key=lambda c: (c.what != "replaced", c.what == "repository",
+                                          c.path.count("/"), c.path))
+    lines: list[str] = []
+    complete = True
+    for change in order:
+        if change.refused:
+            lines.append(f"not applied: {change.path}: {change.refused}")
+            complete = False
+            continue
+        try:
+            if change.what == "repository":
+                lines += _apply_repository(directory, workspace, change.path, quarantine)
+            else:
+                _apply_one(upper, workspace, change)
+                lines.append(f"applied: {change.what} {change.path}")
+        except (NotApplied, OSError) as error:
+            why = error.strerror if isinstance(error, OSError) and error.strerror else error
+            lines.append(f"not applied: {change.path}: {why}")
+            complete = False
+    _prune(upper, workspace)
+    return lines, complete
+
+
+def discard(directory: str, paths: Sequence[str], workspace: str) -> list[str]:
+    """Drop what waits at or under each path (relative to the workspace) from the upper
+    directory: the sessions see the real workspace there again."""
+    upper = os.path.join(directory, "upper")
+    lines = []
+    for rel in paths:
+        path = os.path.join(upper, rel) if rel else upper
+        if not os.path.lexists(path):
+            lines.append(f"nothing waits at {rel}")
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            remove_tree(path)
+            os.makedirs(upper, mode=0o700, exist_ok=True)
+        else:
+            os.unlink(path)
+        lines.append(f"discarded: {rel or 'everything'}")
+    _prune(upper, workspace)
+    return lines
+
+
+def _apply_one(upper: str, workspace: str, change: Change) -> None:
+    source = os.path.join(upper, change.path)
+    name = os.path.basename(change.path)
+    parent = _open_parent(upper, workspace, change.path)
+    try:
+        if change.what == "deleted":
+            _remove(parent, name)
+            os.unlink(source)
+        elif change.kind == "dir":
+            if change.what == "replaced":
+                _empty_but(parent, name, set(os.listdir(source)))
+            elif not _is_dir(parent, name):
+                _remove(parent, name)
+                os.mkdir(name, _dir_mode(source), dir_fd=parent)
+            with contextlib.suppress(OSError):
+                os.removexattr(source, "user.overlay.opaque", follow_symlinks=False)
+        elif change.kind == "link":
+            temporary = _fresh(name)
+            os.symlink(os.readlink(source), temporary, dir_fd=parent)
+            _into_place(parent, temporary, name)
+            os.unlink(source)
+        elif change.kind == "file":
+            _copy_file(source, parent, name)
+            os.unlink(source)
+        else:
+            raise NotApplied("a FIFO, socket or device is never applied")
+    finally:
+        os.close(parent)
+
+
+def _open_parent(upper: str, workspace: str, rel: str) -> int:
+    """The real parent directory of `rel`, made where missing, never through a link."""
+    fd = os.open(workspace, _DIR)
+    done = ""
+    try:
+        for part in rel.split("/")[:-1]:
+            done = f"{done}/{part}" if done else part
+            try:
+                next_fd = os.open(part, _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                os.mkdir(part, _dir_mode(os.path.join(upper, done)), dir_fd=fd)
+                next_fd = os.open(part, _DIR, dir_fd=fd)
+            except (NotADirectoryError, OSError) as error:
+                raise NotApplied(f"{done} in the workspace is not a directory (a link or "
+                                 f"a file: {error.strerror}); apply it first, or move it") \
+                    from None
+            os.close(fd)
+            fd = next_fd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _copy_file(source: str, parent: int, name: str) -> None:
+    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotApplied("no longer a regular file")
+        temporary = _fresh(name)
+        out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                      | os.O_CLOEXEC, 0o600, dir_fd=parent)
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                os.write(out, chunk)
+            os.fchmod(out, stat.S_IMODE(info.st_mode) & 0o777)
+        finally:
+            os.close(out)
+        if _is_dir(parent, name):
+            _remove(parent, name)  # the session replaced a directory with this file
+        _into_place(parent, temporary, name)
+    finally:
+        os.close(fd)
+
+
+def _apply_repository(directory: str, workspace: str, rel: str,
+                      quarantine: gitcheck.Quarantine) -> list[str]:
+    upper = os.path.join(directory, "upper", rel)
+    real = os.path.join(workspace, rel)
+    os.close(_open_parent(os.path.join(directory, "upper"), workspace, rel))
+    if os.path.islink(real) or (os.path.lexists(real) and not os.path.isdir(real)):
+        raise NotApplied("the workspace has a link or a file there")
+    result = gitapply.apply(upper, real, review.base(directory, rel, real), workspace)
+    gitcheck.check(real, quarantine)
+    lines = [f"applied: repository {rel} (objects, refs, HEAD, index and allowed "
+             "configuration, by rule)", *result.lines, *quarantine.lines]
+    quarantine.lines.clear()
+    if result.kept:
+        kept = os.path.join(directory, "kept", time.strftime("%Y%m%dT%H%M%S"), rel)
+        os.makedirs(os.path.dirname(kept), mode=0o700, exist_ok=True)
+        os.rename(upper, kept)
+        lines.append(f"what the sessions' git wrote in {rel} and was not applied is kept "
+                     f"in {kept}")
+    else:
+        remove_tree(upper)
+    return lines
+
+
+def _prune(upper: str, workspace: str) -> None:
+    """Remove the upper's directories left empty that change nothing: not opaque, and
+    a directory in the real workspace too."""
+    for root, dirs, _files in os.walk(upper, topdown=False):
+        for name in dirs:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, upper)
+            real = os.path.join(workspace, rel)
+            if os.path.islink(real) or not os.path.isdir(real) or review.opaque(path):
+                continue  # a new or replaced directory: still a change
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+
+
+def _remove(parent: int, name: str) -> None:
+    """Remove `name` in `parent`, a directory tree without following links."""
+    try:
+        info = os.lstat(name, dir_fd=parent)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=parent)
+    else:
+        os.unlink(name, dir_fd=parent)
+
+
+def _empty_but(parent: int, name: str, keep: set[str]) -> None:
+    """A directory the session replaced: the real one loses what the new one lacks."""
+    if not _is_dir(parent, name):
+        _remove(parent, name)
+        os.mkdir(name, 0o755, dir_fd=parent)
+        return
+    fd = os.open(name, _DIR, dir_fd=parent)
+    try:
+        for entry in os.listdir(fd):
+            if entry not in keep:
+                _remove(fd, entry)
+    finally:
+        os.close(fd)
+
+
+def _is_dir(parent: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(name, dir_fd=parent).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _dir_mode(path: str) -> int:
+    try:
+        return stat.S_IMODE(os.lstat(path).st_mode) & 0o777
+    except OSError:
+        return 0o755
+
+
+def _fresh(name: str) -> str:
+    return f".{name[:200]}.csbx-{os.urandom(4).hex()}"
+
+
+def _into_place(parent: int, temporary: str, name: str) -> None:
+    os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+
+
