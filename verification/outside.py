@@ -4,7 +4,8 @@ The verify runner calls these around the launch: 27 launches from places the
 workspace check must refuse (they refuse before any namespace exists), 48
 launches from an environment planted with redirections, 49 SIGKILLs a
 launcher mid-session and 60 hangs up its terminal, 35 compares what existed
-before the launch with what is left after it.
+before the launch with what is left after it; 70 and 71 plant in a scratch
+repository, and 73 runs a review-mode session in one and applies it.
 """
 
 from __future__ import annotations
@@ -501,3 +502,68 @@ def check_71_launcher_git_unsteerable(shim: str, agent: str, home: str,
                       f"HEAD a regular file again: {head_ok}")
     return Result("71", "PASS", f"the launch ran in {took:.1f} s; the FIFO was quarantined "
                   "and the include was never read")
+
+
+def _tree(top: str) -> dict[str, tuple[int, str]]:
+    """Every entry under `top`: its mode and its content's digest (a link's target)."""
+    import hashlib
+
+    found = {}
+    for root, dirs, files in os.walk(top):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            info = os.lstat(path)
+            if os.path.islink(path):
+                what = "link:" + os.readlink(path)
+            elif os.path.isfile(path):
+                with open(path, "rb") as handle:
+                    what = hashlib.sha256(handle.read()).hexdigest()
+            else:
+                what = "other"
+            found[os.path.relpath(path, top)] = (info.st_mode, what)
+    return found
+
+
+def check_73_review_keeps_the_workspace(shim: str, agent: str, home: str,
+                                        environ: Mapping[str, str]) -> Result:
+    """A review-mode session changes a scratch repository; it is byte for byte the same
+    until `claude-sandbox review apply`, which lands the edit and the commit only."""
+    repo = _scratch_repository(home)
+    try:
+        with open(os.path.join(repo, "a.txt"), "w", encoding="utf-8") as handle:
+            handle.write("one\n")
+        _git(["add", "a.txt"], repo, home)
+        _git(["commit", "-qm", "base"], repo, home)
+        before = _tree(repo)
+        # The hook after the commit: under harsh, nothing runs from the workspace inside.
+        script = ("echo two >> a.txt && echo new > b.txt && git add a.txt b.txt && git -c "
+                  "user.name=v -c user.email=v@x commit -qm review-commit && mkfifo ff && "
+                  "printf '#!/bin/sh\\nexit 0\\n' > .git/hooks/pre-commit && chmod +x "
+                  ".git/hooks/pre-commit && echo made")
+        made = _launch_in(shim, agent, repo, {**environ, "CLAUDE_SANDBOX_WORKSPACE_MODE":
+                                              "review"}, script)
+        if "made" not in made.stdout:
+            return Result("73", "FAIL", f"the review session failed: {made.stderr[-300:]}")
+        if _tree(repo) != before:
+            changed = sorted(set(_tree(repo).items()) ^ set(before.items()))[:3]
+            return Result("73", "FAIL", f"the real workspace changed before apply: {changed}")
+        applied = subprocess.run([shim, "review", "--agent", agent, "apply", "--all"],
+                                 cwd=repo, env=dict(environ), capture_output=True, text=True,
+                                 check=False, stdin=subprocess.DEVNULL, timeout=120)
+        with open(os.path.join(repo, "a.txt"), encoding="utf-8") as handle:
+            edited = handle.read() == "one\ntwo\n"
+        log = _git(["log", "--format=%s", "-1"], repo, home).stdout.strip()
+        status = _git(["status", "--porcelain"], repo, home).stdout.strip()
+        planted = [p for p in ("ff", ".git/hooks/pre-commit")
+                   if os.path.lexists(os.path.join(repo, p))]
+        subprocess.run([shim, "review", "--agent", agent, "discard", "--all", "--yes"],
+                       cwd=repo, env=dict(environ), capture_output=True, check=False,
+                       stdin=subprocess.DEVNULL, timeout=60)
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+    if not edited or log != "review-commit" or status or planted:
+        return Result("73", "FAIL", f"after apply (exit {applied.returncode}): edit landed "
+                      f"{edited}, last commit {log!r}, git status {status!r}, planted left "
+                      f"{planted}")
+    return Result("73", "PASS", "the real workspace was unchanged until apply; apply landed "
+                  "the edit and the commit, not the FIFO or the hook")

@@ -273,10 +273,10 @@ def check_made(paths: Iterable[str], workspace: str, overlaid: Iterable[str], si
         if any(_inside(resolved, d) for d in done) or not os.path.isdir(gitdir):
             continue
         gitcheck.check(gitdir, quarantine)
-        _strip_made(gitdir, since_ns, quarantine)
+        strip_made(gitdir, since_ns, quarantine)
 
 
-def _strip_made(gitdir: str, since_ns: int, quarantine: gitcheck.Quarantine) -> None:
+def strip_made(gitdir: str, since_ns: int, quarantine: gitcheck.Quarantine) -> None:
     from claude_sandbox.launch import gitpolicy, repoconfig
 
     hooks = os.path.join(gitdir, "hooks")

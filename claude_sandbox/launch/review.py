@@ -29,7 +29,7 @@ from claude_sandbox.launch import aftermath, gitapply, gitrepo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 
 @record
@@ -109,9 +109,8 @@ def pending_line(count: int, workspace: str, *, at_launch: bool) -> str:
 def _leaves(upper: str, workspace: str) -> Iterator[tuple[str, os.DirEntry[str], bool]]:
     """(relative path, entry, is a repository) for what counts as one change: every
     non-directory, every directory that is a repository (not entered) or opaque or
-    empty. A repository is told by its name, or by git's test on it or on the real
-    directory (a bare one, whose upper may hold only new refs). Iterative, links
-    never followed, in name order."""
+    empty. A repository is told by its name, or by git's test (_gitdir). Iterative,
+    links never followed, in name order."""
     stack = [""]
     while stack:
         relative = stack.pop()
@@ -124,8 +123,7 @@ def _leaves(upper: str, workspace: str) -> Iterator[tuple[str, os.DirEntry[str],
             name = f"{relative}/{entry.name}" if relative else entry.name
             if not entry.is_dir(follow_symlinks=False):
                 yield name, entry, False
-            elif entry.name == ".git" or gitrepo.looks_like_gitdir(entry.path) or \
-                    gitrepo.looks_like_gitdir(os.path.join(workspace, name)):
+            elif entry.name == ".git" or _gitdir(entry.path, os.path.join(workspace, name)):
                 yield name, entry, True
             else:
                 if opaque(entry.path) or not _has_entries(entry.path):
@@ -157,6 +155,8 @@ def changes(upper: str, workspace: str, control_names: frozenset[str]) -> list[C
         elif stat.S_ISREG(mode):
             refused = _gitfile_refusal(entry.path, real, workspace) \
                 if entry.name == ".git" else ""
+            if entry.name in _GIT_NAMES and _git_marked(upper, workspace, rel):
+                klass = "git"  # a repository's file, before the repository is whole
             found.append(Change(rel, "changed" if there else "added", "file", klass, refused))
         elif stat.S_ISLNK(mode):
             out = _link_out(entry.path, real, workspace)
@@ -179,6 +179,37 @@ def _class(rel: str, mode: int, control_names: frozenset[str]) -> str:
     if stat.S_ISDIR(mode):
         return "control" if parts[-1] in control_names else ""
     return aftermath.name_class(rel, parts[-1], mode, dotted, control_names)
+
+
+def _gitdir(upper: str, real: str) -> bool:
+    """git's test for a bare repository (HEAD, objects/, refs/) on the directory as the
+    sessions see it, each part from the upper directory or else the real one: a
+    repository assembled over two sessions, or whose upper holds only new refs, is one."""
+    def part(name: str, test: Callable[[str], bool]) -> bool:
+        mine = os.path.join(upper, name)
+        if os.path.lexists(mine):
+            return test(mine)
+        return test(os.path.join(real, name))
+
+    return (part("HEAD", lambda p: gitrepo.read_small(p) is not None)
+            and part("objects", _real_dir) and part("refs", _real_dir))
+
+
+_GIT_NAMES = frozenset({"config", "HEAD", "commondir", "gitdir", "packed-refs"})
+
+
+def _git_marked(upper: str, workspace: str, rel: str) -> bool:
+    """The directory holding `rel`, as the sessions see it, has objects/ or refs/."""
+    parent = os.path.dirname(rel)
+    return any(_real_dir(os.path.join(top, parent, name))
+               for top in (upper, workspace) for name in ("objects", "refs"))
+
+
+def _real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _link_out(link: str, real: str, workspace: str) -> bool:

@@ -22,8 +22,8 @@ import shutil
 import stat
 import time
 
-from claude_sandbox.launch import gitapply, gitcheck, review
-from claude_sandbox.launch.gitsession import remove_tree
+from claude_sandbox.launch import gitapply, gitcheck, gitrepo, review
+from claude_sandbox.launch.gitsession import remove_tree, strip_made
 from claude_sandbox.launch.review import Change
 
 TYPE_CHECKING = False
@@ -170,8 +170,15 @@ def _apply_repository(directory: str, workspace: str, rel: str,
     os.close(_open_parent(os.path.join(directory, "upper"), workspace, rel))
     if os.path.islink(real) or (os.path.lexists(real) and not os.path.isdir(real)):
         raise NotApplied("the workspace has a link or a file there")
+    # A git directory the real workspace did not hold before this apply was made by
+    # the sessions, perhaps over several of them (a config applied earlier as a plain
+    # file): its hooks and configuration are the agent's, and are held as a live
+    # session's new repository's are.
+    made = not gitrepo.looks_like_gitdir(real)
     result = gitapply.apply(upper, real, review.base(directory, rel, real), workspace)
     gitcheck.check(real, quarantine)
+    if made:
+        strip_made(real, 0, quarantine)
     lines = [f"applied: repository {rel} (objects, refs, HEAD, index and allowed "
              "configuration, by rule)", *result.lines, *quarantine.lines]
     quarantine.lines.clear()

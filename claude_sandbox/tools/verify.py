@@ -538,6 +538,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, facts["home"], base_env))
                 results.append(outside_module.check_71_launcher_git_unsteerable(
                     SHIM, agent, facts["home"], base_env))
+                results.append(outside_module.check_73_review_keeps_the_workspace(
+                    SHIM, agent, facts["home"], base_env))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,
@@ -548,7 +550,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     before, ignore=[workdir, *fixtures.files]))
             else:
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
-                            for number in ("27", "48", "49", "60", "35", "53", "70", "71")]
+                            for number in ("27", "48", "49", "60", "35", "53", "70", "71",
+                                           "73")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()

@@ -1,0 +1,183 @@
+"""Review mode's parts: the key, the plan's overlays, the listing and the applier.
+
+The listing and the applier work on real directories: an upper directory made by
+hand with overlayfs's marks (a whiteout is a character device 0:0, which only
+root may make outside overlayfs; an opaque directory carries user.overlay.opaque).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from claude_sandbox.core.errors import SandboxError
+from claude_sandbox.launch import config, gitcheck, review, reviewapply
+from claude_sandbox.launch.config import Config
+
+from .test_plan import build
+
+AGENTS = ("claude", "codex", "pi")
+CONTROL = frozenset({".claude", ".vscode", ".mcp.json"})
+
+
+def parse(text: str, environ: dict[str, str] | None = None) -> Config:
+    return config.parse(text, environ or {}, agent="claude", agents=AGENTS, path="/etc/c")
+
+
+def test_the_key_is_per_agent_and_the_environment_only_narrows() -> None:
+    assert parse("").workspace_mode == "live"
+    assert parse("workspace-mode = review").workspace_mode == "review"
+    assert parse("workspace-mode.codex = review").workspace_mode == "live"
+    assert parse("", {"CLAUDE_SANDBOX_WORKSPACE_MODE": "review"}).workspace_mode == "review"
+    with pytest.raises(SandboxError) as caught:
+        parse("workspace-mode = review", {"CLAUDE_SANDBOX_WORKSPACE_MODE": "live"})
+    assert caught.value.status == 78 and "$CLAUDE_SANDBOX_WORKSPACE_MODE" in caught.value.message
+    with pytest.raises(SandboxError) as caught:
+        parse("workspace-mode = staged")
+    assert "/etc/c:1" in caught.value.message
+
+
+def test_review_mode_overlays_the_workspace_and_nothing_inside_it() -> None:
+    live = build(repo=True)
+    assert [v.kind for v in live.views] == ["git", "control"]
+    made = build(repo=True, cfg=Config(egress_jail=False, workspace_mode="review"))
+    assert [(v.kind, v.target) for v in made.views] == [("workspace", "/work/project")]
+    # The read-only control binds the overlay makes needless are gone: .mcp.json works.
+    assert not [m for m in made.mounts if m.dest == "/work/project/.mcp.json"]
+    assert [m for m in live.mounts if m.dest == "/work/project/.mcp.json"]
+
+
+@pytest.fixture
+def store() -> Iterator[tuple[str, str, str]]:
+    """(review directory, its upper, the real workspace), in /var/tmp (user xattrs)."""
+    top = tempfile.mkdtemp(prefix="csbx-review-unit-", dir="/var/tmp")
+    directory, workspace = os.path.join(top, "review"), os.path.join(top, "ws")
+    os.makedirs(os.path.join(directory, "upper"))
+    os.makedirs(workspace)
+    yield directory, os.path.join(directory, "upper"), workspace
+    import shutil
+
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _write(path: str, text: str = "x\n", mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write(text)
+    os.chmod(path, mode)
+
+
+def _whiteout(path: str) -> None:
+    if os.getuid() != 0:
+        pytest.skip("a whiteout outside overlayfs needs root (mknod)")
+    os.mknod(path, stat.S_IFCHR | 0o600, 0)
+
+
+def test_changes_are_classed_and_the_flagged_come_first(store: tuple[str, str, str]) -> None:
+    _, upper, ws = store
+    _write(os.path.join(ws, "old.txt"))
+    _write(os.path.join(ws, "gone.txt"))
+    _write(os.path.join(upper, "old.txt"), "y\n")
+    _whiteout(os.path.join(upper, "gone.txt"))
+    _write(os.path.join(upper, "src/new.py"))
+    _write(os.path.join(upper, "tool.sh"), mode=0o755)
+    _write(os.path.join(upper, ".claude/settings.json"))
+    _write(os.path.join(upper, "pkg/__pycache__/m.cpython-311.pyc"))
+    _write(os.path.join(upper, ".venv/lib/site.pth"))
+    os.symlink("/etc/passwd", os.path.join(upper, "out"))
+    os.symlink("src/new.py", os.path.join(upper, "in"))
+    os.mkfifo(os.path.join(upper, "ff"))
+    os.makedirs(os.path.join(upper, ".git/objects"))
+    _write(os.path.join(upper, "sub/.git"), "gitdir: /elsewhere/.git\n")
+    got = {c.path: c for c in review.changes(upper, ws, CONTROL)}
+    assert got["old.txt"].what == "changed" and got["old.txt"].klass == ""
+    assert got["gone.txt"].what == "deleted"
+    assert got["src/new.py"].what == "added"
+    assert got["tool.sh"].klass == "executable"
+    assert got[".claude/settings.json"].klass == "control"
+    assert got["pkg/__pycache__/m.cpython-311.pyc"].klass == "bytecode"
+    assert got[".venv/lib/site.pth"].klass == "python-startup"
+    assert got["out"].klass == "link-out" and got["in"].klass == ""
+    assert got["ff"].refused and got["ff"].klass == "special"
+    assert got[".git"].what == "repository"
+    assert "outside the workspace" in got["sub/.git"].refused
+    order = [c.path for c in review.changes(upper, ws, CONTROL)]
+    assert order.index("ff") < order.index("out") < order.index(".git") < order.index("old.txt")
+    assert review.count_pending(upper, ws) == len(order)
+
+
+def test_apply_never_writes_through_a_link_in_the_workspace(
+        store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    victim = tempfile.mkdtemp(prefix="csbx-victim-", dir="/var/tmp")
+    try:
+        os.symlink(victim, os.path.join(ws, "dir"))
+        _write(os.path.join(upper, "dir/planted"))
+        chosen = review.changes(upper, ws, CONTROL)
+        lines, complete = reviewapply.apply(directory, ws, chosen,
+                                            gitcheck.Quarantine(directory))
+        assert not complete and "not a directory" in lines[0]
+        assert os.listdir(victim) == []
+        assert os.path.exists(os.path.join(upper, "dir/planted"))  # still pending
+    finally:
+        os.rmdir(victim)
+
+
+def test_apply_keeps_mode_bits_but_never_set_id_and_removes_what_it_applied(
+        store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    _write(os.path.join(upper, "a/b/tool"), "#!/bin/sh\n", 0o6755)
+    _write(os.path.join(ws, "old"))
+    _whiteout(os.path.join(upper, "old"))
+    lines, complete = reviewapply.apply(directory, ws, review.changes(upper, ws, CONTROL),
+                                        gitcheck.Quarantine(directory))
+    assert complete, lines
+    assert stat.S_IMODE(os.stat(os.path.join(ws, "a/b/tool")).st_mode) == 0o755
+    assert not os.path.exists(os.path.join(ws, "old"))
+    assert os.listdir(upper) == []  # nothing waits, no empty directory left
+
+
+def test_a_replaced_directory_loses_what_the_new_one_lacks(
+        store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    _write(os.path.join(ws, "d/stale"))
+    _write(os.path.join(ws, "d/kept"))
+    _write(os.path.join(upper, "d/kept"), "new\n")
+    os.setxattr(os.path.join(upper, "d"), "user.overlay.opaque", b"y")
+    chosen = review.changes(upper, ws, CONTROL)
+    assert {c.path: c.what for c in chosen} == {"d": "replaced", "d/kept": "changed"}
+    lines, complete = reviewapply.apply(directory, ws, chosen, gitcheck.Quarantine(directory))
+    assert complete, lines
+    assert os.listdir(os.path.join(ws, "d")) == ["kept"]
+    assert os.listdir(upper) == []
+
+
+def test_discard_drops_a_path_and_what_is_under_it(store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    _write(os.path.join(upper, "x/y/z"))
+    _write(os.path.join(upper, "keep"))
+    reviewapply.discard(directory, ["x"], ws)
+    assert os.listdir(upper) == ["keep"]
+    assert reviewapply.discard(directory, ["nope"], ws) == ["nothing waits at nope"]
+
+
+def test_the_lock_refuses_a_second_holder(store: tuple[str, str, str]) -> None:
+    directory, _, ws = store
+    pending = review.open_pending(directory, ws)
+    try:
+        import subprocess
+        import sys
+
+        # flock is per open file: another process's attempt is refused.
+        code = ("import sys; from claude_sandbox.launch import review\n"
+                "try:\n review.lock(sys.argv[1], 'w')\nexcept Exception as e:\n"
+                " print(type(e).__name__, e.status)")
+        out = subprocess.run([sys.executable, "-c", code, directory], capture_output=True,
+                             text=True, check=True).stdout
+        assert out.strip() == "SandboxError 77"
+    finally:
+        os.close(pending.lock)
