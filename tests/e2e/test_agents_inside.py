@@ -53,17 +53,19 @@ def conf() -> Iterator[str]:
     shutil.rmtree(directory)
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
-def test_the_agent_runs_a_command_inside(agent: str, user: pwd.struct_passwd, workspace: str,
-                                         conf: str) -> None:
-    if not agentrun.is_installed(agent):
-        pytest.skip(f"{agent} is not installed")
-    marker = os.path.join(workspace, f"ran-{agent}")
-    as_user = [] if user.pw_uid == 0 else ["setpriv", f"--reuid={user.pw_uid}",
-                                           f"--regid={user.pw_gid}", "--init-groups"]
+def _as(user: pwd.struct_passwd) -> list[str]:
+    return [] if user.pw_uid == 0 else ["setpriv", f"--reuid={user.pw_uid}",
+                                        f"--regid={user.pw_gid}", "--init-groups"]
+
+
+def _run_inside(agent: str, user: pwd.struct_passwd, workspace: str, conf: str,
+                command: str, env: dict[str, str] | None = None
+                ) -> subprocess.CompletedProcess[str]:
+    """One prompt to the real `agent` in the sandbox, whose answer runs `command`."""
+    as_user = _as(user)
     prefix = ["unshare", "-m", "sh", "-c",
               f'mount --bind {conf} /etc/claude-sandbox.conf && exec "$@"', "sh", *as_user]
-    with mockapi.serve("csbx-inside", tool_command=f"touch {marker}") as api:
+    with mockapi.serve("csbx-inside", tool_command=command) as api:
         if agent == "pi":
             # pi reads its providers from its home, which inside is its state store.
             root = state.store_root(None, user.pw_dir, user.pw_uid)
@@ -75,9 +77,61 @@ def test_the_agent_runs_a_command_inside(agent: str, user: pwd.struct_passwd, wo
                                env={"HOME": user.pw_dir, "PATH": "/usr/bin:/bin"})
                 home = state.agent_home(root, "pi")
             agentrun.prepare_home("pi", api, home)
-        result = agentrun.run_agent(
+        return agentrun.run_agent(
             agent, "run it", api=api, home=user.pw_dir, cwd=workspace, argv_prefix=prefix,
-            program=f"/usr/local/bin/{agent}", env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0"},
-            timeout=150)
+            program=f"/usr/local/bin/{agent}",
+            env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0", **(env or {})}, timeout=150)
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_the_agent_runs_a_command_inside(agent: str, user: pwd.struct_passwd, workspace: str,
+                                         conf: str) -> None:
+    if not agentrun.is_installed(agent):
+        pytest.skip(f"{agent} is not installed")
+    marker = os.path.join(workspace, f"ran-{agent}")
+    result = _run_inside(agent, user, workspace, conf, f"touch {marker}")
     assert os.path.exists(marker), (result.returncode, result.stdout[-2000:],
                                     result.stderr[-2000:])
+
+
+def _git(user: pwd.struct_passwd, workspace: str, *argv: str) -> str:
+    env = {"PATH": "/usr/bin:/bin", "HOME": user.pw_dir, "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u",
+           "GIT_COMMITTER_EMAIL": "u@x"}
+    return subprocess.run([*_as(user), "git", "-c", "safe.directory=*", *argv], cwd=workspace,
+                          env=env, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_review_mode_end_to_end(agent: str, user: pwd.struct_passwd, workspace: str,
+                                conf: str) -> None:
+    """The agent edits and commits in review mode; nothing reaches the workspace until the
+    user reviews and applies, and then the edit and the commit both land (check 73)."""
+    if not agentrun.is_installed(agent):
+        pytest.skip(f"{agent} is not installed")
+    with open(os.path.join(workspace, "notes.txt"), "w") as handle:
+        handle.write("first\n")
+    os.chown(os.path.join(workspace, "notes.txt"), user.pw_uid, user.pw_gid)
+    for argv in (["init", "-q", "-b", "main"], ["add", "notes.txt"], ["commit", "-qm", "init"]):
+        _git(user, workspace, *argv)
+    edit = ("echo agent-edit >> notes.txt && git add notes.txt && git -c user.name=a -c "
+            "user.email=a@x commit -qm agent-commit")
+    result = _run_inside(agent, user, workspace, conf, edit,
+                         env={"CLAUDE_SANDBOX_WORKSPACE_MODE": "review"})
+    detail = (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    with open(os.path.join(workspace, "notes.txt")) as handle:
+        assert handle.read() == "first\n", detail  # nothing reached the workspace
+    assert _git(user, workspace, "log", "--format=%s").split() == ["init"], detail
+    review = [*_as(user), "/usr/local/bin/claude-sandbox", "review", "--agent", agent]
+    env = {"PATH": "/usr/bin:/bin", "HOME": user.pw_dir}
+    shown = subprocess.run(review, cwd=workspace, env=env, capture_output=True, text=True)
+    assert "notes.txt" in shown.stdout and "repository" in shown.stdout, (shown, detail)
+    applied = subprocess.run([*review, "apply", "--all"], cwd=workspace, env=env,
+                             capture_output=True, text=True)
+    assert "applied: changed notes.txt" in applied.stdout, applied
+    with open(os.path.join(workspace, "notes.txt")) as handle:
+        assert handle.read() == "first\nagent-edit\n"
+    assert _git(user, workspace, "log", "--format=%s").split() == ["agent-commit", "init"]
+    tracked = [line for line in _git(user, workspace, "status", "--porcelain").splitlines()
+               if not line.startswith("??")]
+    assert tracked == [], tracked
