@@ -5,11 +5,13 @@ workspace check must refuse (they refuse before any namespace exists), 48
 launches from an environment planted with redirections, 49 SIGKILLs a
 launcher mid-session and 60 hangs up its terminal, 35 compares what existed
 before the launch with what is left after it; 70 and 71 plant in a scratch
-repository, and 73 runs a review-mode session in one and applies it.
+repository, 73 runs a review-mode session in one and applies it, and 74 runs
+what a user runs outside after a review session that planted for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import os
@@ -567,3 +569,124 @@ def check_73_review_keeps_the_workspace(shim: str, agent: str, home: str,
                       f"{planted}")
     return Result("73", "PASS", "the real workspace was unchanged until apply; apply landed "
                   "the edit and the commit, not the FIFO or the hook")
+
+
+def _outside(argv: Sequence[str], cwd: str, home: str) -> None:
+    """A program the user runs in the workspace after the session, as a shell would."""
+    env = {"PATH": f"{os.path.dirname(shutil.which('cargo') or '/usr/bin')}:/usr/bin:/bin",
+           "HOME": home, "GIT_CONFIG_NOSYSTEM": "1", "npm_config_cache":
+           os.path.join(cwd, ".csbx-npm-cache")}
+    try:
+        subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, check=False,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+def _cargo_stand_in(cwd: str) -> None:
+    """cargo's documented lookup where cargo is absent: .cargo/config.toml in the
+    directory and each parent, build.rustc-wrapper run before rustc (`WRAPPER rustc -vV`)."""
+    import tomllib
+
+    directory = cwd
+    while True:
+        path = os.path.join(directory, ".cargo", "config.toml")
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                try:
+                    wrapper = tomllib.load(handle).get("build", {}).get("rustc-wrapper")
+                except tomllib.TOMLDecodeError:
+                    wrapper = None
+            if isinstance(wrapper, str):
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                    subprocess.run([wrapper, "rustc", "-vV"], cwd=cwd, capture_output=True,
+                                   check=False, timeout=60, stdin=subprocess.DEVNULL)
+            return
+        if directory == "/":
+            return
+        directory = os.path.dirname(directory)
+
+
+# The project the review session attacks: what a user then runs outside.
+_PROJECT = {
+    "app.py": "import helper\nprint(helper.VALUE)\n",
+    "helper.py": "VALUE = 1\n",
+    ".venv/bin/activate": "# activate\n",
+    "package.json": '{"name": "csbx-verify", "version": "1.0.0"}\n',
+    "Cargo.toml": '[package]\nname = "csbxverify"\nversion = "0.1.0"\nedition = "2021"\n',
+    "src/main.rs": "fn main() {}\n",
+}
+
+
+_PLANT = """\
+import os, py_compile, subprocess, sys
+marks, repo = sys.argv[1], sys.argv[2]
+def write(path, text, mode=0o644):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write(text)
+    os.chmod(path, mode)
+# A .pyc that Python outside loads without looking at its source.
+write("/tmp/helper.py", f"open({os.path.join(marks, 'pyc')!r}, 'w')\\n")
+py_compile.compile("/tmp/helper.py", cfile=f"__pycache__/helper.{sys.implementation.cache_tag}.pyc",
+                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+with open(".venv/bin/activate", "a") as handle:
+    handle.write(f"touch {marks}/activate\\n")
+write("wrap.sh", f"#!/bin/sh\\ntouch {marks}/cargo\\nexec \\"$@\\"\\n", 0o755)
+write(".cargo/config.toml", f'[build]\\nrustc-wrapper = "{repo}/wrap.sh"\\n')
+write("package.json", '{"name": "csbx-verify", "version": "1.0.0", "scripts": '
+      f'{{"preinstall": "touch {marks}/npm"}}}}\\n')
+write(".git/hooks/post-checkout", f"#!/bin/sh\\ntouch {marks}/git-hook\\n", 0o755)
+subprocess.run(["git", "config", "core.fsmonitor", f"touch {marks}/fsmonitor; false"], check=True)
+"""
+
+
+def check_74_review_plants_run_nothing_outside(shim: str, agent: str, home: str,
+                                               environ: Mapping[str, str],
+                                               mode: str = "review") -> Result:
+    """A review session plants what python3, an activate script, cargo, npm and git run
+    outside; each is then run outside in the real workspace, and none runs a plant.
+    (`mode` live: the same plants in a live session, which the tests use to show
+    that the check can fail.)"""
+    repo = _scratch_repository(home)
+    marks = tempfile.mkdtemp(prefix="csbx-verify-marks-", dir="/var/tmp")
+    try:
+        for relative, text in _PROJECT.items():
+            os.makedirs(os.path.dirname(os.path.join(repo, relative)), exist_ok=True)
+            with open(os.path.join(repo, relative), "w", encoding="utf-8") as handle:
+                handle.write(text)
+        _git(["add", "-A"], repo, home)
+        _git(["commit", "-qm", "project"], repo, home)
+        # The plants, made inside by Python: no shell quoting between here and there.
+        with open(os.path.join(repo, ".csbx-plant.py"), "w", encoding="utf-8") as handle:
+            handle.write(_PLANT)
+        script = f"/usr/bin/python3 .csbx-plant.py {marks} {repo} && echo made"
+        made = _launch_in(shim, agent, repo, {**environ, "CLAUDE_SANDBOX_WORKSPACE_MODE":
+                                              mode}, script)
+        if "made" not in made.stdout:
+            return Result("74", "FAIL", f"the review session failed: {made.stderr[-300:]}")
+        ran = ["python3 app.py", "source .venv/bin/activate", "npm install",
+               "git checkout, status, commit"]
+        _outside(["/usr/bin/python3", "app.py"], repo, home)
+        _outside(["bash", "-c", "source .venv/bin/activate"], repo, home)
+        if shutil.which("cargo"):
+            _outside(["cargo", "build", "--offline", "-q"], repo, home)
+            ran.append("cargo build")
+        else:
+            _cargo_stand_in(repo)
+            ran.append("cargo's config lookup (cargo is absent)")
+        _outside(["npm", "install", "--offline", "--no-audit", "--no-fund"], repo, home)
+        for argv in (["checkout", "-qb", "after"], ["status"],
+                     ["commit", "-q", "--allow-empty", "-m", "after"]):
+            _git(argv, repo, home)
+        fired = sorted(os.listdir(marks))
+        subprocess.run([shim, "review", "--agent", agent, "discard", "--all", "--yes"],
+                       cwd=repo, env=dict(environ), capture_output=True, check=False,
+                       stdin=subprocess.DEVNULL, timeout=60)
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.rmtree(marks, ignore_errors=True)
+    if fired:
+        return Result("74", "FAIL", f"ran outside before review: {', '.join(fired)}")
+    return Result("74", "PASS", f"run outside before review: {', '.join(ran)}; none ran "
+                  "what the session planted")

@@ -540,6 +540,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, facts["home"], base_env))
                 results.append(outside_module.check_73_review_keeps_the_workspace(
                     SHIM, agent, facts["home"], base_env))
+                results.append(outside_module.check_74_review_plants_run_nothing_outside(
+                    SHIM, agent, facts["home"], base_env))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,
@@ -551,7 +553,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             else:
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
                             for number in ("27", "48", "49", "60", "35", "53", "70", "71",
-                                           "73")]
+                                           "73", "74")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()

@@ -288,3 +288,22 @@ def test_a_sandbox_that_binds_the_whole_root_fails_check_72(weakened) -> None:  
     other homes, and leaves the sandbox's root what the host's is."""
     results = _run_with(weakened())
     assert results["72"][0] == "FAIL", results["72"]
+
+
+def test_check_74_fails_where_the_plants_land() -> None:
+    """The same plants in a live session reach the workspace, and the programs run
+    outside then run them: the check sees it. git's hook and fsmonitor stay held (the
+    git directory is an overlay in live mode too)."""
+    sys.path.insert(0, str(REPO / "verification"))
+    import outside  # type: ignore[import-not-found]
+
+    env = {**os.environ, "CLAUDE_SANDBOX_EGRESS_JAIL": "0"}
+    result = outside.check_74_review_plants_run_nothing_outside(
+        "/usr/local/bin/claude-sandbox", "claude", os.path.expanduser("~"), env, mode="live")
+    assert result.outcome == "FAIL", result
+    for fired in ("activate", "npm", "pyc", "cargo"):
+        assert fired in result.detail, result
+    assert "git-hook" not in result.detail and "fsmonitor" not in result.detail, result
+    review = outside.check_74_review_plants_run_nothing_outside(
+        "/usr/local/bin/claude-sandbox", "claude", os.path.expanduser("~"), env)
+    assert review.outcome == "PASS", review
