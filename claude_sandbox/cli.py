@@ -103,35 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "all; for import and reset: $CLAUDE_SANDBOX_AGENT or claude)")
     store.add_argument("--yes", action="store_true", help="reset without asking")
 
-    review = sub.add_parser(
+    _review_arguments(sub.add_parser(
         "review",
         help="show, apply or discard what review-mode sessions changed in the workspace",
-        description="With workspace-mode = review, an agent's sessions write an overlay of "
-        "the workspace, and nothing reaches the real workspace until you apply it here. "
-        "`show` (the default) lists each pending change with its class, what a program "
-        "outside could run or follow first, and +/- line counts; `diff` prints unified "
-        "diffs; `apply` writes the chosen changes into the workspace (never through a "
-        "link; a FIFO, socket or device never; a git directory by rule: objects, refs, "
-        "HEAD, index and allowed config, never hooks or includes); `discard` drops them. "
-        "The workspace is workspace-root, or the current directory. PATH selects what is "
-        "at or under it. Exit 1 when some chosen change could not be applied: it stays "
-        "pending, and the line says why.",
+        description=REVIEW_DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    review.add_argument("action", nargs="?", choices=("show", "diff", "apply", "discard"),
-                        default="show", help="what to do (default: show)")
-    review.add_argument("paths", nargs="*", metavar="PATH",
-                        help="what to diff, apply or discard: at or under each path")
-    review.add_argument("--agent", default=None,
-                        help=f"the agent: {', '.join(profiles.AGENT_NAMES)} (default: the "
-                        "one with changes waiting)")
-    review_which = review.add_mutually_exclusive_group()
-    review_which.add_argument("--all", action="store_true", dest="every",
-                              help="apply or discard every pending change")
-    review_which.add_argument("-i", "--interactive", action="store_true",
-                              help="apply: ask for each change (y, n, d for its diff, q)")
-    review.add_argument("--yes", action="store_true", help="discard --all without asking")
+    ))
 
     doctor = sub.add_parser(
         "doctor",
@@ -169,9 +147,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+REVIEW_DESCRIPTION = (
+    "With workspace-mode = review, an agent's sessions write an overlay of "
+    "the workspace, and nothing reaches the real workspace until you apply it here. "
+    "`show` (the default) lists each pending change with its class, what a program "
+    "outside could run or follow first, and +/- line counts; `diff` prints unified "
+    "diffs; `apply` writes the chosen changes into the workspace (never through a "
+    "link; a FIFO, socket or device never; a git directory by rule: objects, refs, "
+    "HEAD, index and allowed config, never hooks or includes); `discard` drops them. "
+    "The workspace is workspace-root, or the current directory. PATH selects what is "
+    "at or under it. A file you changed in the workspace since the session changed it "
+    "is not overwritten without --force. Exit 1 when some chosen change could not be "
+    "applied: it stays pending, and the line says why."
+)
+
+
+def _review_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The review subcommand's arguments; parsed intermixed (main), so that paths may
+    follow options: `review apply --force a.txt`."""
+    parser.add_argument("action", nargs="?", choices=("show", "diff", "apply", "discard"),
+                        default="show", help="what to do (default: show)")
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="what to diff, apply or discard: at or under each path")
+    parser.add_argument("--agent", default=None,
+                        help=f"the agent: {', '.join(profiles.AGENT_NAMES)} (default: the "
+                        "one with changes waiting)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", dest="every",
+                       help="apply or discard every pending change")
+    which.add_argument("-i", "--interactive", action="store_true",
+                       help="apply: ask for each change (y, n, d for its diff, q)")
+    parser.add_argument("--yes", action="store_true", help="discard --all without asking")
+    parser.add_argument("--force", action="store_true",
+                        help="apply: also over a file changed in the workspace since the "
+                        "session changed it (by default it is not overwritten)")
+    return parser
+
+
+def _review_options(argv: Sequence[str]) -> argparse.Namespace:
+    parser = _review_arguments(_Parser(prog="claude-sandbox review",
+                                       description=REVIEW_DESCRIPTION))
+    options = parser.parse_intermixed_args(list(argv))
+    options.command = "review"
+    return options
+
+
 def main(argv: Sequence[str]) -> int:
     parser = build_parser()
-    options = parser.parse_args(list(argv))
+    if list(argv[:1]) == ["review"] and not {"-h", "--help"} & set(argv[1:]):
+        options = _review_options(argv[1:])
+    else:
+        options = parser.parse_args(list(argv))
     if options.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -187,7 +213,7 @@ def main(argv: Sequence[str]) -> int:
 
         return reviewcmd.run(options.action, options.agent, options.paths,
                              every=options.every, interactive=options.interactive,
-                             yes=options.yes, environ=os.environ)
+                             yes=options.yes, environ=os.environ, force=options.force)
     if options.command == "explain":
         agent = options.agent or _agent_default()
         print(explain(agent, _command(options.cmd), as_json=options.json))

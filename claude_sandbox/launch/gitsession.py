@@ -146,6 +146,12 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
             from claude_sandbox.launch import review
 
             count = review.count_pending(layer.upper, layer.view.target)
+            try:
+                review.note_seen(os.path.dirname(layer.upper), layer.upper, layer.view.target)
+            except OSError as error:
+                quarantine.lines.append(f"warning: what the workspace's files were could not "
+                                        f"be noted ({error.strerror}): review apply cannot "
+                                        "tell a file changed outside since")
             if count:
                 quarantine.lines.append(review.pending_line(count, layer.view.target,
                                                             at_launch=False))

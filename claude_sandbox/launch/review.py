@@ -248,6 +248,62 @@ def _has_entries(path: str) -> bool:
         return False
 
 
+# ------------------------------------------------- what the files were
+
+_SEEN = "seen.json"
+
+
+def _stat_of(path: str) -> list[int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return [info.st_ino, info.st_size, info.st_mtime_ns]
+
+
+def note_seen(directory: str, upper: str, workspace: str) -> None:
+    """At a session's end: for each pending change not noted yet, what the real path was
+    (inode, size, modification time, or absent). `review apply` compares: a file the user
+    changed outside since is not overwritten unasked."""
+    seen = load_seen(directory)
+    for rel, _entry, _repository in _leaves(upper, workspace):
+        if rel not in seen:
+            seen[rel] = _stat_of(os.path.join(workspace, rel))
+    _write_json(directory, _SEEN, seen)
+
+
+def save_seen(directory: str, seen: dict[str, list[int] | None]) -> None:
+    _write_json(directory, _SEEN, seen)
+
+
+def load_seen(directory: str) -> dict[str, list[int] | None]:
+    try:
+        with open(os.path.join(directory, _SEEN), encoding="utf-8",
+                  errors="surrogateescape") as handle:
+            seen = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return seen if isinstance(seen, dict) else {}
+
+
+def changed_since(seen: dict[str, list[int] | None], workspace: str, rel: str) -> bool:
+    """The real path is not what it was when the sessions first changed it."""
+    return rel in seen and _stat_of(os.path.join(workspace, rel)) != seen[rel]
+
+
+def _write_json(directory: str, name: str, value: object) -> None:
+    """`value` to `name` in `directory`, 0600, never through a link: a fresh `.part` file
+    renamed over the name."""
+    part = os.path.join(directory, name + ".part")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(part)  # a killed launch's; unlink does not follow a link
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with open(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        json.dump(value, handle)
+    os.replace(part, os.path.join(directory, name))
+
+
 # ------------------------------------------------- the repositories' bases
 
 _BASES = "bases.json"
@@ -263,14 +319,8 @@ def _write_bases(directory: str, workspace: str) -> None:
             bases[os.path.relpath(repo.gitdir, workspace)] = [
                 snap.head, [list(p) for p in snap.loose], [list(p) for p in snap.packed],
                 snap.config]
-    part = os.path.join(directory, _BASES + ".part")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(part)  # a killed launch's; unlink does not follow a link
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    with open(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
-        json.dump(bases, handle)
-    os.replace(part, os.path.join(directory, _BASES))
+    _write_json(directory, _BASES, bases)
+    _write_json(directory, _SEEN, {})
 
 
 def base(directory: str, rel: str, real: str) -> gitapply.Snapshot:

@@ -38,12 +38,15 @@ class NotApplied(Exception):
 
 
 def apply(directory: str, workspace: str, chosen: Sequence[Change],
-          quarantine: gitcheck.Quarantine) -> tuple[list[str], bool]:
+          quarantine: gitcheck.Quarantine, *, force: bool = False) -> tuple[list[str], bool]:
     """Apply each chosen change; (lines to print, whether every one was applied).
 
     Directories that replace old ones first, the repositories last: their HEAD and
-    index match the files the session left."""
+    index match the files the session left. A path the user changed in the workspace
+    since the sessions first changed it is not overwritten unless `force`: nothing of
+    the user's is lost unasked."""
     upper = os.path.join(directory, "upper")
+    seen = review.load_seen(directory)
     order = sorted(chosen, key=lambda c: (c.what != "replaced", c.what == "repository",
                                           c.path.count("/"), c.path))
     lines: list[str] = []
@@ -53,17 +56,26 @@ def apply(directory: str, workspace: str, chosen: Sequence[Change],
             lines.append(f"not applied: {change.path}: {change.refused}")
             complete = False
             continue
+        if not force and change.what != "repository" and change.kind != "dir" and \
+                review.changed_since(seen, workspace, change.path):
+            lines.append(f"not applied: {change.path}: changed in the workspace since the "
+                         "session changed it; compare with `claude-sandbox review diff`, "
+                         "then apply it with --force, or discard it")
+            complete = False
+            continue
         try:
             if change.what == "repository":
                 lines += _apply_repository(directory, workspace, change.path, quarantine)
             else:
                 _apply_one(upper, workspace, change)
                 lines.append(f"applied: {change.what} {change.path}")
+            seen.pop(change.path, None)  # what a later session changes there is new
         except (NotApplied, OSError) as error:
             why = error.strerror if isinstance(error, OSError) and error.strerror else error
             lines.append(f"not applied: {change.path}: {why}")
             complete = False
     _prune(upper, workspace)
+    review.save_seen(directory, seen)
     return lines, complete
 
 
@@ -84,6 +96,10 @@ def discard(directory: str, paths: Sequence[str], workspace: str) -> list[str]:
             os.unlink(path)
         lines.append(f"discarded: {rel or 'everything'}")
     _prune(upper, workspace)
+    seen = review.load_seen(directory)
+    review.save_seen(directory, {path: value for path, value in seen.items()
+                                 if not any(not rel or path == rel or path.startswith(rel + "/")
+                                            for rel in paths)})
     return lines
 
 
@@ -106,6 +122,8 @@ def _apply_one(upper: str, workspace: str, change: Change) -> None:
         elif change.kind == "link":
             temporary = _fresh(name)
             os.symlink(os.readlink(source), temporary, dir_fd=parent)
+            if _is_dir(parent, name):
+                _remove(parent, name)  # the session replaced a directory with this link
             _into_place(parent, temporary, name)
             os.unlink(source)
         elif change.kind == "file":

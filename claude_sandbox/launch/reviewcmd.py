@@ -35,7 +35,7 @@ _DIFF_LIMIT = 4 << 20  # larger files get no line counts
 
 
 def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
-        interactive: bool, yes: bool, environ: Mapping[str, str],
+        interactive: bool, yes: bool, environ: Mapping[str, str], force: bool = False,
         ask: Callable[[str], str] = input) -> int:
     """The `review` subcommand; its exit status."""
     workspace = os.path.realpath(environ.get("CLAUDE_SANDBOX_WORKSPACE_ROOT")
@@ -71,7 +71,7 @@ def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
                                "`claude-sandbox review`)", EXIT_USAGE)
         store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
         lines, complete = reviewapply.apply(directory, workspace, chosen,
-                                            gitcheck.Quarantine(store))
+                                            gitcheck.Quarantine(store), force=force)
         for line in lines:
             print(_shown(line))
         left = review.count_pending(os.path.join(directory, "upper"), workspace)

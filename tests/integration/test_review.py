@@ -199,3 +199,39 @@ def test_a_repository_file_is_flagged_before_the_repository_is_whole(
     assert made.returncode == 0, made.stderr
     flagged, _, _ = _review(launcher).stdout.partition("the rest:")
     assert "evil/config" in flagged
+
+
+def test_a_file_changed_outside_since_is_not_overwritten_unasked(launcher: Launcher) -> None:
+    _repository(launcher)
+    path = os.path.join(launcher.workspace, "a.txt")
+    made = launcher.shell("/bin/sh", "-c", "echo agent > a.txt", env=REVIEW)
+    assert made.returncode == 0, made.stderr
+    with open(path, "w") as handle:
+        handle.write("mine\n")  # the user's own edit, outside, after the session
+    held = _review(launcher, "apply", "--all")
+    assert held.returncode == 1 and "changed in the workspace since" in held.stdout, held
+    with open(path) as handle:
+        assert handle.read() == "mine\n"
+    forced = _review(launcher, "apply", "--force", "a.txt")
+    assert forced.returncode == 0, forced.stdout
+    with open(path) as handle:
+        assert handle.read() == "agent\n"
+    # Applied: what a later session writes there is compared with the applied file.
+    again = launcher.shell("/bin/sh", "-c", "echo later > a.txt", env=REVIEW)
+    assert again.returncode == 0, again.stderr
+    later = _review(launcher, "apply", "a.txt")
+    assert later.returncode == 0, later.stdout
+    with open(path) as handle:
+        assert handle.read() == "later\n"
+
+
+def test_bad_review_arguments_give_one_line(launcher: Launcher) -> None:
+    for argv, words in ((["apply"], "say what to apply"), (["discard", "--all"], "--yes"),
+                        (["apply", "/etc/passwd"], "not inside the workspace"),
+                        (["frob"], "invalid choice")):
+        made = launcher.shell("/bin/sh", "-c", "echo x > f", env=REVIEW)
+        assert made.returncode == 0, made.stderr
+        result = _review(launcher, *argv)
+        assert result.returncode == 64, (argv, result)
+        assert words in result.stderr and result.stderr.count("\n") == 1, (argv, result)
+        assert "Traceback" not in result.stderr

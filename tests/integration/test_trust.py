@@ -248,7 +248,8 @@ def test_real_agents_answer_version_inside(launcher: Launcher, agent: str, expec
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["shell"], ["explain"], ["version"], ["doctor"], ["verify"]]
+    "command", [[], ["shell"], ["explain"], ["version"], ["state"], ["review"], ["doctor"],
+                ["verify"]]
 )
 def test_every_subcommand_has_help(command: list[str]) -> None:
     result = subprocess.run(
@@ -257,7 +258,7 @@ def test_every_subcommand_has_help(command: list[str]) -> None:
     assert result.returncode == 0, result.stderr
     assert "usage: claude-sandbox" in result.stdout
     if command == []:
-        for word in ("shell", "explain", "version", "doctor", "verify", "77", "78"):
+        for word in ("shell", "explain", "version", "review", "doctor", "verify", "77", "78"):
             assert word in result.stdout
 
 
