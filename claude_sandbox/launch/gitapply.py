@@ -118,11 +118,14 @@ def _opaque(path: str) -> bool:
         return False
 
 
-def apply(upper: str, real: str, base: Snapshot | None, workspace: str) -> Result:
+def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
+          copy: bool = False) -> Result:
     """Carry what `upper` holds over to the git directory `real`; `base` is it at launch.
 
     `base` None: a git directory the launch did not see (a submodule's new one):
-    what it holds now is the base.
+    what it holds now is the base. `copy`: never move a file out of `upper`, which
+    sessions keep writing (review mode): a moved file would stay one inode with
+    whatever in the upper is hard-linked to it.
     """
     lines: list[str] = []
     kept = False
@@ -151,27 +154,41 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str) -> Resul
             if rel in gone:
                 gitrefs.remove(os.path.join(real, rel))
             else:
-                _place(os.path.join(upper, rel), os.path.join(real, rel))
+                _place(os.path.join(upper, rel), os.path.join(real, rel), copy)
                 if action == "hide":
                     lines.append(f"{real}/{rel} was changed in the session: it hides files "
                                  "from git status and git diff outside; review it")
         elif action == "object" and rel in files:
             target = os.path.join(real, rel)
             if not os.path.lexists(target):
-                _place(os.path.join(upper, rel), target)
+                _place(os.path.join(upper, rel), target, copy)
         elif action == "unknown" and rel in files:
             lines.append(f"{real}/{rel}: not applied: not something git makes")
             kept = True
     lines += gitrefs.apply(upper, real, base, files, gone, opaque)
     lines += _apply_head(upper, real, base, files)
     lines += _apply_config(upper, real, base, files, workspace)
-    lines += _apply_index(upper, real, base, files)
+    lines += _apply_index(upper, real, base, files, copy)
     for name in modules:
         sub = apply(os.path.join(upper, "modules", name), os.path.join(real, "modules", name),
-                    None, workspace)
+                    None, workspace, copy=copy)
         lines += sub.lines
         kept = kept or sub.kept
     return Result(tuple(lines), kept)
+
+
+def ref_changes(upper: str, base: Snapshot) -> list[tuple[str, str | None, str | None]]:
+    """What applying `upper` would do to the refs and HEAD: (name, old, new), None for
+    absent, for `claude-sandbox review` to show before anything is applied."""
+    entries = list(_entries(upper))
+    files = {rel for rel, kind in entries if kind == "file"}
+    gone = {rel for rel, kind in entries if kind == "whiteout"}
+    opaque = {rel for rel, kind in entries if kind == "opaque"}
+    found = gitrefs.planned(upper, base, files, gone, opaque)
+    head = gitrepo.read_small(os.path.join(upper, "HEAD")) if "HEAD" in files else None
+    if head is not None and head != base.head:
+        found.append(("HEAD", (base.head or "").strip() or None, head.strip()))
+    return found
 
 
 def _classify(rel: str) -> tuple[str, str]:
@@ -225,13 +242,18 @@ def _classify_worktree(rel: str) -> tuple[str, str]:
     return "skip", ""
 
 
-def _place(source: str, target: str) -> None:
+def _place(source: str, target: str, copy: bool = False) -> None:
     """`source` (a regular file of the upper) to `target`, by a rename into place."""
     os.makedirs(os.path.dirname(target), exist_ok=True)
     temporary = f"{target}.csbx-{os.getpid()}"
-    try:
-        os.rename(source, temporary)  # the same file system: no copy
-    except OSError:
+    moved = False
+    if not copy:
+        try:
+            os.rename(source, temporary)  # the same file system: no copy
+            moved = True
+        except OSError:
+            pass
+    if not moved:
         fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
@@ -285,7 +307,8 @@ def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],
     return [f"{real}/config: {change.name} not applied: {why}" for change, why in refused]
 
 
-def _apply_index(upper: str, real: str, base: Snapshot, files: set[str]) -> list[str]:
+def _apply_index(upper: str, real: str, base: Snapshot, files: set[str],
+                 copy: bool = False) -> list[str]:
     if "index" not in files:
         return []
     from claude_sandbox.launch import gitindex
@@ -309,7 +332,7 @@ def _apply_index(upper: str, real: str, base: Snapshot, files: set[str]) -> list
             lines.append(f"{real}: the session marked {len(names)} file(s) {bit}, so git "
                          f"status and git diff outside do not show their changes: {shown} "
                          f"(undo: git update-index --no-{bit} FILE)")
-    _place(os.path.join(upper, "index"), target)
+    _place(os.path.join(upper, "index"), target, copy)
     return lines
 
 

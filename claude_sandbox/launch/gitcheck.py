@@ -47,15 +47,17 @@ class Quarantine:
             info = os.lstat(path)
         except OSError:
             return
+        from shlex import quote  # the names are the agent's: a pasted command runs them
+
         target = self._place(path)
         kind = stat.S_IFMT(info.st_mode)
         if kind == stat.S_IFLNK:
             link = os.readlink(path)
             os.symlink(link, target)
-            restore = f"ln -s '{link}' '{path}'"
+            restore = f"ln -s {quote(link)} {quote(path)}"
         elif kind == stat.S_IFREG:
             _move_file(path, target)
-            restore = f"mv '{target}' '{path}'"
+            restore = f"mv {quote(target)} {quote(path)}"
         else:  # a FIFO, socket or device holds no data: its kind is all there is
             with open(target + ".what", "w", encoding="utf-8") as note:
                 note.write(f"{_kind_name(kind)} at {path}\n")

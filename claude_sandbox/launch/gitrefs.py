@@ -67,22 +67,27 @@ def _agent_refs(upper: str, base: Snapshot, files: set[str], gone: set[str],
     return refs
 
 
-def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str],
-                opaque: set[str]) -> list[str]:
+def planned(upper: str, base: Snapshot, files: set[str], gone: set[str],
+            opaque: set[str]) -> list[tuple[str, str | None, str | None]]:
+    """(ref, value at the base, the agent's value) for every ref the agent's git changed;
+    None: absent (a new ref, or a deleted one)."""
     touched = "packed-refs" in files or any(r.startswith("refs/") for r in files | gone)
     if not touched:
         return []
-    lines: list[str] = []
     before = dict(base.packed)
     before.update(base.loose)
     after = _agent_refs(upper, base, files, gone, opaque)
+    return [(name, before.get(name), after.get(name))
+            for name in sorted(set(before) | set(after)) if after.get(name) != before.get(name)]
+
+
+def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str],
+          opaque: set[str]) -> list[str]:
+    lines: list[str] = []
     now = gitrepo.all_refs(real)
     deleted: list[str] = []
-    for name in sorted(set(before) | set(after)):
-        value = after.get(name)
-        if value == before.get(name):
-            continue
-        if now.get(name) != before.get(name):  # moved outside during the session
+    for name, old, value in planned(upper, base, files, gone, opaque):
+        if now.get(name) != old:  # moved outside during the session
             if value is not None:
                 keep = "refs/claude-sandbox/" + name[len("refs/"):]
                 write(os.path.join(real, keep), value + "\n")
@@ -92,6 +97,7 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
         if value is None:
             deleted.append(name)
             remove(os.path.join(real, name))
+            lines.append(f"{real}: the session deleted {name}")
         else:
             write(os.path.join(real, name), value + "\n")
         if name.startswith("refs/replace/"):

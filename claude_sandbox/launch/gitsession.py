@@ -44,6 +44,7 @@ class Layer:
     work: str
     base: gitapply.Snapshot | None  # a git view's real directory at launch
     lock: int | None  # a git view's session lock, held until it is applied
+    since_ns: int = 0  # when the layer was made: the session's start
 
 
 def _new_session(view: View) -> tuple[str, int]:
@@ -124,7 +125,7 @@ def _prepare_one(view: View, quarantine: gitcheck.Quarantine) -> Layer:
         if pending.count:
             quarantine.lines.append(review.pending_line(pending.count, view.target,
                                                         at_launch=True))
-        return Layer(view, pending.upper, pending.work, None, pending.lock)
+        return Layer(view, pending.upper, pending.work, None, pending.lock, time.time_ns())
     if view.kind == "git":
         _keep_interrupted(view, quarantine)
         gitcheck.check(view.target, quarantine)
@@ -147,7 +148,8 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
 
             count = review.count_pending(layer.upper, layer.view.target)
             try:
-                review.note_seen(os.path.dirname(layer.upper), layer.upper, layer.view.target)
+                review.note_seen(os.path.dirname(layer.upper), layer.upper, layer.view.target,
+                                 layer.since_ns)
             except OSError as error:
                 quarantine.lines.append(f"warning: what the workspace's files were could not "
                                         f"be noted ({error.strerror}): review apply cannot "
@@ -243,19 +245,33 @@ def _claim(directory: str) -> int | None:
 
 
 def remove_tree(path: str) -> None:
-    """Remove a directory tree of ours; overlayfs leaves its work directory mode 000."""
+    """Remove a directory tree of ours; overlayfs leaves its work directory mode 000.
+
+    Python's own removal recurses, and a tree the agent made may be deeper than the
+    interpreter's stack: then coreutils, which walk iteratively, remove it."""
     import shutil
 
-    # Top down: each directory is opened up before the walk lists it.
-    for root, dirs, _files in os.walk(path):
-        for name in dirs:
-            full = os.path.join(root, name)
-            if not os.path.islink(full):
-                try:
-                    os.chmod(full, 0o700)
-                except OSError:
-                    pass
-    shutil.rmtree(path, ignore_errors=True)
+    # Top down, iteratively: each directory is opened up before the walk lists it.
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+    for _name, entry in gitrepo.walk(path):
+        if entry.is_dir(follow_symlinks=False):
+            try:
+                os.chmod(entry.path, 0o700)
+            except OSError:
+                pass
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        import subprocess
+
+        from claude_sandbox.core import paths
+
+        subprocess.run([paths.tool("rm"), "-rf", "--one-file-system", "--", path],
+                       check=False, capture_output=True, stdin=subprocess.DEVNULL,
+                       env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
 
 
 def check_made(paths: Iterable[str], workspace: str, overlaid: Iterable[str], since_ns: int,

@@ -26,10 +26,18 @@ import stat
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch import aftermath, gitapply, gitrepo
+from claude_sandbox.launch.reviewview import (
+    GIT_NAMES,
+    git_marked,
+    gitdir,
+    holds_repository,
+    opaque,
+    resolve,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
 
 @record
@@ -123,7 +131,8 @@ def _leaves(upper: str, workspace: str) -> Iterator[tuple[str, os.DirEntry[str],
             name = f"{relative}/{entry.name}" if relative else entry.name
             if not entry.is_dir(follow_symlinks=False):
                 yield name, entry, False
-            elif entry.name == ".git" or _gitdir(entry.path, os.path.join(workspace, name)):
+            elif entry.name == ".git" or (_has_head(upper, workspace, name)
+                                          and gitdir(upper, workspace, name)):
                 yield name, entry, True
             else:
                 if opaque(entry.path) or not _has_entries(entry.path):
@@ -148,18 +157,17 @@ def changes(upper: str, workspace: str, control_names: frozenset[str]) -> list[C
             replaced = there and opaque(entry.path)
             found.append(Change(rel, "replaced" if replaced else "added", "dir", klass, ""))
         elif stat.S_ISCHR(mode) and info.st_rdev == 0:  # overlayfs's mark of a deletion
-            refused = ("deleting a git directory is never applied; delete it yourself"
-                       if rel.split("/")[-1] == ".git" or gitrepo.looks_like_gitdir(real)
-                       else "")
+            refused = ("deleting a git directory, or a directory that holds one, is never "
+                       "applied; delete it yourself" if holds_repository(real) else "")
             found.append(Change(rel, "deleted", "-", klass, refused))
         elif stat.S_ISREG(mode):
             refused = _gitfile_refusal(entry.path, real, workspace) \
                 if entry.name == ".git" else ""
-            if entry.name in _GIT_NAMES and _git_marked(upper, workspace, rel):
+            if entry.name in GIT_NAMES and git_marked(upper, workspace, rel):
                 klass = "git"  # a repository's file, before the repository is whole
             found.append(Change(rel, "changed" if there else "added", "file", klass, refused))
         elif stat.S_ISLNK(mode):
-            out = _link_out(entry.path, real, workspace)
+            out = resolve(upper, workspace, rel)[0] is None
             found.append(Change(rel, "changed" if there else "added", "link",
                                 "link-out" if out else klass, ""))
         else:
@@ -181,48 +189,6 @@ def _class(rel: str, mode: int, control_names: frozenset[str]) -> str:
     return aftermath.name_class(rel, parts[-1], mode, dotted, control_names)
 
 
-def _gitdir(upper: str, real: str) -> bool:
-    """git's test for a bare repository (HEAD, objects/, refs/) on the directory as the
-    sessions see it, each part from the upper directory or else the real one: a
-    repository assembled over two sessions, or whose upper holds only new refs, is one."""
-    def part(name: str, test: Callable[[str], bool]) -> bool:
-        mine = os.path.join(upper, name)
-        if os.path.lexists(mine):
-            return test(mine)
-        return test(os.path.join(real, name))
-
-    return (part("HEAD", lambda p: gitrepo.read_small(p) is not None)
-            and part("objects", _real_dir) and part("refs", _real_dir))
-
-
-_GIT_NAMES = frozenset({"config", "HEAD", "commondir", "gitdir", "packed-refs"})
-
-
-def _git_marked(upper: str, workspace: str, rel: str) -> bool:
-    """The directory holding `rel`, as the sessions see it, has objects/ or refs/."""
-    parent = os.path.dirname(rel)
-    return any(_real_dir(os.path.join(top, parent, name))
-               for top in (upper, workspace) for name in ("objects", "refs"))
-
-
-def _real_dir(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _link_out(link: str, real: str, workspace: str) -> bool:
-    """A link whose target, read where it would lie in the workspace, leaves it."""
-    try:
-        target = os.readlink(link)
-    except OSError:
-        return True
-    resolved = os.path.normpath(os.path.join(os.path.dirname(real), target))
-    top = workspace.rstrip("/") + "/"
-    return not (resolved + "/").startswith(top)
-
-
 def _gitfile_refusal(path: str, real: str, workspace: str) -> str:
     text = gitrepo.read_small(path)
     if text is None or not text.startswith("gitdir: "):
@@ -233,11 +199,10 @@ def _gitfile_refusal(path: str, real: str, workspace: str) -> str:
     return ""
 
 
-def opaque(path: str) -> bool:
-    try:
-        return os.getxattr(path, "user.overlay.opaque", follow_symlinks=False) == b"y"
-    except OSError:
-        return False
+def _has_head(upper: str, workspace: str, rel: str) -> bool:
+    """An entry named HEAD in the directory, upper or real: git's test needs one, and
+    this costs two lstats where the whole test costs a walk."""
+    return any(os.path.lexists(os.path.join(top, rel, "HEAD")) for top in (upper, workspace))
 
 
 def _has_entries(path: str) -> bool:
@@ -261,15 +226,25 @@ def _stat_of(path: str) -> list[int] | None:
     return [info.st_ino, info.st_size, info.st_mtime_ns]
 
 
-def note_seen(directory: str, upper: str, workspace: str) -> None:
+def note_seen(directory: str, upper: str, workspace: str, since_ns: int) -> None:
     """At a session's end: for each pending change not noted yet, what the real path was
-    (inode, size, modification time, or absent). `review apply` compares: a file the user
-    changed outside since is not overwritten unasked."""
+    (inode, size, modification time, or absent). `review apply` compares: a path the user
+    changed outside since is not overwritten unasked. One the user changed while the
+    session ran (its change time at or after `since_ns`) is noted as changed already."""
     seen = load_seen(directory)
     for rel, _entry, _repository in _leaves(upper, workspace):
-        if rel not in seen:
-            seen[rel] = _stat_of(os.path.join(workspace, rel))
+        if rel in seen:
+            continue
+        path = os.path.join(workspace, rel)
+        try:
+            changed = os.lstat(path).st_ctime_ns >= since_ns
+        except OSError:
+            changed = False
+        seen[rel] = _CHANGED if changed else _stat_of(path)
     _write_json(directory, _SEEN, seen)
+
+
+_CHANGED = [-1, -1, -1]  # changed outside while a session ran: never equal to a stat
 
 
 def save_seen(directory: str, seen: dict[str, list[int] | None]) -> None:
@@ -286,9 +261,16 @@ def load_seen(directory: str) -> dict[str, list[int] | None]:
     return seen if isinstance(seen, dict) else {}
 
 
-def changed_since(seen: dict[str, list[int] | None], workspace: str, rel: str) -> bool:
-    """The real path is not what it was when the sessions first changed it."""
-    return rel in seen and _stat_of(os.path.join(workspace, rel)) != seen[rel]
+def changed_since(seen: dict[str, list[int] | None], workspace: str, rel: str) -> str:
+    """Why the real path may hold the user's own change the apply would overwrite, or ""."""
+    if rel not in seen:
+        return ("not noted when its session ended (an interrupted session): it may hold "
+                "a change of yours")
+    if seen[rel] == _CHANGED:
+        return "changed in the workspace while the session ran"
+    if _stat_of(os.path.join(workspace, rel)) != seen[rel]:
+        return "changed in the workspace since the session changed it"
+    return ""
 
 
 def _write_json(directory: str, name: str, value: object) -> None:
@@ -321,6 +303,17 @@ def _write_bases(directory: str, workspace: str) -> None:
                 snap.config]
     _write_json(directory, _BASES, bases)
     _write_json(directory, _SEEN, {})
+
+
+def bases(directory: str) -> dict[str, object]:
+    """The repositories noted before the first pending change, by path in the workspace."""
+    try:
+        with open(os.path.join(directory, _BASES), encoding="utf-8",
+                  errors="surrogateescape") as handle:
+            noted = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return noted if isinstance(noted, dict) else {}
 
 
 def base(directory: str, rel: str, real: str) -> gitapply.Snapshot:

@@ -22,7 +22,7 @@ import shutil
 import stat
 import time
 
-from claude_sandbox.launch import gitapply, gitcheck, gitrepo, review
+from claude_sandbox.launch import gitapply, gitcheck, gitrepo, review, reviewview
 from claude_sandbox.launch.gitsession import remove_tree, strip_made
 from claude_sandbox.launch.review import Change
 
@@ -50,17 +50,20 @@ def apply(directory: str, workspace: str, chosen: Sequence[Change],
     order = sorted(chosen, key=lambda c: (c.what != "replaced", c.what == "repository",
                                           c.path.count("/"), c.path))
     lines: list[str] = []
+    applied: list[str] = []
     complete = True
     for change in order:
         if change.refused:
             lines.append(f"not applied: {change.path}: {change.refused}")
             complete = False
             continue
-        if not force and change.what != "repository" and change.kind != "dir" and \
-                review.changed_since(seen, workspace, change.path):
-            lines.append(f"not applied: {change.path}: changed in the workspace since the "
-                         "session changed it; compare with `claude-sandbox review diff`, "
-                         "then apply it with --force, or discard it")
+        conflict = "" if force or change.what == "repository" or (
+            change.what == "added" and change.kind == "dir") else \
+            review.changed_since(seen, workspace, change.path)
+        if conflict:
+            lines.append(f"not applied: {change.path}: {conflict}; compare with "
+                         "`claude-sandbox review diff`, then apply it with --force, or "
+                         "discard it")
             complete = False
             continue
         try:
@@ -69,14 +72,49 @@ def apply(directory: str, workspace: str, chosen: Sequence[Change],
             else:
                 _apply_one(upper, workspace, change)
                 lines.append(f"applied: {change.what} {change.path}")
+                applied.append(change.path)
             seen.pop(change.path, None)  # what a later session changes there is new
         except (NotApplied, OSError) as error:
             why = error.strerror if isinstance(error, OSError) and error.strerror else error
             lines.append(f"not applied: {change.path}: {why}")
             complete = False
+    lines += _made_repositories(directory, workspace, applied, quarantine)
     _prune(upper, workspace)
     review.save_seen(directory, seen)
     return lines, complete
+
+
+def _made_repositories(directory: str, workspace: str, applied: Sequence[str],
+                       quarantine: gitcheck.Quarantine) -> list[str]:
+    """A directory that plain changes made into a git directory (a HEAD beside objects/
+    and refs/, applied in pieces) was made by the sessions: checked, and its hooks and
+    configuration held as a live session's new repository's are."""
+    known = set(review.bases(directory))
+    found = set()
+    for rel in applied:
+        parts = rel.split("/")
+        for depth in range(len(parts), 0, -1):
+            candidate = "/".join(parts[:depth])
+            path = os.path.join(workspace, candidate)
+            if candidate not in known and not os.path.islink(path) and _git_follows(path):
+                found.add(candidate)
+    lines = []
+    for rel in sorted(found):
+        real = os.path.join(workspace, rel)
+        gitcheck.check(real, quarantine)
+        strip_made(real, 0, quarantine)
+        lines += [f"{rel} became a git directory by the changes applied: checked, its "
+                  "hooks and configuration held", *quarantine.lines]
+        quarantine.lines.clear()
+    return lines
+
+
+def _git_follows(path: str) -> bool:
+    """git's own test, links followed as git follows them."""
+    head = os.path.join(path, "HEAD")
+    return os.path.isfile(head) and ((os.path.isdir(os.path.join(path, "objects"))
+                                      and os.path.isdir(os.path.join(path, "refs")))
+                                     or os.path.isfile(os.path.join(path, "commondir")))
 
 
 def discard(directory: str, paths: Sequence[str], workspace: str) -> list[str]:
@@ -86,6 +124,9 @@ def discard(directory: str, paths: Sequence[str], workspace: str) -> list[str]:
     lines = []
     for rel in paths:
         path = os.path.join(upper, rel) if rel else upper
+        if _through_link(upper, rel):
+            lines.append(f"nothing waits at {rel} (a link on the way: discard the link)")
+            continue
         if not os.path.lexists(path):
             lines.append(f"nothing waits at {rel}")
             continue
@@ -101,6 +142,19 @@ def discard(directory: str, paths: Sequence[str], workspace: str) -> list[str]:
                                  if not any(not rel or path == rel or path.startswith(rel + "/")
                                             for rel in paths)})
     return lines
+
+
+def _through_link(upper: str, rel: str) -> bool:
+    """A parent of `rel` in the upper directory is not a directory (a link the agent made
+    would lead the removal out of the store)."""
+    parts = rel.split("/") if rel else []
+    for depth in range(1, len(parts)):
+        try:
+            if not stat.S_ISDIR(os.lstat(os.path.join(upper, *parts[:depth])).st_mode):
+                return True
+        except OSError:
+            return False
+    return False
 
 
 def _apply_one(upper: str, workspace: str, change: Change) -> None:
@@ -171,7 +225,8 @@ def _copy_file(source: str, parent: int, name: str) -> None:
         try:
             while chunk := os.read(fd, 1 << 20):
                 os.write(out, chunk)
-            os.fchmod(out, stat.S_IMODE(info.st_mode) & 0o777)
+            os.fchmod(out, stat.S_IMODE(info.st_mode) & 0o755)  # no set-id, no sticky, no
+            # write for group and others: the file is the user's now
         finally:
             os.close(out)
         if _is_dir(parent, name):
@@ -193,7 +248,12 @@ def _apply_repository(directory: str, workspace: str, rel: str,
     # file): its hooks and configuration are the agent's, and are held as a live
     # session's new repository's are.
     made = not gitrepo.looks_like_gitdir(real)
-    result = gitapply.apply(upper, real, review.base(directory, rel, real), workspace)
+    if os.path.isdir(real):
+        # Only regular files and directories, before anything is written there: a link
+        # applied earlier as a plain change (logs -> ~) must not lead git's files out.
+        gitcheck.check(real, quarantine)
+    result = gitapply.apply(upper, real, review.base(directory, rel, real), workspace,
+                            copy=True)
     gitcheck.check(real, quarantine)
     if made:
         strip_made(real, 0, quarantine)
@@ -213,26 +273,39 @@ def _apply_repository(directory: str, workspace: str, rel: str,
 
 def _prune(upper: str, workspace: str) -> None:
     """Remove the upper's directories left empty that change nothing: not opaque, and
-    a directory in the real workspace too."""
-    for root, dirs, _files in os.walk(upper, topdown=False):
-        for name in dirs:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, upper)
-            real = os.path.join(workspace, rel)
-            if os.path.islink(real) or not os.path.isdir(real) or review.opaque(path):
-                continue  # a new or replaced directory: still a change
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
+    a directory in the real workspace too. Iterative: deepest first."""
+    directories = [rel for rel, entry in gitrepo.walk(upper)
+                   if entry.is_dir(follow_symlinks=False)]
+    for rel in sorted(directories, key=lambda r: r.count("/"), reverse=True):
+        path, real = os.path.join(upper, rel), os.path.join(workspace, rel)
+        if os.path.islink(real) or not os.path.isdir(real) or reviewview.opaque(path):
+            continue  # a new or replaced directory: still a change
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 def _remove(parent: int, name: str) -> None:
-    """Remove `name` in `parent`, a directory tree without following links."""
+    """Remove `name` in `parent`, a directory tree without following links; never a git
+    directory or a tree that holds one: history is not deleted by a review."""
     try:
         info = os.lstat(name, dir_fd=parent)
     except FileNotFoundError:
         return
     if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(name, dir_fd=parent)
+        if reviewview.holds_repository(f"/proc/self/fd/{parent}/{name}"):
+            raise NotApplied(f"{name} is, or holds, a git directory: never deleted by a "
+                             "review; delete it yourself")
+        try:
+            shutil.rmtree(name, dir_fd=parent)
+        except RecursionError:  # deeper than the interpreter's stack: coreutils
+            import subprocess
+
+            from claude_sandbox.core import paths
+
+            subprocess.run([paths.tool("rm"), "-rf", "--one-file-system", "--",
+                            f"/proc/self/fd/{parent}/{name}"], pass_fds=(parent,),
+                           check=False, capture_output=True, stdin=subprocess.DEVNULL,
+                           env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
     else:
         os.unlink(name, dir_fd=parent)
 

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
 EXIT_NOT_ALL = 1  # some chosen changes were not applied: they stay pending
-_DIFF_LIMIT = 4 << 20  # larger files get no line counts
+_DIFF_LIMIT = 256 << 10  # a line diff costs more than linear time: larger files get none
+_COUNT_LIMIT = 4 << 20  # larger files get no line counts
 
 
 def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
@@ -129,13 +130,22 @@ def _show_all(found: Sequence[tuple[str, str]], workspace: str) -> int:
 
 
 def _row(directory: str, workspace: str, change: Change) -> str:
-    counts = _counts(directory, workspace, change)
-    label = change.klass or ""
     note = f"  never applied: {change.refused}" if change.refused else ""
     if change.what == "repository":
-        note = "  objects, refs and allowed config, applied by rule"
-    return _shown(f"{change.what:<10} {change.kind:<7} {label:<14} {change.path}"
-                  f"{counts}{note}")
+        refs = _refs(directory, workspace, change.path)
+        gone = [name for name, _, new in refs if new is None]
+        note = (f"  applied by rule: {len(refs)} ref(s) or HEAD changed"
+                + (f", deletes {', '.join(gone[:5])}" if gone else "")
+                + "; `review diff` lists them")
+    elif change.kind == "link":
+        try:
+            note = f"  -> {os.readlink(os.path.join(directory, 'upper', change.path))}"
+        except OSError:
+            note = ""
+    elif change.kind == "file" or change.what == "deleted":
+        note = _counts(directory, workspace, change) + note
+    return _shown(f"{change.what:<10} {change.kind:<7} {change.klass:<14} {change.path}"
+                  f"{note}")
 
 
 def _choose(pending: Sequence[Change], paths: Sequence[str], every: bool) -> list[Change]:
@@ -188,50 +198,66 @@ def _ask_each(directory: str, workspace: str, pending: Sequence[Change],
     return chosen
 
 
-def _texts(directory: str, workspace: str, change: Change) -> tuple[list[str], list[str]] | None:
-    """The old and new lines of a changed or added regular text file, else None."""
+def _texts(directory: str, workspace: str, change: Change, limit: int
+           ) -> tuple[list[str], list[str]] | str:
+    """The old and new lines of a changed, added or deleted regular text file; else why
+    there are none."""
     if change.kind != "file" and change.what != "deleted":
-        return None
-    new = _lines(os.path.join(directory, "upper", change.path)) if change.kind == "file" \
-        else []
+        return ""
+    new = _lines(os.path.join(directory, "upper", change.path), limit) \
+        if change.kind == "file" else []
     real = os.path.join(workspace, change.path)
-    old = _lines(real) if os.path.lexists(real) else []
-    return None if new is None or old is None else (old, new)
+    old = _lines(real, limit) if os.path.lexists(real) else []
+    if new is None or old is None:
+        return f"no line diff: binary, or over {limit >> 10} KiB; read it yourself"
+    return old, new
 
 
-def _lines(path: str) -> list[str] | None:
+def _lines(path: str, limit: int) -> list[str] | None:
     from claude_sandbox.launch import gitrepo
 
-    text = gitrepo.read_small(path, _DIFF_LIMIT)
+    text = gitrepo.read_small(path, limit)
     if text is None or "\0" in text:
         return None
     return text.splitlines(keepends=True)
 
 
 def _counts(directory: str, workspace: str, change: Change) -> str:
-    texts = _texts(directory, workspace, change)
-    if texts is None:
-        return ""
-    import difflib
+    """+added -removed lines, as multisets: linear in the files' size, unlike a diff."""
+    texts = _texts(directory, workspace, change, _COUNT_LIMIT)
+    if isinstance(texts, str):
+        return f"  ({texts})" if texts else ""
+    from collections import Counter
 
-    plus = minus = 0
-    for line in difflib.unified_diff(*texts, n=0):
-        if line.startswith("+") and not line.startswith("+++"):
-            plus += 1
-        elif line.startswith("-") and not line.startswith("---"):
-            minus += 1
-    return f"  +{plus} -{minus}"
+    old, new = Counter(texts[0]), Counter(texts[1])
+    return f"  +{sum((new - old).values())} -{sum((old - new).values())}"
 
 
 def _print_diff(directory: str, workspace: str, change: Change) -> None:
-    texts = _texts(directory, workspace, change)
-    if texts is None:
+    if change.what == "repository":
+        print(_row(directory, workspace, change))
+        for name, old, new in _refs(directory, workspace, change.path):
+            print(_shown(f"  {name}: {old or '(none)'} -> {new or '(deleted)'}"))
+        return
+    texts = _texts(directory, workspace, change, _DIFF_LIMIT)
+    if isinstance(texts, str):
         print(_row(directory, workspace, change))
         return
     import difflib
 
     for line in difflib.unified_diff(*texts, f"a/{change.path}", f"b/{change.path}"):
         sys.stdout.write(_shown(line.rstrip("\n")) + "\n")
+
+
+def _refs(directory: str, workspace: str, rel: str) -> list[tuple[str, str | None, str | None]]:
+    """What applying the repository at `rel` would do to its refs and HEAD."""
+    from claude_sandbox.launch import gitapply
+
+    upper, real = os.path.join(directory, "upper", rel), os.path.join(workspace, rel)
+    try:
+        return gitapply.ref_changes(upper, review.base(directory, rel, real))
+    except (OSError, ValueError):
+        return []
 
 
 def _shown(text: str) -> str:

@@ -262,9 +262,11 @@ def _move_created_controls(layout: Writable, store: str,
                 quarantine.lines.append(f"warning: the session made the control path {path}, "
                                         f"and it could not be moved away ({error.strerror})")
                 continue
+            from shlex import quote
+
             quarantine.lines.append(f"the session made the control path {path}: moved to "
                                     f"{target} (programs outside would run it); to keep it: "
-                                    f"mv '{target}' '{path}'")
+                                    f"mv {quote(target)} {quote(path)}")
 
 
 def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,

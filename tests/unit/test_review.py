@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -119,7 +120,7 @@ def test_apply_never_writes_through_a_link_in_the_workspace(
         _write(os.path.join(upper, "dir/planted"))
         chosen = review.changes(upper, ws, CONTROL)
         lines, complete = reviewapply.apply(directory, ws, chosen,
-                                            gitcheck.Quarantine(directory))
+                                            gitcheck.Quarantine(directory), force=True)
         assert not complete and "not a directory" in lines[0]
         assert os.listdir(victim) == []
         assert os.path.exists(os.path.join(upper, "dir/planted"))  # still pending
@@ -134,7 +135,7 @@ def test_apply_keeps_mode_bits_but_never_set_id_and_removes_what_it_applied(
     _write(os.path.join(ws, "old"))
     _whiteout(os.path.join(upper, "old"))
     lines, complete = reviewapply.apply(directory, ws, review.changes(upper, ws, CONTROL),
-                                        gitcheck.Quarantine(directory))
+                                        gitcheck.Quarantine(directory), force=True)
     assert complete, lines
     assert stat.S_IMODE(os.stat(os.path.join(ws, "a/b/tool")).st_mode) == 0o755
     assert not os.path.exists(os.path.join(ws, "old"))
@@ -150,7 +151,8 @@ def test_a_replaced_directory_loses_what_the_new_one_lacks(
     os.setxattr(os.path.join(upper, "d"), "user.overlay.opaque", b"y")
     chosen = review.changes(upper, ws, CONTROL)
     assert {c.path: c.what for c in chosen} == {"d": "replaced", "d/kept": "changed"}
-    lines, complete = reviewapply.apply(directory, ws, chosen, gitcheck.Quarantine(directory))
+    lines, complete = reviewapply.apply(directory, ws, chosen, gitcheck.Quarantine(directory),
+                                        force=True)
     assert complete, lines
     assert os.listdir(os.path.join(ws, "d")) == ["kept"]
     assert os.listdir(upper) == []
@@ -181,3 +183,167 @@ def test_the_lock_refuses_a_second_holder(store: tuple[str, str, str]) -> None:
         assert out.strip() == "SandboxError 77"
     finally:
         os.close(pending.lock)
+
+
+def _apply_all(directory: str, upper: str, ws: str) -> tuple[list[str], bool]:
+    return reviewapply.apply(directory, ws, review.changes(upper, ws, CONTROL),
+                             gitcheck.Quarantine(directory), force=True)
+
+
+def _git(*argv: str, cwd: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", "-c", "user.name=u", "-c", "user.email=u@x", *argv], cwd=cwd,
+                   check=True, capture_output=True)
+
+
+def test_a_path_not_noted_at_a_session_end_needs_force(store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    _write(os.path.join(ws, "a"), "mine\n")
+    _write(os.path.join(upper, "a"), "agent\n")
+    lines, complete = reviewapply.apply(directory, ws, review.changes(upper, ws, CONTROL),
+                                        gitcheck.Quarantine(directory))
+    assert not complete and "interrupted session" in lines[0]
+    review.note_seen(directory, upper, ws, since_ns=time.time_ns() + 10**12)
+    lines, complete = reviewapply.apply(directory, ws, review.changes(upper, ws, CONTROL),
+                                        gitcheck.Quarantine(directory))
+    assert complete, lines
+    with open(os.path.join(ws, "a")) as handle:
+        assert handle.read() == "agent\n"
+
+
+def test_a_user_change_while_the_session_ran_is_kept(store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    started = time.time_ns()
+    _write(os.path.join(ws, "a"), "mine\n")  # the user edits it during the session
+    _write(os.path.join(upper, "a"), "agent\n")
+    review.note_seen(directory, upper, ws, since_ns=started)
+    lines, complete = reviewapply.apply(directory, ws, review.changes(upper, ws, CONTROL),
+                                        gitcheck.Quarantine(directory))
+    assert not complete and "while the session ran" in lines[0]
+
+
+def test_a_link_that_climbs_out_through_other_links_is_flagged(
+        store: tuple[str, str, str]) -> None:
+    _, upper, ws = store
+    os.symlink(".", os.path.join(upper, "L1"))
+    os.symlink("L1/..", os.path.join(upper, "L2"))
+    os.makedirs(os.path.join(upper, "vendor/lib"))
+    os.symlink("../../L2", os.path.join(upper, "vendor/lib/logs"))
+    os.symlink("../inside.txt", os.path.join(upper, "vendor/ok"))
+    got = {c.path: c.klass for c in review.changes(upper, ws, CONTROL)}
+    assert got["L2"] == "link-out" and got["vendor/lib/logs"] == "link-out"
+    assert got["L1"] == "" and got["vendor/ok"] == ""
+
+
+def test_a_link_in_a_repository_applied_earlier_leads_no_write_out(
+        store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    victim = tempfile.mkdtemp(prefix="csbx-victim-", dir="/var/tmp")
+    try:
+        # Applied earlier as plain changes: a repository's skeleton with a link for logs.
+        for name in ("objects", "refs/heads"):
+            os.makedirs(os.path.join(ws, "lib", name))
+        os.symlink(victim, os.path.join(ws, "lib/logs"))
+        _write(os.path.join(upper, "lib/HEAD"), "ref: refs/heads/main\n")
+        _write(os.path.join(upper, "lib/logs/HEAD"), "planted\n")
+        os.setxattr(os.path.join(upper, "lib/logs"), "user.overlay.opaque", b"y")
+        assert {c.path: c.what for c in review.changes(upper, ws, CONTROL)} == {
+            "lib": "repository"}
+        _apply_all(directory, upper, ws)
+        assert os.listdir(victim) == []
+    finally:
+        import shutil
+
+        shutil.rmtree(victim)
+
+
+def test_linked_git_parts_make_a_repository_whose_config_is_held(
+        store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    _git("init", "-q", "-b", "main", cwd=ws)
+    _write(os.path.join(upper, "src/HEAD"), "ref: refs/heads/main\n")
+    os.symlink("../.git/objects", os.path.join(upper, "src/objects"))
+    os.symlink("../.git/refs", os.path.join(upper, "src/refs"))
+    _write(os.path.join(upper, "src/config"),
+           "[core]\n\tworktree = ..\n\tfsmonitor = touch /tmp/csbx-pwned\n")
+    assert [c.what for c in review.changes(upper, ws, CONTROL)] == ["repository"]
+    lines, _ = _apply_all(directory, upper, ws)
+    with open(os.path.join(ws, "src/config")) as handle:
+        assert "fsmonitor" not in handle.read(), lines
+
+
+def test_an_applied_repository_shares_no_inode_with_the_upper(
+        store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    _git("init", "-q", "-b", "main", cwd=ws)
+    _git("commit", "-q", "--allow-empty", "-m", "x", cwd=ws)
+    object_dir = os.path.join(upper, ".git/objects/ab")
+    _write(os.path.join(object_dir, "c" * 38), "blob\n")
+    os.link(os.path.join(object_dir, "c" * 38), os.path.join(upper, "alias"))
+    chosen = [c for c in review.changes(upper, ws, CONTROL) if c.what == "repository"]
+    reviewapply.apply(directory, ws, chosen, gitcheck.Quarantine(directory), force=True)
+    real = os.stat(os.path.join(ws, ".git/objects/ab", "c" * 38))
+    assert real.st_ino != os.stat(os.path.join(upper, "alias")).st_ino
+
+
+def test_no_review_deletes_a_git_directory(store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    _git("init", "-q", cwd=os.path.join(ws))
+    os.makedirs(os.path.join(ws, "libs/foo"))
+    _git("init", "-q", cwd=os.path.join(ws, "libs/foo"))
+    _write(os.path.join(upper, ".git"), "gitdir: .gitx\n")  # a file over the real .git
+    os.makedirs(os.path.join(upper, "libs"))
+    os.setxattr(os.path.join(upper, "libs"), "user.overlay.opaque", b"y")
+    lines, complete = _apply_all(directory, upper, ws)
+    assert not complete, lines
+    assert os.path.isdir(os.path.join(ws, ".git/objects"))
+    assert os.path.isdir(os.path.join(ws, "libs/foo/.git/objects"))
+    os.rmdir(os.path.join(upper, "libs"))
+    os.unlink(os.path.join(upper, ".git"))
+    _whiteout(os.path.join(upper, "libs"))
+    refused = {c.path: c.refused for c in review.changes(upper, ws, CONTROL)}
+    assert "git directory" in refused["libs"]
+
+
+def test_a_deep_tree_is_discarded_and_pruned(store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    deep = upper
+    for _ in range(1100):  # deeper than the interpreter's recursion (os.makedirs too)
+        deep = os.path.join(deep, "d")
+        os.mkdir(deep)
+    _write(os.path.join(deep, "f"))
+    assert review.count_pending(upper, ws) == 1
+    assert reviewapply.discard(directory, [""], ws) == ["discarded: everything"]
+    assert os.listdir(upper) == []
+
+
+def test_discard_never_follows_a_link_in_the_upper(store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    victim = tempfile.mkdtemp(prefix="csbx-victim-", dir="/var/tmp")
+    try:
+        _write(os.path.join(victim, "old"))
+        os.symlink(victim, os.path.join(upper, "docs"))
+        assert "a link on the way" in reviewapply.discard(directory, ["docs/old"], ws)[0]
+        assert os.listdir(victim) == ["old"]
+    finally:
+        import shutil
+
+        shutil.rmtree(victim)
+
+
+def test_restore_lines_quote_what_the_agent_named(tmp_path: object) -> None:
+    top = tempfile.mkdtemp(prefix="csbx-quote-", dir="/var/tmp")
+    try:
+        link = os.path.join(top, "x")
+        os.symlink("y'; touch /tmp/csbx-pwned; : '", link)
+        quarantine = gitcheck.Quarantine(top)
+        quarantine.take(link, "a test")
+        import shlex
+
+        restore = quarantine.lines[0].split("to put it back: ")[1]
+        assert shlex.split(restore)[:2] == ["ln", "-s"] and len(shlex.split(restore)) == 4
+    finally:
+        import shutil
+
+        shutil.rmtree(top)
