@@ -161,6 +161,28 @@ class Cgroup:
             except OSError:
                 pass  # already out, or the parent is gone: remove() then reports it
 
+    def kill_members(self) -> None:
+        """SIGKILL every process still in the directories, for a launcher that died: its
+        sandbox must not outlive it even where a parent-death signal was lost (the kernel
+        clears it when a process's credentials change, and bwrap re-arms it only later).
+        Each pid is taken by a pidfd and then found in the directory again, so the process
+        signalled is the member, not a later one with its number."""
+        import _signal  # type: ignore[import-not-found]
+
+        for directory in self.dirs:
+            for pid in _members(directory):
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except OSError:
+                    continue
+                try:
+                    if pid in _members(directory):
+                        _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
+                except OSError:
+                    pass
+                finally:
+                    os.close(pidfd)
+
     def remove(self, timeout: float = 2.0) -> list[str]:
         """rmdir every directory; retry while exiting tasks drain. Returns leftovers."""
         deadline = time.monotonic() + timeout
@@ -177,6 +199,14 @@ class Cgroup:
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.01)
+
+
+def _members(directory: str) -> list[int]:
+    try:
+        with open(f"{directory}/cgroup.procs", encoding="ascii") as handle:
+            return [int(line) for line in handle.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def _write(path: str, value: str) -> None:

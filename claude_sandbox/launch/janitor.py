@@ -115,6 +115,9 @@ def sweep(launcher: int, told: list[list[str]]) -> None:
     from claude_sandbox.launch import cgroups
 
     dirs.sweep_stale_dirs(dead=launcher)
-    # A cgroup can go only once the sandbox's last process has left it: the
-    # processes die of their parent-death signals, and remove() waits for that.
-    cgroups.Cgroup(tuple(path for kind, path in told if kind == "cgroup")).remove(timeout=5.0)
+    # A cgroup can go only once the sandbox's last process has left it. The processes
+    # die of their parent-death signals; one that lost its signal (a credential change
+    # clears it) is killed here, and remove() waits for them all.
+    cgroup = cgroups.Cgroup(tuple(path for kind, path in told if kind == "cgroup"))
+    cgroup.kill_members()
+    cgroup.remove(timeout=5.0)

@@ -38,6 +38,7 @@ from claude_sandbox.launch.reviewview import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import Any
 
 
 @record
@@ -252,13 +253,18 @@ def save_seen(directory: str, seen: dict[str, list[int] | None]) -> None:
 
 
 def load_seen(directory: str) -> dict[str, list[int] | None]:
+    return _read_json(directory, _SEEN)
+
+
+def _read_json(directory: str, name: str) -> dict[str, Any]:
+    """The object in `name`, or {} when it is absent, broken or not an object."""
     try:
-        with open(os.path.join(directory, _SEEN), encoding="utf-8",
+        with open(os.path.join(directory, name), encoding="utf-8",
                   errors="surrogateescape") as handle:
-            seen = json.load(handle)
+            found = json.load(handle)
     except (OSError, ValueError):
         return {}
-    return seen if isinstance(seen, dict) else {}
+    return found if isinstance(found, dict) else {}
 
 
 def changed_since(seen: dict[str, list[int] | None], workspace: str, rel: str) -> str:
@@ -305,15 +311,9 @@ def _write_bases(directory: str, workspace: str) -> None:
     _write_json(directory, _SEEN, {})
 
 
-def bases(directory: str) -> dict[str, object]:
+def bases(directory: str) -> dict[str, Any]:
     """The repositories noted before the first pending change, by path in the workspace."""
-    try:
-        with open(os.path.join(directory, _BASES), encoding="utf-8",
-                  errors="surrogateescape") as handle:
-            noted = json.load(handle)
-    except (OSError, ValueError):
-        return {}
-    return noted if isinstance(noted, dict) else {}
+    return _read_json(directory, _BASES)
 
 
 def base(directory: str, rel: str, real: str) -> gitapply.Snapshot:
@@ -322,11 +322,8 @@ def base(directory: str, rel: str, real: str) -> gitapply.Snapshot:
     now: the session's index matches the tree and HEAD it applies with."""
     now = gitapply.snapshot(real)
     try:
-        with open(os.path.join(directory, _BASES), encoding="utf-8",
-                  errors="surrogateescape") as handle:
-            noted = json.load(handle).get(rel)
-        head, loose, packed, config = noted
+        head, loose, packed, config = bases(directory)[rel]
         return gitapply.Snapshot(head, tuple(tuple(p) for p in loose),
                                  tuple(tuple(p) for p in packed), config, now.index)
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (KeyError, ValueError, TypeError):
         return now
