@@ -296,8 +296,9 @@ def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],
         applicable, refused = gitpolicy.split(repoconfig.changes(old, new))
         # core.worktree (a submodule's) must name a tree in the workspace: git outside
         # would otherwise check files out, and read attributes, wherever it points.
+        # Resolved as git resolves it, through every link on the way.
         outside = [c for c in applicable if c.name == "core.worktree" and not all(
-            _within(os.path.normpath(os.path.join(real, v or "")), workspace) for v in c.new)]
+            _within(os.path.realpath(os.path.join(real, v or "")), workspace) for v in c.new)]
         applicable = tuple(c for c in applicable if c not in outside)
         refused = (*refused, *((c, "it names a tree outside the workspace") for c in outside))
         if applicable:

@@ -145,32 +145,50 @@ def changes(upper: str, workspace: str, control_names: frozenset[str]) -> list[C
     """Every pending change, what can run or steer a program outside first (by the
     report's classes), refused ones among them, then ordinary source by path."""
     found = []
+    budget = [_LISTING_STEPS]
+    # The workspace's own top as a git directory (a HEAD, objects and refs put there):
+    # git outside would take it for a bare repository, config and hooks included.
+    top_is_git = gitdir(upper, workspace, "")
     for rel, entry, repository in _leaves(upper, workspace):
         real = os.path.join(workspace, rel)
         if repository:
             found.append(Change(rel, "repository", "git", "git", ""))
             continue
-        info = entry.stat(follow_symlinks=False)
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError as error:
+            found.append(Change(rel, "added", "other", "special", "it cannot be read "
+                                f"({error.strerror}): never applied; discard it"))
+            continue
         mode = info.st_mode
         there = os.path.lexists(real)
         klass = _class(rel, mode, control_names)
+        refused = ""
+        if top_is_git and "/" not in rel and rel in _TOP_GIT:
+            klass, refused = "git", ("with it the workspace's top is a git directory, whose "
+                                     "config and hooks git outside would use: apply it "
+                                     "yourself")
         if stat.S_ISDIR(mode):
-            replaced = there and opaque(entry.path)
-            found.append(Change(rel, "replaced" if replaced else "added", "dir", klass, ""))
+            # A directory where the real path is something else, or hides what is there.
+            replaced = there and (opaque(entry.path) or not _is_dir(real))
+            found.append(Change(rel, "replaced" if replaced else "added", "dir", klass,
+                                refused))
         elif stat.S_ISCHR(mode) and info.st_rdev == 0:  # overlayfs's mark of a deletion
             refused = ("deleting a git directory, or a directory that holds one, is never "
-                       "applied; delete it yourself" if holds_repository(real) else "")
+                       "applied; delete it yourself" if holds_repository(real) else refused)
             found.append(Change(rel, "deleted", "-", klass, refused))
         elif stat.S_ISREG(mode):
-            refused = _gitfile_refusal(entry.path, real, workspace) \
-                if entry.name == ".git" else ""
+            if entry.name == ".git":
+                refused = refused or _gitfile_refusal(entry.path, upper, workspace, rel)
             if entry.name in GIT_NAMES and git_marked(upper, workspace, rel):
                 klass = "git"  # a repository's file, before the repository is whole
             found.append(Change(rel, "changed" if there else "added", "file", klass, refused))
         elif stat.S_ISLNK(mode):
-            out = resolve(upper, workspace, rel)[0] is None
+            out = resolve(upper, workspace, rel, budget)[0] is None
+            if entry.name == ".git":
+                refused = "a .git that is a link: git outside would follow it anywhere"
             found.append(Change(rel, "changed" if there else "added", "link",
-                                "link-out" if out else klass, ""))
+                                "link-out" if out else klass, refused))
         else:
             found.append(Change(rel, "added", "special", "special",
                                 "a FIFO, socket or device is never applied"))
@@ -190,14 +208,38 @@ def _class(rel: str, mode: int, control_names: frozenset[str]) -> str:
     return aftermath.name_class(rel, parts[-1], mode, dotted, control_names)
 
 
-def _gitfile_refusal(path: str, real: str, workspace: str) -> str:
+def _gitfile_refusal(path: str, upper: str, workspace: str, rel: str) -> str:
+    """Why a `.git` file is never applied: it does not parse, or the directory it names,
+    resolved in the sessions' view through every link, is not in the workspace."""
     text = gitrepo.read_small(path)
-    if text is None or not text.startswith("gitdir: "):
+    if text is None or not text.startswith("gitdir: ") or "\n" in text.rstrip("\n"):
         return "a .git file that does not name a git directory"
-    target = os.path.normpath(os.path.join(os.path.dirname(real), text[8:].strip()))
-    if not (target + "/").startswith(workspace.rstrip("/") + "/"):
+    named = text[8:].strip()
+    if named.startswith("/"):
+        top = workspace.rstrip("/")
+        if not named.startswith(top + "/"):
+            return "a .git file that names a git directory outside the workspace"
+        named = named[len(top) + 1:]
+    else:
+        parent = os.path.dirname(rel)
+        named = f"{parent}/{named}" if parent else named
+    if resolve(upper, workspace, named)[0] is None:
         return "a .git file that names a git directory outside the workspace"
     return ""
+
+
+# Components all the links of one listing may walk: past it, each link counts as out.
+_LISTING_STEPS = 500_000  # about ten seconds of lstat at worst
+# What a git directory holds at its top: at the workspace's top they make one.
+_TOP_GIT = frozenset({"HEAD", "config", "objects", "refs", "hooks", "info", "logs",
+                      "packed-refs", "commondir", "index", "modules", "worktrees"})
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _has_head(upper: str, workspace: str, rel: str) -> bool:
@@ -220,11 +262,23 @@ _SEEN = "seen.json"
 
 
 def _stat_of(path: str) -> list[int] | None:
+    """What the real path is, to tell a later change by: a file's inode, size and
+    modification time; a directory's inode, and its whole tree's entry count and latest
+    change time (an edit deep below a directory the session deleted must count)."""
     try:
         info = os.lstat(path)
     except OSError:
         return None
-    return [info.st_ino, info.st_size, info.st_mtime_ns]
+    if not stat.S_ISDIR(info.st_mode):
+        return [info.st_ino, info.st_size, info.st_mtime_ns]
+    count, latest = 0, info.st_ctime_ns
+    for _name, entry in gitrepo.walk(path):
+        try:
+            latest = max(latest, entry.stat(follow_symlinks=False).st_ctime_ns)
+        except OSError:
+            pass
+        count += 1
+    return [info.st_ino, count, latest]
 
 
 def note_seen(directory: str, upper: str, workspace: str, since_ns: int) -> None:

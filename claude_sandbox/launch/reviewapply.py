@@ -51,14 +51,16 @@ def apply(directory: str, workspace: str, chosen: Sequence[Change],
                                           c.path.count("/"), c.path))
     lines: list[str] = []
     applied: list[str] = []
+    # Each directory the changes could make a git directory, and whether it is one now.
+    was_git = {rel: _git_follows(os.path.join(workspace, rel))
+               for rel in _candidates(upper, workspace, chosen)}
     complete = True
     for change in order:
         if change.refused:
             lines.append(f"not applied: {change.path}: {change.refused}")
             complete = False
             continue
-        conflict = "" if force or change.what == "repository" or (
-            change.what == "added" and change.kind == "dir") else \
+        conflict = "" if force or change.what == "repository" else \
             review.changed_since(seen, workspace, change.path)
         if conflict:
             lines.append(f"not applied: {change.path}: {conflict}; compare with "
@@ -78,43 +80,55 @@ def apply(directory: str, workspace: str, chosen: Sequence[Change],
             why = error.strerror if isinstance(error, OSError) and error.strerror else error
             lines.append(f"not applied: {change.path}: {why}")
             complete = False
-    lines += _made_repositories(directory, workspace, applied, quarantine)
+    lines += _made_repositories(workspace, was_git, quarantine)
     _prune(upper, workspace)
     review.save_seen(directory, seen)
     return lines, complete
 
 
-def _made_repositories(directory: str, workspace: str, applied: Sequence[str],
+def _candidates(upper: str, workspace: str, chosen: Sequence[Change]) -> set[str]:
+    """The workspace's top, every parent of a chosen change, and where each chosen `.git`
+    file points: the directories an apply could turn into git directories."""
+    found = {""}
+    for change in chosen:
+        parts = change.path.split("/")
+        found |= {"/".join(parts[:depth]) for depth in range(1, len(parts) + 1)}
+        if parts[-1] == ".git" and change.kind == "file":
+            text = gitrepo.read_small(os.path.join(upper, change.path)) or ""
+            target = os.path.realpath(os.path.join(workspace, os.path.dirname(change.path),
+                                                   text[8:].strip()))
+            if text.startswith("gitdir: ") and target.startswith(workspace.rstrip("/") + "/"):
+                found.add(os.path.relpath(target, workspace))
+    return found
+
+
+def _made_repositories(workspace: str, was_git: dict[str, bool],
                        quarantine: gitcheck.Quarantine) -> list[str]:
-    """A directory that plain changes made into a git directory (a HEAD beside objects/
-    and refs/, applied in pieces) was made by the sessions: checked, and its hooks and
-    configuration held as a live session's new repository's are."""
-    known = set(review.bases(directory))
-    found = set()
-    for rel in applied:
-        parts = rel.split("/")
-        for depth in range(len(parts), 0, -1):
-            candidate = "/".join(parts[:depth])
-            path = os.path.join(workspace, candidate)
-            if candidate not in known and not os.path.islink(path) and _git_follows(path):
-                found.add(candidate)
+    """A directory the applied changes made a git directory (a HEAD beside objects and
+    refs, applied in pieces; the workspace's top; what a new `.git` file names) was made
+    by the sessions: checked, and its hooks and configuration held as a live session's
+    new repository's are. Repositories that were git directories before stay as they are."""
     lines = []
-    for rel in sorted(found):
-        real = os.path.join(workspace, rel)
+    for rel in sorted(r for r, before in was_git.items() if not before):
+        real = os.path.join(workspace, rel) if rel else workspace
+        if os.path.islink(real) or not _git_follows(real):
+            continue
         gitcheck.check(real, quarantine)
         strip_made(real, 0, quarantine)
-        lines += [f"{rel} became a git directory by the changes applied: checked, its "
-                  "hooks and configuration held", *quarantine.lines]
+        lines += [f"{rel or 'the workspace'} became a git directory by the changes applied: "
+                  "checked, its hooks and configuration held", *quarantine.lines]
         quarantine.lines.clear()
     return lines
 
 
 def _git_follows(path: str) -> bool:
-    """git's own test, links followed as git follows them."""
+    """git's own test, links followed as git follows them: a HEAD (a file or a link),
+    objects and refs it may enter (access X_OK), or a commondir."""
     head = os.path.join(path, "HEAD")
-    return os.path.isfile(head) and ((os.path.isdir(os.path.join(path, "objects"))
-                                      and os.path.isdir(os.path.join(path, "refs")))
-                                     or os.path.isfile(os.path.join(path, "commondir")))
+    return (os.path.isfile(head) or os.path.islink(head)) and (
+        (os.access(os.path.join(path, "objects"), os.X_OK)
+         and os.access(os.path.join(path, "refs"), os.X_OK))
+        or os.path.isfile(os.path.join(path, "commondir")))
 
 
 def discard(directory: str, paths: Sequence[str], workspace: str) -> list[str]:
@@ -254,7 +268,8 @@ def _apply_repository(directory: str, workspace: str, rel: str,
         gitcheck.check(real, quarantine)
     result = gitapply.apply(upper, real, review.base(directory, rel, real), workspace,
                             copy=True)
-    gitcheck.check(real, quarantine)
+    if os.path.isdir(real):  # absent when the rule carried nothing over
+        gitcheck.check(real, quarantine)
     if made:
         strip_made(real, 0, quarantine)
     lines = [f"applied: repository {rel} (objects, refs, HEAD, index and allowed "

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
 EXIT_NOT_ALL = 1  # some chosen changes were not applied: they stay pending
-_DIFF_LIMIT = 256 << 10  # a line diff costs more than linear time: larger files get none
+_DIFF_LIMIT = 64 << 10  # a line diff costs more than linear time: larger files get none
 _COUNT_LIMIT = 4 << 20  # larger files get no line counts
 
 
@@ -56,6 +56,8 @@ def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
     control = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
     fd = review.lock(directory, workspace)
     try:
+        if action == "discard":  # needs no listing: it works whatever the upper holds
+            return _discard(directory, workspace, paths, every, yes)
         pending = review.changes(os.path.join(directory, "upper"), workspace, control)
         everything = every or (action == "diff" and not paths)
         chosen = _choose(pending, _relative(paths, workspace), everything)
@@ -63,8 +65,6 @@ def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
             for change in chosen:
                 _print_diff(directory, workspace, change)
             return 0
-        if action == "discard":
-            return _discard(directory, workspace, paths, every, yes)
         if interactive:
             chosen = _ask_each(directory, workspace, pending, ask)
         elif not chosen:
@@ -242,6 +242,11 @@ def _print_diff(directory: str, workspace: str, change: Change) -> None:
     texts = _texts(directory, workspace, change, _DIFF_LIMIT)
     if isinstance(texts, str):
         print(_row(directory, workspace, change))
+        if texts and change.kind == "file":
+            from shlex import quote  # the names are the agent's: a pasted command runs them
+
+            print(_shown(f"  {texts}: diff -u {quote(os.path.join(workspace, change.path))} "
+                         f"{quote(os.path.join(directory, 'upper', change.path))}"))
         return
     import difflib
 

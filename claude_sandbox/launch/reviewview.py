@@ -67,16 +67,28 @@ def _is_dir(path: str) -> bool:
         return False
 
 
-def resolve(upper: str, workspace: str, rel: str) -> tuple[str | None, str]:
+_STEPS = 4096  # components one resolution may walk: past it, the link counts as out
+
+
+def resolve(upper: str, workspace: str, rel: str, budget: list[int] | None = None
+            ) -> tuple[str | None, str]:
     """Where `rel` leads in the sessions' view, following links as the kernel would:
-    (path relative to the workspace, kind), or (None, "out") when it leaves the workspace
-    or loops. A program outside follows the same links once they are applied. One lstat
-    or two a component: the walk keeps where it is."""
+    (path relative to the workspace, kind), or (None, "out") when it leaves the workspace,
+    loops, climbs with `..` past a component that is not there (it leads out once that
+    is made, or deleted), or walks more than _STEPS components. A program outside
+    follows the same links once they are applied. One lstat or two a component.
+    `budget`, shared by the resolutions of one listing: the components left to walk in
+    all; once it is spent every link counts as out, so a listing always ends."""
     top = workspace.rstrip("/")
-    stack: list[tuple[str, bool]] = []  # (component, the real tree shows below it)
+    stack: list[tuple[str, bool]] = []  # (path so far, the real tree shows below it)
     pending = [p for p in rel.split("/") if p]
-    hops = 0
+    hops = steps = 0
     while pending:
+        steps += 1
+        if budget is not None:
+            budget[0] -= 1
+        if steps > _STEPS or (budget is not None and budget[0] < 0):
+            return None, "out"
         part = pending.pop(0)
         if part == ".":
             continue
@@ -85,7 +97,7 @@ def resolve(upper: str, workspace: str, rel: str) -> tuple[str | None, str]:
                 return None, "out"
             stack.pop()
             continue
-        path = "/".join([*(p for p, _ in stack), part])
+        path = f"{stack[-1][0]}/{part}" if stack else part
         kind, target, below = _entry(upper, workspace, path, stack[-1][1] if stack else True)
         if kind == "link":
             hops += 1
@@ -98,9 +110,11 @@ def resolve(upper: str, workspace: str, rel: str) -> tuple[str | None, str]:
             pending = [p for p in target.split("/") if p] + pending
             continue
         if kind != "dir":
+            if ".." in pending:
+                return None, "out"
             return path, kind if not pending else "absent"
-        stack.append((part, below))
-    return "/".join(p for p, _ in stack), "dir"
+        stack.append((path, below))
+    return (stack[-1][0] if stack else ""), "dir"
 
 
 def _is(upper: str, workspace: str, rel: str, *kinds: str) -> bool:
@@ -110,14 +124,27 @@ def _is(upper: str, workspace: str, rel: str, *kinds: str) -> bool:
 
 
 def gitdir(upper: str, workspace: str, rel: str) -> bool:
-    """git's test for a git directory, on `rel` as the sessions see it, links followed:
-    a HEAD file, and objects/ and refs/ or a commondir file. A repository assembled over
+    """git's test for a git directory, on `rel` as the sessions see it, links followed as
+    git follows them: a HEAD (a file, or a link), and objects and refs that are there at
+    all (git asks only access(X_OK)), or a commondir file. A repository assembled over
     several sessions, or whose upper holds only new refs, is one."""
     def there(name: str, *kinds: str) -> bool:
-        return _is(upper, workspace, f"{rel}/{name}", *kinds)
+        return _is(upper, workspace, f"{rel}/{name}" if rel else name, *kinds)
 
-    return there("HEAD", "file") and ((there("objects", "dir") and there("refs", "dir"))
-                                      or there("commondir", "file"))
+    head = (f"{rel}/HEAD" if rel else "HEAD")
+    linked = _entry_kind(upper, workspace, head) == "link"
+    return (linked or there("HEAD", "file")) and (
+        (there("objects", "dir", "file") and there("refs", "dir", "file"))
+        or there("commondir", "file"))
+
+
+def _entry_kind(upper: str, workspace: str, rel: str) -> str:
+    """The kind of `rel` itself, not followed (its parents resolved)."""
+    parent, _, name = rel.rpartition("/")
+    where, kind = resolve(upper, workspace, parent) if parent else ("", "dir")
+    if where is None or kind != "dir":
+        return "absent"
+    return _entry(upper, workspace, f"{where}/{name}" if where else name, True)[0]
 
 
 GIT_NAMES = frozenset({"config", "HEAD", "commondir", "gitdir", "packed-refs"})

@@ -347,3 +347,100 @@ def test_restore_lines_quote_what_the_agent_named(tmp_path: object) -> None:
         import shutil
 
         shutil.rmtree(top)
+
+
+def test_the_workspace_top_made_a_git_directory_is_refused(store: tuple[str, str, str]) -> None:
+    _, upper, ws = store
+    _write(os.path.join(upper, "HEAD"), "ref: refs/heads/main\n")
+    os.makedirs(os.path.join(upper, "objects"))
+    os.makedirs(os.path.join(upper, "refs"))
+    _write(os.path.join(upper, "config"), "[core]\n\tpager = touch /tmp/csbx-pwned\n")
+    _write(os.path.join(upper, "ordinary.txt"))
+    refused = {c.path: c.refused for c in review.changes(upper, ws, CONTROL)}
+    assert all(refused[name] for name in ("HEAD", "config")), refused
+    assert not refused["ordinary.txt"]
+
+
+@pytest.mark.parametrize("variant", ["linked-head", "file-objects"])
+def test_git_directories_as_git_finds_them_are_repositories(
+        store: tuple[str, str, str], variant: str) -> None:
+    directory, upper, ws = store
+    meta = os.path.join(upper, "meta")
+    os.makedirs(meta)
+    if variant == "linked-head":
+        os.symlink("refs/heads/main", os.path.join(meta, "HEAD"))
+        os.makedirs(os.path.join(meta, "objects"))
+        os.makedirs(os.path.join(meta, "refs"))
+    else:
+        _write(os.path.join(meta, "HEAD"), "ref: refs/heads/main\n")
+        _write(os.path.join(meta, "objects"), "", 0o755)
+        _write(os.path.join(meta, "refs"), "", 0o755)
+    _write(os.path.join(meta, "config"), "[core]\n\tfsmonitor = touch /tmp/csbx-pwned\n")
+    _write(os.path.join(upper, "sub/.git"), "gitdir: ../meta\n")
+    got = {c.path: c.what for c in review.changes(upper, ws, CONTROL)}
+    assert got["meta"] == "repository", got
+    _apply_all(directory, upper, ws)
+    config = os.path.join(ws, "meta/config")
+    if os.path.exists(config):
+        with open(config) as handle:
+            assert "fsmonitor" not in handle.read()
+
+
+def test_a_link_that_climbs_past_a_missing_directory_is_out(
+        store: tuple[str, str, str]) -> None:
+    _, upper, ws = store
+    os.symlink("vendor/../../.bashrc", os.path.join(upper, "NOTES.md"))
+    os.symlink("node_modules/../../.ssh", os.path.join(upper, "keys"))
+    got = {c.path: c.klass for c in review.changes(upper, ws, CONTROL)}
+    assert got == {"NOTES.md": "link-out", "keys": "link-out"}
+
+
+def test_a_git_file_through_a_link_or_a_git_link_is_refused(
+        store: tuple[str, str, str]) -> None:
+    _, upper, ws = store
+    os.makedirs(os.path.join(upper, "d1/d2"))
+    os.symlink("../..", os.path.join(upper, "d1/d2/l"))
+    _write(os.path.join(upper, "sub/.git"), "gitdir: ../d1/d2/l/../other/.git\n")
+    os.makedirs(os.path.join(upper, "two"))
+    os.symlink("/elsewhere/.git", os.path.join(upper, "two/.git"))
+    refused = {c.path: c.refused for c in review.changes(upper, ws, CONTROL)}
+    assert "outside" in refused["sub/.git"] and "link" in refused["two/.git"]
+
+
+def test_an_unreadable_path_is_listed_and_discard_still_works(
+        store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    # Made one name at a time by descriptor: the whole path is longer than PATH_MAX.
+    fd = os.open(upper, os.O_RDONLY | os.O_DIRECTORY)
+    length = len(upper)
+    while length < 3900:
+        os.mkdir("x" * 200, dir_fd=fd)
+        next_fd = os.open("x" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd, length = next_fd, length + 201
+    os.close(os.open("f" * 200, os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    os.close(fd)
+    _write(os.path.join(upper, "plain.txt"))
+    changes = review.changes(upper, ws, CONTROL)
+    assert any(c.refused and "cannot be read" in c.refused for c in changes), changes
+    assert reviewapply.discard(directory, [""], ws) == ["discarded: everything"]
+
+
+def test_an_edit_below_a_deleted_directory_is_a_conflict(store: tuple[str, str, str]) -> None:
+    directory, upper, ws = store
+    _write(os.path.join(ws, "src/pkg/a.py"), "old\n")
+    _whiteout(os.path.join(upper, "src"))
+    review.note_seen(directory, upper, ws, since_ns=time.time_ns() + 10**12)
+    time.sleep(0.01)
+    _write(os.path.join(ws, "src/pkg/a.py"), "the user's edit\n")
+    lines, complete = reviewapply.apply(directory, ws, review.changes(upper, ws, CONTROL),
+                                        gitcheck.Quarantine(directory))
+    assert not complete and "since the session" in lines[0]
+    assert os.path.exists(os.path.join(ws, "src/pkg/a.py"))
+
+
+def test_a_directory_over_a_file_is_a_replacement(store: tuple[str, str, str]) -> None:
+    _, upper, ws = store
+    _write(os.path.join(ws, "notes.txt"), "mine\n")
+    os.makedirs(os.path.join(upper, "notes.txt"))
+    assert [c.what for c in review.changes(upper, ws, CONTROL)] == ["replaced"]
