@@ -1,0 +1,126 @@
+"""The egress proxy's relay: the bytes of one allowed connection, both ways, by splice(2).
+
+Once a connection is judged (egresspolicy.py) and its upstream connected, this
+moves what each side sends to the other until both have finished. Each direction
+goes through a pipe with splice: the kernel moves the pages from one socket to the
+other and no byte is copied through Python, which is what keeps a relayed transfer
+near a direct one. A side that ends its sending (a half close) is passed on as a
+half close; a side that resets ends its direction. The counts are for the record.
+
+Not wired into the jail yet: the proxy process that accepts the redirected
+connections, judges them and calls this is the next part of egress by name.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import socket
+
+SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h: where a REDIRECTed connection was going
+_CHUNK = 1 << 20
+_F_SETPIPE_SZ = 1031
+_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+def original_destination(sock: socket.socket) -> tuple[str, int]:
+    """The address and port a connection redirected by iptables REDIRECT was made to."""
+    raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+    return socket.inet_ntoa(raw[4:8]), int.from_bytes(raw[2:4], "big")
+
+
+class _Flow:
+    """One direction: `src` into a pipe, the pipe into `dst`."""
+
+    def __init__(self, src: socket.socket, dst: socket.socket) -> None:
+        self.src, self.dst = src, dst
+        self.read_end, self.write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:  # a pipe holds 64 KiB by default: each splice would move only that much
+            fcntl.fcntl(self.write_end, _F_SETPIPE_SZ, _CHUNK)
+        except OSError:
+            pass  # above /proc/sys/fs/pipe-max-size for this user: the default works
+        self.buffered = 0  # bytes in the pipe, not yet written to dst
+        self.count = 0
+        self.ended = False  # src sent its last byte (or reset)
+        self.done = False  # and all of it reached dst, whose sending side is shut
+
+    def want(self) -> tuple[int, int]:
+        """(fd, poll events) this direction waits for."""
+        if self.buffered:
+            return self.dst.fileno(), select.POLLOUT
+        return self.src.fileno(), select.POLLIN
+
+    def step(self) -> None:
+        if not self.buffered and not self.ended:
+            try:
+                moved = os.splice(self.src.fileno(), self.write_end, _CHUNK, flags=_FLAGS)
+            except BlockingIOError:
+                moved = -1
+            except _GONE:
+                moved = 0
+            if moved == 0:
+                self.ended = True
+            elif moved > 0:
+                self.buffered += moved
+        while self.buffered:
+            try:
+                moved = os.splice(self.read_end, self.dst.fileno(), self.buffered,
+                                  flags=_FLAGS)
+            except BlockingIOError:
+                return
+            except _GONE:
+                self.buffered, self.ended = 0, True  # dst is gone: nothing more to give it
+                break
+            self.buffered -= moved
+            self.count += moved
+        if self.ended and not self.buffered and not self.done:
+            self.done = True
+            try:
+                self.dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        os.close(self.read_end)
+        os.close(self.write_end)
+
+
+def relay(client: socket.socket, upstream: socket.socket, first: bytes = b"",
+          idle: float | None = None) -> tuple[int, int]:
+    """Relay until both directions are done; (bytes client to upstream, upstream to
+    client). `first`: what the proxy already read from the client to judge it (a
+    ClientHello, a request head), sent upstream before anything else. `idle`: seconds
+    without a byte either way after which the relay gives up (None: never)."""
+    if first:
+        upstream.sendall(first)
+    flows = (_Flow(client, upstream), _Flow(upstream, client))
+    for sock in (client, upstream):
+        sock.setblocking(False)
+    poller = select.poll()
+    try:
+        while not all(flow.done for flow in flows):
+            interest: dict[int, int] = {}
+            for flow in flows:
+                if not flow.done:
+                    fd, events = flow.want()
+                    interest[fd] = interest.get(fd, 0) | events
+            for fd in (client.fileno(), upstream.fileno()):
+                if fd in interest:
+                    poller.register(fd, interest[fd] | select.POLLERR | select.POLLHUP)
+                else:
+                    try:
+                        poller.unregister(fd)
+                    except KeyError:
+                        pass
+            ready = poller.poll(None if idle is None else int(idle * 1000))
+            if not ready:
+                break
+            for flow in flows:
+                if not flow.done:
+                    flow.step()
+    finally:
+        for flow in flows:
+            flow.close()
+    return flows[0].count + len(first), flows[1].count
