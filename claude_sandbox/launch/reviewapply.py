@@ -50,7 +50,6 @@ def apply(directory: str, workspace: str, chosen: Sequence[Change],
     order = sorted(chosen, key=lambda c: (c.what != "replaced", c.what == "repository",
                                           c.path.count("/"), c.path))
     lines: list[str] = []
-    applied: list[str] = []
     # Each directory the changes could make a git directory, and whether it is one now.
     was_git = {rel: _git_follows(os.path.join(workspace, rel))
                for rel in _candidates(upper, workspace, chosen)}
@@ -74,7 +73,6 @@ def apply(directory: str, workspace: str, chosen: Sequence[Change],
             else:
                 _apply_one(upper, workspace, change)
                 lines.append(f"applied: {change.what} {change.path}")
-                applied.append(change.path)
             seen.pop(change.path, None)  # what a later session changes there is new
         except (NotApplied, OSError) as error:
             why = error.strerror if isinstance(error, OSError) and error.strerror else error
