@@ -146,14 +146,14 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
         if layer.view.kind == "workspace":
             from claude_sandbox.launch import review
 
-            count = review.count_pending(layer.upper, layer.view.target)
             try:
-                review.note_seen(os.path.dirname(layer.upper), layer.upper, layer.view.target,
-                                 layer.since_ns)
+                count = review.note_seen(os.path.dirname(layer.upper), layer.upper,
+                                         layer.view.target, layer.since_ns)
             except OSError as error:
+                count = review.count_pending(layer.upper, layer.view.target)
                 quarantine.lines.append(f"warning: what the workspace's files were could not "
-                                        f"be noted ({error.strerror}): review apply cannot "
-                                        "tell a file changed outside since")
+                                        f"be noted ({error.strerror}): review apply asks "
+                                        "for --force before it overwrites them")
             if count:
                 quarantine.lines.append(review.pending_line(count, layer.view.target,
                                                             at_launch=False))

@@ -31,6 +31,7 @@ from claude_sandbox.launch.reviewview import (
     git_marked,
     gitdir,
     holds_repository,
+    is_dir,
     opaque,
     resolve,
 )
@@ -118,8 +119,8 @@ def pending_line(count: int, workspace: str, *, at_launch: bool) -> str:
 def _leaves(upper: str, workspace: str) -> Iterator[tuple[str, os.DirEntry[str], bool]]:
     """(relative path, entry, is a repository) for what counts as one change: every
     non-directory, every directory that is a repository (not entered) or opaque or
-    empty. A repository is told by its name, or by git's test (_gitdir). Iterative,
-    links never followed, in name order."""
+    empty. A repository is told by its name, or by git's test (reviewview.gitdir).
+    Iterative, links never followed; changes() sorts what it lists."""
     stack = [""]
     while stack:
         relative = stack.pop()
@@ -170,7 +171,7 @@ def changes(upper: str, workspace: str, control_names: frozenset[str]) -> list[C
                                      "yourself")
         if stat.S_ISDIR(mode):
             # A directory where the real path is something else, or hides what is there.
-            replaced = there and (opaque(entry.path) or not _is_dir(real))
+            replaced = there and (opaque(entry.path) or not is_dir(real))
             found.append(Change(rel, "replaced" if replaced else "added", "dir", klass,
                                 refused))
         elif stat.S_ISCHR(mode) and info.st_rdev == 0:  # overlayfs's mark of a deletion
@@ -235,13 +236,6 @@ _TOP_GIT = frozenset({"HEAD", "config", "objects", "refs", "hooks", "info", "log
                       "packed-refs", "commondir", "index", "modules", "worktrees"})
 
 
-def _is_dir(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
 def _has_head(upper: str, workspace: str, rel: str) -> bool:
     """An entry named HEAD in the directory, upper or real: git's test needs one, and
     this costs two lstats where the whole test costs a walk."""
@@ -281,13 +275,16 @@ def _stat_of(path: str) -> list[int] | None:
     return [info.st_ino, count, latest]
 
 
-def note_seen(directory: str, upper: str, workspace: str, since_ns: int) -> None:
+def note_seen(directory: str, upper: str, workspace: str, since_ns: int) -> int:
     """At a session's end: for each pending change not noted yet, what the real path was
-    (inode, size, modification time, or absent). `review apply` compares: a path the user
-    changed outside since is not overwritten unasked. One the user changed while the
-    session ran (its change time at or after `since_ns`) is noted as changed already."""
+    (_stat_of, or absent). `review apply` compares: a path the user changed outside since
+    is not overwritten unasked. One the user changed while the session ran (its change
+    time at or after `since_ns`) is noted as changed already. Returns how many changes
+    wait: the same walk count_pending makes."""
     seen = load_seen(directory)
+    count = 0
     for rel, _entry, _repository in _leaves(upper, workspace):
+        count += 1
         if rel in seen:
             continue
         path = os.path.join(workspace, rel)
@@ -297,6 +294,7 @@ def note_seen(directory: str, upper: str, workspace: str, since_ns: int) -> None
             changed = False
         seen[rel] = _CHANGED if changed else _stat_of(path)
     _write_json(directory, _SEEN, seen)
+    return count
 
 
 _CHANGED = [-1, -1, -1]  # changed outside while a session ran: never equal to a stat

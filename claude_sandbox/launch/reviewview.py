@@ -40,7 +40,7 @@ def _entry(upper: str, workspace: str, path: str, real_shows: bool) -> tuple[str
         if stat.S_ISCHR(mode) and info.st_rdev == 0:
             return "absent", "", False  # a whiteout
         if stat.S_ISDIR(mode):
-            below = real_shows and not opaque(os.path.join(upper, path)) and _is_dir(
+            below = real_shows and not opaque(os.path.join(upper, path)) and is_dir(
                 os.path.join(workspace, path))
             return "dir", "", below
         if stat.S_ISLNK(mode):
@@ -60,7 +60,7 @@ def _entry(upper: str, workspace: str, path: str, real_shows: bool) -> tuple[str
     return ("file" if stat.S_ISREG(mode) else "other"), "", False
 
 
-def _is_dir(path: str) -> bool:
+def is_dir(path: str) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
