@@ -111,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     ))
 
+    _log_arguments(sub.add_parser(
+        "log",
+        help="show what a session sent to the network: each connection and DNS query",
+        description=LOG_DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ))
+
     doctor = sub.add_parser(
         "doctor",
         help="check that this host can run the sandbox, with fixes",
@@ -184,6 +192,41 @@ def _review_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     return parser
 
 
+LOG_DESCRIPTION = """\
+Show the egress record of a session in this workspace (workspace-root, or the
+current directory): a row for each connection and DNS query the egress jail's
+proxy saw, with its time (UTC), kind, verdict, name and port, the address it went
+to, the bytes sent and received and the rule that decided; under each refused one,
+the allow-domain line that would allow it; then the session's summary, and under
+egress-policy = learn the lines that would allow the whole session.
+
+The records live in your state store (state-dir; `claude-sandbox state show`
+names it), one file a session: STORE/egress/WORKSPACE-KEY/SESSION.jsonl, one JSON
+object a line. The launcher makes them outside the sandbox, where the agent
+cannot write; but the names in them are what the agent sent, so they are printed
+with control, non-printable and non-ASCII characters escaped.
+
+Exit 1 when this workspace has no record (no jailed session has run here), 64 for
+an unknown --session."""
+
+
+def _log_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--session", metavar="ID", default=None,
+                       help="the session to show, by its id (its file name without .jsonl; "
+                       "--list lists them); default: the newest")
+    which.add_argument("--list", action="store_true", dest="listing",
+                       help="list this workspace's sessions instead, newest last: id, agent, "
+                       "policy, entries, refused")
+    parser.add_argument("--agent", metavar="NAME", default=None,
+                        help="only the sessions of this agent: "
+                        f"{', '.join(profiles.AGENT_NAMES)} (default: any)")
+    parser.add_argument("--json", action="store_true",
+                        help='print one JSON document: {"session": the session line, '
+                        '"entries": every other line}; with --list, the list as JSON')
+    return parser
+
+
 def _review_options(argv: Sequence[str]) -> argparse.Namespace:
     parser = _review_arguments(_Parser(prog="claude-sandbox review",
                                        description=REVIEW_DESCRIPTION))
@@ -214,6 +257,11 @@ def main(argv: Sequence[str]) -> int:
         return reviewcmd.run(options.action, options.agent, options.paths,
                              every=options.every, interactive=options.interactive,
                              yes=options.yes, environ=os.environ, force=options.force)
+    if options.command == "log":
+        from claude_sandbox.launch import egresslog
+
+        return egresslog.run(options.session, agent=options.agent, as_json=options.json,
+                             listing=options.listing, environ=os.environ)
     if options.command == "explain":
         agent = options.agent or _agent_default()
         print(explain(agent, _command(options.cmd), as_json=options.json))

@@ -14,7 +14,7 @@ from claude_sandbox.core.record import record
 
 A, AAAA = 1, 28
 _MAX_POINTERS = 32
-NXDOMAIN, REFUSED, FORMERR = 3, 5, 1
+NXDOMAIN, REFUSED, FORMERR, SERVFAIL = 3, 5, 1, 2
 
 
 class Malformed(ValueError):

@@ -95,7 +95,8 @@ def parse_rule(text: str, origin: str = "") -> tuple[Rule, ...]:
 
 def defaults(agent: str) -> tuple[Rule, ...]:
     """The default allow-list: the agent's own hosts, the registries and the forges."""
-    return tuple(rule for preset in (agent, *REGISTRIES, *FORGES)
+    own = (agent,) if agent in PRESETS else ()
+    return tuple(rule for preset in (*own, *REGISTRIES, *FORGES)
                  for rule in parse_rule(f"@{preset}"))
 
 
@@ -116,3 +117,55 @@ def judge(rules: tuple[Rule, ...], name: str | None, port: int) -> Verdict:
             return Verdict(True, rule.shown(), "")
     fix = f"allow-domain = {name}" + ("" if port in WEB_PORTS else f":{port}")
     return Verdict(False, f"{name}:{port} is not on the allow-list", fix)
+
+
+MODES = ("allow-list", "open", "learn")
+
+
+@record
+class Policy:
+    """What the egress proxy enforces for one launch (keys egress-policy, allow-domain)."""
+
+    mode: str  # allow-list | open | learn
+    agent: str
+    rules: tuple[Rule, ...]
+    allow_ip: tuple[str, ...] = ()  # addresses the operator allowed by number
+    host: tuple[str, ...] = ()  # the host's own addresses and gateways: never upstream
+
+    def open(self) -> bool:
+        return self.mode != "allow-list"
+
+    def names_allowed(self, name: str) -> bool:
+        """May DNS answer `name` (on any port)?"""
+        return self.open() or any(matches(rule.pattern, name) for rule in self.rules)
+
+    def fields(self) -> list[str]:
+        """As frame fields (holder.encode_frame) for the proxy's control socket: no JSON
+        on the launch path."""
+        rules = [part for r in self.rules
+                 for part in (r.pattern, ",".join(map(str, r.ports)), r.origin)]
+        return [self.mode, self.agent, str(len(self.rules)), *rules,
+                ",".join(self.allow_ip), ",".join(self.host)]
+
+    @classmethod
+    def from_fields(cls, fields: list[str]) -> Policy:
+        """The inverse of fields(); ValueError for anything else."""
+        mode, agent, count = fields[0], fields[1], int(fields[2])
+        if mode not in MODES or len(fields) != 5 + 3 * count:
+            raise ValueError("not a policy")
+        rows = fields[3:3 + 3 * count]
+        rules = tuple(Rule(rows[i], tuple(int(p) for p in rows[i + 1].split(",")), rows[i + 2])
+                      for i in range(0, len(rows), 3))
+        allow_ip, host = fields[-2], fields[-1]
+        return cls(mode, agent, rules, tuple(filter(None, allow_ip.split(","))),
+                   tuple(filter(None, host.split(","))))
+
+
+def rules_for(agent: str, lines: tuple[str, ...]) -> tuple[Rule, ...]:
+    """The allow-list of a launch from the operator's allow-domain values (already
+    checked by the configuration): without any `@PRESET` line, the defaults and the
+    listed names; with one, only the presets and names listed."""
+    chosen = tuple(rule for text in lines for rule in parse_rule(text))
+    if any(text.strip().startswith("@") for text in lines):
+        return tuple(dict.fromkeys(chosen))
+    return tuple(dict.fromkeys(defaults(agent) + chosen))

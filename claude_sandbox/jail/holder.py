@@ -4,11 +4,11 @@
 _jail_holder --fd N` starts it (`paths.internal_argv`, as `_enter` starts;
 docs/explanation/egress-jail.md). It holds the namespace open while pasta
 attaches from outside, then carries out the parent's requests inside the
-namespace: run `ip` or iptables, switch IPv6 off, start an inside relay, mount
-the workspace's overlays in its own mount namespace (core/views.py), and
-finally exec the session command. Policy (which routes and filter, whether the
-read-back matches) lives in the parent (session.py, lock.py, readback.py,
-dnsfilter.py); the holder is a small executor, so its import cost stays off
+namespace: run `ip` or iptables, switch IPv6 off, fork the egress proxy, start
+an inside relay, mount the workspace's overlays in its own mount namespace
+(core/views.py), and finally exec the session command. Policy (which routes
+and filter, whether the read-back matches) lives in the parent (session.py,
+lock.py, readback.py, netfilter.py); the holder is a small executor, so its import cost stays off
 the launch's critical path.
 
 It talks to the parent only over the socketpair end it inherits as fd N,
@@ -194,6 +194,30 @@ def start_relay(kind: str, where: str, argv: list[str]) -> list[str]:
     return ["ok", str(relay.pid)]
 
 
+def start_proxy(sock: _socket.socket, control: int) -> list[str]:
+    """Fork the egress proxy (jail/egressproxy.py) with its end of the launcher's control
+    socket: in this namespace, outside the pid namespace bwrap makes for the session.
+
+    A fork, not a new interpreter: this one is running already, and the proxy's
+    start then costs the launch no interpreter start. The child keeps nothing of
+    the holder's: the holder's channel is closed at once (the launcher reads its
+    EOF as the session's exec), and every stream is /dev/null.
+    """
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.setsid()  # first: its own group, off the terminal, whose signals are the agent's
+            sock.close()
+            from claude_sandbox.jail import egressproxy
+
+            status = egressproxy.main(control)
+        finally:
+            os._exit(status)
+    os.close(control)
+    return ["ok", str(pid)]
+
+
 def _place_fds(sock: _socket.socket, received: list[int], targets: list[int]) -> _socket.socket:
     """Put each received descriptor at the number the session expects.
 
@@ -246,6 +270,9 @@ def serve(sock: _socket.socket) -> int:
     while (frame := recv_frame_fds(sock)) is not None:
         msg, fds = frame
         op, args = msg[0], msg[1:]
+        if op == "proxy" and len(fds) == 1:
+            send_frame(sock, start_proxy(sock, fds[0]))
+            continue
         if op != "exec":
             for fd in fds:
                 os.close(fd)

@@ -6,16 +6,19 @@ The order is the security argument, and every step fails closed:
 1. jail_start.begin(): an `unshare -rn` holder re-enters this package with
    the same root-owned interpreter; as soon as its namespace exists (before
    its Python has even started) pasta attaches to it from outside, where it
-   has the internet, and the holder is asked for the DNS filter (dnsfilter.py).
+   has the internet, and the holder is asked to fork the egress proxy
+   (egressproxy.py) and to programme the packet filter (netfilter.py).
    start() takes over what begin() started, while the caller makes the plan.
-2. run(): the DNS filter's answer is checked; the holder reads what pasta
+2. run(): the proxy's and the filter's answers are checked; the holder reads what pasta
    configured (lock.py), programs the routes in one
    `ip -batch` call that ends by reading back every table and rule, switches
    IPv6 off; the parent compares the read-back with the plan (routes.py) and
-   refuses on any difference. Only then do the inside relays start and the
-   holder exec the session, in the same namespace, with the terminal.
+   refuses on any difference. Only then do the inside relays start, the proxy
+   take its policy and the session's record, and the holder exec the session,
+   in the same namespace, with the terminal.
 3. The parent waits, ignoring INT/QUIT (they belong to the agent) and
-   forwarding TERM/HUP, then stops pasta, the relays and the holder and
+   forwarding TERM/HUP, then stops the proxy (closing its control socket lets
+   it record what is still open), pasta, the relays and the holder and
    removes the private directory.
 
 The namespace is owned by a user namespace above the sandbox's own, so the
@@ -39,8 +42,9 @@ from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
 from claude_sandbox.core.process import Child
 from claude_sandbox.core.trace import Trace
-from claude_sandbox.jail import dirs, dnsfilter, lock, reaping, relays, routes
+from claude_sandbox.jail import dirs, lock, netfilter, reaping, relays, routes
 from claude_sandbox.jail import start as jail_start
+from claude_sandbox.jail.egresspolicy import Policy
 from claude_sandbox.jail.holder import encode_frame, recv_frame, send_frame, wait_listening
 from claude_sandbox.jail.spec import JailSpec
 
@@ -49,6 +53,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 PASTA_TIMEOUT = 10.0
+# How long the proxy has, once the session ended, to record what was still open.
+PROXY_GRACE = 1.0
 # How long a failed pasta waits for the holder whose exit may have caused it.
 HOLDER_GRACE = 0.2
 PASTA_ATTEMPTS = 3
@@ -79,6 +85,8 @@ class Jail:
         self._holder: Child = early.holder
         self._forward = early.forward
         self._pasta: Child = early.pasta
+        self._proxy_ctl: _socket.socket = early.proxy
+        self._proxy_pidfd = -1
         self._outside: list[tuple[relays.Relay, Child]] = []
         self._inside_pidfds: list[tuple[int, int]] = []
         # An open descriptor of the holder's user namespace, held until close():
@@ -121,17 +129,20 @@ class Jail:
         self._trace("not dumpable, outside relays, stale directories")
 
     def run(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = (),
-            overlays: Sequence[tuple[str, str, str, str]] = ()) -> int:
+            overlays: Sequence[tuple[str, str, str, str]] = (), record_fd: int = -1) -> int:
         """Lock the routes, run the session, tear down; the session's status.
 
         `fds` are descriptors the session must inherit at the same numbers
         (bwrap's --seccomp FD, a gitconfig pipe): they travel to the holder
         over the socketpair (SCM_RIGHTS), since it started before they existed.
+        `record_fd`: the session's egress record (egressrecord.create), which the
+        proxy appends to; without one it records into /dev/null.
         """
         try:
-            # The answer to the DNS filter request start.begin() sent.
-            dnsfilter.check(self._receive())
-            self._trace("DNS filter programmed and verified")
+            # The answers to the two requests start.begin() sent.
+            self._proxy_started(self._receive())
+            netfilter.check(self._receive())
+            self._trace("proxy forked, packet filter programmed and verified")
             self._wait_pasta()
             self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings)
             self._start_inside_relays()
@@ -143,6 +154,8 @@ class Jail:
                         "the kernel must allow overlayfs in a user namespace (Linux 5.11 or "
                         "later)", EXIT_UNAVAILABLE)
             self._trace("overlays mounted")
+            self._give_policy(record_fd)
+            self._trace("proxy serving")
             self._exec(argv, env, fds)
             self._trace("session started")
             status = self._holder_status()
@@ -212,6 +225,36 @@ class Jail:
             raise reaping.HolderGone
         return reply
 
+    def _proxy_started(self, reply: list[str]) -> None:
+        if reply[0] != "ok":
+            raise jail_error(f"cannot start the egress proxy: {reply[1]}")
+        pid = int(reply[1])
+        self.started["proxy"] = pid
+        try:
+            self._proxy_pidfd = os.pidfd_open(pid)
+        except OSError:
+            raise jail_error("the egress proxy ended as it started") from None
+
+    def _give_policy(self, record_fd: int) -> None:
+        """The proxy's policy and record; its answer says it listens and serves."""
+        spec = self.settings
+        policy = Policy(spec.egress_policy, spec.agent, spec.rules, spec.allow_ip, spec.host)
+        frame = encode_frame(["policy", *policy.fields()])
+        record = record_fd if record_fd >= 0 else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", [record]))
+            sent = self._proxy_ctl.sendmsg([frame[:1]], [rights])
+            self._proxy_ctl.sendall(frame[sent:])
+            reply = recv_frame(self._proxy_ctl)
+        except OSError:
+            reply = None
+        finally:
+            if record_fd < 0:
+                os.close(record)
+        if reply is None or reply[0] != "ok":
+            why = reply[1] if reply else "it ended"
+            raise jail_error(f"the egress proxy did not start ({why})")
+
     def _start_inside_relays(self) -> None:
         if not self._outside:
             return
@@ -258,6 +301,11 @@ class Jail:
         if self._holder.poll() is None:
             self._holder.kill()  # not reaped, so it exists
         self._holder.wait()
+        # The session is over: the proxy records what is still open and exits.
+        self._proxy_ctl.close()
+        if (self._proxy_pidfd >= 0
+                and not select.select([self._proxy_pidfd], [], [], PROXY_GRACE)[0]):
+            reaping.send_kill(self._proxy_pidfd)
         # Signal everything first and wait once for all of it: each SIGKILLed
         # process takes milliseconds to exit, and waiting for them one after
         # another added those up on every launch.
@@ -272,6 +320,11 @@ class Jail:
         # instant, is reparented here (a subreaper), and must be reaped too.
         relay_groups = {pid for pid, _ in self._inside_pidfds}
         relay_groups |= {proc.pid for _, proc in self._outside}
+        if self._proxy_pidfd >= 0:
+            # Its own session and group (setsid); the holder's child, ours once
+            # bwrap (the holder, exec'd) has gone.
+            relay_groups.add(self.started["proxy"])
+            dying.append(self._proxy_pidfd)
         for pid, pidfd in self._inside_pidfds:
             # The session is gone, so a relay group still exists only if its
             # leader (or a connection child) still runs: the pgid is then ours.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from claude_sandbox.core.record import record
+from claude_sandbox.jail.egresspolicy import Rule
 
 
 @record
@@ -11,3 +12,6 @@ class JailSpec:
     local_ports: tuple[int, ...]  # ports of the host's loopback reachable inside
     callback_ports: tuple[int, ...]  # ports inside reachable from the host's loopback
     host: tuple[str, ...] = ()  # every IPv4 address and gateway of the host: blackholed
+    egress_policy: str = "allow-list"  # the egress proxy's mode (egresspolicy.MODES)
+    rules: tuple[Rule, ...] = ()  # its allow-list (egresspolicy.rules_for)
+    agent: str = ""

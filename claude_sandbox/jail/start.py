@@ -14,6 +14,7 @@ import _signal  # type: ignore[import-not-found]  # the C module: `signal` impor
 import _socket
 import fcntl
 import os
+import sys
 import time
 
 from claude_sandbox.core import paths
@@ -21,9 +22,9 @@ from claude_sandbox.core.errors import EXIT_UNAVAILABLE, jail_error
 from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
-from claude_sandbox.jail import dnsfilter
+from claude_sandbox.jail import netfilter
 from claude_sandbox.jail.dirs import make_private_dir, remove_dir
-from claude_sandbox.jail.holder import send_frame
+from claude_sandbox.jail.holder import encode_frame, send_frame
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -264,17 +265,21 @@ class Early:
     userns_fd: int
     directory: str
     pasta: Child
+    proxy: _socket.socket  # the launcher's end of the egress proxy's control socket
     trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
 
     def abandon(self) -> None:
         """End what begin() started when the launch stops before the jail takes it over
         (a refusal while the facts or the plan are made): nothing of it outlives the launch."""
-        _end(self.sock, self.forward, (self.pasta, self.holder), (self.userns_fd,), self.directory)
+        _end(self.sock, self.forward, (self.pasta, self.holder), (self.userns_fd,), self.directory,
+             self.proxy)
 
 
 def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None, ...],
-         fds: tuple[int, ...], directory: str) -> None:
+         fds: tuple[int, ...], directory: str, proxy: _socket.socket | None) -> None:
     sock.close()  # the holder reads EOF and exits, if it has not yet
+    if proxy is not None:
+        proxy.close()  # the proxy reads EOF and exits; the namespace's end ends it anyway
     for child in children:
         if child is not None:
             child.kill()
@@ -307,6 +312,7 @@ def begin(trace: Trace) -> Early:
     userns_fd = netns_fd = -1
     directory = ""
     pasta: Child | None = None
+    proxy: _socket.socket | None = None
     try:
         trace.phase("holder spawned")
         directory = make_private_dir()
@@ -318,11 +324,12 @@ def begin(trace: Trace) -> Early:
         trace.phase("tap device made")
         pasta = spawn_pasta(holder, directory)
         trace.phase("pasta spawned")
-        # The holder programmes the DNS filter while pasta attaches and the launcher
-        # plans; Jail.run reads and checks the answer first (dnsfilter.py).
-        send_frame(sock, dnsfilter.request())
+        # The holder forks the egress proxy, then programmes the packet filter, while
+        # pasta attaches and the launcher plans; Jail.run reads both answers first.
+        proxy = _ask_for_proxy(sock)
+        send_frame(sock, netfilter.request())
     except BaseException as exc:
-        _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory)
+        _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
             # ... or a holder a forwarded TERM ended (the DNS filter request then meets
             # a broken pipe): that reads as the signal, not as a jail error.
@@ -330,6 +337,25 @@ def begin(trace: Trace) -> Early:
             where = f": {exc.filename}" if exc.filename else ""
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise
-    return Early(holder, sock, forward, userns_fd, directory, pasta, trace)
+    return Early(holder, sock, forward, userns_fd, directory, pasta, proxy, trace)
+
+
+def _ask_for_proxy(sock: _socket.socket) -> _socket.socket:
+    """Ask the holder to fork the egress proxy with one end of a new socketpair, the
+    proxy's only channel (like the holder's: a socketpair cannot be reopened through
+    /proc); the other end is returned, for the policy and, when it closes, the end."""
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        frame = encode_frame(["proxy"])
+        fd = theirs.fileno().to_bytes(4, sys.byteorder)
+        rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd)
+        sent = sock.sendmsg([frame[:1]], [rights])
+        sock.sendall(frame[sent:])
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return ours
 
 

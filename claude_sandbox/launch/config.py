@@ -42,6 +42,8 @@ class Config:
     callback_ports: tuple[int, ...] = ()
     hardening: str = "standard"
     workspace_mode: str = "live"  # review: the workspace is an overlay until applied
+    egress_policy: str = "allow-list"
+    allow_domain: tuple[str, ...] = ()  # allow-domain values as written (egresspolicy)
     max_pids: int | None = None
     max_memory: int | None = None
     state_dir: str | None = None  # None: each user's ~/.local/state/claude-sandbox
@@ -238,6 +240,8 @@ def _assemble(
         callback_ports=_dedupe(callback_ports),
         hardening=scalars.get("hardening", "standard"),
         workspace_mode=scalars.get("workspace-mode", "live"),
+        egress_policy=scalars.get("egress-policy", "allow-list"),
+        allow_domain=_dedupe(lists["allow-domain"]),
         max_pids=scalars.get("max-pids"),
         max_memory=scalars.get("max-memory"),
         state_dir=scalars.get("state-dir"),
@@ -271,6 +275,9 @@ DEFAULT_FILE = """\
 # callback-port = 54545                  # let a browser reach a login callback inside
 # hardening = standard                   # harsh, brokered; per agent: hardening.codex = harsh
 # workspace-mode = review                # changes wait for `claude-sandbox review`
+# egress-policy = open                   # every public name (default: allow-list)
+# allow-domain = example.com             # reach one more name on 80 and 443
+# allow-domain = db.example.com:5432     # or exactly one port, for any TCP
 # max-pids = 4096                        # cap processes
 # max-memory = 8G                        # cap memory
 """

@@ -28,6 +28,8 @@ class Kind:
     KEYS = KindOf("list of key names")
     RELPATHS = KindOf("list of paths relative to the workspace")
     MODE = KindOf("live | review")
+    POLICY = KindOf("allow-list | open | learn")
+    DOMAINS = KindOf("list of NAME[:PORT], *.SUFFIX[:PORT] or @PRESET")
 
 
 @record
@@ -92,6 +94,15 @@ KEYS: tuple[Key, ...] = (
         "not only through the command server: git, an MCP server"),
     Key("offline-commands", None, Kind.FLAG,     "off",
         "under brokered: each command gets a network namespace of its own, with no network"),
+    Key("egress-policy",    None, Kind.POLICY,   "allow-list",
+        "the egress proxy: allow-list (only allow-domain names, checks 75-80); open (every "
+        "public name, each connection recorded); learn (open, and the session ends with the "
+        "allow-domain lines that would have allowed it)", per_agent=True),
+    Key("allow-domain",     None, Kind.DOMAINS,  "@AGENT, registries, forges",
+        "a name the agent may reach: NAME or *.SUFFIX for ports 80 and 443, NAME:PORT for "
+        "exactly that port (any TCP), @PRESET for a named list; with no @PRESET line the "
+        "defaults (the agent's own hosts, the registries, the forges) apply as well",
+        per_agent=True),
     Key("max-pids",         None, Kind.COUNT,    "(no cap)",
         "the most processes the sandbox may hold", per_agent=True),
     Key("max-memory",       None, Kind.SIZE,     "(no cap)",

@@ -19,6 +19,7 @@ import resource
 from claude_sandbox.core import paths
 from claude_sandbox.core.record import record
 from claude_sandbox.inside.spec import Inner
+from claude_sandbox.jail import egresspolicy
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.launch import brokered, mounts, overlays
 from claude_sandbox.launch.config import Config
@@ -91,7 +92,9 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         offline_commands=cfg.offline_commands and gathered.runners is not None,
     )
     jail = JailSpec(cfg.allow_ip, cfg.local_ports, cfg.callback_ports,
-                    gathered.host_addresses) if cfg.egress_jail else None
+                    gathered.host_addresses, cfg.egress_policy,
+                    egresspolicy.rules_for(profile.name, cfg.allow_domain),
+                    profile.name) if cfg.egress_jail else None
     return Plan(
         agent=profile.name,
         options=mounts.options(facts),

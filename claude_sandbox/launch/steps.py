@@ -68,6 +68,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     jail = None
     early = None
     prepared: Prepared | None = None
+    record: tuple[str, int] | None = None
     modes = _terminal_modes()
     try:
         store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
@@ -96,6 +97,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             # start() fails: abandoning it again would close descriptors twice.
             handed, early = early, None
             jail = session.start(the_plan.jail, handed)
+            record = _egress_record(store, the_plan, cfg)
             trace.phase("jail started")
         started = time.time_ns()
         prepared = _prepare(the_plan, cfg, gathered.facts, store)
@@ -106,15 +108,20 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         overlays = [(layer.view.target, layer.upper, layer.work, layer.view.target)
                     for layer in prepared.layers]
         if jail is not None:
-            status = jail.run(prepared.argv, env, prepared.fds, overlays)
+            status = jail.run(prepared.argv, env, prepared.fds, overlays,
+                              record[1] if record else -1)
         else:
             status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds,
                                            overlays=overlays)
         trace.phase("session ended")
         _workspace_exit(cfg, the_plan, prepared, started)
+        if record is not None and the_plan.jail is not None:
+            _say_egress(record[0], the_plan.jail.egress_policy)
         trace.phase("workspace applied and reported")
         return status
     finally:
+        if record is not None:
+            os.close(record[1])
         if jail is not None:
             jail.close()
         elif early is not None:
@@ -229,6 +236,40 @@ def _say_held_back(profile: profiles.Profile, cfg: config.Config,
             f"here but not passed into the sandbox; to pass {'it' if len(names) == 1 else 'them'}"
             f", add to {paths.CONFIG_FILE}: {lines} "
             f"(or log in inside: the login stays in the agent's state store)\n")
+
+
+def _egress_record(store: str, the_plan: plan.Plan, cfg: config.Config) -> tuple[str, int]:
+    """The session's egress record, made before the agent runs (jail/egressrecord.py)."""
+    from claude_sandbox.jail import egressrecord
+
+    uid = os.getuid()
+    state.private_dir(os.path.join(store, "egress"), uid, "the egress records' directory")
+    where = egressrecord.directory(store, the_plan.layout.workspace)
+    state.private_dir(where, uid, "a workspace's egress records")
+    header = {"session": egressrecord.session_id(), "agent": the_plan.agent,
+              "policy": cfg.egress_policy, "workspace": the_plan.layout.workspace,
+              "time": egressrecord.utc()}
+    return egressrecord.create(where, header)
+
+
+def _say_egress(path: str, policy: str) -> None:
+    """One line on what the proxy refused (nothing when it refused nothing); under learn,
+    the allow-domain lines that would have allowed the session."""
+    from claude_sandbox.jail import egressrecord
+
+    try:
+        entries = egressrecord.read(path)
+    except OSError:
+        return
+    line = egressrecord.summary(entries)
+    if line:
+        sys.stderr.write(f"claude-sandbox: {line}\n")
+    if policy == "learn":
+        lines = egressrecord.learned(entries)
+        sys.stderr.write("claude-sandbox: egress-policy = learn: the lines that would allow "
+                         f"this session, for {paths.CONFIG_FILE}:\n")
+        for learned in lines or ["(no connection was made)"]:
+            sys.stderr.write(f"  {learned}\n")
 
 
 def _say(quarantine: gitcheck.Quarantine) -> None:

@@ -135,6 +135,25 @@ def _mode(text: str, where: str) -> str:
     return text
 
 
+def _egress_policy(text: str, where: str) -> str:
+    from claude_sandbox.jail.egresspolicy import MODES as POLICIES
+
+    if text not in POLICIES:
+        raise SandboxError(f"{where}: {text!r} is not one of {', '.join(POLICIES)}", EXIT_CONFIG)
+    return text
+
+
+def _domain(text: str, where: str) -> str:
+    """An allow-domain value, checked whole (a preset's name too); kept as written."""
+    from claude_sandbox.jail.egresspolicy import RuleError, parse_rule
+
+    try:
+        parse_rule(text)
+    except RuleError as bad:
+        raise SandboxError(f"{where}: allow-domain {bad}", EXIT_CONFIG) from None
+    return text
+
+
 def _count(text: str, where: str) -> int:
     if not text.isascii() or not text.isdigit() or int(text) < 1:
         raise SandboxError(f"{where}: {text!r} is not a positive integer", EXIT_CONFIG)
@@ -155,6 +174,7 @@ SCALAR_PARSERS: dict[KindOf, Callable[[str, str], object]] = {
     Kind.PORT: lambda text, where: _port(text, where, zero_ok=True),
     Kind.LEVEL: _level,
     Kind.MODE: _mode,
+    Kind.POLICY: _egress_policy,
     Kind.COUNT: _count,
     Kind.SIZE: _size,
 }
@@ -167,4 +187,5 @@ ITEM_PARSERS: dict[KindOf, Callable[[str, str], object]] = {
     Kind.PORTS: _port,
     Kind.KEYS: _key_name,
     Kind.RELPATHS: _relative_path,
+    Kind.DOMAINS: _domain,
 }

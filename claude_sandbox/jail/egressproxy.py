@@ -1,0 +1,388 @@
+"""The egress proxy: every TCP connection and DNS query of the agent, judged by name.
+
+The holder forks it before it becomes the session (holder.py, `proxy`), so it runs
+in the jail's network namespace but outside bwrap's pid namespace: the agent can
+neither see it in /proc nor signal or trace it (check 81). The packet filter sends
+the agent's TCP to PROXY_PORT and its DNS to RESOLVER_PORT, and lets out only what
+carries the proxy's mark (netfilter.py). So when the proxy is gone, nothing gets
+out: its death ends the agent's reach, never opens it.
+
+A connection is judged (egresspolicy.judge) by the name it asks for:
+- TLS by the ClientHello's server name, HTTP by its Host header (check 75);
+- other TCP by the name this session's DNS answered for the address, and only
+  when a rule names the port (check 79);
+- an address the operator allowed (allow-ip) by itself.
+An allowed TLS or HTTP connection goes to the name, resolved here, never to the
+address the agent connected to: an allowed name sent to another address reaches
+the allowed host (checks 77, 78). Whatever the policy, an upstream address of a
+private, metadata, loopback or host class is refused, and the route allow-list
+below refuses it again. A refused TLS client gets an access_denied alert, an HTTP
+client a 403 saying which rule and what line would allow it; other TCP a reset.
+
+It lives as long as the launcher's end of its control socket: the launcher sends
+the policy and the record's descriptor, and when that socket closes (the session
+ended, or the launcher died) the proxy records what is still open and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import threading
+import time
+
+from claude_sandbox.jail import (
+    egressdns,
+    egresspolicy,
+    egressrecord,
+    egressrelay,
+    httphead,
+    netfilter,
+    tlshello,
+)
+from claude_sandbox.jail.egresspolicy import Policy, Verdict
+from claude_sandbox.jail.routes import BLOCKED
+
+FIRST_WAIT = 10.0  # seconds a client has to send its ClientHello or request head
+CONNECT_TIMEOUT = 10.0
+MAX_OPEN = 4096  # connections and queries served at once; beyond, refused at once
+_FDS_EACH = 6  # a relayed connection holds two sockets and two pipes
+_STACK = 256 << 10
+_READ = 16 << 10
+# Address classes the proxy never connects to, whatever the policy (with the routes'
+# block list): this network, loopback, multicast and the reserved block.
+_CLASSES = (
+    *((row.cidr, row.why) for row in BLOCKED),
+    ("0.0.0.0/8", "this network"), ("127.0.0.0/8", "loopback"),
+    ("224.0.0.0/4", "multicast"), ("240.0.0.0/4", "reserved"),
+)
+
+
+def _as_int(address: str) -> int:
+    return int.from_bytes(socket.inet_aton(address), "big")
+
+
+def _nets() -> tuple[tuple[int, int, str], ...]:
+    found = []
+    for cidr, why in _CLASSES:
+        base, bits = cidr.split("/")
+        mask = (0xFFFFFFFF << (32 - int(bits))) & 0xFFFFFFFF
+        found.append((_as_int(base) & mask, mask, why))
+    return tuple(found)
+
+
+_NETS = _nets()
+
+
+def address_refusal(policy: Policy, address: str) -> str | None:
+    """Why the proxy must not connect to `address`; None when it may."""
+    if address in policy.allow_ip:
+        return None
+    if address in policy.host:
+        return f"{address} is an address of the host"
+    number = _as_int(address)
+    for base, mask, why in _NETS:
+        if number & mask == base:
+            return f"{address} is {why}"
+    return None
+
+
+class Proxy:
+    """The listeners, the policy, the record, and what is open now."""
+
+    def __init__(self, policy: Policy, record_fd: int, names: egressdns.Names) -> None:
+        self.policy, self.record_fd, self.names = policy, record_fd, names
+        self.lock = threading.Lock()
+        self.open: dict[int, dict[str, object]] = {}  # id(entry) -> entry, for the end
+        self.slots = threading.BoundedSemaphore(_capacity())
+        self.record_full = False
+
+    def write(self, entry: dict[str, object]) -> None:
+        data = egressrecord.line(entry)
+        with self.lock:
+            if self.record_full:
+                return
+            if os.fstat(self.record_fd).st_size + len(data) > egressrecord.MAX_BYTES:
+                self.record_full = True
+                data = egressrecord.line({"kind": "cut", "time": egressrecord.utc(),
+                                          "why": "the record reached its size limit"})
+            os.write(self.record_fd, data)
+
+    def start(self, target: object, *args: object) -> None:
+        if not self.slots.acquire(blocking=False):
+            for arg in args:
+                if isinstance(arg, socket.socket):
+                    arg.close()
+            return
+
+        def run() -> None:
+            try:
+                target(*args)  # type: ignore[operator]
+            finally:
+                self.slots.release()
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def finish(self) -> None:
+        """The session ended: record what is still open, as it stands."""
+        with self.lock:
+            still = list(self.open.values())
+        for entry in still:
+            self.write({**entry, "cut": True})
+
+
+def _capacity() -> int:
+    """How many connections fit the descriptor limit, raised to its hard limit first:
+    a flood is refused at the door, never met with EMFILE halfway through."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    return max(16, min(MAX_OPEN, (soft - 64) // _FDS_EACH))
+
+
+def _refuse_tcp(conn: socket.socket) -> None:
+    # A reset, at once: the client sees ECONNRESET rather than a hang.
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def read_first(conn: socket.socket) -> tuple[str, str | None, bytes, str]:
+    """(kind, name, bytes read, why no name) from what the client sends first."""
+    data = b""
+    deadline = time.monotonic() + FIRST_WAIT
+    while True:
+        remaining = deadline - time.monotonic()
+        chunk = b""
+        if remaining > 0:
+            conn.settimeout(remaining)
+            try:
+                chunk = conn.recv(_READ)
+            except (TimeoutError, OSError):
+                chunk = b""
+        data += chunk
+        if not data:
+            return "tcp", None, data, "the client sent nothing"
+        try:
+            if data[:1] == b"\x16":
+                return "tls", tlshello.server_name(data), data, "no TLS server name"
+            if httphead.looks_like_http(data):
+                name, _ = httphead.host(data)
+                return "http", name, data, ""
+            return "tcp", None, data, "neither TLS nor HTTP"
+        except tlshello.Incomplete:
+            if not chunk:
+                return ("tls" if data[:1] == b"\x16" else "http"), None, data, "cut short"
+        except tlshello.Malformed as bad:
+            return ("tls" if data[:1] == b"\x16" else "http"), None, data, str(bad)
+
+
+def connect(policy: Policy, addresses: list[str], port: int) -> tuple[socket.socket | None, str]:
+    """A marked upstream connection to the first usable address; (None, why) if none."""
+    why = "no address"
+    for address in addresses:
+        refusal = address_refusal(policy, address)
+        if refusal:
+            why = refusal
+            continue
+        sock = egressdns.marked(socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT)
+        try:
+            sock.connect((address, port))
+        except OSError as exc:
+            sock.close()
+            why = f"{address}:{port}: {exc.strerror or exc}"
+            continue
+        sock.settimeout(None)
+        return sock, address
+    return None, why
+
+
+def serve_connection(proxy: Proxy, conn: socket.socket) -> None:
+    policy = proxy.policy
+    started = time.monotonic()
+    entry: dict[str, object] = {"kind": "tcp", "time": egressrecord.utc(), "name": None,
+                                "port": 0, "address": None, "upstream": None}
+    upstream = None
+    try:
+        address, port = egressrelay.original_destination(conn)
+        entry.update(port=port, address=address)
+        dns_name = proxy.names.name_of(address)
+        verdict, first, targets = _decide(proxy, conn, entry, address, port, dns_name)
+        entry.update(verdict="allowed" if verdict.allowed else "refused", rule=verdict.rule,
+                     fix=verdict.fix)
+        if verdict.allowed:
+            upstream, why = connect(policy, targets, port)
+            if upstream is None:
+                entry.update(verdict="refused", rule=f"upstream: {why}", fix="")
+        if upstream is None:
+            _tell_refused(conn, entry)
+            return
+        entry["upstream"] = why
+        with proxy.lock:
+            proxy.open[id(entry)] = entry
+        sent, received = egressrelay.relay(conn, upstream, first)
+        entry.update(sent=sent, received=received)
+    except OSError as exc:
+        entry.setdefault("verdict", "refused")
+        entry.setdefault("rule", f"proxy: {exc.strerror or exc}")
+    finally:
+        with proxy.lock:
+            proxy.open.pop(id(entry), None)
+        entry["seconds"] = round(time.monotonic() - started, 3)
+        entry.setdefault("fix", "")
+        entry.setdefault("sent", 0)
+        entry.setdefault("received", 0)
+        if "verdict" in entry:
+            proxy.write(entry)
+        conn.close()
+        if upstream is not None:
+            upstream.close()
+
+
+def _decide(proxy: Proxy, conn: socket.socket, entry: dict[str, object], address: str,
+            port: int, dns_name: str | None) -> tuple[Verdict, bytes, list[str]]:
+    """The verdict, the client's first bytes, and where an allowed connection goes."""
+    policy = proxy.policy
+    if address.startswith("127."):
+        # Only a connection made to the listener itself has no redirect behind it.
+        return Verdict(False, "a connection to the proxy itself", ""), b"", []
+    if address in policy.allow_ip:
+        entry["name"] = dns_name
+        return Verdict(True, f"allow-ip = {address}", ""), b"", [address]
+    if not policy.open() and dns_name:
+        by_port = tuple(r for r in policy.rules if r.ports != egresspolicy.WEB_PORTS)
+        verdict = egresspolicy.judge(by_port, dns_name, port)
+        if verdict.allowed:  # other TCP, by the name DNS answered, with its port line
+            entry["name"] = dns_name
+            return verdict, b"", [address]
+    if policy.open() and port not in egresspolicy.WEB_PORTS:
+        # A server may speak first (ssh, SMTP, MySQL): no waiting for the client.
+        entry["name"] = dns_name
+        return Verdict(True, f"egress-policy = {policy.mode}", ""), b"", [address]
+    kind, name, first, why = read_first(conn)
+    entry.update(kind=kind, name=name or dns_name)
+    if policy.open():
+        return Verdict(True, f"egress-policy = {policy.mode}", ""), first, [address]
+    if kind == "tcp" or name is None:
+        verdict = egresspolicy.judge(policy.rules, None, port)
+        if kind == "tcp" and dns_name:
+            verdict = Verdict(False, f"other TCP to {dns_name}:{port} needs a line with "
+                              "its port", f"allow-domain = {dns_name}:{port}")
+        elif why:
+            verdict = Verdict(False, f"{why}; {verdict.rule}", verdict.fix)
+        return verdict, first, []
+    verdict = egresspolicy.judge(policy.rules, name, port)
+    if not verdict.allowed:
+        return verdict, first, []
+    targets = proxy.names.lookup(name)
+    if not targets:
+        return Verdict(False, f"{name} does not resolve", ""), first, []
+    return verdict, first, targets
+
+
+def _tell_refused(conn: socket.socket, entry: dict[str, object]) -> None:
+    """The client learns it was refused, in its own protocol."""
+    try:
+        if entry["kind"] == "tls":
+            conn.sendall(tlshello.access_denied())
+        elif entry["kind"] == "http":
+            fix = str(entry.get("fix") or "")
+            why = str(entry.get("rule")) + (f"; to allow it, add to /etc/claude-sandbox.conf: "
+                                            f"{fix}" if fix else "")
+            conn.sendall(httphead.forbidden(why))
+        else:
+            _refuse_tcp(conn)
+    except OSError:
+        pass
+
+
+def listeners() -> tuple[socket.socket, socket.socket, socket.socket]:
+    """The proxy's TCP listener and the resolver's UDP and TCP sockets, on 127.0.0.1."""
+    made = []
+    try:
+        for kind, port in ((socket.SOCK_STREAM, netfilter.PROXY_PORT),
+                           (socket.SOCK_DGRAM, netfilter.RESOLVER_PORT),
+                           (socket.SOCK_STREAM, netfilter.RESOLVER_PORT)):
+            sock = socket.socket(socket.AF_INET, kind | socket.SOCK_CLOEXEC)
+            made.append(sock)
+            sock.bind(("127.0.0.1", port))
+            if kind == socket.SOCK_STREAM:
+                sock.listen(1024)
+    except OSError:
+        for sock in made:
+            sock.close()
+        raise
+    return made[0], made[1], made[2]
+
+
+def serve(proxy: Proxy, control: socket.socket,
+          sockets: tuple[socket.socket, socket.socket, socket.socket]) -> None:
+    """Accept until the control socket closes; then record what is open."""
+    tcp, udp, tcp_dns = sockets
+    poller = select.poll()
+    for sock in (control, tcp, udp, tcp_dns):
+        poller.register(sock.fileno(), select.POLLIN)
+    while True:
+        for fd, _ in poller.poll():
+            if fd == control.fileno():
+                if not control.recv(1):
+                    proxy.finish()
+                    return
+            elif fd == udp.fileno():
+                try:
+                    data, peer = udp.recvfrom(65535)
+                except OSError:
+                    continue
+                proxy.start(egressdns.serve_udp_query, proxy.names, proxy.policy, proxy.write,
+                            udp, data, peer)
+            else:
+                listener = tcp if fd == tcp.fileno() else tcp_dns
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    continue  # EMFILE under a flood: the next poll tries again
+                if listener is tcp:
+                    proxy.start(serve_connection, proxy, conn)
+                else:
+                    proxy.start(egressdns.serve_tcp, proxy.names, proxy.policy, proxy.write, conn)
+
+
+def main(control_fd: int) -> int:
+    """The proxy's life, in the holder's forked child: listen, take the policy, serve."""
+    from claude_sandbox.jail.holder import recv_frame_fds, send_frame
+    from claude_sandbox.jail.reaping import set_not_dumpable
+
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    set_not_dumpable()  # other processes of this user outside cannot read it either
+    threading.stack_size(_STACK)
+    control = socket.socket(fileno=control_fd)
+    try:
+        sockets = listeners()
+    except OSError as exc:
+        send_frame(control, ["err", f"the egress proxy cannot listen: {exc.strerror or exc}"])
+        return 1
+    frame = recv_frame_fds(control)
+    if frame is None:
+        return 0
+    (op, *args), fds = frame
+    if op != "policy" or len(fds) != 1:
+        send_frame(control, ["err", "the egress proxy needs its policy and its record"])
+        return 1
+    try:
+        policy = Policy.from_fields(args)
+    except (ValueError, IndexError) as exc:
+        send_frame(control, ["err", f"the egress proxy's policy does not parse: {exc}"])
+        return 1
+    proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts()))
+    send_frame(control, ["ok"])
+    serve(proxy, control, sockets)
+    return 0

@@ -1,0 +1,133 @@
+"""The egress record: every connection and DNS query of a session, kept outside the sandbox.
+
+One file a session, `STORE/egress/WORKSPACE-KEY/SESSION.jsonl`, in the user's 0700
+state store, which the sandbox does not see (only each agent's home below it is
+bound inside). The launcher creates the file and hands the proxy its descriptor;
+the proxy appends one JSON object a line, with O_APPEND writes of one line each,
+so lines from its threads never interleave. The first line describes the session;
+every other line is one connection or one query:
+
+    {"kind": "session", "session": ID, "agent": ..., "policy": ..., "workspace": ...,
+     "time": UTC}
+    {"kind": "tls" | "http" | "tcp" | "dns", "time": UTC, "name": NAME | null,
+     "port": N, "address": ORIGINAL, "upstream": ADDRESS | null,
+     "verdict": "allowed" | "refused", "rule": WHY, "fix": LINE, "sent": N,
+     "received": N, "seconds": S}
+
+`claude-sandbox log` reads it (launch/egresslog.py); the session's end reads it for
+its one-line summary and, under `egress-policy = learn`, the lines that would have
+allowed the session (docs/explanation/egress-by-name.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from claude_sandbox.jail.egresspolicy import WEB_PORTS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Mapping
+    from typing import Any
+
+SUFFIX = ".jsonl"
+KINDS = ("tls", "http", "tcp", "dns")
+# A session's record stops growing here (a flood of refused connections must not fill
+# the user's disk); the last line says so.
+MAX_BYTES = 64 << 20
+
+
+def directory(store: str, workspace: str) -> str:
+    """Where the records of `workspace`'s sessions are, in the user's state store."""
+    import hashlib
+
+    key = hashlib.sha256(workspace.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(store, "egress", f"{os.path.basename(workspace) or 'root'}-{key}")
+
+
+def session_id(now: float | None = None, pid: int | None = None) -> str:
+    """A session's name: when it started (UTC) and the launcher's pid; sorts by time."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{os.getpid() if pid is None else pid}"
+
+
+def utc(now: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
+
+
+def create(where: str, header: Mapping[str, Any]) -> tuple[str, int]:
+    """Make the session's record file in `where` (0600, never an existing one, never
+    through a link); (path, descriptor). The caller made `where` the user's own, 0700."""
+    path = os.path.join(where, str(header["session"]) + SUFFIX)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW
+                 | os.O_CLOEXEC, 0o600)
+    os.write(fd, line({"kind": "session", **header}))
+    return path, fd
+
+
+def line(entry: Mapping[str, Any]) -> bytes:
+    return (json.dumps(entry, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
+
+
+def read(path: str) -> list[dict[str, Any]]:
+    """Every well-formed entry of a record; a line cut short (a killed proxy) is skipped."""
+    entries = []
+    with open(path, "rb") as f:
+        for raw in f:
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                entries.append(entry)
+    return entries
+
+
+def sessions(where: str) -> list[str]:
+    """The record files in a workspace's directory, oldest first."""
+    try:
+        names = sorted(name for name in os.listdir(where) if name.endswith(SUFFIX))
+    except FileNotFoundError:
+        return []
+    return [os.path.join(where, name) for name in names]
+
+
+def refused(entries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [e for e in entries if e.get("kind") in KINDS and e.get("verdict") == "refused"]
+
+
+def _target(entry: Mapping[str, Any]) -> str:
+    name = entry.get("name") or entry.get("address") or "?"
+    port = entry.get("port")
+    return f"{name}:{port}" if entry.get("kind") != "dns" and port else str(name)
+
+
+def summary(entries: list[dict[str, Any]]) -> str | None:
+    """The session end's one line: what was refused, or None when nothing was."""
+    denied = refused(entries)
+    if not denied:
+        return None
+    targets = list(dict.fromkeys(_target(e) for e in denied))
+    shown = ", ".join(targets[:5]) + (f" and {len(targets) - 5} more" if len(targets) > 5 else "")
+    count = len(denied)
+    return (f"egress: {count} connection{'s' if count != 1 else ''} or quer"
+            f"{'ies' if count != 1 else 'y'} refused ({shown}); `claude-sandbox log` "
+            "shows each with the line that would allow it")
+
+
+def learned(entries: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The allow-domain lines that would have allowed every named connection of a session."""
+    lines: list[str] = []
+    for entry in entries:
+        name, port = entry.get("name"), entry.get("port")
+        if entry.get("kind") not in ("tls", "http", "tcp") or not name:
+            continue
+        suffix = "" if port in WEB_PORTS else f":{port}"
+        lines.append(f"allow-domain = {name}{suffix}")
+    return list(dict.fromkeys(lines))
+
+
+def iter_connections(entries: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    return (e for e in entries if e.get("kind") in KINDS)

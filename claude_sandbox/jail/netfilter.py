@@ -1,0 +1,110 @@
+"""The jail's packet filter: everything the agent sends goes to the egress proxy or nowhere.
+
+Two tables, written with iptables-restore and read back with iptables-save in one
+run the holder makes (check 31, check 75-81; docs/explanation/egress-by-name.md):
+
+- nat: every TCP connection to an address outside 127.0.0.0/8 is redirected to
+  the proxy's listener, and every DNS query (UDP or TCP, to any address) to its
+  resolver. The proxy's own upstream sockets carry MARK and pass unchanged.
+- filter: what goes to 127.0.0.0/8 (the redirected connections, the relays)
+  is let through, and what leaves by the loopback (the proxy's answers to the
+  agent, sent to the jail's own address; a redirected packet keeps the device it
+  was routed to first, so `-o lo` alone would not let it through); of the rest
+  only the proxy's marked TCP, and its marked DNS to pasta's forwarder, leave.
+  Everything else is refused by class: UDP other than DNS (QUIC falls back to
+  TCP), ICMP, any TCP without the mark, and every port of the forwarder's
+  address but 53 (pasta hands all of them to the host's resolver host).
+
+Setting SO_MARK needs CAP_NET_ADMIN over the jail's network namespace, which the
+proxy has (it is the holder's child, root in the holder's user namespace) and the
+agent never has (bwrap drops every capability, and a user namespace the agent
+makes is below the one that owns this network namespace). The filter needs only
+the namespace, not pasta: the request goes to the holder as soon as pasta is
+spawned (start.begin), and its answer is checked before the routes are locked
+and long before the agent runs (session.Jail.run).
+"""
+
+from __future__ import annotations
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import jail_error
+
+# The proxy's sockets inside the jail's namespace. Nothing else listens there
+# before the agent starts, and the proxy binds them before the agent exists.
+PROXY_PORT = 15001
+RESOLVER_PORT = 15053
+MARK = 0x6373  # "cs": the proxy's own upstream sockets (SO_MARK)
+_MARK = f"-m mark --mark {MARK:#x}"
+_DNS = paths.DNS_FORWARDER
+
+# Each table's rules, as iptables-save prints them.
+FILTER = (
+    "-A OUTPUT -d 127.0.0.0/8 -j ACCEPT",
+    "-A OUTPUT -o lo -j ACCEPT",
+    f"-A OUTPUT -d {_DNS}/32 -p udp {_MARK} -m udp --dport 53 -j ACCEPT",
+    f"-A OUTPUT -d {_DNS}/32 -p tcp {_MARK} -m tcp --dport 53 -j ACCEPT",
+    f"-A OUTPUT -d {_DNS}/32 -j REJECT --reject-with icmp-port-unreachable",
+    f"-A OUTPUT -p tcp {_MARK} -j ACCEPT",
+    "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
+    "-A OUTPUT -j REJECT --reject-with icmp-port-unreachable",
+)
+NAT = (
+    f"-A OUTPUT {_MARK} -j RETURN",
+    f"-A OUTPUT -p udp -m udp --dport 53 -j REDIRECT --to-ports {RESOLVER_PORT}",
+    f"-A OUTPUT -p tcp -m tcp --dport 53 -j REDIRECT --to-ports {RESOLVER_PORT}",
+    f"-A OUTPUT ! -d 127.0.0.0/8 -p tcp -j REDIRECT --to-ports {PROXY_PORT}",
+)
+_TABLES = {
+    "filter": (("INPUT", "FORWARD", "OUTPUT"), FILTER),
+    "nat": (("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"), NAT),
+}
+
+
+def request() -> list[str]:
+    """The holder request that programmes both tables and prints them back.
+
+    One run does both (`iptables-restore && iptables-save`): a separate read-back
+    run right after the restore was seen to lose the holder's reply under CPU load.
+    """
+    restore, save = paths.tool("iptables-restore"), paths.tool("iptables-save")
+    script = f"{restore} && exec {save}"
+    lines = []
+    for table, (chains, rules) in _TABLES.items():
+        lines += [f"*{table}", *(f":{chain} ACCEPT [0:0]" for chain in chains), *rules, "COMMIT"]
+    return ["run", "\n".join([*lines, ""]), paths.tool("sh"), "-c", script]
+
+
+def _tables(saved: str) -> dict[str, tuple[list[list[str]], list[str]]]:
+    """iptables-save's output, by table: (chain policies, rules)."""
+    found: dict[str, tuple[list[list[str]], list[str]]] = {}
+    current: tuple[list[list[str]], list[str]] | None = None
+    for line in saved.splitlines():
+        if line.startswith("*"):
+            current = found.setdefault(line[1:], ([], []))
+        elif current is not None and line.startswith(":"):
+            current[0].append(line.split()[:2])
+        elif current is not None and line.startswith("-"):
+            current[1].append(line)
+    return found
+
+
+def check(reply: list[str]) -> None:
+    """Refuse the launch unless the holder's answer shows exactly the planned tables."""
+    if reply[0] != "ok" or reply[1] != "0":
+        why = reply[1] if reply[0] != "ok" else reply[3].strip()
+        raise jail_error(f"iptables failed ({why}); the agent's traffic cannot be sent "
+                         "through the egress proxy; install the iptables package")
+    saved = _tables(reply[2])
+    problem = None
+    if sorted(saved) != sorted(_TABLES):
+        problem = f"tables {sorted(saved)}"
+    for table, (chains, rules) in _TABLES.items():
+        if problem:
+            break
+        policies, found = saved[table]
+        if sorted(policies) != sorted([f":{chain}", "ACCEPT"] for chain in chains):
+            problem = f"{table} chains {policies}"
+        elif tuple(found) != rules:
+            problem = f"{table} rules {found}"
+    if problem:
+        raise jail_error(f"the packet filter read back differs ({problem}); refusing to launch")
