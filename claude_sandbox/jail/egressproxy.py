@@ -252,6 +252,9 @@ def _decide(proxy: Proxy, conn: socket.socket, entry: dict[str, object], address
     if address.startswith("127."):
         # Only a connection made to the listener itself has no redirect behind it.
         return Verdict(False, "a connection to the proxy itself", ""), b"", []
+    refusal = address_refusal(policy, address)
+    if refusal:  # the private network, metadata, the host: refused at once, by class
+        return Verdict(False, refusal, f"allow-ip = {address}"), b"", []
     if address in policy.allow_ip:
         entry["name"] = dns_name
         return Verdict(True, f"allow-ip = {address}", ""), b"", [address]
@@ -382,7 +385,7 @@ def main(control_fd: int) -> int:
     except (ValueError, IndexError) as exc:
         send_frame(control, ["err", f"the egress proxy's policy does not parse: {exc}"])
         return 1
-    proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts()))
+    proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts(policy.hosts_file)))
     send_frame(control, ["ok"])
     serve(proxy, control, sockets)
     return 0

@@ -238,7 +238,8 @@ class Jail:
     def _give_policy(self, record_fd: int) -> None:
         """The proxy's policy and record; its answer says it listens and serves."""
         spec = self.settings
-        policy = Policy(spec.egress_policy, spec.agent, spec.rules, spec.allow_ip, spec.host)
+        policy = Policy(spec.egress_policy, spec.agent, spec.rules, spec.allow_ip, spec.host,
+                        spec.hosts_file)
         frame = encode_frame(["policy", *policy.fields()])
         record = record_fd if record_fd >= 0 else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         try:
@@ -252,6 +253,11 @@ class Jail:
             if record_fd < 0:
                 os.close(record)
         if reply is None or reply[0] != "ok":
+            # A signal that ends the launch during set-up reaches the holder's group,
+            # which the proxy is in for the instant before its setsid: that reads
+            # as the signal, not as a proxy that failed.
+            if select.select([self._forward.forward.pidfd], [], [], HOLDER_GRACE)[0]:
+                raise reaping.HolderGone
             why = reply[1] if reply else "it ended"
             raise jail_error(f"the egress proxy did not start ({why})")
 

