@@ -690,3 +690,71 @@ def check_74_review_plants_run_nothing_outside(shim: str, agent: str, home: str,
         return Result("74", "FAIL", f"ran outside before review: {', '.join(fired)}")
     return Result("74", "PASS", f"run outside before review: {', '.join(ran)}; none ran "
                   "what the session planted")
+
+
+# Checks 77 and 78: a name the allow-list allows, sent to an address nothing answers at.
+_FRONTED = r"""
+import socket, ssl, sys
+name, far = sys.argv[1], sys.argv[2]
+try:
+    context = ssl.create_default_context()
+    with socket.create_connection((far, 443), timeout=20) as raw:
+        with context.wrap_socket(raw, server_hostname=name):
+            print("tls handshake")
+except (OSError, ssl.SSLError) as error:
+    print("tls refused", type(error).__name__)
+try:
+    with socket.create_connection((far, 80), timeout=20) as s:
+        s.sendall(f"HEAD / HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n".encode())
+        print("http", s.recv(12))
+except OSError as error:
+    print("http refused", type(error).__name__)
+"""
+# A documentation address (RFC 5737): nothing on the internet answers there.
+_FAR = "198.51.100.77"
+
+
+def check_77_78_names_reach_their_host(shim: str, agent: str, home: str,
+                                       environ: Mapping[str, str], name: str,
+                                       policy: str) -> list[Result]:
+    """TLS with an allowed server name and HTTP with an allowed Host, both sent to an
+    address nothing answers at; the session's record (`claude-sandbox log --json`) must
+    show that neither connection went to that address: the proxy connects to the name."""
+    if policy != "allow-list" or not name:
+        why = (f"egress-policy = {policy}: the proxy connects where the agent asked"
+               if policy != "allow-list" else "no exact name on the allow-list")
+        return [Result("77", "SKIP", why), Result("78", "SKIP", why)]
+    import json
+
+    repo = _scratch_repository(home)
+    try:
+        with open(os.path.join(repo, ".csbx-fronted.py"), "w", encoding="utf-8") as handle:
+            handle.write(_FRONTED)
+        ran = _launch_in(shim, agent, repo, environ,
+                         f"/usr/bin/python3 .csbx-fronted.py {name} {_FAR}")
+        if ran.returncode != 0:
+            why = f"the session failed: {ran.stderr[-300:]}"
+            return [Result("77", "FAIL", why), Result("78", "FAIL", why)]
+        shown = subprocess.run([shim, "log", "--agent", agent, "--json"], cwd=repo,
+                               env=dict(environ), capture_output=True, text=True, check=False,
+                               timeout=60)
+        try:
+            entries = json.loads(shown.stdout)["entries"]
+        except (ValueError, KeyError, TypeError):
+            why = f"no record: {shown.stderr.strip()[-300:]}"
+            return [Result("77", "FAIL", why), Result("78", "FAIL", why)]
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+    results = []
+    for number, kind in (("77", "tls"), ("78", "http")):
+        seen = [e for e in entries if e.get("kind") == kind and e.get("address") == _FAR]
+        wrong = [e for e in seen if e.get("upstream") == _FAR or e.get("name") != name]
+        if not seen:
+            results.append(Result(number, "FAIL", f"the record has no {kind} entry for {_FAR}"))
+        elif wrong:
+            results.append(Result(number, "FAIL", f"{kind} to {_FAR} went there: {wrong[0]}"))
+        else:
+            where = seen[0].get("upstream") or f"nowhere ({seen[0].get('rule')})"
+            results.append(Result(number, "PASS", f"{kind} for {name} sent to {_FAR} went to "
+                                  f"{where}"))
+    return results

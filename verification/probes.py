@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import re
+import secrets
 import socket
 import stat
 import time
@@ -263,14 +264,82 @@ def errname(number: int) -> str:
 
 
 def connect_error(address: str, port: int) -> str | None:
-    """None when a TCP connection to address:port succeeds, else why it did not."""
+    """None when a TCP connection to address:port reaches something, else why it did not.
+
+    In the jail every connect() is answered by the egress proxy on the loopback, so a
+    connection that succeeds has reached nothing yet: the proxy resets one it refuses
+    by address class (the private network, the host) at once."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.5)
         try:
             sock.connect((address, port))
+            sock.recv(1)
+        except TimeoutError:
+            return None  # connected, and the other side waits for us: reached
+        except ConnectionResetError:
+            return "ECONNRESET (refused by the egress proxy)"
         except OSError as error:
             return errname(error.errno or 0) if error.errno else "timed out"
     return None
+
+
+def http_request(address: str, port: int, host: str,
+                 family: int = socket.AF_INET) -> tuple[str, str]:
+    """(status, body) of a GET with this Host header; ("-", why) when none came."""
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(15)
+            sock.connect((address, port))
+            sock.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+                         .encode())
+            data = b""
+            while len(data) < 65536 and (chunk := sock.recv(65536)):
+                data += chunk
+    except OSError as error:
+        return "-", f"{type(error).__name__}: {error}"
+    head, _, body = data.partition(b"\r\n\r\n")
+    parts = head.split(b" ", 2)
+    return (parts[1].decode() if len(parts) > 1 else "-"), body.decode(errors="replace")
+
+
+def tls_outcome(address: str, port: int, name: str) -> str:
+    """What a TLS client with this server name meets: "handshake", or the error."""
+    import ssl
+
+    context = ssl.create_default_context()
+    try:
+        with (socket.create_connection((address, port), timeout=15) as raw,
+              context.wrap_socket(raw, server_hostname=name)):
+            return "handshake"
+    except ssl.SSLError as error:
+        return f"{error.reason or error}"
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+
+
+def dns_query(server: str, name: str, tcp: bool = False) -> tuple[int, int]:
+    """(rcode, answer count) of an A query for `name`, over UDP or TCP."""
+    query = (secrets.token_bytes(2) + b"\x01\x00\x00\x01" + bytes(6)
+             + b"".join(bytes([len(label)]) + label.encode() for label in name.split("."))
+             + b"\0\0\1\0\1")
+    if tcp:
+        with socket.create_connection((server, 53), timeout=10) as sock:
+            sock.sendall(len(query).to_bytes(2, "big") + query)
+            size = int.from_bytes(sock.recv(2), "big")
+            reply = b""
+            while len(reply) < size and (chunk := sock.recv(size - len(reply))):
+                reply += chunk
+    else:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(10)
+            sock.sendto(query, (server, 53))
+            reply = sock.recv(4096)
+    return reply[3] & 15, int.from_bytes(reply[6:8], "big")
+
+
+def unlisted_name() -> str:
+    """A name no allow-list holds and no resolver knows (RFC 6761 .invalid)."""
+    return f"csbx-{secrets.token_hex(6)}.unlisted.invalid"
 
 
 def landlock_abi() -> int:

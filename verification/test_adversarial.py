@@ -14,6 +14,7 @@ import ctypes
 import hashlib
 import os
 import re
+import secrets
 import socket
 import stat
 import subprocess
@@ -25,8 +26,10 @@ from probes import (
     comm,
     connect_error,
     default_gateway,
+    dns_query,
     errname,
     fresh_procfs,
+    http_request,
     iproute,
     later_fact,
     layer_absent,
@@ -36,6 +39,8 @@ from probes import (
     seccomp_mode,
     status,
     syscall,
+    tls_outcome,
+    unlisted_name,
     writable,
 )
 
@@ -271,6 +276,109 @@ def test_a15_private_resolver_direct(request: Req) -> None:
     if reached:
         pytest.fail(f"the outer resolver answered directly: {', '.join(reached)}")
     _blocked(request, f"outer resolvers unreachable: {', '.join(servers) or 'none'}")
+
+
+# ------------------------------------------------------------------ egress by name
+
+FAR = "198.51.100.77"  # a documentation address: only the proxy answers there
+
+
+def _name_exposed() -> None:
+    _jail_exposed()
+    policy = FACTS.get("egress_policy", "allow-list")
+    if policy != "allow-list":
+        pytest.skip(f"EXPOSED: egress-policy = {policy} allows every public name")
+
+
+def test_a47_dns_tunnel(request: Req) -> None:
+    _name_exposed()
+    answered = []
+    for server in ("169.254.1.53", "1.1.1.1", "8.8.8.8"):
+        for tcp in (False, True):
+            name = f"{secrets.token_hex(20)}.{unlisted_name().split('.', 1)[0]}.example.com"
+            rcode, answers = dns_query(server, name, tcp)
+            if (rcode, answers) != (3, 0):
+                answered.append(f"{server}{'/tcp' if tcp else ''}: rcode {rcode}")
+    if answered:
+        pytest.fail(f"made-up names were answered: {', '.join(answered)}")
+    _blocked(request, "every made-up name got NXDOMAIN from the jail's resolver")
+
+
+def test_a48_sni_host_mismatch(request: Req) -> None:
+    _name_exposed()
+    outcome = tls_outcome(FAR, 443, unlisted_name())
+    if "ACCESS_DENIED" not in outcome.upper():
+        pytest.fail(f"TLS with an unlisted server name: {outcome}")
+    twice = (f"GET / HTTP/1.1\r\nHost: {FACTS.get('allowed_name') or 'x.invalid'}\r\n"
+             f"Host: {unlisted_name()}\r\n\r\n")
+    with socket.create_connection((FAR, 80), timeout=15) as sock:
+        sock.sendall(twice.encode())
+        reply = sock.recv(100)
+    if not reply.startswith(b"HTTP/1.1 403"):
+        pytest.fail(f"HTTP with two Host headers: {reply!r}")
+    _blocked(request, f"TLS {outcome}; two Host headers: 403")
+
+
+def test_a49_ipv6_and_mapped_addresses(request: Req) -> None:
+    _name_exposed()
+    status_code, body = http_request(f"::ffff:{FAR}", 80, unlisted_name(), socket.AF_INET6)
+    if status_code != "403":
+        pytest.fail(f"the IPv4-mapped address: {status_code} {body[:100]}")
+    v6 = http_request("2001:db8::1", 80, unlisted_name(), socket.AF_INET6)
+    if v6[0] not in ("-", "403"):
+        pytest.fail(f"IPv6 reached something: {v6}")
+    _blocked(request, f"mapped address: 403; IPv6: {v6[1][:80] or v6[0]}")
+
+
+def test_a50_raw_ip(request: Req) -> None:
+    _name_exposed()
+    status_code, body = http_request(FAR, 80, FAR)
+    if status_code != "403":
+        pytest.fail(f"HTTP by number: {status_code} {body[:100]}")
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (socket.create_connection((FAR, 443), timeout=15) as raw,
+              context.wrap_socket(raw)):  # no server name at all
+            pytest.fail("TLS without a server name was served")
+    except (OSError, ssl.SSLError) as error:
+        outcome = str(getattr(error, "reason", "") or error)
+    _blocked(request, f"by number: 403; TLS without a server name: {outcome}")
+
+
+def test_a51_proxy_upstream_side(request: Req) -> None:
+    _jail_exposed()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, 0x6373)
+            pytest.fail("SO_MARK was set: the redirect could be skipped")
+        except PermissionError:
+            pass
+    served = [port for port in (15001, 15053) if connect_error("127.0.0.1", port) is None]
+    if 15001 in served:
+        pytest.fail("a connection to the proxy's own listener was served")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.sendto(b"x", ("169.254.1.53", 5353))
+            pytest.fail("UDP to the forwarder's other ports left")
+        except PermissionError:
+            pass
+    _blocked(request, "SO_MARK refused; the listener resets; the forwarder takes DNS only")
+
+
+def test_a52_name_resolving_private(request: Req) -> None:
+    _jail_exposed()
+    reached = []
+    for name in ("localhost", "metadata.google.internal", "instance-data.ec2.internal"):
+        status_code, _ = http_request(FAR, 80, name)
+        if status_code not in ("403", "-"):
+            reached.append(f"{name}: {status_code}")
+    if reached:
+        pytest.fail(f"reached by a name of a private address: {', '.join(reached)}")
+    _blocked(request, "each name is refused by the allow-list or by its address class")
 
 
 def test_a16_container_engine_socket(request: Req) -> None:

@@ -25,9 +25,11 @@ from probes import (
     FACTS,
     connect_error,
     default_gateway,
+    dns_query,
     errname,
     forwardable,
     fresh_procfs,
+    http_request,
     initial_environ,
     iproute,
     jail_on,
@@ -46,6 +48,8 @@ from probes import (
     seccomp_mode,
     status,
     syscall,
+    tls_outcome,
+    unlisted_name,
     walk,
     writable,
 )
@@ -1137,3 +1141,104 @@ def test_72_reads_by_inversion(request: pytest.FixtureRequest) -> None:
     note(request, f"/ shows the system trees; hidden: {', '.join('/' + n for n in hidden)}"
          + (f"; {len(FACTS.get('other_homes', ()))} other home(s) absent"
             if FACTS.get("other_homes") else ""))
+
+
+# ------------------------------------------------------------------ egress by name
+
+# A documentation address (RFC 5737): whatever answers a connection there is the proxy.
+FAR = "198.51.100.77"
+PROXY_PORTS = (15001, 15053)  # the proxy's listener and resolver (jail/netfilter.py)
+
+
+def _allow_list(request: pytest.FixtureRequest) -> bool:
+    """Whether the allow-list checks apply; PASS with a note under open or learn."""
+    if not jail_on(request):
+        return False
+    policy = FACTS.get("egress_policy", "allow-list")
+    if policy != "allow-list":
+        note(request, f"egress-policy = {policy}: every public name is allowed")
+        return False
+    return True
+
+
+def test_75_unlisted_name_refused(request: pytest.FixtureRequest) -> None:
+    if not _allow_list(request):
+        return
+    name = unlisted_name()
+    status_code, body = http_request(FAR, 80, name)
+    assert status_code == "403", f"HTTP with Host {name}: {status_code} {body[:200]}"
+    assert "not on the allow-list" in body and f"allow-domain = {name}" in body, body[:300]
+    outcome = tls_outcome(FAR, 443, name)
+    assert "ACCESS_DENIED" in outcome.upper(), f"TLS with server name {name}: {outcome}"
+    note(request, f"HTTP 403 naming the rule and `allow-domain = {name}`; TLS {outcome}")
+
+
+def test_76_dns_answers_no_unlisted_name(request: pytest.FixtureRequest) -> None:
+    if not _allow_list(request):
+        return
+    # example.com resolves wherever DNS works, and a failed upstream gives SERVFAIL:
+    # NXDOMAIN for it can only be the jail's own refusal.
+    servers = [*_nameservers(Path("/etc/resolv.conf").read_text()), FAR, "1.1.1.1"]
+    answered = []
+    for server in dict.fromkeys(servers):
+        for name, tcp in (("example.com", False), (f"{unlisted_name()}.example.com", False),
+                          ("example.com", True)):
+            rcode, answers = dns_query(server, name, tcp)
+            if (rcode, answers) != (3, 0):
+                answered.append(f"{name} at {server}{' over TCP' if tcp else ''}: rcode "
+                                f"{rcode}, {answers} answers")
+    assert not answered, "; ".join(answered)
+    note(request, f"NXDOMAIN for example.com and a made-up name at {', '.join(servers)}")
+
+
+def test_79_other_tcp_needs_its_port_line(request: pytest.FixtureRequest) -> None:
+    if not _allow_list(request):
+        return
+    got = b""
+    try:
+        with socket.create_connection((FAR, 5432), timeout=15) as sock:
+            sock.sendall(b"\x00\x00\x00\x08\x04\xd2\x16\x2f")  # a database's first bytes
+            got = sock.recv(100)
+    except ConnectionResetError:
+        got = b""
+    assert got == b"", f"{FAR}:5432 answered {got!r}"
+    note(request, f"{FAR}:5432 (no name, no port line): reset before any byte came back")
+
+
+def test_80_udp_goes_nowhere(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    sent = []
+    for port in (443, 4500, 51820):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                sock.sendto(b"\x00" * 32, (FAR, port))
+                sent.append(port)
+            except PermissionError:
+                pass
+    assert not sent, f"UDP to {FAR} left on ports {sent}"
+    note(request, "UDP other than DNS is refused at the sender (EPERM): QUIC falls back to TCP")
+
+
+def test_81_proxy_out_of_reach(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    # It is a fork of the jail holder: its command line would name _jail_holder.
+    seen = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if b"_jail_holder" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                seen.append(pid)
+    assert not seen, f"the jail's own processes are visible: {seen}"
+    # Only the proxy's mark skips the redirect; setting it needs CAP_NET_ADMIN.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, 0x6373)
+            marked = True
+        except PermissionError:
+            marked = False
+    assert not marked, "the sandbox can mark its sockets past the redirect"
+    # A connection to the listener itself has no destination behind it: refused.
+    direct = connect_error("127.0.0.1", PROXY_PORTS[0])
+    assert direct is not None, "a connection to the proxy's own listener was served"
+    note(request, f"no jail process in /proc; SO_MARK refused; the listener: {direct}")

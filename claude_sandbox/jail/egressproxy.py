@@ -231,6 +231,8 @@ def serve_connection(proxy: Proxy, conn: socket.socket) -> None:
     except OSError as exc:
         entry.setdefault("verdict", "refused")
         entry.setdefault("rule", f"proxy: {exc.strerror or exc}")
+        if upstream is None:
+            _refuse_tcp(conn)  # a reset, never a clean end that reads as served
     finally:
         with proxy.lock:
             proxy.open.pop(id(entry), None)

@@ -306,6 +306,16 @@ def outer_ids(paths_: Sequence[str]) -> dict[str, list[int]]:
     return ids
 
 
+def _allowed_name(agent: str, lines: tuple[str, ...]) -> str:
+    """An exact name the allow-list allows on 80 and 443, for checks 77 and 78."""
+    from claude_sandbox.jail import egresspolicy
+
+    for rule in egresspolicy.rules_for(agent, lines):
+        if not rule.pattern.startswith("*.") and rule.ports == egresspolicy.WEB_PORTS:
+            return rule.pattern
+    return ""
+
+
 def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, Any]:
     """The facts only the outside knows, for the checks inside."""
     cfg = load_config(agent, environ)
@@ -342,6 +352,8 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "outer_nameservers": _nameservers(),
         "dns_forwarder": paths.DNS_FORWARDER,
         "egress_jail": cfg.egress_jail,
+        "egress_policy": cfg.egress_policy,
+        "allowed_name": _allowed_name(agent, cfg.allow_domain),
         "tmpfs_size": cfg.tmpfs_size,
         "cgroup_bases": _cgroup_bases(),
         "jail_may_widen": "egress-jail" in cfg.env_may_widen,
@@ -542,6 +554,9 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, facts["home"], base_env))
                 results.append(outside_module.check_74_review_plants_run_nothing_outside(
                     SHIM, agent, facts["home"], base_env))
+                results += outside_module.check_77_78_names_reach_their_host(
+                    SHIM, agent, facts["home"], base_env, facts["allowed_name"],
+                    facts["egress_policy"])
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,
@@ -553,7 +568,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             else:
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
                             for number in ("27", "48", "49", "60", "35", "53", "70", "71",
-                                           "73", "74")]
+                                           "73", "74", "77", "78")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()
