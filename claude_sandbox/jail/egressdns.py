@@ -61,11 +61,9 @@ def read_hosts(path: str = "/etc/hosts") -> dict[str, list[str]]:
         if len(fields) < 2:
             continue
         try:
-            socket.inet_aton(fields[0])
+            socket.inet_pton(socket.AF_INET, fields[0])  # strict: no octal, no short forms
         except OSError:
             continue  # IPv6, or not an address
-        if fields[0].count(".") != 3:
-            continue
         for name in fields[1:]:
             found.setdefault(name.lower().rstrip("."), []).append(fields[0])
     return found

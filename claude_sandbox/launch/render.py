@@ -9,6 +9,7 @@ numbers a launch opened (or, for explain, the names themselves).
 from __future__ import annotations
 
 from claude_sandbox.core import paths
+from claude_sandbox.jail.egresspolicy import WEB_PORTS, Rule
 from claude_sandbox.launch.mounts import Mount
 from claude_sandbox.launch.plan import Plan
 
@@ -134,4 +135,21 @@ def explain_lines(plan: Plan) -> list[str]:
 
         lines.append("# egress jail: on (a per-launch network namespace; routes below)")
         lines += [f"  {line}" for line in routes.explain_plan(allow_ip=plan.jail.allow_ip)]
+        lines += egress_lines(plan.jail.egress_policy, plan.jail.rules)
+    return lines
+
+
+def egress_lines(policy: str, rules: tuple[Rule, ...]) -> list[str]:
+    """The egress proxy's policy, and each allowed name with the preset it came from."""
+    if policy != "allow-list":
+        return [f"# egress proxy: egress-policy = {policy}: every public name, each "
+                "connection recorded (`claude-sandbox log`)"
+                + ("; the session ends with the allow-domain lines it needed"
+                   if policy == "learn" else "")]
+    lines = ["# egress proxy: egress-policy = allow-list (checks 75-81): TLS by server name, "
+             "HTTP by Host, other TCP only by a NAME:PORT line; everything else refused"]
+    for rule in rules:
+        ports = "80, 443" if rule.ports == WEB_PORTS else ", ".join(map(str, rule.ports))
+        origin = f"@{rule.origin}" if rule.origin else "allow-domain"
+        lines.append(f"  {rule.pattern:<32} {ports:<8} {origin}")
     return lines

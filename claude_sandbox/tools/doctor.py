@@ -100,6 +100,27 @@ def userns_row() -> Finding:
     return Finding(True, "unprivileged user + network namespaces work")
 
 
+def redirect_row() -> Finding:
+    """Whether the egress proxy's packet filter (nat REDIRECT, the mark) can be written
+    and read back in a namespace of the jail's kind, exactly as a launch does it."""
+    from claude_sandbox.jail import netfilter
+
+    _, table, *argv = netfilter.request()
+    try:
+        ran = subprocess.run([paths.tool("unshare"), "--user", "--map-root-user", "--net",
+                              *argv], input=table, capture_output=True, text=True, timeout=20,
+                             check=False)
+        netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
+    except SandboxError as error:
+        return Finding(False, str(error).removeprefix("egress jail: "),
+                       "install the iptables package (with its nat table support); "
+                       "the egress proxy's redirect needs it")
+    except (OSError, subprocess.SubprocessError) as error:
+        return Finding(False, f"cannot run iptables in a user namespace: {error}",
+                       "install iptables and util-linux")
+    return Finding(True, "the redirect to the egress proxy can be written and read back")
+
+
 def tun_row() -> Finding:
     try:
         info = os.stat(TUN)
@@ -265,6 +286,7 @@ ROWS: tuple[Row, ...] = (
     Row("pasta", True, pasta_row),
     Row("unshare", True, lambda: _tool("unshare", "util-linux")),
     Row("ip", True, lambda: _tool("ip", "iproute2")),
+    Row("egress redirect", True, redirect_row),
     Row("socat (relays)", False, lambda: _tool("socat", "socat")),
     Row("setpriv (relays)", False, lambda: _tool("setpriv", "util-linux")),
     Row("Landlock", False, landlock_row),

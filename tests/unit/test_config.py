@@ -98,6 +98,13 @@ def test_the_brokered_keys_parse_and_refuse_a_relative_program() -> None:
         ("protect = /etc", "is not a plain path inside the workspace"),
         ("env-may-widen = bogus", "not a key with a variable"),
         ("state-dir = relative", "is not an absolute path"),
+        ("egress-policy = closed", "is not one of allow-list, open, learn"),
+        ("allow-domain = *.", "is not a host name"),
+        ("allow-domain = example.com:0", "is not a port 1-65535"),
+        ("allow-domain = @nosuch", "is not a preset"),
+        ("allow-domain = exa*mple.com", "a wildcard is only `*.suffix`"),
+        ("allow-domain = 10.1.2.3", "allow-ip names addresses"),
+        ("allow-domain =", "has an empty value"),
     ],
 )
 def test_bad_lines_name_file_and_line(line: str, expected: str) -> None:
@@ -253,3 +260,15 @@ def test_fuzz_keys_with_random_values(lines: list[str], environ: dict[str, str])
     except SandboxError as error:
         assert error.status == EXIT_CONFIG
         assert error.message.startswith((f"{PATH}:", "$", "configuration"))
+
+
+def test_egress_policy_and_allow_domain_come_from_the_file_only() -> None:
+    cfg = parse("egress-policy = learn\negress-policy.codex = open\n"
+                "allow-domain = example.com\nallow-domain.codex = db.example.com:5432\n")
+    assert (cfg.egress_policy, cfg.allow_domain) == ("learn", ("example.com",))
+    codex = parse("egress-policy.codex = open\nallow-domain.codex = db.example.com:5432\n",
+                  agent="codex")
+    assert (codex.egress_policy, codex.allow_domain) == ("open", ("db.example.com:5432",))
+    # No variable: the launching environment cannot open the egress.
+    assert keys.KEYS_BY_NAME["egress-policy"].variable is None
+    assert keys.KEYS_BY_NAME["allow-domain"].variable is None

@@ -1,0 +1,126 @@
+"""The egress proxy's pure parts: its policy on the control socket, the launch's allow-list,
+address classes, the packet filter's read-back, and its own DNS queries."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from claude_sandbox.core.errors import SandboxError
+from claude_sandbox.jail import (
+    dnsmsg,
+    egressdns,
+    egresspolicy,
+    egressproxy,
+    egressrecord,
+    netfilter,
+)
+from claude_sandbox.jail.egresspolicy import Policy
+
+
+def test_a_policy_survives_the_control_socket() -> None:
+    rules = egresspolicy.rules_for("codex", ("db.example.com:5432", "*.example.org"))
+    policy = Policy("allow-list", "codex", rules, ("10.1.2.3",), ("192.0.2.2", "192.0.2.1"),
+                    "/tmp/hosts")
+    assert Policy.from_fields(policy.fields()) == policy
+    assert Policy.from_fields(Policy("open", "pi", ()).fields()) == Policy("open", "pi", ())
+    with pytest.raises(ValueError):
+        Policy.from_fields(["closed", "pi", "0", "", "", "/etc/hosts"])
+    with pytest.raises((ValueError, IndexError)):
+        Policy.from_fields(policy.fields()[:-2])
+
+
+@given(st.lists(st.text(max_size=20), max_size=12))
+def test_no_field_list_is_a_policy_by_accident(fields: list[str]) -> None:
+    try:
+        Policy.from_fields(fields)
+    except (ValueError, IndexError):
+        pass
+
+
+def test_the_allow_list_adds_to_the_defaults_until_a_preset_is_named() -> None:
+    added = egresspolicy.rules_for("claude", ("example.com",))
+    patterns = {rule.pattern for rule in added}
+    assert {"api.anthropic.com", "pypi.org", "github.com", "example.com"} <= patterns
+    narrowed = egresspolicy.rules_for("claude", ("@claude", "example.com"))
+    assert {rule.pattern for rule in narrowed} == {
+        *egresspolicy.PRESETS["claude"], "example.com"}
+    assert egresspolicy.rules_for("shell-only-agent", ()) == egresspolicy.rules_for("x", ())
+    policy = Policy("allow-list", "claude", narrowed)
+    assert policy.names_allowed("example.com") and not policy.names_allowed("pypi.org")
+    assert Policy("open", "claude", ()).names_allowed("anything.example")
+
+
+@pytest.mark.parametrize("address, refused", [
+    ("10.0.0.1", "private"), ("172.16.5.5", "private"), ("192.168.1.1", "private"),
+    ("100.64.0.1", "carrier-grade"), ("169.254.169.254", "metadata"),
+    ("168.63.129.16", "WireServer"), ("127.0.0.53", "loopback"), ("0.1.2.3", "this network"),
+    ("224.0.0.251", "multicast"), ("255.255.255.255", "reserved"),
+    ("192.0.2.2", "of the host"), ("198.51.100.7", None), ("151.101.0.223", None),
+    ("10.1.2.3", None),  # allow-ip
+])
+def test_address_classes_the_proxy_never_connects_to(address: str, refused: str | None) -> None:
+    policy = Policy("open", "claude", (), ("10.1.2.3",), ("192.0.2.2",))
+    why = egressproxy.address_refusal(policy, address)
+    assert (why is None) if refused is None else (why is not None and refused in why), why
+
+
+def _saved(filter_rules: tuple[str, ...] = netfilter.FILTER,
+           nat_rules: tuple[str, ...] = netfilter.NAT) -> str:
+    return "\n".join([
+        "*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
+        *filter_rules, "COMMIT", "*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]", *nat_rules, "COMMIT", ""])
+
+
+def test_the_filter_read_back_must_match_exactly() -> None:
+    netfilter.check(["ok", "0", _saved(), ""])
+    for tampered in (
+        _saved(filter_rules=netfilter.FILTER[:-1]),  # the last refusal gone
+        _saved(nat_rules=netfilter.NAT[1:]),  # the mark no longer skips
+        _saved(filter_rules=("-A OUTPUT -j ACCEPT", *netfilter.FILTER)),
+        _saved() + "*mangle\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n",
+        _saved().replace(":OUTPUT ACCEPT [0:0]", ":OUTPUT DROP [0:0]", 1),
+    ):
+        with pytest.raises(SandboxError, match="read back differs"):
+            netfilter.check(["ok", "0", tampered, ""])
+    with pytest.raises(SandboxError, match="install the iptables package"):
+        netfilter.check(["ok", "2", "", "iptables-restore: line 3 failed"])
+
+
+def test_the_proxys_own_query_is_one_question_and_nothing_else() -> None:
+    query = egressdns.build_query(0x1234, "registry.npmjs.org", dnsmsg.A)
+    parsed = dnsmsg.parse_query(query)
+    assert (parsed.ident, parsed.name, parsed.qtype, parsed.recursion) == (
+        0x1234, "registry.npmjs.org", dnsmsg.A, True)
+    assert query[6:12] == bytes(6)  # no answers, no authority, no additional (no options)
+
+
+def test_hosts_files_give_ipv4_names_in_order(tmp_path: object) -> None:
+    import pathlib
+
+    hosts = pathlib.Path(str(tmp_path)) / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n::1 ip6-localhost\n# c\n198.51.100.10 a.test B.test.\n"
+                     "198.51.100.11 a.test\nnot-an-address x.test\n010.1.1.1 y.test\n")
+    assert egressdns.read_hosts(str(hosts)) == {
+        "localhost": ["127.0.0.1"], "a.test": ["198.51.100.10", "198.51.100.11"],
+        "b.test": ["198.51.100.10"]}  # 010.1.1.1 is not read as 8.1.1.1: not at all
+    names = egressdns.Names(egressdns.read_hosts(str(hosts)))
+    assert names.name_of("198.51.100.11") == "a.test" and names.lookup("a.test")[0].endswith("10")
+
+
+def test_the_record_summary_and_learned_lines() -> None:
+    entries = [
+        {"kind": "tls", "name": "evil.example", "port": 443, "verdict": "refused"},
+        {"kind": "dns", "name": "x.evil.example", "port": 53, "verdict": "refused"},
+        {"kind": "tcp", "name": "db.example", "port": 5432, "verdict": "allowed"},
+        {"kind": "http", "name": None, "address": "198.51.100.7", "port": 80,
+         "verdict": "refused"},
+    ]
+    line = egressrecord.summary(entries)
+    assert line is not None and line.startswith("egress: 3 connections or queries refused")
+    assert "evil.example:443, x.evil.example, 198.51.100.7:80" in line
+    assert egressrecord.summary(entries[2:3]) is None
+    assert egressrecord.learned(entries) == ["allow-domain = evil.example",
+                                             "allow-domain = db.example:5432"]
