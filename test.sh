@@ -12,11 +12,12 @@ fi
 # The product itself, exactly as a user installs it.
 ./install.sh --agents claude,codex,pi
 
-# What only the tests need: a compiler for the seccomp probes, the tun device that
+# What only the tests need: a compiler for the seccomp probes, openssl for the test
+# internet's certificate, the tun device that
 # container runtimes give with --device /dev/net/tun, and an unprivileged user.
-if ! command -v gcc >/dev/null || ! command -v setpriv >/dev/null; then
+if ! command -v gcc >/dev/null || ! command -v setpriv >/dev/null || ! command -v openssl >/dev/null; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev util-linux
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev util-linux openssl
 fi
 if [ ! -c /dev/net/tun ]; then
   mkdir -p /dev/net && mknod /dev/net/tun c 10 200
