@@ -15,6 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.netfixtures import test_internet  # noqa: F401  (a fixture, for every suite)
+
 CONFIG = "/etc/claude-sandbox.conf"
 WIDEN = "env-may-widen = egress-jail  # added by the test suite for its run\n"
 

@@ -45,6 +45,8 @@ from claude_sandbox.jail import (
 from claude_sandbox.jail.egresspolicy import Policy, Verdict
 from claude_sandbox.jail.routes import BLOCKED
 
+NAME = "csbx-egress"  # the proxy's process name (comm)
+_PR_SET_NAME = 15
 FIRST_WAIT = 10.0  # seconds a client has to send its ClientHello or request head
 CONNECT_TIMEOUT = 10.0
 MAX_OPEN = 4096  # connections and queries served at once; beyond, refused at once
@@ -123,7 +125,13 @@ class Proxy:
             finally:
                 self.slots.release()
 
-        threading.Thread(target=run, daemon=True).start()
+        try:
+            threading.Thread(target=run, daemon=True).start()
+        except RuntimeError:  # no thread to be had (a pids cap the sandbox filled)
+            self.slots.release()
+            for arg in args:
+                if isinstance(arg, socket.socket):
+                    arg.close()
 
     def finish(self) -> None:
         """The session ended: record what is still open, as it stands."""
@@ -360,6 +368,7 @@ def serve(proxy: Proxy, control: socket.socket,
 
 def main(control_fd: int) -> int:
     """The proxy's life, in the holder's forked child: listen, take the policy, serve."""
+    from claude_sandbox.core.process import load_libc
     from claude_sandbox.jail.holder import recv_frame_fds, send_frame
     from claude_sandbox.jail.reaping import set_not_dumpable
 
@@ -368,6 +377,9 @@ def main(control_fd: int) -> int:
         os.dup2(null, fd)
     os.close(null)
     set_not_dumpable()  # other processes of this user outside cannot read it either
+    # Its own name (a fork of the holder would show as the holder): for ps, and for the
+    # checks that nothing of a launch outlives it.
+    load_libc().prctl(_PR_SET_NAME, NAME.encode(), 0, 0, 0)
     threading.stack_size(_STACK)
     control = socket.socket(fileno=control_fd)
     try:

@@ -5,10 +5,8 @@ moves what each side sends to the other until both have finished. Each direction
 goes through a pipe with splice: the kernel moves the pages from one socket to the
 other and no byte is copied through Python, which is what keeps a relayed transfer
 near a direct one. A side that ends its sending (a half close) is passed on as a
-half close; a side that resets ends its direction. The counts are for the record.
-
-Not wired into the jail yet: the proxy process that accepts the redirected
-connections, judges them and calls this is the next part of egress by name.
+half close; a side that resets ends its direction. The counts are for the record
+(egressrecord.py); egressproxy.py calls this once a connection is allowed.
 """
 
 from __future__ import annotations

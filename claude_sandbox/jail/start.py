@@ -284,6 +284,12 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
         if child is not None:
             child.kill()
             child.wait()
+    if fds and fds[0] >= 0:
+        # The egress proxy (the holder's child, so not ours to wait for) and anything else
+        # the holder started: each lives in the holder's user namespace, nothing else does.
+        from claude_sandbox.jail import reaping
+
+        reaping.wait_all(reaping.kill_namespace(os.fstat(fds[0])))
     for fd in fds:
         if fd >= 0:
             os.close(fd)

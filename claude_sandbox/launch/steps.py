@@ -97,10 +97,11 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             # start() fails: abandoning it again would close descriptors twice.
             handed, early = early, None
             jail = session.start(the_plan.jail, handed)
-            record = _egress_record(store, the_plan, cfg)
             trace.phase("jail started")
         started = time.time_ns()
         prepared = _prepare(the_plan, cfg, gathered.facts, store)
+        if jail is not None:
+            record = _egress_record(store, the_plan, cfg)  # in the store _prepare made
         trace.phase("prepared")
         # The launcher always waits: git's changes are applied, cgroups removed and the
         # session's changes reported only by a process that outlives the sandbox.

@@ -33,9 +33,11 @@ class Launcher:
         timeout: float = 120,
         input: str | None = None,
         config: str | None = None,
+        hosts: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """`config`: text bound over /etc/claude-sandbox.conf for this launch only, in a
-        private mount namespace made as root before the launch drops to the user."""
+        private mount namespace made as root before the launch drops to the user;
+        `hosts`: a file bound over /etc/hosts the same way (the test internet's names)."""
         base = {
             "PATH": f"{SHIM_DIR}:/usr/bin:/bin",
             "HOME": self.home,
@@ -55,6 +57,7 @@ class Launcher:
                 "--init-groups",
                 *command,
             ]
+        binds = []
         if config is not None:
             conf_dir = tempfile.mkdtemp(prefix="cs-conf-")
             conf = os.path.join(conf_dir, "claude-sandbox.conf")
@@ -62,7 +65,11 @@ class Launcher:
                 handle.write(config)
             os.chmod(conf_dir, 0o755)
             os.chmod(conf, 0o644)
-            script = f'mount --bind {conf} /etc/claude-sandbox.conf && exec "$@"'
+            binds.append(f"mount --bind {conf} /etc/claude-sandbox.conf")
+        if hosts is not None:
+            binds.append(f"mount --bind {hosts} /etc/hosts")
+        if binds:
+            script = " && ".join([*binds, 'exec "$@"'])
             command = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
                        *command]
         try:

@@ -21,8 +21,9 @@ import pytest
 from claude_sandbox.jail import egresspolicy, egressrecord
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.spec import JailSpec
+from tests.netfixtures import Internet
 
-from .conftest import SYSTEM_PY, Internet, jail_available
+from .conftest import SYSTEM_PY, jail_available
 from .test_jail import assert_torn_down
 
 pytestmark = [
