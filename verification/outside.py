@@ -5,8 +5,9 @@ workspace check must refuse (they refuse before any namespace exists), 48
 launches from an environment planted with redirections, 49 SIGKILLs a
 launcher mid-session and 60 hangs up its terminal, 35 compares what existed
 before the launch with what is left after it; 70 and 71 plant in a scratch
-repository, 73 runs a review-mode session in one and applies it, and 74 runs
-what a user runs outside after a review session that planted for it.
+repository, 73 runs a review-mode session in one and applies it, 74 runs
+what a user runs outside after a review session that planted for it, and 77 and
+78 read back from the egress record where a misaddressed allowed name went.
 """
 
 from __future__ import annotations
@@ -714,16 +715,15 @@ except OSError as error:
 _FAR = "198.51.100.77"
 
 
-def check_77_78_names_reach_their_host(shim: str, agent: str, home: str,
-                                       environ: Mapping[str, str], name: str,
-                                       policy: str) -> list[Result]:
-    """TLS with an allowed server name and HTTP with an allowed Host, both sent to an
-    address nothing answers at; the session's record (`claude-sandbox log --json`) must
-    show that neither connection went to that address: the proxy connects to the name."""
+def fronted_record(shim: str, agent: str, home: str, environ: Mapping[str, str],
+                   name: str, policy: str) -> list[dict[str, Any]] | Result:
+    """For checks 77 and 78: a session sends TLS with an allowed server name and HTTP with
+    an allowed Host to an address nothing answers at; its record, as `claude-sandbox log
+    --json` shows it; or why there is none to judge by (a SKIP or a FAIL for both)."""
     if policy != "allow-list" or not name:
-        why = (f"egress-policy = {policy}: the proxy connects where the agent asked"
-               if policy != "allow-list" else "no exact name on the allow-list")
-        return [Result("77", "SKIP", why), Result("78", "SKIP", why)]
+        return Result("", "SKIP", f"egress-policy = {policy}: the proxy connects where the "
+                      "agent asked" if policy != "allow-list" else
+                      "no exact name on the allow-list")
     import json
 
     repo = _scratch_repository(home)
@@ -733,28 +733,39 @@ def check_77_78_names_reach_their_host(shim: str, agent: str, home: str,
         ran = _launch_in(shim, agent, repo, environ,
                          f"/usr/bin/python3 .csbx-fronted.py {name} {_FAR}")
         if ran.returncode != 0:
-            why = f"the session failed: {ran.stderr[-300:]}"
-            return [Result("77", "FAIL", why), Result("78", "FAIL", why)]
+            return Result("", "FAIL", f"the session failed: {ran.stderr[-300:]}")
         shown = subprocess.run([shim, "log", "--agent", agent, "--json"], cwd=repo,
                                env=dict(environ), capture_output=True, text=True, check=False,
                                timeout=60)
         try:
-            entries = json.loads(shown.stdout)["entries"]
+            return list(json.loads(shown.stdout)["entries"])
         except (ValueError, KeyError, TypeError):
-            why = f"no record: {shown.stderr.strip()[-300:]}"
-            return [Result("77", "FAIL", why), Result("78", "FAIL", why)]
+            return Result("", "FAIL", f"no record: {shown.stderr.strip()[-300:]}")
     finally:
         shutil.rmtree(repo, ignore_errors=True)
-    results = []
-    for number, kind in (("77", "tls"), ("78", "http")):
-        seen = [e for e in entries if e.get("kind") == kind and e.get("address") == _FAR]
-        wrong = [e for e in seen if e.get("upstream") == _FAR or e.get("name") != name]
-        if not seen:
-            results.append(Result(number, "FAIL", f"the record has no {kind} entry for {_FAR}"))
-        elif wrong:
-            results.append(Result(number, "FAIL", f"{kind} to {_FAR} went there: {wrong[0]}"))
-        else:
-            where = seen[0].get("upstream") or f"nowhere ({seen[0].get('rule')})"
-            results.append(Result(number, "PASS", f"{kind} for {name} sent to {_FAR} went to "
-                                  f"{where}"))
-    return results
+
+
+def _went_to_the_name(number: str, kind: str, record: list[dict[str, Any]] | Result,
+                      name: str) -> Result:
+    if isinstance(record, Result):
+        return Result(number, record.outcome, record.detail)
+    seen = [e for e in record if e.get("kind") == kind and e.get("address") == _FAR]
+    wrong = [e for e in seen if e.get("upstream") == _FAR or e.get("name") != name]
+    if not seen:
+        return Result(number, "FAIL", f"the record has no {kind} entry for {_FAR}")
+    if wrong:
+        return Result(number, "FAIL", f"{kind} to {_FAR} went there: {wrong[0]}")
+    where = seen[0].get("upstream") or f"nowhere ({seen[0].get('rule')})"
+    return Result(number, "PASS", f"{kind} for {name} sent to {_FAR} went to {where}")
+
+
+def check_77_allowed_tls_name_reaches_its_host(record: list[dict[str, Any]] | Result,
+                                               name: str) -> Result:
+    """TLS with an allowed server name sent elsewhere went to the name, or nowhere."""
+    return _went_to_the_name("77", "tls", record, name)
+
+
+def check_78_allowed_http_host_reaches_its_host(record: list[dict[str, Any]] | Result,
+                                                name: str) -> Result:
+    """HTTP with an allowed Host sent elsewhere went to the name, or nowhere."""
+    return _went_to_the_name("78", "http", record, name)

@@ -133,6 +133,9 @@ class Names:
             for address in addresses:
                 self._by_address[address] = name
             if addresses:
+                if len(self._by_name) > _MAX_NOTED:
+                    for old in list(self._by_name)[: _MAX_NOTED // 2]:
+                        del self._by_name[old]
                 self._by_name[name] = (time.monotonic(), addresses)
 
     def name_of(self, address: str) -> str | None:

@@ -137,8 +137,15 @@ class Policy:
         return self.mode != "allow-list"
 
     def names_allowed(self, name: str) -> bool:
-        """May DNS answer `name` (on any port)?"""
-        return self.open() or any(matches(rule.pattern, name) for rule in self.rules)
+        """May DNS answer `name` (on any port)? Under the allow-list only a host name: a
+        label holding a dot or other bytes would be asked upstream as another name."""
+        if self.open():
+            return True
+        try:
+            _name(name)
+        except RuleError:
+            return False
+        return any(matches(rule.pattern, name) for rule in self.rules)
 
     def fields(self) -> list[str]:
         """As frame fields (holder.encode_frame) for the proxy's control socket: no JSON

@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import select
 import socket
-import struct
 import threading
 import time
 
@@ -38,21 +37,18 @@ from claude_sandbox.jail import (
     egresspolicy,
     egressrecord,
     egressrelay,
-    httphead,
     netfilter,
-    tlshello,
 )
+from claude_sandbox.jail.egressclient import read_first, refuse_tcp, tell_refused
 from claude_sandbox.jail.egresspolicy import Policy, Verdict
 from claude_sandbox.jail.routes import BLOCKED
 
 NAME = "csbx-egress"  # the proxy's process name (comm)
 _PR_SET_NAME = 15
-FIRST_WAIT = 10.0  # seconds a client has to send its ClientHello or request head
 CONNECT_TIMEOUT = 10.0
 MAX_OPEN = 4096  # connections and queries served at once; beyond, refused at once
 _FDS_EACH = 6  # a relayed connection holds two sockets and two pipes
 _STACK = 256 << 10
-_READ = 16 << 10
 # Address classes the proxy never connects to, whatever the policy (with the routes'
 # block list): this network, loopback, multicast and the reserved block.
 _CLASSES = (
@@ -112,11 +108,13 @@ class Proxy:
                                           "why": "the record reached its size limit"})
             os.write(self.record_fd, data)
 
-    def start(self, target: object, *args: object) -> None:
+    def start(self, owned: socket.socket | None, target: object, *args: object) -> None:
+        """Serve in a thread of its own; when none can be had (every slot taken, or a pids
+        cap the sandbox filled), close `owned`, the one connection this is for (a UDP
+        query has none: it is dropped, and the shared socket stays)."""
         if not self.slots.acquire(blocking=False):
-            for arg in args:
-                if isinstance(arg, socket.socket):
-                    arg.close()
+            if owned is not None:
+                owned.close()
             return
 
         def run() -> None:
@@ -127,11 +125,10 @@ class Proxy:
 
         try:
             threading.Thread(target=run, daemon=True).start()
-        except RuntimeError:  # no thread to be had (a pids cap the sandbox filled)
+        except RuntimeError:
             self.slots.release()
-            for arg in args:
-                if isinstance(arg, socket.socket):
-                    arg.close()
+            if owned is not None:
+                owned.close()
 
     def finish(self) -> None:
         """The session ended: record what is still open, as it stands."""
@@ -153,41 +150,6 @@ def _capacity() -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         soft = hard
     return max(16, min(MAX_OPEN, (soft - 64) // _FDS_EACH))
-
-
-def _refuse_tcp(conn: socket.socket) -> None:
-    # A reset, at once: the client sees ECONNRESET rather than a hang.
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-
-
-def read_first(conn: socket.socket) -> tuple[str, str | None, bytes, str]:
-    """(kind, name, bytes read, why no name) from what the client sends first."""
-    data = b""
-    deadline = time.monotonic() + FIRST_WAIT
-    while True:
-        remaining = deadline - time.monotonic()
-        chunk = b""
-        if remaining > 0:
-            conn.settimeout(remaining)
-            try:
-                chunk = conn.recv(_READ)
-            except (TimeoutError, OSError):
-                chunk = b""
-        data += chunk
-        if not data:
-            return "tcp", None, data, "the client sent nothing"
-        try:
-            if data[:1] == b"\x16":
-                return "tls", tlshello.server_name(data), data, "no TLS server name"
-            if httphead.looks_like_http(data):
-                name, _ = httphead.host(data)
-                return "http", name, data, ""
-            return "tcp", None, data, "neither TLS nor HTTP"
-        except tlshello.Incomplete:
-            if not chunk:
-                return ("tls" if data[:1] == b"\x16" else "http"), None, data, "cut short"
-        except tlshello.Malformed as bad:
-            return ("tls" if data[:1] == b"\x16" else "http"), None, data, str(bad)
 
 
 def connect(policy: Policy, addresses: list[str], port: int) -> tuple[socket.socket | None, str]:
@@ -229,7 +191,7 @@ def serve_connection(proxy: Proxy, conn: socket.socket) -> None:
             if upstream is None:
                 entry.update(verdict="refused", rule=f"upstream: {why}", fix="")
         if upstream is None:
-            _tell_refused(conn, entry)
+            tell_refused(conn, entry)
             return
         entry["upstream"] = why
         with proxy.lock:
@@ -240,7 +202,7 @@ def serve_connection(proxy: Proxy, conn: socket.socket) -> None:
         entry.setdefault("verdict", "refused")
         entry.setdefault("rule", f"proxy: {exc.strerror or exc}")
         if upstream is None:
-            _refuse_tcp(conn)  # a reset, never a clean end that reads as served
+            refuse_tcp(conn)  # a reset, never a clean end that reads as served
     finally:
         with proxy.lock:
             proxy.open.pop(id(entry), None)
@@ -269,7 +231,8 @@ def _decide(proxy: Proxy, conn: socket.socket, entry: dict[str, object], address
         entry["name"] = dns_name
         return Verdict(True, f"allow-ip = {address}", ""), b"", [address]
     if not policy.open() and dns_name:
-        by_port = tuple(r for r in policy.rules if r.ports != egresspolicy.WEB_PORTS)
+        # Not 80 or 443, even with a NAME:443 line: there the name read decides.
+        by_port = tuple(r for r in policy.rules if not set(r.ports) & set(egresspolicy.WEB_PORTS))
         verdict = egresspolicy.judge(by_port, dns_name, port)
         if verdict.allowed:  # other TCP, by the name DNS answered, with its port line
             entry["name"] = dns_name
@@ -281,6 +244,10 @@ def _decide(proxy: Proxy, conn: socket.socket, entry: dict[str, object], address
     kind, name, first, why = read_first(conn)
     entry.update(kind=kind, name=name or dns_name)
     if policy.open():
+        # It goes where the agent sent it; a name it claimed for an address that name
+        # does not have is marked, so learn never offers it (egressrecord.learned).
+        if name and name != dns_name and address not in proxy.names.lookup(name):
+            entry["claimed"] = True
         return Verdict(True, f"egress-policy = {policy.mode}", ""), first, [address]
     if kind == "tcp" or name is None:
         verdict = egresspolicy.judge(policy.rules, None, port)
@@ -297,22 +264,6 @@ def _decide(proxy: Proxy, conn: socket.socket, entry: dict[str, object], address
     if not targets:
         return Verdict(False, f"{name} does not resolve", ""), first, []
     return verdict, first, targets
-
-
-def _tell_refused(conn: socket.socket, entry: dict[str, object]) -> None:
-    """The client learns it was refused, in its own protocol."""
-    try:
-        if entry["kind"] == "tls":
-            conn.sendall(tlshello.access_denied())
-        elif entry["kind"] == "http":
-            fix = str(entry.get("fix") or "")
-            why = str(entry.get("rule")) + (f"; to allow it, add to /etc/claude-sandbox.conf: "
-                                            f"{fix}" if fix else "")
-            conn.sendall(httphead.forbidden(why))
-        else:
-            _refuse_tcp(conn)
-    except OSError:
-        pass
 
 
 def listeners() -> tuple[socket.socket, socket.socket, socket.socket]:
@@ -341,8 +292,12 @@ def serve(proxy: Proxy, control: socket.socket,
     poller = select.poll()
     for sock in (control, tcp, udp, tcp_dns):
         poller.register(sock.fileno(), select.POLLIN)
+    for sock in sockets:
+        sock.setblocking(False)  # a connection gone before accept() must not block the loop
     while True:
-        for fd, _ in poller.poll():
+        for fd, events in poller.poll():
+            if events & (select.POLLNVAL | select.POLLERR):
+                return  # a listener is gone: the proxy ends, and with it the agent's reach
             if fd == control.fileno():
                 if not control.recv(1):
                     proxy.finish()
@@ -350,20 +305,22 @@ def serve(proxy: Proxy, control: socket.socket,
             elif fd == udp.fileno():
                 try:
                     data, peer = udp.recvfrom(65535)
-                except OSError:
+                except OSError:  # BlockingIOError included
                     continue
-                proxy.start(egressdns.serve_udp_query, proxy.names, proxy.policy, proxy.write,
-                            udp, data, peer)
+                proxy.start(None, egressdns.serve_udp_query, proxy.names, proxy.policy,
+                            proxy.write, udp, data, peer)
             else:
                 listener = tcp if fd == tcp.fileno() else tcp_dns
                 try:
                     conn, _ = listener.accept()
                 except OSError:
                     continue  # EMFILE under a flood: the next poll tries again
+                conn.setblocking(True)
                 if listener is tcp:
-                    proxy.start(serve_connection, proxy, conn)
+                    proxy.start(conn, serve_connection, proxy, conn)
                 else:
-                    proxy.start(egressdns.serve_tcp, proxy.names, proxy.policy, proxy.write, conn)
+                    proxy.start(conn, egressdns.serve_tcp, proxy.names, proxy.policy,
+                                proxy.write, conn)
 
 
 def main(control_fd: int) -> int:

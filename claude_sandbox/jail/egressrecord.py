@@ -98,18 +98,27 @@ def refused(entries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [e for e in entries if e.get("kind") in KINDS and e.get("verdict") == "refused"]
 
 
+def shown(text: object) -> str:
+    """`text` safe for a terminal: a name is the agent's bytes, and a refused DNS name may
+    hold any of them (a carriage return, an escape sequence)."""
+    return "".join(c if c.isascii() and c.isprintable() else repr(c)[1:-1].replace("'", "")
+                   or "?" for c in str(text))
+
+
 def _target(entry: Mapping[str, Any]) -> str:
     name = entry.get("name") or entry.get("address") or "?"
     port = entry.get("port")
-    return f"{name}:{port}" if entry.get("kind") != "dns" and port else str(name)
+    return shown(f"{name}:{port}" if entry.get("kind") != "dns" and port else name)
 
 
 def summary(entries: list[dict[str, Any]]) -> str | None:
     """The session end's one line: what was refused, or None when nothing was."""
     denied = refused(entries)
-    if not denied:
+    if not denied and not any(e.get("kind") == "cut" for e in entries):
         return None
     targets = list(dict.fromkeys(_target(e) for e in denied))
+    if any(e.get("kind") == "cut" for e in entries):
+        targets.append("the record reached its size limit and stops there")
     shown = ", ".join(targets[:5]) + (f" and {len(targets) - 5} more" if len(targets) > 5 else "")
     count = len(denied)
     return (f"egress: {count} connection{'s' if count != 1 else ''} or quer"
@@ -118,14 +127,26 @@ def summary(entries: list[dict[str, Any]]) -> str | None:
 
 
 def learned(entries: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The allow-domain lines that would have allowed every named connection of a session."""
+    """The lines that would have allowed every connection of a session: allow-domain for a
+    name the connection really went to, allow-ip for one made by number or to an address
+    its claimed name does not have (a name the agent only claimed is never offered)."""
+    from claude_sandbox.jail.egresspolicy import RuleError, parse_rule
+
     lines: list[str] = []
     for entry in entries:
-        name, port = entry.get("name"), entry.get("port")
-        if entry.get("kind") not in ("tls", "http", "tcp") or not name:
+        name, port, address = entry.get("name"), entry.get("port"), entry.get("address")
+        if entry.get("kind") not in ("tls", "http", "tcp") or entry.get("verdict") != "allowed":
             continue
-        suffix = "" if port in WEB_PORTS else f":{port}"
-        lines.append(f"allow-domain = {name}{suffix}")
+        if not name or entry.get("claimed"):
+            if address:
+                lines.append(f"allow-ip = {shown(address)}")
+            continue
+        line = f"{name}{'' if port in WEB_PORTS else f':{port}'}"
+        try:
+            parse_rule(str(line))
+        except RuleError:
+            continue
+        lines.append(f"allow-domain = {line}")
     return list(dict.fromkeys(lines))
 
 

@@ -17,7 +17,10 @@ import select
 import socket
 
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h: where a REDIRECTed connection was going
-_CHUNK = 1 << 20
+# Each connection holds two pipes, and the kernel counts their pages against the
+# user's limit on the whole host (pipe-user-pages-soft, 64 MiB by default): 256 KiB
+# each leaves room for 128 connections before new pipes shrink, host-wide.
+_CHUNK = 256 << 10
 _F_SETPIPE_SZ = 1031
 _FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 _GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)

@@ -32,7 +32,11 @@ def host(data: bytes) -> tuple[str, int | None]:
         if len(data) > MAX_HEAD:
             raise Malformed("a request head longer than the proxy reads")
         raise Incomplete
-    lines = data[:end].split(b"\r\n")
+    head = data[:end]
+    if b"\n" in head.replace(b"\r\n", b"") or b"\r" in head.replace(b"\r\n", b""):
+        # A lone LF or CR: a server that accepts it would read other headers than these.
+        raise Malformed("a line that does not end in CRLF")
+    lines = head.split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or parts[0] not in _METHODS or not parts[2].startswith(b"HTTP/1."):
         raise Malformed("not an HTTP/1 request line")

@@ -14,7 +14,7 @@ import os
 import re
 
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
-from claude_sandbox.jail import egresspolicy, egressrecord
+from claude_sandbox.jail import egressrecord
 from claude_sandbox.launch import gather, hostfacts, profiles, state
 
 TYPE_CHECKING = False
@@ -152,20 +152,9 @@ def text_lines(sid: str, entries: list[dict[str, Any]]) -> list[str]:
 
 
 def _learned(found: Sequence[str]) -> list[str]:
-    """The lines to paste; a name no allow-domain line can hold (the agent's invention)
-    is listed apart, so that it is never pasted by mistake."""
-    good, bad = [], []
-    for line in found:
-        try:
-            egresspolicy.parse_rule(line.partition("=")[2])
-            good.append(f"  {_safe(line)}")
-        except egresspolicy.RuleError:
-            bad.append(_safe(line.partition("=")[2].strip()))
-    if not found:
-        good.append("  (none: no connection had a name)")
-    if bad:
-        good.append(f"  not host names, left out: {', '.join(bad)}")
-    return good
+    """The lines to paste (egressrecord.learned offers only lines that parse, and no name
+    the agent merely claimed); shown escaped all the same."""
+    return [f"  {_safe(line)}" for line in found] or ["  (none: no connection was made)"]
 
 
 def _row(entry: Mapping[str, Any]) -> list[str]:

@@ -554,9 +554,13 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, facts["home"], base_env))
                 results.append(outside_module.check_74_review_plants_run_nothing_outside(
                     SHIM, agent, facts["home"], base_env))
-                results += outside_module.check_77_78_names_reach_their_host(
+                fronted = outside_module.fronted_record(
                     SHIM, agent, facts["home"], base_env, facts["allowed_name"],
                     facts["egress_policy"])
+                results.append(outside_module.check_77_allowed_tls_name_reaches_its_host(
+                    fronted, facts["allowed_name"]))
+                results.append(outside_module.check_78_allowed_http_host_reaches_its_host(
+                    fronted, facts["allowed_name"]))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,

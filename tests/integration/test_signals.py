@@ -95,7 +95,8 @@ class Session(PtyProcess):
 
 # ------------------------------------------------------------------ leftovers
 def _ours(pid: str) -> bool:
-    """A process a launch starts: the launcher and its helpers, bwrap, pasta, relays."""
+    """A process a launch starts: the launcher and its helpers, bwrap, pasta, relays, the
+    egress proxy."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             cmdline = handle.read()
@@ -104,7 +105,7 @@ def _ours(pid: str) -> bool:
     except OSError:
         return False
     return (b"claude_sandbox" in cmdline or b"csbx-signal-agent" in cmdline
-            or comm in (b"bwrap", b"pasta", b"pasta.avx2", b"passt", b"socat"))
+            or comm in (b"bwrap", b"pasta", b"pasta.avx2", b"passt", b"socat", b"csbx-egress"))
 
 
 def _describe(pid: str) -> str:

@@ -165,3 +165,14 @@ def test_bad_rules_say_why(bad: str) -> None:
     with pytest.raises(egresspolicy.RuleError) as caught:
         egresspolicy.parse_rule(bad)
     assert str(caught.value)
+
+
+def test_a_head_with_a_bare_line_feed_is_not_read_two_ways() -> None:
+    # A server that takes a lone LF as a line end would see Host evil.example.
+    smuggled = (b"GET / HTTP/1.1\nHost:evil.example\n\nX:\r\nHost: files.pythonhosted.org"
+                b"\r\n\r\n")
+    with pytest.raises(tlshello.Malformed):
+        httphead.host(smuggled)
+    with pytest.raises(tlshello.Malformed):
+        httphead.host(b"GET / HTTP/1.1\r\nHost: a.example\rX: y\r\n\r\n")
+    assert httphead.host(b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n") == ("a.example", None)

@@ -122,5 +122,35 @@ def test_the_record_summary_and_learned_lines() -> None:
     assert line is not None and line.startswith("egress: 3 connections or queries refused")
     assert "evil.example:443, x.evil.example, 198.51.100.7:80" in line
     assert egressrecord.summary(entries[2:3]) is None
-    assert egressrecord.learned(entries) == ["allow-domain = evil.example",
-                                             "allow-domain = db.example:5432"]
+    learning = [
+        {"kind": "tls", "name": "registry.npmjs.org", "port": 443, "verdict": "allowed"},
+        {"kind": "tcp", "name": "db.example", "port": 5432, "verdict": "allowed"},
+        # A name the agent only claimed for another address is never offered.
+        {"kind": "tls", "name": "pypi.org", "port": 443, "address": "203.0.113.9",
+         "claimed": True, "verdict": "allowed"},
+        {"kind": "tcp", "name": None, "port": 5432, "address": "198.51.100.7",
+         "verdict": "allowed"},
+        {"kind": "http", "name": "bad\n  allow-domain = *.com", "port": 80,
+         "verdict": "allowed"},
+        {"kind": "dns", "name": "x.example", "port": 53, "verdict": "allowed"},
+    ]
+    assert egressrecord.learned(learning) == [
+        "allow-domain = registry.npmjs.org", "allow-domain = db.example:5432",
+        "allow-ip = 203.0.113.9", "allow-ip = 198.51.100.7"]
+
+
+def test_what_the_session_end_prints_cannot_drive_the_terminal() -> None:
+    hostile = "\rclaude-sandbox: egress: nothing refused\x1b[8m.com"
+    line = egressrecord.summary([{"kind": "dns", "name": hostile, "port": 53,
+                                  "verdict": "refused"}])
+    assert line is not None and "\x1b" not in line and "\r" not in line
+    assert "\\x1b[8m" in line and "\\r" in line
+    cut = egressrecord.summary([{"kind": "cut", "why": "size"}])
+    assert cut is not None and "size limit" in cut
+
+
+def test_a_name_with_a_dot_inside_a_label_is_not_an_allowed_name() -> None:
+    policy = Policy("allow-list", "claude", egresspolicy.parse_rule("*.githubusercontent.com"))
+    assert policy.names_allowed("raw.githubusercontent.com")
+    assert not policy.names_allowed("..githubusercontent.com")
+    assert not policy.names_allowed("a b.githubusercontent.com")

@@ -150,8 +150,7 @@ def test_hostile_names_never_reach_the_terminal_raw(
     assert "\\u202eexample.com\\u0430" in out
     assert "a\\\\x1b.example" in out  # a literal backslash is not taken for an escape
     learned = out[out.index("lines that would allow this session:"):].splitlines()[1:]
-    assert learned == ["  not host names, left out: \\x1b[2Jevil, \\u202eexample.com\\u0430, "
-                       "a\\\\x1b.example"]
+    assert learned == ["  (none: no connection was made)"]  # no host name among them
     listed = show(capsys, listing=True)
     assert "\x1b" not in listed
     document = show(capsys, as_json=True)
@@ -180,7 +179,7 @@ def test_a_learn_session_ends_with_the_lines_that_would_allow_it(
     out = show(capsys).splitlines()
     at = out.index("lines that would allow this session:")
     assert out[at + 1:] == ["  allow-domain = api.anthropic.com",
-                            "  allow-domain = db.example:5432"]
+                            "  allow-domain = db.example:5432", "  allow-ip = 203.0.113.7"]
     assert out[at - 1] == "egress: nothing was refused"
     assert any("203.0.113.7:22" in line for line in out)  # no name: the address
 
