@@ -149,6 +149,9 @@ def _session(mark: bool, size: int, requests: int, held: int, work: str) -> dict
     if not mark:  # as the agent: inside bwrap, without capabilities
         argv = ["/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                 "--unshare-pid", "--bind", work, work, *argv]
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
+    saved = os.dup(1)
+    os.dup2(fd, 1)  # before the holder starts: the session inherits its stdout
     j = jail.start(JailSpec((), (), (), rules=rules, agent="bench", hosts_file=hosts))
     rss: list[int] = []
 
@@ -161,10 +164,7 @@ def _session(mark: bool, size: int, requests: int, held: int, work: str) -> dict
 
     if held:
         threading.Thread(target=watch, daemon=True).start()
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
-    saved = os.dup(1)
     try:
-        os.dup2(fd, 1)
         status = j.run(argv, {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
     finally:
         os.dup2(saved, 1)

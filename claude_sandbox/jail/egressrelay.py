@@ -94,6 +94,10 @@ def relay(client: socket.socket, upstream: socket.socket, first: bytes = b"",
     client). `first`: what the proxy already read from the client to judge it (a
     ClientHello, a request head), sent upstream before anything else. `idle`: seconds
     without a byte either way after which the relay gives up (None: never)."""
+    for sock in (client, upstream):
+        # What arrives is passed on at once: Nagle's wait would add a round trip to
+        # every small write the two ends make in turn (a request, then its answer).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if first:
         upstream.sendall(first)
     flows = (_Flow(client, upstream), _Flow(upstream, client))
