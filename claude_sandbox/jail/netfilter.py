@@ -90,10 +90,15 @@ def _tables(saved: str) -> dict[str, tuple[list[list[str]], list[str]]]:
 
 def check(reply: list[str]) -> None:
     """Refuse the launch unless the holder's answer shows exactly the planned tables."""
-    if reply[0] != "ok" or reply[1] != "0":
-        why = reply[1] if reply[0] != "ok" else reply[3].strip()
-        raise jail_error(f"iptables failed ({why}); the agent's traffic cannot be sent "
-                         "through the egress proxy; install the iptables package")
+    if reply[0] != "ok":  # the tool itself could not run
+        raise jail_error(f"{reply[1]}; the agent's traffic cannot be sent through the egress "
+                         "proxy; install the iptables package")
+    if reply[1] != "0":
+        why = reply[3].strip().splitlines()[-1:] or [f"exit {reply[1]}"]
+        raise jail_error(f"iptables failed ({why[0]}); the agent's traffic cannot be sent "
+                         "through the egress proxy: the kernel must provide netfilter's nat "
+                         "table (nf_nat, nft_chain_nat, loaded on the host) and iptables must "
+                         "be installed; `claude-sandbox doctor` checks both")
     saved = _tables(reply[2])
     problem = None
     if sorted(saved) != sorted(_TABLES):

@@ -113,8 +113,8 @@ def redirect_row() -> Finding:
         netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
     except SandboxError as error:
         return Finding(False, str(error).removeprefix("egress jail: "),
-                       "install the iptables package (with its nat table support); "
-                       "the egress proxy's redirect needs it")
+                       "install the iptables package; on the host, load netfilter's nat "
+                       "support (modprobe nf_nat nft_chain_nat, or iptable_nat)")
     except (OSError, subprocess.SubprocessError) as error:
         return Finding(False, f"cannot run iptables in a user namespace: {error}",
                        "install iptables and util-linux")

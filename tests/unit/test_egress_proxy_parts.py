@@ -85,8 +85,20 @@ def test_the_filter_read_back_must_match_exactly() -> None:
     ):
         with pytest.raises(SandboxError, match="read back differs"):
             netfilter.check(["ok", "0", tampered, ""])
-    with pytest.raises(SandboxError, match="install the iptables package"):
+    with pytest.raises(SandboxError, match=r"line 3 failed.*nat table.*doctor"):
         netfilter.check(["ok", "2", "", "iptables-restore: line 3 failed"])
+    with pytest.raises(SandboxError, match="install the iptables package"):
+        netfilter.check(["err", "cannot run /usr/sbin/iptables-restore: No such file"])
+
+
+def test_explain_shows_the_policy_and_where_each_name_came_from() -> None:
+    from claude_sandbox.launch import render
+
+    lines = render.egress_lines("allow-list", egresspolicy.rules_for("pi", ("db.example:5432",)))
+    assert lines[0].startswith("# egress proxy: egress-policy = allow-list")
+    assert any(line.split() == ["api.openai.com", "80,", "443", "@pi"] for line in lines)
+    assert any(line.split() == ["db.example", "5432", "allow-domain"] for line in lines)
+    assert "every public name" in render.egress_lines("open", ())[0]
 
 
 def test_the_proxys_own_query_is_one_question_and_nothing_else() -> None:
