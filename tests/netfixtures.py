@@ -8,8 +8,11 @@ conftest, so one namespace serves every suite in a run.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -31,6 +34,7 @@ class Internet:
     hosts: str
     log: str
     ca: str  # the servers' certificate, for a client that verifies
+    namespace: str  # its `ip netns` name: a test may open a listener of its own there
 
     def received(self) -> list[str]:
         with open(self.log) as f:
@@ -41,7 +45,8 @@ class Internet:
 
 
 INTERNET_NAMES = {"allowed.test": "198.51.100.10", "other.test": "198.51.100.20",
-                  "evil.test": "198.51.100.30", "private.test": "10.213.99.9"}
+                  "evil.test": "198.51.100.30", "mock-api.test": "198.51.100.40",
+                  "private.test": "10.213.99.9"}
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +74,7 @@ def test_internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet
         _ip("addr", "add", "203.0.113.1/30", "dev", veth)
         _ip("link", "set", veth, "up")
         _ip("-n", ns, "addr", "add", "203.0.113.2/30", "dev", "eth0")
-        for address in ("198.51.100.10", "198.51.100.20", "198.51.100.30"):
+        for address in ("198.51.100.10", "198.51.100.20", "198.51.100.30", "198.51.100.40"):
             _ip("-n", ns, "addr", "add", f"{address}/32", "dev", "lo")
         _ip("-n", ns, "link", "set", "eth0", "up")
         _ip("-n", ns, "link", "set", "lo", "up")
@@ -80,7 +85,7 @@ def test_internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet
         server = subprocess.Popen([IP, "netns", "exec", ns, SYSTEM_PY, script, str(log), cert,
                                    key], stdout=subprocess.PIPE)
         assert server.stdout is not None and server.stdout.readline().strip() == b"up"
-        yield Internet(str(hosts), str(log), cert)
+        yield Internet(str(hosts), str(log), cert, ns)
     finally:
         if server is not None:
             server.kill()
@@ -92,3 +97,29 @@ def test_internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet
             _ip("link", "del", veth)
         with contextlib.suppress(subprocess.CalledProcessError):
             _ip("netns", "del", ns)
+
+
+def listening_in(namespace: str, address: str, port: int) -> socket.socket:
+    """A TCP listener made in the test internet's namespace (198.51.100.40 is free for
+    one): a thread joins the namespace only to make it, and a socket keeps the
+    namespace it was made in, so this process serves it from anywhere."""
+    made: list[socket.socket | BaseException] = []
+
+    def make() -> None:
+        try:
+            fd = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+            try:
+                if ctypes.CDLL(None, use_errno=True).setns(fd, 0x40000000) != 0:  # NEWNET
+                    raise OSError(ctypes.get_errno(), "setns")
+            finally:
+                os.close(fd)
+            made.append(socket.create_server((address, port)))
+        except BaseException as error:
+            made.append(error)
+
+    thread = threading.Thread(target=make)
+    thread.start()
+    thread.join()
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]

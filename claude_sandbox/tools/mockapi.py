@@ -450,11 +450,11 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, addr: tuple[str, int], api: MockAPI) -> None:
+    def __init__(self, addr: tuple[str, int], api: MockAPI, bind: bool = True) -> None:
         self.api = api
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
-        super().__init__(addr, _Handler)
+        super().__init__(addr, _Handler, bind_and_activate=bind)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._open_lock:
@@ -484,11 +484,21 @@ def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
+    listener: socket.socket | None = None,
+    name: str | None = None,
 ) -> Iterator[MockAPI]:
-    """Run the mock in a background thread for the duration of the block (port 0: a free one)."""
+    """Run the mock in a background thread for the duration of the block (port 0: a free one).
+
+    `listener`: a bound, listening socket to serve instead (one made in another network
+    namespace); `name`: the host name its url says, instead of the address."""
     api = MockAPI(reply_text, tool_command)
-    server = _Server((host, port), api)
-    api.host, api.port = host, server.server_address[1]
+    if listener is None:
+        server = _Server((host, port), api)
+    else:
+        server = _Server(listener.getsockname()[:2], api, bind=False)
+        server.socket.close()
+        server.socket = listener
+    api.host, api.port = name or host, server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               name=f"mockapi:{api.port}", daemon=True)
     thread.start()

@@ -8,6 +8,7 @@ inside, its managed configuration makes this sandbox its sandbox (codexconfig.py
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -19,6 +20,7 @@ import pytest
 
 from claude_sandbox.launch import state
 from claude_sandbox.tools import agentrun, mockapi
+from tests.netfixtures import Internet, listening_in
 
 pytestmark = pytest.mark.integration
 CONFIG = ("env-may-widen = egress-jail\npass-env = ANTHROPIC_API_KEY\n"
@@ -59,13 +61,22 @@ def _as(user: pwd.struct_passwd) -> list[str]:
 
 
 def _run_inside(agent: str, user: pwd.struct_passwd, workspace: str, conf: str,
-                command: str, env: dict[str, str] | None = None
-                ) -> subprocess.CompletedProcess[str]:
-    """One prompt to the real `agent` in the sandbox, whose answer runs `command`."""
+                command: str, env: dict[str, str] | None = None,
+                internet: Internet | None = None) -> subprocess.CompletedProcess[str]:
+    """One prompt to the real `agent` in the sandbox, whose answer runs `command`.
+
+    `internet`: the jail stays on, and the mock answers as mock-api.test on the test
+    internet, reached through the egress proxy like any API host."""
     as_user = _as(user)
-    prefix = ["unshare", "-m", "sh", "-c",
-              f'mount --bind {conf} /etc/claude-sandbox.conf && exec "$@"', "sh", *as_user]
-    with mockapi.serve("csbx-inside", tool_command=command) as api:
+    binds = f"mount --bind {conf} /etc/claude-sandbox.conf"
+    served: dict[str, object] = {}
+    if internet is not None:
+        binds += f" && mount --bind {internet.hosts} /etc/hosts"
+        served = {"listener": listening_in(internet.namespace, "198.51.100.40", 80),
+                  "name": "mock-api.test"}
+        env = {"CLAUDE_SANDBOX_EGRESS_JAIL": "1", **(env or {})}
+    prefix = ["unshare", "-m", "sh", "-c", f'{binds} && exec "$@"', "sh", *as_user]
+    with mockapi.serve("csbx-inside", tool_command=command, **served) as api:  # type: ignore[arg-type]
         if agent == "pi":
             # pi reads its providers from its home, which inside is its state store.
             root = state.store_root(None, user.pw_dir, user.pw_uid)
@@ -81,6 +92,39 @@ def _run_inside(agent: str, user: pwd.struct_passwd, workspace: str, conf: str,
             agent, "run it", api=api, home=user.pw_dir, cwd=workspace, argv_prefix=prefix,
             program=f"/usr/local/bin/{agent}",
             env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0", **(env or {})}, timeout=150)
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_the_agent_reaches_its_api_through_the_egress_proxy(
+        agent: str, user: pwd.struct_passwd, workspace: str, test_internet: Internet) -> None:
+    """The default allow-list plus the mock's name: the real CLI, its API by name through
+    the proxy, and the record says so."""
+    if not agentrun.is_installed(agent):
+        pytest.skip(f"{agent} is not installed")
+    directory = tempfile.mkdtemp(prefix="csbx-conf-")
+    conf = os.path.join(directory, "claude-sandbox.conf")
+    with open(conf, "w") as handle:
+        handle.write(CONFIG + "allow-domain = mock-api.test\n")
+    os.chmod(directory, 0o755)
+    os.chmod(conf, 0o644)
+    os.chmod(test_internet.hosts, 0o644)
+    marker = os.path.join(workspace, f"ran-{agent}")
+    try:
+        result = _run_inside(agent, user, workspace, conf, f"touch {marker}",
+                             internet=test_internet)
+        assert os.path.exists(marker), (result.returncode, result.stdout[-2000:],
+                                        result.stderr[-2000:])
+        shown = subprocess.run(
+            ["unshare", "-m", "sh", "-c",
+             f'mount --bind {conf} /etc/claude-sandbox.conf && exec "$@"', "sh", *_as(user),
+             "/usr/local/bin/claude-sandbox", "log", "--agent", agent, "--json"],
+            cwd=workspace, capture_output=True, text=True, check=False,
+            env={"HOME": user.pw_dir, "PATH": "/usr/local/bin:/usr/bin:/bin"})
+        entries = json.loads(shown.stdout)["entries"]
+        assert any(e["kind"] == "http" and e["name"] == "mock-api.test"
+                   and e["verdict"] == "allowed" and e["received"] > 0 for e in entries), entries
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
