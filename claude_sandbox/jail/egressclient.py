@@ -11,7 +11,7 @@ read as served (checks 75, 79).
 
 from __future__ import annotations
 
-import socket
+import _socket
 import struct
 import time
 
@@ -24,12 +24,12 @@ _READ = 16 << 10
 _PIECES = 32
 
 
-def refuse_tcp(conn: socket.socket) -> None:
+def refuse_tcp(conn: _socket.socket) -> None:
     # A reset, at once: the client sees ECONNRESET rather than a hang.
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.setsockopt(_socket.SOL_SOCKET, _socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
-def read_first(conn: socket.socket) -> tuple[str, str | None, bytes, str]:
+def read_first(conn: _socket.socket) -> tuple[str, str | None, bytes, str]:
     """(kind, name, bytes read, why no name) from what the client sends first."""
     data = b""
     deadline = time.monotonic() + FIRST_WAIT
@@ -61,7 +61,7 @@ def read_first(conn: socket.socket) -> tuple[str, str | None, bytes, str]:
     return kind, None, data, f"sent in more than {_PIECES} pieces"
 
 
-def tell_refused(conn: socket.socket, entry: dict[str, object]) -> None:
+def tell_refused(conn: _socket.socket, entry: dict[str, object]) -> None:
     """The client learns it was refused, in its own protocol."""
     try:
         if entry["kind"] == "tls":

@@ -15,9 +15,9 @@ then the names this session already had answered, then the forwarder.
 
 from __future__ import annotations
 
+import _socket
+import _thread
 import os
-import socket
-import threading
 import time
 
 from claude_sandbox.core.paths import DNS_FORWARDER
@@ -37,11 +37,11 @@ _TCP_IDLE = 10.0  # seconds a DNS-over-TCP client may wait between queries
 _MAX_NOTED = 65536  # addresses remembered; beyond, the oldest half is forgotten
 
 
-def marked(kind: int) -> socket.socket:
+def marked(kind: int) -> _socket.socket:
     """A socket the jail's filter lets out unredirected (netfilter.MARK)."""
-    sock = socket.socket(socket.AF_INET, kind | socket.SOCK_CLOEXEC)
+    sock = _socket.socket(_socket.AF_INET, kind | _socket.SOCK_CLOEXEC)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, netfilter.MARK)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_MARK, netfilter.MARK)
     except OSError:
         sock.close()
         raise
@@ -61,7 +61,7 @@ def read_hosts(path: str = "/etc/hosts") -> dict[str, list[str]]:
         if len(fields) < 2:
             continue
         try:
-            socket.inet_pton(socket.AF_INET, fields[0])  # strict: no octal, no short forms
+            _socket.inet_pton(_socket.AF_INET, fields[0])  # strict: no octal, no short forms
         except OSError:
             continue  # IPv6, or not an address
         for name in fields[1:]:
@@ -78,7 +78,8 @@ def build_query(ident: int, name: str, qtype: int) -> bytes:
 
 
 def _ask_udp(query: bytes) -> bytes | None:
-    with marked(socket.SOCK_DGRAM) as sock:
+    sock = marked(_socket.SOCK_DGRAM)
+    try:
         sock.settimeout(UPSTREAM_TIMEOUT)
         sock.connect((DNS_FORWARDER, 53))
         for _ in range(_ATTEMPTS):
@@ -91,10 +92,12 @@ def _ask_udp(query: bytes) -> bytes | None:
                     break
                 if reply[:2] == query[:2]:
                     return reply
-    return None
+        return None
+    finally:
+        sock.close()
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
+def _recv_exact(sock: _socket.socket, size: int) -> bytes | None:
     data = b""
     while len(data) < size:
         chunk = sock.recv(size - len(data))
@@ -105,12 +108,15 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
 
 
 def _ask_tcp(query: bytes) -> bytes | None:
-    with marked(socket.SOCK_STREAM) as sock:
+    sock = marked(_socket.SOCK_STREAM)
+    try:
         sock.settimeout(UPSTREAM_TIMEOUT)
         sock.connect((DNS_FORWARDER, 53))
         sock.sendall(len(query).to_bytes(2, "big") + query)
         head = _recv_exact(sock, 2)
         return None if head is None else _recv_exact(sock, int.from_bytes(head, "big"))
+    finally:
+        sock.close()
 
 
 class Names:
@@ -118,7 +124,7 @@ class Names:
 
     def __init__(self, hosts: dict[str, list[str]]) -> None:
         self.hosts = hosts
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._by_address: dict[str, str] = {}
         self._by_name: dict[str, tuple[float, list[str]]] = {}
         for name, addresses in hosts.items():
@@ -176,7 +182,7 @@ class Names:
 
 
 def _addresses(reply: bytes) -> list[str]:
-    return [socket.inet_ntoa(raw) for _, raw in dnsmsg.answer_addresses(reply) if len(raw) == 4]
+    return [_socket.inet_ntoa(raw) for _, raw in dnsmsg.answer_addresses(reply) if len(raw) == 4]
 
 
 def answer(names: Names, policy: Policy, write: Write, data: bytes, tcp: bool) -> bytes | None:
@@ -200,7 +206,7 @@ def answer(names: Names, policy: Policy, write: Write, data: bytes, tcp: bool) -
     return names.forward(query, tcp)
 
 
-def serve_udp_query(names: Names, policy: Policy, write: Write, sock: socket.socket,
+def serve_udp_query(names: Names, policy: Policy, write: Write, sock: _socket.socket,
                     data: bytes, peer: tuple[str, int]) -> None:
     reply = answer(names, policy, write, data, tcp=False)
     if reply is not None:
@@ -210,16 +216,17 @@ def serve_udp_query(names: Names, policy: Policy, write: Write, sock: socket.soc
             pass
 
 
-def serve_tcp(names: Names, policy: Policy, write: Write, conn: socket.socket) -> None:
+def serve_tcp(names: Names, policy: Policy, write: Write, conn: _socket.socket) -> None:
     """DNS over TCP (a client whose UDP answer was truncated): one query after another."""
-    with conn:
-        conn.settimeout(_TCP_IDLE)
-        try:
-            while (head := _recv_exact(conn, 2)) is not None:
-                data = _recv_exact(conn, int.from_bytes(head, "big"))
-                reply = None if data is None else answer(names, policy, write, data, tcp=True)
-                if reply is None:
-                    return
-                conn.sendall(len(reply).to_bytes(2, "big") + reply)
-        except OSError:
-            return
+    conn.settimeout(_TCP_IDLE)
+    try:
+        while (head := _recv_exact(conn, 2)) is not None:
+            data = _recv_exact(conn, int.from_bytes(head, "big"))
+            reply = None if data is None else answer(names, policy, write, data, tcp=True)
+            if reply is None:
+                return
+            conn.sendall(len(reply).to_bytes(2, "big") + reply)
+    except OSError:
+        return
+    finally:
+        conn.close()

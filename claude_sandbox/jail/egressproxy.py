@@ -26,11 +26,13 @@ ended, or the launcher died) the proxy records what is still open and exits.
 
 from __future__ import annotations
 
+# The C modules, not `socket` (it imports enum), `threading` and `queue`: the proxy
+# starts while the launch goes on, on the same cores.
+import _queue
+import _socket
+import _thread
 import os
-import queue
 import select
-import socket
-import threading
 import time
 
 from claude_sandbox.jail import (
@@ -40,9 +42,9 @@ from claude_sandbox.jail import (
     egressrelay,
     netfilter,
 )
+from claude_sandbox.jail.blocked import BLOCKED
 from claude_sandbox.jail.egressclient import read_first, refuse_tcp, tell_refused
 from claude_sandbox.jail.egresspolicy import Policy, Verdict
-from claude_sandbox.jail.routes import BLOCKED
 
 NAME = "csbx-egress"  # the proxy's process name (comm)
 _PR_SET_NAME = 15
@@ -61,7 +63,7 @@ _CLASSES = (
 
 
 def _as_int(address: str) -> int:
-    return int.from_bytes(socket.inet_aton(address), "big")
+    return int.from_bytes(_socket.inet_aton(address), "big")
 
 
 def _nets() -> tuple[tuple[int, int, str], ...]:
@@ -94,10 +96,10 @@ class Proxy:
 
     def __init__(self, policy: Policy, record_fd: int, names: egressdns.Names) -> None:
         self.policy, self.record_fd, self.names = policy, record_fd, names
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.open: dict[int, dict[str, object]] = {}  # id(entry) -> entry, for the end
-        self.slots = threading.BoundedSemaphore(_capacity())
-        self.tasks: queue.SimpleQueue[tuple[object, tuple[object, ...]]] = queue.SimpleQueue()
+        self.free = _capacity()  # connections and queries that may be served at once
+        self.tasks: _queue.SimpleQueue[tuple[object, tuple[object, ...]]] = _queue.SimpleQueue()
         self.idle = 0  # workers waiting on `tasks`, less the tasks already put for them
         self.record_full = False
 
@@ -112,27 +114,31 @@ class Proxy:
                                           "why": "the record reached its size limit"})
             os.write(self.record_fd, data)
 
-    def start(self, owned: socket.socket | None, target: object, *args: object) -> None:
+    def start(self, owned: _socket.socket | None, target: object, *args: object) -> None:
         """Serve in a worker thread: an idle one when there is one (starting a thread
         costs about 0.2 ms, on every connection's path), else a new one. When no slot
         is free, or no thread can be started (a pids cap the sandbox filled), close
         `owned`, the one connection this is for (a UDP query has none: it is dropped,
         and the shared socket stays)."""
-        if not self.slots.acquire(blocking=False):
+        with self.lock:
+            taken = self.free > 0
+            idle = taken and self.idle > 0
+            if taken:
+                self.free -= 1
+            if idle:
+                self.idle -= 1  # that worker's next task is this one
+        if not taken:
             if owned is not None:
                 owned.close()
             return
-        with self.lock:
-            idle = self.idle > 0
-            if idle:
-                self.idle -= 1  # that worker's next task is this one
         if idle:
             self.tasks.put((target, args))
             return
         try:
-            threading.Thread(target=self._work, args=(target, args), daemon=True).start()
+            _thread.start_new_thread(self._work, (target, args))
         except RuntimeError:
-            self.slots.release()
+            with self.lock:
+                self.free += 1
             if owned is not None:
                 owned.close()
 
@@ -143,9 +149,8 @@ class Proxy:
                 target(*args)  # type: ignore[operator]
             except Exception:  # one connection's fault ends only that connection
                 pass
-            finally:
-                self.slots.release()
             with self.lock:
+                self.free += 1
                 if self.idle >= _IDLE_MAX:
                     return
                 self.idle += 1
@@ -173,7 +178,7 @@ def _capacity() -> int:
     return max(16, min(MAX_OPEN, (soft - 64) // _FDS_EACH))
 
 
-def connect(policy: Policy, addresses: list[str], port: int) -> tuple[socket.socket | None, str]:
+def connect(policy: Policy, addresses: list[str], port: int) -> tuple[_socket.socket | None, str]:
     """A marked upstream connection to the first usable address; (None, why) if none."""
     why = "no address"
     for address in addresses:
@@ -181,7 +186,7 @@ def connect(policy: Policy, addresses: list[str], port: int) -> tuple[socket.soc
         if refusal:
             why = refusal
             continue
-        sock = egressdns.marked(socket.SOCK_STREAM)
+        sock = egressdns.marked(_socket.SOCK_STREAM)
         sock.settimeout(CONNECT_TIMEOUT)
         try:
             sock.connect((address, port))
@@ -194,7 +199,7 @@ def connect(policy: Policy, addresses: list[str], port: int) -> tuple[socket.soc
     return None, why
 
 
-def serve_connection(proxy: Proxy, conn: socket.socket) -> None:
+def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
     policy = proxy.policy
     started = time.monotonic()
     entry: dict[str, object] = {"kind": "tcp", "time": egressrecord.utc(), "name": None,
@@ -238,7 +243,7 @@ def serve_connection(proxy: Proxy, conn: socket.socket) -> None:
             upstream.close()
 
 
-def _decide(proxy: Proxy, conn: socket.socket, entry: dict[str, object], address: str,
+def _decide(proxy: Proxy, conn: _socket.socket, entry: dict[str, object], address: str,
             port: int, dns_name: str | None) -> tuple[Verdict, bytes, list[str]]:
     """The verdict, the client's first bytes, and where an allowed connection goes."""
     policy = proxy.policy
@@ -287,17 +292,17 @@ def _decide(proxy: Proxy, conn: socket.socket, entry: dict[str, object], address
     return verdict, first, targets
 
 
-def listeners() -> tuple[socket.socket, socket.socket, socket.socket]:
+def listeners() -> tuple[_socket.socket, _socket.socket, _socket.socket]:
     """The proxy's TCP listener and the resolver's UDP and TCP sockets, on 127.0.0.1."""
     made = []
     try:
-        for kind, port in ((socket.SOCK_STREAM, netfilter.PROXY_PORT),
-                           (socket.SOCK_DGRAM, netfilter.RESOLVER_PORT),
-                           (socket.SOCK_STREAM, netfilter.RESOLVER_PORT)):
-            sock = socket.socket(socket.AF_INET, kind | socket.SOCK_CLOEXEC)
+        for kind, port in ((_socket.SOCK_STREAM, netfilter.PROXY_PORT),
+                           (_socket.SOCK_DGRAM, netfilter.RESOLVER_PORT),
+                           (_socket.SOCK_STREAM, netfilter.RESOLVER_PORT)):
+            sock = _socket.socket(_socket.AF_INET, kind | _socket.SOCK_CLOEXEC)
             made.append(sock)
             sock.bind(("127.0.0.1", port))
-            if kind == socket.SOCK_STREAM:
+            if kind == _socket.SOCK_STREAM:
                 sock.listen(1024)
     except OSError:
         for sock in made:
@@ -306,8 +311,8 @@ def listeners() -> tuple[socket.socket, socket.socket, socket.socket]:
     return made[0], made[1], made[2]
 
 
-def serve(proxy: Proxy, control: socket.socket,
-          sockets: tuple[socket.socket, socket.socket, socket.socket]) -> None:
+def serve(proxy: Proxy, control: _socket.socket,
+          sockets: tuple[_socket.socket, _socket.socket, _socket.socket]) -> None:
     """Accept until the control socket closes; then record what is open."""
     tcp, udp, tcp_dns = sockets
     poller = select.poll()
@@ -333,9 +338,10 @@ def serve(proxy: Proxy, control: socket.socket,
             else:
                 listener = tcp if fd == tcp.fileno() else tcp_dns
                 try:
-                    conn, _ = listener.accept()
+                    fd, _ = listener._accept()  # type: ignore[attr-defined]  # socket.accept's own call
                 except OSError:
                     continue  # EMFILE under a flood: the next poll tries again
+                conn = _socket.socket(fileno=fd)
                 conn.setblocking(True)
                 if listener is tcp:
                     proxy.start(conn, serve_connection, proxy, conn)
@@ -358,8 +364,8 @@ def main(control_fd: int) -> int:
     # Its own name (a fork of the holder would show as the holder): for ps, and for the
     # checks that nothing of a launch outlives it.
     load_libc().prctl(_PR_SET_NAME, NAME.encode(), 0, 0, 0)
-    threading.stack_size(_STACK)
-    control = socket.socket(fileno=control_fd)
+    _thread.stack_size(_STACK)
+    control = _socket.socket(fileno=control_fd)
     try:
         sockets = listeners()
     except OSError as exc:

@@ -21,7 +21,6 @@ allowed the session (docs/explanation/egress-by-name.md).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -67,12 +66,44 @@ def create(where: str, header: Mapping[str, Any]) -> tuple[str, int]:
     return path, fd
 
 
+# JSON string escapes: the two JSON requires, and every control and non-ASCII character
+# as \uXXXX (a name is the agent's bytes; the line must stay one line of ASCII).
+_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\"}
+
+
+def _string(text: str) -> str:
+    out = []
+    for char in text.translate(_ESCAPES):
+        code = ord(char)
+        if 0x20 <= code < 0x7F:
+            out.append(char)
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:  # a surrogate pair
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+    return '"' + "".join(out) + '"'
+
+
+def _value(value: object) -> str:
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return _string(str(value))
+
+
 def line(entry: Mapping[str, Any]) -> bytes:
-    return (json.dumps(entry, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
+    """One record line: a flat JSON object, written without the json module (the proxy
+    imports nothing it can do without: its start overlaps the launch's)."""
+    fields = ",".join(f"{_string(str(key))}:{_value(value)}" for key, value in entry.items())
+    return ("{" + fields + "}\n").encode("ascii")
 
 
 def read(path: str) -> list[dict[str, Any]]:
     """Every well-formed entry of a record; a line cut short (a killed proxy) is skipped."""
+    import json
+
     entries = []
     with open(path, "rb") as f:
         for raw in f:

@@ -11,10 +11,10 @@ half close; a side that resets ends its direction. The counts are for the record
 
 from __future__ import annotations
 
+import _socket
 import fcntl
 import os
 import select
-import socket
 
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h: where a REDIRECTed connection was going
 # Each connection holds two pipes, and the kernel counts their pages against the
@@ -26,16 +26,16 @@ _FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 _GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
-def original_destination(sock: socket.socket) -> tuple[str, int]:
+def original_destination(sock: _socket.socket) -> tuple[str, int]:
     """The address and port a connection redirected by iptables REDIRECT was made to."""
-    raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
-    return socket.inet_ntoa(raw[4:8]), int.from_bytes(raw[2:4], "big")
+    raw = sock.getsockopt(_socket.SOL_IP, SO_ORIGINAL_DST, 16)
+    return _socket.inet_ntoa(raw[4:8]), int.from_bytes(raw[2:4], "big")
 
 
 class _Flow:
     """One direction: `src` into a pipe, the pipe into `dst`."""
 
-    def __init__(self, src: socket.socket, dst: socket.socket) -> None:
+    def __init__(self, src: _socket.socket, dst: _socket.socket) -> None:
         self.src, self.dst = src, dst
         self.read_end, self.write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         try:  # a pipe holds 64 KiB by default: each splice would move only that much
@@ -79,7 +79,7 @@ class _Flow:
         if self.ended and not self.buffered and not self.done:
             self.done = True
             try:
-                self.dst.shutdown(socket.SHUT_WR)
+                self.dst.shutdown(_socket.SHUT_WR)
             except OSError:
                 pass
 
@@ -88,7 +88,7 @@ class _Flow:
         os.close(self.write_end)
 
 
-def relay(client: socket.socket, upstream: socket.socket, first: bytes = b"",
+def relay(client: _socket.socket, upstream: _socket.socket, first: bytes = b"",
           idle: float | None = None) -> tuple[int, int]:
     """Relay until both directions are done; (bytes client to upstream, upstream to
     client). `first`: what the proxy already read from the client to judge it (a
@@ -97,7 +97,7 @@ def relay(client: socket.socket, upstream: socket.socket, first: bytes = b"",
     for sock in (client, upstream):
         # What arrives is passed on at once: Nagle's wait would add a round trip to
         # every small write the two ends make in turn (a request, then its answer).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
     if first:
         upstream.sendall(first)
     flows = (_Flow(client, upstream), _Flow(upstream, client))
