@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
     Write = Callable[[dict[str, object]], None]  # Proxy.write: one record line
 
-UPSTREAM_TIMEOUT = 3.0
+# Two tries over UDP, then one over TCP, all inside the 5 s a glibc client waits for
+# an answer: it gets ours (or SERVFAIL) in time to try again itself.
+UPSTREAM_TIMEOUT = 1.5
 _ATTEMPTS = 2
 _FRESH = 300.0  # seconds an answer is reused for the proxy's own connections
 _TCP_IDLE = 10.0  # seconds a DNS-over-TCP client may wait between queries
@@ -168,10 +170,14 @@ class Names:
     def forward(self, query: dnsmsg.Query, tcp: bool) -> bytes | None:
         """Ask upstream for an allowed query, rebuilt; the answer under the agent's id."""
         ours = build_query(int.from_bytes(os.urandom(2), "big"), query.name, query.qtype)
-        try:
-            reply = _ask_tcp(ours) if tcp else _ask_udp(ours)
-        except OSError:
-            reply = None
+        reply = None
+        for ask in ((_ask_tcp,) if tcp else (_ask_udp, _ask_tcp)):
+            try:
+                reply = ask(ours)
+            except OSError:
+                reply = None
+            if reply is not None:
+                break
         if reply is None or len(reply) < 12:
             return dnsmsg.refusal(query, dnsmsg.SERVFAIL)
         try:
