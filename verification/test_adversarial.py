@@ -45,6 +45,7 @@ from probes import (
 )
 
 from claude_sandbox.core import paths
+from claude_sandbox.jail import netfilter
 from claude_sandbox.launch import mounts, profiles
 
 Req = pytest.FixtureRequest
@@ -353,12 +354,13 @@ def test_a51_proxy_upstream_side(request: Req) -> None:
     _jail_exposed()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, 0x6373)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, netfilter.MARK)
             pytest.fail("SO_MARK was set: the redirect could be skipped")
         except PermissionError:
             pass
-    served = [port for port in (15001, 15053) if connect_error("127.0.0.1", port) is None]
-    if 15001 in served:
+    ports = (netfilter.PROXY_PORT, netfilter.RESOLVER_PORT)
+    served = [port for port in ports if connect_error("127.0.0.1", port) is None]
+    if netfilter.PROXY_PORT in served:
         pytest.fail("a connection to the proxy's own listener was served")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         try:

@@ -56,6 +56,7 @@ from probes import (
 
 from claude_sandbox.core import paths
 from claude_sandbox.install import installer
+from claude_sandbox.jail import netfilter
 from claude_sandbox.launch import mounts, profiles
 
 LIBEXEC = paths.LIBEXEC
@@ -1147,7 +1148,7 @@ def test_72_reads_by_inversion(request: pytest.FixtureRequest) -> None:
 
 # A documentation address (RFC 5737): whatever answers a connection there is the proxy.
 FAR = "198.51.100.77"
-PROXY_PORTS = (15001, 15053)  # the proxy's listener and resolver (jail/netfilter.py)
+PROXY_PORTS = (netfilter.PROXY_PORT, netfilter.RESOLVER_PORT)
 
 
 def _allow_list(request: pytest.FixtureRequest) -> bool:
@@ -1233,7 +1234,7 @@ def test_81_proxy_out_of_reach(request: pytest.FixtureRequest) -> None:
     # Only the proxy's mark skips the redirect; setting it needs CAP_NET_ADMIN.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, 0x6373)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, netfilter.MARK)
             marked = True
         except PermissionError:
             marked = False

@@ -54,6 +54,17 @@ def send_frame(sock: _socket.socket, fields: list[str]) -> None:
     sock.sendall(encode_frame(fields))
 
 
+def send_frame_fds(sock: _socket.socket, fields: list[str], fds: list[int]) -> None:
+    """send_frame, with `fds` passed as SCM_RIGHTS on the frame's first byte (the one
+    recv_frame_fds reads with recvmsg)."""
+    frame = encode_frame(fields)
+    sent = 0
+    if fds:
+        rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds)
+        sent = sock.sendmsg([frame[:1]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    sock.sendall(frame[sent:])
+
+
 def _recv_exact(sock: _socket.socket, size: int) -> bytes | None:
     chunks = []
     while size:

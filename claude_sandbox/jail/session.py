@@ -31,7 +31,6 @@ from __future__ import annotations
 # (threading, locale): about 10 ms that would delay the launch (ADR 0004).
 import _signal  # type: ignore[import-not-found]
 import _socket
-import array
 import contextlib
 import os
 import select
@@ -45,7 +44,7 @@ from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import dirs, lock, netfilter, reaping, relays, routes
 from claude_sandbox.jail import start as jail_start
 from claude_sandbox.jail.egresspolicy import Policy
-from claude_sandbox.jail.holder import encode_frame, recv_frame, send_frame, wait_listening
+from claude_sandbox.jail.holder import recv_frame, send_frame, send_frame_fds, wait_listening
 from claude_sandbox.jail.spec import JailSpec
 
 TYPE_CHECKING = False
@@ -240,12 +239,9 @@ class Jail:
         spec = self.settings
         policy = Policy(spec.egress_policy, spec.agent, spec.rules, spec.allow_ip, spec.host,
                         spec.hosts_file)
-        frame = encode_frame(["policy", *policy.fields()])
         record = record_fd if record_fd >= 0 else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         try:
-            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", [record]))
-            sent = self._proxy_ctl.sendmsg([frame[:1]], [rights])
-            self._proxy_ctl.sendall(frame[sent:])
+            send_frame_fds(self._proxy_ctl, ["policy", *policy.fields()], [record])
             reply = recv_frame(self._proxy_ctl)
         except OSError:
             reply = None
@@ -282,13 +278,8 @@ class Jail:
 
     def _exec(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int]) -> None:
         fields = ["exec", str(len(argv)), *argv, str(len(fds)), *map(str, fds)]
-        frame = encode_frame(fields + [f"{k}={v}" for k, v in env.items()])
         try:
-            sent = 0
-            if fds:  # the descriptors ride on the frame's first byte
-                rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))
-                sent = self._sock.sendmsg([frame[:1]], [rights])
-            self._sock.sendall(frame[sent:])
+            send_frame_fds(self._sock, fields + [f"{k}={v}" for k, v in env.items()], list(fds))
             reply = recv_frame(self._sock)
         except OSError:
             raise reaping.HolderGone from None

@@ -14,7 +14,6 @@ import _signal  # type: ignore[import-not-found]  # the C module: `signal` impor
 import _socket
 import fcntl
 import os
-import sys
 import time
 
 from claude_sandbox.core import paths
@@ -24,7 +23,7 @@ from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import netfilter
 from claude_sandbox.jail.dirs import make_private_dir, remove_dir
-from claude_sandbox.jail.holder import encode_frame, send_frame
+from claude_sandbox.jail.holder import send_frame, send_frame_fds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -352,11 +351,7 @@ def _ask_for_proxy(sock: _socket.socket) -> _socket.socket:
     /proc); the other end is returned, for the policy and, when it closes, the end."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        frame = encode_frame(["proxy"])
-        fd = theirs.fileno().to_bytes(4, sys.byteorder)
-        rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd)
-        sent = sock.sendmsg([frame[:1]], [rights])
-        sock.sendall(frame[sent:])
+        send_frame_fds(sock, ["proxy"], [theirs.fileno()])
     except BaseException:
         ours.close()
         raise
