@@ -185,7 +185,7 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=1 << 30)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--held", type=int, default=1000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench_egress: run as root (it makes a namespace and a route)", file=sys.stderr)
