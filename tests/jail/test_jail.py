@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Sequence
 
 import pytest
@@ -21,6 +24,7 @@ from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.lock import READBACK
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.launch.plan import resolv_conf
+from tests.netfixtures import Internet, listening_in
 
 from .conftest import (
     PROBE,
@@ -138,39 +142,112 @@ def test_allow_ip_opens_exactly_that_host(
     assert results == {targets[0]: "connected", targets[1]: "refused"}
 
 
-def test_pip_reaches_the_registry_through_the_proxy_and_the_forwarder(
-        tmp_path: os.PathLike[str]) -> None:
-    """The one real outside place: the package index, through its ordinary client, under
-    the default allow-list; its names resolve through our resolver and pasta's forwarder."""
-    out = os.path.join(tmp_path, "egress")
+def _wheel(directory: str, name: str, version: str) -> str:
+    """A minimal, valid pure-Python wheel: the dist-info pip reads, nothing to install."""
+    info = f"{name}-{version}.dist-info"
+    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    path = os.path.join(directory, f"{name}-{version}-py3-none-any.whl")
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path
+
+
+def _serve_index(listener: socket.socket, context: ssl.SSLContext, pages: dict[str, bytes],
+                 hosts_seen: list[str]) -> None:
+    """Answer each TLS request on `listener` from `pages` (path to body), one per connection."""
+    while True:
+        try:
+            raw, _ = listener.accept()
+        except OSError:
+            return
+        try:
+            with context.wrap_socket(raw, server_side=True) as conn:
+                conn.settimeout(10)
+                head = b""
+                while b"\r\n\r\n" not in head and (chunk := conn.recv(4096)):
+                    head += chunk
+                lines = head.decode(errors="replace").split("\r\n")
+                path = lines[0].split(" ")[1] if " " in lines[0] else "-"
+                hosts_seen.extend(line.split(":", 1)[1].strip() for line in lines[1:]
+                                  if line.lower().startswith("host:"))
+                body = pages.get(path)
+                status = b"200 OK" if body is not None else b"404 Not Found"
+                body = body or b""
+                kind = b"text/html" if path.startswith("/simple/") else b"application/zip"
+                conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind
+                             + b"\r\nContent-Length: " + str(len(body)).encode()
+                             + b"\r\nConnection: close\r\n\r\n" + body)
+        except (OSError, ssl.SSLError):
+            continue
+
+
+def test_pip_reaches_the_registry_by_name_through_the_proxy(
+        test_internet: Internet, tmp_path: os.PathLike[str]) -> None:
+    """The package index through its ordinary client under the default allow-list: pypi.org
+    and files.pythonhosted.org, by name through our resolver and the proxy, answered by an
+    index on the test internet that holds those names."""
+    base = str(tmp_path)
+    cert, key = os.path.join(base, "index.pem"), os.path.join(base, "index.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=pypi.org", "-addext",
+                    "subjectAltName=DNS:pypi.org,DNS:files.pythonhosted.org",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    hosts = os.path.join(base, "hosts")
+    with open(test_internet.hosts) as f, open(hosts, "w") as out:
+        out.write(f.read() + "198.51.100.40 pypi.org files.pythonhosted.org\n")
+    wheel = _wheel(base, "demo", "1.0")
+    with open(wheel, "rb") as f:
+        data = f.read()
+    name = os.path.basename(wheel)
+    link = (f"https://files.pythonhosted.org/packages/{name}"
+            f"#sha256={hashlib.sha256(data).hexdigest()}")
+    routes_served = {"/simple/demo/": f'<html><body><a href="{link}">{name}</a></body></html>'
+                     .encode(), f"/packages/{name}": data}
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    hosts_seen: list[str] = []
+    listener = listening_in(test_internet.namespace, "198.51.100.40", 443)
+    server = threading.Thread(target=_serve_index,
+                              args=(listener, context, routes_served, hosts_seen), daemon=True)
+    server.start()
+    out = os.path.join(base, "egress")
     fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
     saved = os.dup(1)
     os.dup2(fd, 1)
-    # The resolv.conf the launch binds over /etc/resolv.conf inside bwrap.
-    resolv = os.path.join(tmp_path, "resolv.conf")
+    # The resolv.conf the launch binds over /etc/resolv.conf inside bwrap: every name the
+    # client asks goes to our resolver, none to /etc/hosts inside.
+    resolv = os.path.join(base, "resolv.conf")
     with open("/etc/resolv.conf") as host, open(resolv, "w") as f:
         f.write(resolv_conf(host.read()))
     with open(resolv) as f:
         assert f.readline().strip() == "nameserver 169.254.1.53"
-    j = jail.start(JailSpec((), (), (), rules=egresspolicy.defaults("claude"), agent="claude"))
-    wheels = os.path.join(tmp_path, "wheels")
-    argv = [
-        "/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-        "--ro-bind", resolv, "/etc/resolv.conf", "--bind", str(tmp_path), str(tmp_path),
-        "--setenv", "HOME", str(tmp_path), "--setenv", "TMPDIR", str(tmp_path),
-        SYSTEM_PY, "-m", "pip", "download", "--no-deps",
-        "--no-cache-dir", "--disable-pip-version-check", "-d", wheels, "six==1.16.0",
-    ]  # fmt: skip
+    wheels = os.path.join(base, "wheels")
     try:
+        j = jail.start(JailSpec((), (), (), rules=egresspolicy.defaults("claude"),
+                                agent="claude", hosts_file=hosts))
+        argv = [
+            "/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--ro-bind", resolv, "/etc/resolv.conf", "--bind", base, base,
+            "--setenv", "HOME", base, "--setenv", "TMPDIR", base,
+            SYSTEM_PY, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
+            "--disable-pip-version-check", "--index-url", "https://pypi.org/simple",
+            "--cert", cert, "-d", wheels, "demo==1.0",
+        ]  # fmt: skip
         status = j.run(argv, {"PATH": "/usr/bin:/bin"})
     finally:
         os.dup2(saved, 1)
         os.close(saved)
         os.close(fd)
+        listener.close()
     with open(out) as f:
         text = f.read()
     assert status == 0, text
-    assert os.listdir(wheels) == ["six-1.16.0-py2.py3-none-any.whl"]
+    assert os.listdir(wheels) == [name]
+    assert {"pypi.org", "files.pythonhosted.org"} <= set(hosts_seen), hosts_seen
 
 
 def test_readback_matches_and_a_tampered_table_refuses(
