@@ -12,23 +12,29 @@ half close; a side that resets ends its direction. The counts are for the record
 from __future__ import annotations
 
 import _socket
+import _thread
 import fcntl
 import os
 import select
 
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h: where a REDIRECTed connection was going
-# Each connection holds two pipes, and the kernel counts their pages against the
-# user's limit on the whole host (pipe-user-pages-soft, 64 MiB by default; beyond it
-# the user's new pipes, anywhere, get one page). So a pipe starts at the kernel's
-# 64 KiB and grows to 1 MiB only once its direction has moved _BULK_AFTER bytes: a
-# bulk transfer splices a megabyte a call (about a tenth more throughput on two
-# cores than 256 KiB), and a small connection keeps the kernel's default pipes.
-_SMALL = 64 << 10
+# The kernel counts every pipe's slots against its user's limit on the whole host
+# (pipe-user-pages-soft, 16,384 pages by default; beyond it the user's new pipes,
+# anywhere, get one page each). So a direction holds a pipe only while bytes are on
+# their way: it makes one when its source has something and gives it back once all of
+# it has reached the other side. 1,000 idle connections then hold no pipe at all.
+# A direction that has moved _BULK_AFTER bytes keeps its pipe and grows it to 1 MiB,
+# which splices a megabyte a call (about a tenth more throughput on two cores than
+# 256 KiB); at most _BULK_MAX directions of the proxy hold one, a quarter of the limit.
+_SMALL = 64 << 10  # the kernel's default pipe
 _BULK = 1 << 20
 _BULK_AFTER = 4 << 20
+_BULK_MAX = 16
 _F_SETPIPE_SZ = 1031
 _FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 _GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+_bulk_lock = _thread.allocate_lock()  # each relay runs in a worker thread of its own
+_bulk_held = 0  # directions holding a 1 MiB pipe now
 
 
 def original_destination(sock: _socket.socket) -> tuple[str, int]:
@@ -42,8 +48,10 @@ class _Flow:
 
     def __init__(self, src: _socket.socket, dst: _socket.socket) -> None:
         self.src, self.dst = src, dst
-        self.read_end, self.write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.pipe: tuple[int, int] | None = None  # (read end, write end) while in use
         self.size = _SMALL  # what one splice into the pipe may move
+        self.tried = False  # for a 1 MiB pipe, once
+        self.bulk = False  # holds one of the _BULK_MAX
         self.buffered = 0  # bytes in the pipe, not yet written to dst
         self.count = 0
         self.ended = False  # src sent its last byte (or reset)
@@ -59,10 +67,17 @@ class _Flow:
         """Move what is there until src has nothing more now or dst takes no more:
         back to poll only then (a poll per pipeful cost about a tenth of a bulk
         transfer's rate on two cores)."""
+        try:
+            self._move()
+        finally:
+            if not self.buffered and not self.bulk:
+                self._give_back()
+
+    def _move(self) -> None:
         while not self.done:
             if not self.buffered and not self.ended:
                 try:
-                    moved = os.splice(self.src.fileno(), self.write_end, self.size,
+                    moved = os.splice(self.src.fileno(), self._pipe()[1], self.size,
                                       flags=_FLAGS)
                 except BlockingIOError:
                     return  # src has nothing more now
@@ -74,7 +89,7 @@ class _Flow:
                     self.buffered += moved
             while self.buffered:
                 try:
-                    moved = os.splice(self.read_end, self.dst.fileno(), self.buffered,
+                    moved = os.splice(self._pipe()[0], self.dst.fileno(), self.buffered,
                                       flags=_FLAGS)
                 except BlockingIOError:
                     return  # dst is full: poll waits for room
@@ -83,7 +98,7 @@ class _Flow:
                     break
                 self.buffered -= moved
                 self.count += moved
-            if self.size < _BULK and self.count >= _BULK_AFTER:
+            if not self.tried and self.count >= _BULK_AFTER:
                 self._grow()
             if self.ended and not self.buffered:
                 self.done = True
@@ -92,16 +107,38 @@ class _Flow:
                 except OSError:
                     pass
 
+    def _pipe(self) -> tuple[int, int]:
+        if self.pipe is None:
+            self.pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        return self.pipe
+
     def _grow(self) -> None:
+        """A 1 MiB pipe kept for this direction, when one of the _BULK_MAX is free."""
+        global _bulk_held
+        self.tried = True
+        with _bulk_lock:
+            if _bulk_held >= _BULK_MAX:
+                return  # the small pipe works, a little slower
+            _bulk_held += 1
+        self.bulk, self.size = True, _BULK  # a splice asking more than fits moves what fits
         try:
-            fcntl.fcntl(self.write_end, _F_SETPIPE_SZ, _BULK)
+            fcntl.fcntl(self._pipe()[1], _F_SETPIPE_SZ, _BULK)
         except OSError:
             pass  # above pipe-max-size, or the user's pages are spent: the small pipe works
-        self.size = _BULK  # tried once; a splice asking for more than fits moves what fits
+
+    def _give_back(self) -> None:
+        if self.pipe is not None:
+            os.close(self.pipe[0])
+            os.close(self.pipe[1])
+            self.pipe = None
 
     def close(self) -> None:
-        os.close(self.read_end)
-        os.close(self.write_end)
+        global _bulk_held
+        self._give_back()
+        if self.bulk:
+            with _bulk_lock:
+                _bulk_held -= 1
+            self.bulk = False
 
 
 def relay(client: _socket.socket, upstream: _socket.socket, first: bytes = b"",

@@ -10,6 +10,8 @@ import hashlib
 import os
 import socket
 import threading
+import time
+from collections.abc import Callable
 
 from claude_sandbox.jail import egressrelay
 
@@ -92,3 +94,58 @@ def test_an_idle_relay_gives_up() -> None:
     assert egressrelay.relay(relay_near, relay_far, idle=0.2) == (0, 0)
     for sock in (client, relay_near, relay_far, server):
         sock.close()
+
+
+def _pipes() -> int:
+    """Pipe ends this process holds now."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+        except OSError:
+            pass
+    return count
+
+
+def _until(condition: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + 10
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_idle_connections_hold_no_pipe_and_bulk_pipes_are_capped() -> None:
+    """Pipes count against the user's pages on the whole host: an idle direction gives its
+    pipe back, and at most _BULK_MAX directions keep a grown one."""
+    before = _pipes()
+    count = egressrelay._BULK_MAX + 3
+    pairs = [(*_pair(), *_pair()) for _ in range(count)]  # client, near, far, server
+    relays = [threading.Thread(target=egressrelay.relay, args=(near, far), daemon=True)
+              for _, near, far, _ in pairs]
+    for thread in relays:
+        thread.start()
+    small = pairs[0]
+    small[0].sendall(b"hello")
+    assert small[3].recv(16) == b"hello"
+    assert _until(lambda: _pipes() == before), "an idle relay still holds a pipe"
+    bulk = os.urandom(egressrelay._BULK_AFTER + (1 << 20))
+    for client, _, _, server in pairs:
+        sender = threading.Thread(target=client.sendall, args=(bulk,))
+        sender.start()
+        received = 0
+        while received < len(bulk):
+            received += len(server.recv(1 << 20))
+        sender.join()
+    assert _until(lambda: egressrelay._bulk_held == egressrelay._BULK_MAX)
+    assert _until(lambda: _pipes() == before + 2 * egressrelay._BULK_MAX)
+    for client, _, _, server in pairs:
+        client.close()
+        server.close()
+    for thread in relays:
+        thread.join(timeout=10)
+    for _, near, far, _ in pairs:
+        near.close()
+        far.close()
+    assert egressrelay._bulk_held == 0 and _pipes() == before
