@@ -70,6 +70,16 @@ INTERPRETER = sys.executable
 PACKAGE_SITE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def workspace_key(workspace: str) -> str:
+    """The name a workspace's directories have in the user's stores (its overlays'
+    uppers, its egress records): its last component, then a hash of the whole path,
+    so two workspaces of the same name never share one."""
+    import hashlib
+
+    digest = hashlib.sha256(workspace.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return f"{os.path.basename(workspace) or 'root'}-{digest}"
+
+
 def internal_argv(command: str) -> list[str]:
     """How the core re-enters itself for an internal command (`_enter`, `_jail_holder`).
 

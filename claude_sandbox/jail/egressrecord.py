@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import time
 
+from claude_sandbox.core import paths
 from claude_sandbox.jail.egresspolicy import WEB_PORTS
 
 TYPE_CHECKING = False
@@ -40,10 +41,7 @@ MAX_BYTES = 64 << 20
 
 def directory(store: str, workspace: str) -> str:
     """Where the records of `workspace`'s sessions are, in the user's state store."""
-    import hashlib
-
-    key = hashlib.sha256(workspace.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return os.path.join(store, "egress", f"{os.path.basename(workspace) or 'root'}-{key}")
+    return os.path.join(store, "egress", paths.workspace_key(workspace))
 
 
 def session_id(now: float | None = None, pid: int | None = None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from claude_sandbox.core import paths
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.mounts import Writable
 
@@ -34,10 +35,7 @@ class View:
 
 def workspace_store(agent_store: str, workspace: str) -> str:
     """The agent's per-workspace directory in its store: views' uppers, kept changes."""
-    import hashlib
-
-    key = hashlib.sha256(workspace.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return os.path.join(agent_store, "workspaces", f"{os.path.basename(workspace)}-{key}")
+    return os.path.join(agent_store, "workspaces", paths.workspace_key(workspace))
 
 
 def review_store(base: str) -> str:
