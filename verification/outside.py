@@ -7,7 +7,8 @@ launcher mid-session and 60 hangs up its terminal, 35 compares what existed
 before the launch with what is left after it; 70 and 71 plant in a scratch
 repository, 73 runs a review-mode session in one and applies it, 74 runs
 what a user runs outside after a review session that planted for it, and 77 and
-78 read back from the egress record where a misaddressed allowed name went.
+78 read back from the egress record where a misaddressed allowed name went, and 82
+kills a session's egress proxy and sees what the agent's next connection meets.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import ctypes
 import fcntl
 import os
 import secrets
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -769,3 +772,83 @@ def check_78_allowed_http_host_reaches_its_host(record: list[dict[str, Any]] | R
                                                 name: str) -> Result:
     """HTTP with an allowed Host sent elsewhere went to the name, or nowhere."""
     return _went_to_the_name("78", "http", record, name)
+
+
+_DEAD_PROXY = r"""
+import errno, socket, sys
+far = sys.argv[1]
+
+def attempt():
+    try:
+        with socket.create_connection((far, 80), timeout=5):
+            return "connected"
+    except socket.timeout:
+        return "timeout"
+    except OSError as error:
+        return errno.errorcode.get(error.errno or 0, str(error))
+
+print("before", attempt(), flush=True)
+print("ready", flush=True)
+sys.stdin.readline()
+print("after", attempt(), flush=True)
+"""
+
+
+def _proxies() -> set[int]:
+    """This user's egress proxies now (by the name the proxy gives itself)."""
+    found = set()
+    for pid, comm in _processes():
+        with contextlib.suppress(OSError):  # gone since
+            if comm == "csbx-egress" and os.stat(f"/proc/{pid}").st_uid == os.getuid():
+                found.add(pid)
+    return found
+
+
+def check_82_dead_proxy_ends_reach(shim: str, agent: str, home: str,
+                                   environ: Mapping[str, str], jail_on: bool) -> Result:
+    """The proxy is killed mid-session from outside: the agent's next connection meets
+    the redirect to nothing (refused at once), never a way around it."""
+    if not jail_on:
+        return Result("82", "SKIP", "egress-jail = off: no proxy")
+    repo = _scratch_repository(home)
+    before = _proxies()
+    try:
+        with open(os.path.join(repo, ".csbx-dead-proxy.py"), "w", encoding="utf-8") as handle:
+            handle.write(_DEAD_PROXY)
+        session = subprocess.Popen(
+            [shim, "shell", "--agent", agent, "--", "/usr/bin/python3", ".csbx-dead-proxy.py",
+             _FAR], cwd=repo, env=dict(environ), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert session.stdin is not None and session.stdout is not None
+        try:
+            first = session.stdout.readline().strip()
+            if session.stdout.readline().strip() != "ready":
+                return Result("82", "FAIL", f"the session did not start: {first!r}")
+            if first != "before connected":
+                return Result("82", "FAIL", f"no redirect to the proxy to begin with: {first}")
+            killed = _proxies() - before
+            if len(killed) != 1:
+                return Result("82", "FAIL", f"not one proxy of this session: {sorted(killed)}")
+            pid = killed.pop()
+            pidfd = os.pidfd_open(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                select.select([pidfd], [], [], 10)  # readable once it has exited
+            finally:
+                os.close(pidfd)
+            session.stdin.write("go\n")
+            session.stdin.flush()
+            after = session.stdout.readline().strip()
+            session.wait(timeout=60)
+        finally:
+            if session.poll() is None:
+                session.kill()
+                session.wait()
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+    if not after:
+        return Result("82", "PASS", "the session ended with its proxy")
+    if after in ("after ECONNREFUSED", "after ENETUNREACH", "after EPERM", "after EACCES"):
+        return Result("82", "PASS", f"with the proxy killed, a connection to {_FAR}:80 meets "
+                      f"{after.split()[1]} at once")
+    return Result("82", "FAIL", f"with the proxy killed, a connection to {_FAR}:80: {after}")

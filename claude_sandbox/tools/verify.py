@@ -561,6 +561,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     fronted, facts["allowed_name"]))
                 results.append(outside_module.check_78_allowed_http_host_reaches_its_host(
                     fronted, facts["allowed_name"]))
+                results.append(outside_module.check_82_dead_proxy_ends_reach(
+                    SHIM, agent, facts["home"], base_env, bool(facts["egress_jail"])))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,
@@ -572,7 +574,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             else:
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
                             for number in ("27", "48", "49", "60", "35", "53", "70", "71",
-                                           "73", "74", "77", "78")]
+                                           "73", "74", "77", "78", "82")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()
