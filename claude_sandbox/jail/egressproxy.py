@@ -42,60 +42,27 @@ from claude_sandbox.jail import (
     egressrelay,
     netfilter,
 )
-from claude_sandbox.jail.blocked import BLOCKED
 from claude_sandbox.jail.egressclient import read_first, refuse_tcp, tell_refused
 from claude_sandbox.jail.egresspolicy import Policy, Verdict
+from claude_sandbox.jail.egressupstream import address_refusal, connect
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "csbx-egress"  # the proxy's process name (comm)
 _PR_SET_NAME = 15
-CONNECT_TIMEOUT = 10.0
 MAX_OPEN = 4096  # connections and queries served at once; beyond, refused at once
 _IDLE_MAX = 32  # workers kept waiting for the next connection
 _FDS_EACH = 6  # a relayed connection holds two sockets and two pipes
 _STACK = 256 << 10
-# Address classes the proxy never connects to, whatever the policy (with the routes'
-# block list): this network, loopback, multicast and the reserved block.
-_CLASSES = (
-    *((row.cidr, row.why) for row in BLOCKED),
-    ("0.0.0.0/8", "this network"), ("127.0.0.0/8", "loopback"),
-    ("224.0.0.0/4", "multicast"), ("240.0.0.0/4", "reserved"),
-)
-
-
-def _as_int(address: str) -> int:
-    return int.from_bytes(_socket.inet_aton(address), "big")
-
-
-def _nets() -> tuple[tuple[int, int, str], ...]:
-    found = []
-    for cidr, why in _CLASSES:
-        base, bits = cidr.split("/")
-        mask = (0xFFFFFFFF << (32 - int(bits))) & 0xFFFFFFFF
-        found.append((_as_int(base) & mask, mask, why))
-    return tuple(found)
-
-
-_NETS = _nets()
-
-
-def address_refusal(policy: Policy, address: str) -> str | None:
-    """Why the proxy must not connect to `address`; None when it may."""
-    if address in policy.allow_ip:
-        return None
-    if address in policy.host:
-        return f"{address} is an address of the host"
-    number = _as_int(address)
-    for base, mask, why in _NETS:
-        if number & mask == base:
-            return f"{address} is {why}"
-    return None
-
-
 class Proxy:
     """The listeners, the policy, the record, and what is open now."""
 
-    def __init__(self, policy: Policy, record_fd: int, names: egressdns.Names) -> None:
+    def __init__(self, policy: Policy, record_fd: int, names: egressdns.Names,
+                 broker: Any = None) -> None:
         self.policy, self.record_fd, self.names = policy, record_fd, names
+        self.broker = broker  # egressinject.Broker when the launch brokers credentials
         self.lock = _thread.allocate_lock()
         self.open: dict[int, dict[str, object]] = {}  # id(entry) -> entry, for the end
         self.free = _capacity()  # connections and queries that may be served at once
@@ -178,27 +145,6 @@ def _capacity() -> int:
     return max(16, min(MAX_OPEN, (soft - 64) // _FDS_EACH))
 
 
-def connect(policy: Policy, addresses: list[str], port: int) -> tuple[_socket.socket | None, str]:
-    """A marked upstream connection to the first usable address; (None, why) if none."""
-    why = "no address"
-    for address in addresses:
-        refusal = address_refusal(policy, address)
-        if refusal:
-            why = refusal
-            continue
-        sock = egressdns.marked(_socket.SOCK_STREAM)
-        sock.settimeout(CONNECT_TIMEOUT)
-        try:
-            sock.connect((address, port))
-        except OSError as exc:
-            sock.close()
-            why = f"{address}:{port}: {exc.strerror or exc}"
-            continue
-        sock.settimeout(None)
-        return sock, address
-    return None, why
-
-
 def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
     policy = proxy.policy
     started = time.monotonic()
@@ -222,7 +168,13 @@ def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
         entry["upstream"] = why
         with proxy.lock:
             proxy.open[id(entry)] = entry
-        sent, received = egressrelay.relay(conn, upstream, first)
+        broker = proxy.broker
+        if broker is not None and entry["kind"] == "http" and broker.seen(first):
+            entry["other_sentinels"] = broker.seen(first)  # sent in the clear: not injected
+        if broker is not None and entry["kind"] == "tls" and broker.terminates(entry["name"], port):
+            sent, received = broker.serve(conn, upstream, entry["name"], first, entry)
+        else:
+            sent, received = egressrelay.relay(conn, upstream, first)
         entry.update(sent=sent, received=received)
     except OSError as exc:
         entry.setdefault("verdict", "refused")
@@ -269,7 +221,8 @@ def _decide(proxy: Proxy, conn: _socket.socket, entry: dict[str, object], addres
         return Verdict(True, f"egress-policy = {policy.mode}", ""), b"", [address]
     kind, name, first, why = read_first(conn)
     entry.update(kind=kind, name=name or dns_name)
-    if policy.open():
+    brokered = proxy.broker is not None and kind == "tls" and proxy.broker.terminates(name, port)
+    if policy.open() and not brokered:  # a credential's host goes to the name, as below
         # It goes where the agent sent it; a name it claimed for an address that name
         # does not have is marked, so learn never offers it (egressrecord.learned).
         if name and name != dns_name and address not in proxy.names.lookup(name):
@@ -379,11 +332,21 @@ def main(control_fd: int) -> int:
         send_frame(control, ["err", "the egress proxy needs its policy and its record"])
         return 1
     try:
-        policy = Policy.from_fields(args)
+        size = 6 + 3 * int(args[2])  # the policy's fields; the broker's follow
+        policy = Policy.from_fields(args[:size])
+        broker = None
+        if args[size:]:
+            from claude_sandbox.jail import egressinject  # ssl: only when brokering
+
+            broker = egressinject.from_fields(args[size:])
     except (ValueError, IndexError) as exc:
         send_frame(control, ["err", f"the egress proxy's policy does not parse: {exc}"])
         return 1
-    proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts(policy.hosts_file)))
+    except OSError as exc:  # ssl.SSLError included: the certificate or the trust store
+        send_frame(control, ["err", f"the credential broker cannot start: {exc}"])
+        return 1
+    proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts(policy.hosts_file)),
+                  broker)
     send_frame(control, ["ok"])
     serve(proxy, control, sockets)
     return 0

@@ -128,14 +128,17 @@ class Jail:
         self._trace("not dumpable, outside relays, stale directories")
 
     def run(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = (),
-            overlays: Sequence[tuple[str, str, str, str]] = (), record_fd: int = -1) -> int:
+            overlays: Sequence[tuple[str, str, str, str]] = (), record_fd: int = -1,
+            broker: Sequence[str] = ()) -> int:
         """Lock the routes, run the session, tear down; the session's status.
 
         `fds` are descriptors the session must inherit at the same numbers
         (bwrap's --seccomp FD, a gitconfig pipe): they travel to the holder
         over the socketpair (SCM_RIGHTS), since it started before they existed.
         `record_fd`: the session's egress record (egressrecord.create), which the
-        proxy appends to; without one it records into /dev/null.
+        proxy appends to; without one it records into /dev/null. `broker`: the
+        credential broker's fields (egressinject.from_fields), real values included:
+        they reach the proxy over its control socket only, never an argument or a file.
         """
         try:
             # The answers to the two requests start.begin() sent.
@@ -153,7 +156,7 @@ class Jail:
                         "the kernel must allow overlayfs in a user namespace (Linux 5.11 or "
                         "later)", EXIT_UNAVAILABLE)
             self._trace("overlays mounted")
-            self._give_policy(record_fd)
+            self._give_policy(record_fd, broker)
             self._trace("proxy serving")
             self._exec(argv, env, fds)
             self._trace("session started")
@@ -234,14 +237,14 @@ class Jail:
         except OSError:
             raise jail_error("the egress proxy ended as it started") from None
 
-    def _give_policy(self, record_fd: int) -> None:
+    def _give_policy(self, record_fd: int, broker: Sequence[str] = ()) -> None:
         """The proxy's policy and record; its answer says it listens and serves."""
         spec = self.settings
         policy = Policy(spec.egress_policy, spec.agent, spec.rules, spec.allow_ip, spec.host,
                         spec.hosts_file)
         record = record_fd if record_fd >= 0 else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         try:
-            send_frame_fds(self._proxy_ctl, ["policy", *policy.fields()], [record])
+            send_frame_fds(self._proxy_ctl, ["policy", *policy.fields(), *broker], [record])
             reply = recv_frame(self._proxy_ctl)
         except OSError:
             reply = None

@@ -44,6 +44,7 @@ class Config:
     workspace_mode: str = "live"  # review: the workspace is an overlay until applied
     egress_policy: str = "allow-list"
     allow_domain: tuple[str, ...] = ()  # allow-domain values as written (egresspolicy)
+    credential: tuple[str, ...] = ()  # credential values as written (credentials.py)
     max_pids: int | None = None
     max_memory: int | None = None
     state_dir: str | None = None  # None: each user's ~/.local/state/claude-sandbox
@@ -242,6 +243,7 @@ def _assemble(
         workspace_mode=scalars.get("workspace-mode", "live"),
         egress_policy=scalars.get("egress-policy", "allow-list"),
         allow_domain=_dedupe(lists["allow-domain"]),
+        credential=_dedupe(lists["credential"]),
         max_pids=scalars.get("max-pids"),
         max_memory=scalars.get("max-memory"),
         state_dir=scalars.get("state-dir"),
@@ -278,6 +280,8 @@ DEFAULT_FILE = """\
 # egress-policy = open                   # every public name (default: allow-list)
 # allow-domain = example.com             # reach one more name on 80 and 443
 # allow-domain = db.example.com:5432     # or exactly one port, for any TCP
+# credential = GH_TOKEN                  # the agent holds a sentinel; the proxy adds the token
+# credential = DEPLOY_TOKEN api.example.com  # the same for a variable and its hosts
 # max-pids = 4096                        # cap processes
 # max-memory = 8G                        # cap memory
 """

@@ -30,6 +30,7 @@ class Kind:
     MODE = KindOf("live | review")
     POLICY = KindOf("allow-list | open | learn")
     DOMAINS = KindOf("list of NAME[:PORT], *.SUFFIX[:PORT] or @PRESET")
+    CREDENTIALS = KindOf("list of VAR or VAR HOST[,HOST...]")
 
 
 @record
@@ -103,6 +104,12 @@ KEYS: tuple[Key, ...] = (
         "exactly that port (any TCP), @PRESET for a named list; with no @PRESET line the "
         "defaults (the agent's own hosts, the registries, the forges) apply as well",
         per_agent=True),
+    Key("credential",       None, Kind.CREDENTIALS, "GH_TOKEN, GITHUB_TOKEN, GITLAB_TOKEN, "
+        "ANTHROPIC_API_KEY, OPENAI_API_KEY (their hosts)",
+        "a credential the agent holds only as a sentinel: the egress proxy puts the real "
+        "value back for these hosts only (checks 83-87); `VAR` alone names a built-in's "
+        "hosts. A variable set here is brokered when a line declares it or pass-env names "
+        "it; the forge files' tokens always are"),
     Key("max-pids",         None, Kind.COUNT,    "(no cap)",
         "the most processes the sandbox may hold", per_agent=True),
     Key("max-memory",       None, Kind.SIZE,     "(no cap)",

@@ -154,6 +154,13 @@ def _domain(text: str, where: str) -> str:
     return text
 
 
+def _credential(text: str, where: str) -> str:
+    from claude_sandbox.launch.credentials import parse_line
+
+    parse_line(text, where)
+    return " ".join(text.split())
+
+
 def _count(text: str, where: str) -> int:
     if not text.isascii() or not text.isdigit() or int(text) < 1:
         raise SandboxError(f"{where}: {text!r} is not a positive integer", EXIT_CONFIG)
@@ -188,4 +195,5 @@ ITEM_PARSERS: dict[KindOf, Callable[[str, str], object]] = {
     Kind.KEYS: _key_name,
     Kind.RELPATHS: _relative_path,
     Kind.DOMAINS: _domain,
+    Kind.CREDENTIALS: _credential,
 }

@@ -242,6 +242,7 @@ def test_pip_reaches_the_registry_by_name_through_the_proxy(
         os.dup2(saved, 1)
         os.close(saved)
         os.close(fd)
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() the server thread is in
         listener.close()
     with open(out) as f:
         text = f.read()

@@ -12,8 +12,8 @@ from claude_sandbox.jail import (
     dnsmsg,
     egressdns,
     egresspolicy,
-    egressproxy,
     egressrecord,
+    egressupstream,
     netfilter,
 )
 from claude_sandbox.jail.egresspolicy import Policy
@@ -62,7 +62,7 @@ def test_the_allow_list_adds_to_the_defaults_until_a_preset_is_named() -> None:
 ])
 def test_address_classes_the_proxy_never_connects_to(address: str, refused: str | None) -> None:
     policy = Policy("open", "claude", (), ("10.1.2.3",), ("192.0.2.2",))
-    why = egressproxy.address_refusal(policy, address)
+    why = egressupstream.address_refusal(policy, address)
     assert (why is None) if refused is None else (why is not None and refused in why), why
 
 

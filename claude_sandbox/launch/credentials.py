@@ -1,0 +1,253 @@
+"""Credentials the agent never holds: a sentinel inside, the real value added at the proxy.
+
+A credential is a variable (GH_TOKEN) or a forge CLI's stored token (gh's hosts.yml,
+glab's config.yml) with the hosts it belongs to. Inside, the agent sees a per-session
+sentinel of the same shape in its place; the egress proxy, outside the agent's reach,
+terminates TLS for those hosts only and puts the real value back into the request's
+credential headers (jail/egressinject.py, docs/explanation/credentials.md). Sent
+anywhere else, the sentinel is a meaningless string.
+
+A variable is brokered when its real value would otherwise reach the agent: pass-env
+names it, or a `credential` line declares it. A forge token is brokered whenever the
+forge configuration is bound. Everything here is pure but `sentinel`, which draws from
+the system's random source, and `read_forge`, which reads the forge files.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import string
+
+from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
+from claude_sandbox.core.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+GITHUB = ("github.com", "api.github.com")
+# The built-in table: a `credential = VAR` line names one of these with its hosts, and
+# `credential = VAR HOST[,HOST...]` sets or overrides the hosts.
+DEFAULTS: dict[str, tuple[str, ...]] = {
+    "GH_TOKEN": GITHUB,
+    "GITHUB_TOKEN": GITHUB,
+    "GITLAB_TOKEN": ("gitlab.com",),
+    "ANTHROPIC_API_KEY": ("api.anthropic.com",),
+    "OPENAI_API_KEY": ("api.openai.com",),
+}
+# The forge files whose tokens are brokered, relative to the home, and each forge's
+# variable in the table (its hosts, for the forge's default host).
+FORGE_FILES = ((".config/gh/hosts.yml", "oauth_token", "GH_TOKEN"),
+               (".config/glab-cli/config.yml", "token", "GITLAB_TOKEN"))
+_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_")
+_HOST_CHARS = frozenset(string.ascii_lowercase + string.digits + "-.")
+# Characters a real value may hold: it goes into an HTTP header as it is.
+_TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=:")
+
+
+@record
+class Credential:
+    """One brokered credential, as the plan holds it: never its value."""
+
+    variable: str  # GH_TOKEN; for a forge file's token, the file and its host
+    hosts: tuple[str, ...]  # where the proxy puts the real value back
+    source: str  # where the real value was read: $GH_TOKEN, ~/.config/gh/hosts.yml
+    sentinel: str  # what the agent sees in its place, for this session only
+
+
+@record
+class Secret:
+    """A sentinel and its real value, for the proxy only (never in the plan)."""
+
+    sentinel: str
+    real: str
+    hosts: tuple[str, ...]
+
+
+def parse_line(text: str, where: str) -> tuple[str, tuple[str, ...]]:
+    """A `credential` value: `VAR` (a built-in's hosts) or `VAR HOST[,HOST...]`."""
+    variable, _, rest = text.strip().partition(" ")
+    if not variable or not set(variable) <= _NAME_CHARS or variable[0].isdigit():
+        raise SandboxError(f"{where}: credential {variable!r} is not a variable name",
+                           EXIT_CONFIG)
+    rest = rest.strip()
+    if not rest:
+        if variable not in DEFAULTS:
+            raise SandboxError(f"{where}: credential {variable} has no built-in hosts; "
+                               f"name them: `credential = {variable} HOST[,HOST...]`",
+                               EXIT_CONFIG)
+        return variable, DEFAULTS[variable]
+    hosts = tuple(h.strip().lower() for h in rest.replace(" ", ",").split(",") if h.strip())
+    for host in hosts:
+        if (not set(host) <= _HOST_CHARS or "." not in host or host.startswith((".", "-"))
+                or host.endswith((".", "-")) or ".." in host or len(host) > 253):
+            raise SandboxError(f"{where}: credential {variable}: {host!r} is not a host name",
+                               EXIT_CONFIG)
+    return variable, tuple(dict.fromkeys(hosts))
+
+
+def table(lines: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The built-in table with the operator's `credential` lines over it (already
+    checked by the configuration; a later line wins)."""
+    found = dict(DEFAULTS)
+    for text in lines:
+        variable, hosts = parse_line(text, "credential")
+        found[variable] = hosts
+    return found
+
+
+def wanted(lines: Iterable[str], pass_env: Iterable[str],
+           environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """The variables brokered in this launch, with their hosts: set here, and either
+    declared by a `credential` line or named by pass-env."""
+    lines = tuple(lines)
+    hosts = table(lines)
+    declared = {parse_line(text, "credential")[0] for text in lines}
+    return {name: hosts[name] for name in hosts
+            if environ.get(name) and (name in declared or name in pass_env)}
+
+
+def value_problem(value: str) -> str | None:
+    """Why `value` cannot be brokered (it must go into a header as it is), or None."""
+    if not value or not set(value) <= _TOKEN_CHARS or len(value) > 4096:
+        return "its value is not a token (letters, digits and -._~+/=: only)"
+    return None
+
+
+def _prefix(value: str) -> str:
+    """What stays of a token's shape: its kind, up to the last - or _ among the first 16
+    characters (ghp_, github_pat_, glpat-, sk-ant-api03-, sk-proj-)."""
+    head = value[:16]
+    cut = max(head.rfind("_"), head.rfind("-"))
+    return value[:cut + 1] if cut > 0 else ""
+
+
+def sentinel(value: str) -> str:
+    """A stand-in of `value`'s shape: its prefix, then a random character of each
+    position's class (digit, lower, upper), punctuation kept. Drawn for each session."""
+    prefix = _prefix(value)
+    out = [prefix]
+    for char in value[len(prefix):]:
+        if char.isdigit():
+            out.append(secrets.choice(string.digits))
+        elif char.islower():
+            out.append(secrets.choice(string.ascii_lowercase))
+        elif char.isupper():
+            out.append(secrets.choice(string.ascii_uppercase))
+        else:
+            out.append(char)
+    made = "".join(out)
+    # A value of punctuation only would come back as itself.
+    return made if made != value else prefix + secrets.token_hex(max(8, len(value) // 2))
+
+
+def forge_tokens(text: str, token_key: str) -> list[tuple[str, str]]:
+    """(host, token) for each `TOKEN_KEY: value` line of a gh or glab YAML file: the host
+    is the nearest key line above it with no value (gh: a top-level host; glab: a host
+    under `hosts:`). A minimal reading: these files are flat maps of plain scalars."""
+    found: list[tuple[str, str]] = []
+    host = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        key, sep, value = stripped.partition(":")
+        value = value.strip().strip("'\"")
+        if sep and not value and "." in key:
+            host = key.strip().strip("'\"").lower()
+        elif sep and key.strip() == token_key and value:
+            found.append((host, value))
+    return found
+
+
+def forge_hosts(host: str, variable: str, hosts: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """Where a forge token for `host` belongs: the table's hosts for the forge's own
+    variable when `host` is among them, else the host alone."""
+    default = hosts.get(variable, ())
+    return default if host in default else (host,)
+
+
+def read_forge(home: str) -> dict[str, str]:
+    """The forge files (FORGE_FILES) that exist under `home`, by relative path: text."""
+    found = {}
+    for rel, _, _ in FORGE_FILES:
+        try:
+            with open(os.path.join(home, rel), encoding="utf-8") as handle:
+                found[rel] = handle.read(1 << 20)
+        except (OSError, UnicodeDecodeError):
+            continue
+    return found
+
+
+def replaced(text: str, pairs: Mapping[str, str]) -> str:
+    """`text` with every real value in `pairs` replaced by its sentinel."""
+    for real in sorted(pairs, key=len, reverse=True):  # a value inside another: the longer first
+        text = text.replace(real, pairs[real])
+    return text
+
+
+@record
+class Brokered:
+    """What a launch brokers: the plan's part (credentials, env, forge) and the proxy's
+    (secrets), kept apart so that no plan, and no rendering of one, holds a real value."""
+
+    credentials: tuple[Credential, ...] = ()
+    secrets: tuple[Secret, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # VAR, its sentinel
+    forge: tuple[tuple[str, str], ...] = ()  # a forge file (relative to home), its text inside
+    unusable: tuple[str, ...] = ()  # one line each: a credential not provided, and why
+
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(h for c in self.credentials for h in c.hosts))
+
+
+def broker(lines: Iterable[str], pass_env: Iterable[str], environ: Mapping[str, str],
+           forge_texts: Mapping[str, str]) -> Brokered:
+    """Every credential of a launch: the variables `wanted` names and the forge files'
+    tokens, one sentinel per real value (so gh and $GH_TOKEN agree inside)."""
+    lines = tuple(lines)
+    hosts = table(lines)
+    sentinels: dict[str, str] = {}
+    where_for: dict[str, tuple[str, ...]] = {}
+    credentials: list[Credential] = []
+    unusable: list[str] = []
+    env: list[tuple[str, str]] = []
+
+    def take(real: str, belongs: tuple[str, ...]) -> str:
+        if real not in sentinels:
+            sentinels[real] = sentinel(real)
+            where_for[real] = ()
+        where_for[real] = tuple(dict.fromkeys((*where_for[real], *belongs)))
+        return sentinels[real]
+
+    for name, its_hosts in wanted(lines, pass_env, environ).items():
+        problem = value_problem(environ[name])
+        if problem:
+            unusable.append(f"${name} is not provided: {problem}")
+            continue
+        made = take(environ[name], its_hosts)
+        credentials.append(Credential(name, its_hosts, f"${name}", made))
+        env.append((name, made))
+    forge: list[tuple[str, str]] = []
+    for rel, token_key, variable in FORGE_FILES:
+        text = forge_texts.get(rel)
+        if text is None:
+            continue
+        pairs = {}
+        for host, real in forge_tokens(text, token_key):
+            if value_problem(real):
+                # Not a token the proxy can put back: it leaves the file all the same.
+                pairs[real] = secrets.token_hex(16)
+                unusable.append(f"the token for {host or '?'} in ~/{rel} is not provided: "
+                                f"{value_problem(real)}")
+                continue
+            its_hosts = forge_hosts(host, variable, hosts)
+            pairs[real] = take(real, its_hosts)
+            credentials.append(Credential(f"{host or '?'} ({rel.split('/')[1]})", its_hosts,
+                                          f"~/{rel}", pairs[real]))
+        if pairs:
+            forge.append((rel, replaced(text, pairs)))
+    return Brokered(tuple(credentials),
+                    tuple(Secret(sentinels[r], r, where_for[r]) for r in sentinels),
+                    tuple(env), tuple(forge), tuple(unusable))
