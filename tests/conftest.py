@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.netfixtures import test_internet  # noqa: F401  (a fixture, for every suite)
+from tests.netfixtures import echo_hosts, test_internet  # noqa: F401  (fixtures, for every suite)
 
 CONFIG = "/etc/claude-sandbox.conf"
 WIDEN = "env-may-widen = egress-jail  # added by the test suite for its run\n"

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import socket
+import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -97,6 +99,85 @@ def test_internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet
             _ip("link", "del", veth)
         with contextlib.suppress(subprocess.CalledProcessError):
             _ip("netns", "del", ns)
+
+
+ECHO_HOST, ECHO_OTHER = "api.cred.test", "other.cred.test"
+
+
+def _echo(listener: socket.socket, context: ssl.SSLContext | None) -> None:
+    """Answer every request with its head and body, as JSON; keep-alive."""
+    while True:
+        try:
+            raw, _ = listener.accept()
+        except OSError:
+            return
+        threading.Thread(target=_echo_one, args=(raw, context), daemon=True).start()
+
+
+def _echo_one(raw: socket.socket, context: ssl.SSLContext | None) -> None:
+    try:
+        conn = context.wrap_socket(raw, server_side=True) if context else raw
+        conn.settimeout(15)
+        reader = conn.makefile("rb")
+        while True:
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                line = reader.readline()
+                if not line:
+                    return
+                head += line
+            headers = [line.decode() for line in head.split(b"\r\n")[1:] if line]
+            fields = {h.split(":", 1)[0].lower(): h.split(":", 1)[1].strip() for h in headers}
+            body = b""
+            if fields.get("transfer-encoding") == "chunked":
+                while (size := int(reader.readline().split(b";")[0], 16)):
+                    body += reader.read(size)
+                    reader.readline()
+                reader.readline()
+            else:
+                body = reader.read(int(fields.get("content-length", "0")))
+            data = json.dumps({"headers": headers, "body": body.decode()}).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    except (OSError, ssl.SSLError, ValueError):
+        pass
+    finally:
+        raw.close()
+
+
+@pytest.fixture
+def echo_hosts(test_internet: Internet, tmp_path: str) -> Iterator[dict[str, str]]:
+    """An echo server on 198.51.100.40 (443 over TLS, 80 in the clear) answering as
+    ECHO_HOST and ECHO_OTHER; a hosts file with their names, the echo's certificate
+    (`trust`) and a private copy of the system bundle with it added (`bundle`), for a
+    launch to see in place of the machine's, which no test changes."""
+    base = str(tmp_path)
+    cert, key = os.path.join(base, "echo.pem"), os.path.join(base, "echo.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", f"/CN={ECHO_HOST}", "-addext",
+                    f"subjectAltName=DNS:{ECHO_HOST},DNS:{ECHO_OTHER}",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    hosts = os.path.join(base, "hosts")
+    with open(test_internet.hosts) as f, open(hosts, "w") as out:
+        out.write(f.read() + f"198.51.100.40 {ECHO_HOST} {ECHO_OTHER}\n")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listeners = [listening_in(test_internet.namespace, "198.51.100.40", 443),
+                 listening_in(test_internet.namespace, "198.51.100.40", 80)]
+    for listener, ctx in zip(listeners, (context, None), strict=True):
+        threading.Thread(target=_echo, args=(listener, ctx), daemon=True).start()
+    try:
+        bundle = os.path.join(base, "bundle.pem")
+        with open("/etc/ssl/certs/ca-certificates.crt") as system, open(cert) as mine, \
+                open(bundle, "w") as out:
+            out.write(system.read() + mine.read())
+        for path in (base, hosts, cert, bundle):
+            os.chmod(path, 0o755 if os.path.isdir(path) else 0o644)
+        yield {"hosts": hosts, "trust": cert, "bundle": bundle}
+    finally:
+        for listener in listeners:
+            listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() a thread is in
+            listener.close()
 
 
 def listening_in(namespace: str, address: str, port: int) -> socket.socket:

@@ -16,8 +16,7 @@ the system's random source, and `read_forge`, which reads the forge files.
 from __future__ import annotations
 
 import os
-import secrets
-import string
+import random
 
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
 from claude_sandbox.core.record import record
@@ -40,10 +39,22 @@ DEFAULTS: dict[str, tuple[str, ...]] = {
 # variable in the table (its hosts, for the forge's default host).
 FORGE_FILES = ((".config/gh/hosts.yml", "oauth_token", "GH_TOKEN"),
                (".config/glab-cli/config.yml", "token", "GITLAB_TOKEN"))
-_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_")
-_HOST_CHARS = frozenset(string.ascii_lowercase + string.digits + "-.")
+# Literals, not the string module: the launch imports as little as it can.
+_DIGITS = "0123456789"
+_LOWER = "abcdefghijklmnopqrstuvwxyz"
+_UPPER = _LOWER.upper()
+_NAME_CHARS = frozenset(_LOWER + _UPPER + _DIGITS + "_")
+_HOST_CHARS = frozenset(_LOWER + _DIGITS + "-.")
 # Characters a real value may hold: it goes into an HTTP header as it is.
-_TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=:")
+_TOKEN_CHARS = frozenset(_LOWER + _UPPER + _DIGITS + "-._~+/=:")
+_RANDOM = random.SystemRandom()  # the kernel's random source, as `secrets` uses
+# Where the system's trust bundle is, by distribution: the sandbox binds it, with the
+# broker's CA added, over the first that exists.
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                  "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem")
+# The variables tools read for extra or replacement trust, all set to the bound bundle.
+TRUST_VARIABLES = ("NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+                   "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
 
 
 @record
@@ -115,6 +126,10 @@ def value_problem(value: str) -> str | None:
     return None
 
 
+def _hex(size: int) -> str:
+    return "".join(_RANDOM.choice("0123456789abcdef") for _ in range(size))
+
+
 def _prefix(value: str) -> str:
     """What stays of a token's shape: its kind, up to the last - or _ among the first 16
     characters (ghp_, github_pat_, glpat-, sk-ant-api03-, sk-proj-)."""
@@ -129,17 +144,17 @@ def sentinel(value: str) -> str:
     prefix = _prefix(value)
     out = [prefix]
     for char in value[len(prefix):]:
-        if char.isdigit():
-            out.append(secrets.choice(string.digits))
-        elif char.islower():
-            out.append(secrets.choice(string.ascii_lowercase))
-        elif char.isupper():
-            out.append(secrets.choice(string.ascii_uppercase))
+        if char in _DIGITS:
+            out.append(_RANDOM.choice(_DIGITS))
+        elif char in _LOWER:
+            out.append(_RANDOM.choice(_LOWER))
+        elif char in _UPPER:
+            out.append(_RANDOM.choice(_UPPER))
         else:
             out.append(char)
     made = "".join(out)
     # A value of punctuation only would come back as itself.
-    return made if made != value else prefix + secrets.token_hex(max(8, len(value) // 2))
+    return made if made != value else prefix + _hex(max(16, len(value)))
 
 
 def forge_tokens(text: str, token_key: str) -> list[tuple[str, str]]:
@@ -238,7 +253,7 @@ def broker(lines: Iterable[str], pass_env: Iterable[str], environ: Mapping[str, 
         for host, real in forge_tokens(text, token_key):
             if value_problem(real):
                 # Not a token the proxy can put back: it leaves the file all the same.
-                pairs[real] = secrets.token_hex(16)
+                pairs[real] = _hex(32)
                 unusable.append(f"the token for {host or '?'} in ~/{rel} is not provided: "
                                 f"{value_problem(real)}")
                 continue

@@ -18,6 +18,7 @@ from claude_sandbox.launch import (
     brokered,
     config,
     controlfiles,
+    credentials,
     gitconfig,
     gitrepo,
     hostfacts,
@@ -46,6 +47,10 @@ class Gathered:
     keep_ignored: tuple[str, ...]  # terminal signals the launch inherited ignored
     environ: tuple[tuple[str, str], ...]  # the launching variables the sandbox may take
     runners: brokered.Runners | None = None  # hardening = brokered only (brokered.py)
+    # The credentials the agent holds only as sentinels (credentials.py): real values
+    # here, for the proxy; the plan takes only the rest.
+    credentials: credentials.Brokered = credentials.Brokered()
+    trust: tuple[str, str] | None = None  # the system bundle's path, its text inside
 
 
 def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
@@ -64,6 +69,10 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
         command = (resolve_command(request.command, inner,
                                    hostfacts.inside_view(facts.home, facts.store_home, hidden)),
                    *request.command[1:])
+    brokered_now = credentials.broker(cfg.credential, cfg.pass_env, environ,
+                                      {} if cfg.no_forge else credentials.read_forge(facts.home))
+    passed = {name: environ[name] for name in mounts.passed_names(cfg, environ)}
+    passed.update(brokered_now.env)  # each brokered variable holds its sentinel instead
     return Gathered(
         facts=facts,
         layout=resolve_writable(cfg, facts, store),
@@ -74,10 +83,11 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
         resolv_conf=_read_text("/etc/resolv.conf"),
         host_addresses=_host_addresses() if cfg.egress_jail else (),
         keep_ignored=keep_ignored,
-        environ=tuple((name, environ[name]) for name in mounts.passed_names(cfg, environ)),
+        environ=tuple(passed.items()),
         runners=(brokered.read(command[0], facts.real_root, environ,
                                (*profile.direct_tools, *cfg.agent_exec))
                  if cfg.hardening == "brokered" else None),
+        credentials=brokered_now,
     )
 
 

@@ -23,6 +23,7 @@ from claude_sandbox.jail import egresspolicy
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.launch import brokered, mounts, overlays
 from claude_sandbox.launch.config import Config
+from claude_sandbox.launch.credentials import TRUST_VARIABLES, Credential
 from claude_sandbox.launch.gather import Gathered
 from claude_sandbox.launch.limits import LimitPlan
 from claude_sandbox.launch.mounts import (
@@ -57,6 +58,7 @@ class Plan:
     # outer /proc is bound, and on a root launch what root keeps from others (rootonly.py).
     hide_outer_proc: bool
     root_only: bool
+    credentials: tuple[Credential, ...] = ()  # brokered: a sentinel inside (credentials.py)
 
 
 def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -> Plan:
@@ -70,10 +72,17 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         mount_list = (*mount_list, brokered.MOUNT)
     contents = {GITCONFIG: gathered.gitconfig, CODEX_CONFIG: gathered.codex_config or "",
                 RESOLV_CONF: resolv_conf(gathered.resolv_conf)}
+    mount_list, brokered_data = _credential_mounts(mount_list, gathered)
+    contents.update(brokered_data)
     # Only what a mount binds: a descriptor nothing consumes would reach the agent.
     used = [m.source for m in mount_list if m.kind == "data"]
     data = tuple((name, contents[name]) for name in dict.fromkeys(used))
     env = mounts.environment(profile, cfg, facts, dict(gathered.environ))
+    if gathered.credentials.env or gathered.trust is not None:
+        # Each brokered variable holds its sentinel, and every tool's trust is the bundle
+        # with the broker's CA.
+        trust = dict.fromkeys(TRUST_VARIABLES, gathered.trust[0]) if gathered.trust else {}
+        env = tuple(sorted({**dict(env), **dict(gathered.credentials.env), **trust}.items()))
     rlimits = dict(limits.rlimits)  # what no cgroup enforces, `_enter` sets
     inner = Inner(
         level=cfg.hardening,
@@ -101,7 +110,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         mounts=mount_list,
         cwd=facts.cwd,
         env=env,
-        pass_env=cfg.pass_env,
+        pass_env=(*cfg.pass_env, *(name for name, _ in gathered.credentials.env)),
         data=data,
         inner=inner,
         limits=limits,
@@ -111,7 +120,34 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         workspace_store=store,
         hide_outer_proc=not facts.proc_mountable,
         root_only=facts.uid == 0,
+        credentials=gathered.credentials.credentials,
     )
+
+
+TRUST_BUNDLE = "trust-bundle"  # the data descriptor of the bundle bound inside
+
+
+def _credential_mounts(mount_list: tuple[Mount, ...], gathered: Gathered
+                       ) -> tuple[tuple[Mount, ...], dict[str, str]]:
+    """The forge files with sentinels for tokens, and the trust bundle with the broker's
+    CA, bound over the originals last (before the root turns read-only): nothing after
+    them may show the original again."""
+    added, data = [], {}
+    for number, (rel, text) in enumerate(gathered.credentials.forge):
+        name = f"forge-{number}"
+        added.append(Mount("data", os.path.join(gathered.facts.home, rel), "a forge token "
+                           "is a sentinel inside; the egress proxy adds the real one (check 83)",
+                           source=name))
+        data[name] = text
+    if gathered.trust is not None:
+        added.append(Mount("data", gathered.trust[0], "the system's trust bundle and the "
+                           "credential broker's CA (checks 84, 85)", source=TRUST_BUNDLE))
+        data[TRUST_BUNDLE] = gathered.trust[1]
+    if not added:
+        return mount_list, data
+    last = len(mount_list) - 1 if mount_list and mount_list[-1].kind == "remount-ro" \
+        else len(mount_list)
+    return (*mount_list[:last], *added, *mount_list[last:]), data
 
 
 # What the jail's resolv.conf keeps of the host's: pasta answers only queries sent to

@@ -121,6 +121,10 @@ def explain_lines(plan: Plan) -> list[str]:
     lines.append("# environment (the whole of it; pass-env values hidden):")
     lines += [f"  {name}={value}" for name, value in shown_env(plan)]
     for name, content in plan.data:
+        if name == "trust-bundle":  # the system's certificates: their count is enough
+            lines.append(f"# <{name}>, bound read-only: the system bundle and the "
+                         f"broker's CA, {content.count('BEGIN CERTIFICATE')} certificates")
+            continue
         lines.append(f"# <{name}>, bound read-only:")
         lines += [f"  {line}" for line in content.splitlines()]
     level = plan.inner.level  # the seccomp filter's and Landlock's
@@ -136,6 +140,20 @@ def explain_lines(plan: Plan) -> list[str]:
         lines.append("# egress jail: on (a per-launch network namespace; routes below)")
         lines += [f"  {line}" for line in routes.explain_plan(allow_ip=plan.jail.allow_ip)]
         lines += egress_lines(plan.jail.egress_policy, plan.jail.rules)
+    lines += credential_lines(plan)
+    return lines
+
+
+def credential_lines(plan: Plan) -> list[str]:
+    """Each brokered credential, its hosts and where its value is read; never the value."""
+    if not plan.credentials:
+        return ["# credentials: none brokered (`credential = VAR`, or pass-env naming one of "
+                "GH_TOKEN, GITHUB_TOKEN, GITLAB_TOKEN, ANTHROPIC_API_KEY, OPENAI_API_KEY)"]
+    lines = ["# credentials (checks 83-87): the agent holds a sentinel; the egress proxy "
+             "puts the real value back for these hosts only, over TLS"]
+    for credential in plan.credentials:
+        lines.append(f"  {credential.variable:<24} {','.join(credential.hosts):<32} "
+                     f"from {credential.source}")
     return lines
 
 

@@ -87,6 +87,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
                              "the agent shares this container's network, including private "
                              "networks, cloud metadata and services on 127.0.0.1\n")
         gathered = gather.gather(profile, cfg, request, environ, keep_ignored)
+        gathered, broker = _broker(gathered, cfg, store)
         the_plan = plan.make(profile, cfg, gathered, limit_plan)
         if trace.enabled:
             trace.phase(f"plan {render.digest(the_plan)}")
@@ -110,7 +111,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
                     for layer in prepared.layers]
         if jail is not None:
             status = jail.run(prepared.argv, env, prepared.fds, overlays,
-                              record[1] if record else -1)
+                              record[1] if record else -1, broker)
         else:
             status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds,
                                            overlays=overlays)
@@ -133,6 +134,48 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             cgroup.leave()
             cgroup.remove()
         _restore_terminal(modes)
+
+
+def _broker(gathered: gather.Gathered, cfg: config.Config, store: str
+            ) -> tuple[gather.Gathered, list[str]]:
+    """The credential broker's certificate and the proxy's fields (real values in them:
+    they go to the proxy's control socket only). Where the broker cannot work, the
+    credential is not provided, said in one line: never its real value instead."""
+    from claude_sandbox.core.record import replace
+
+    brokered = gathered.credentials
+    for line in brokered.unusable:
+        sys.stderr.write(f"claude-sandbox: {line}\n")
+    if not brokered.secrets:
+        return gathered, []
+    why = None
+    bundle = None
+    if not cfg.egress_jail:
+        why = "the egress jail is off (egress-jail = 0), and with it the broker"
+    else:
+        from claude_sandbox.launch import credentials, tlsca
+
+        bundle = tlsca.system_bundle()
+        if bundle is None:
+            why = (f"no system trust bundle to add the broker's CA to (none of "
+                   f"{', '.join(credentials.SYSTEM_BUNDLES)}; apt-get install ca-certificates)")
+        else:
+            try:
+                leaf = tlsca.ensure(store, brokered.hosts())
+                with open(bundle, encoding="utf-8", errors="replace") as handle:
+                    text = handle.read().rstrip("\n") + "\n" + leaf.ca
+            except (tlsca.CertificateError, OSError) as exc:
+                why = f"the broker's certificate cannot be made: {exc}"
+    if why is not None or bundle is None:
+        names = ", ".join(c.variable for c in brokered.credentials)
+        sys.stderr.write(f"claude-sandbox: credentials not provided ({names}): {why}\n")
+        held = {name for name, _ in brokered.env}
+        return replace(gathered, environ=tuple(p for p in gathered.environ if p[0] not in held),
+                       credentials=replace(brokered, env=(), secrets=())), []
+    fields = [leaf.chain, leaf.key, bundle, str(len(brokered.secrets))]
+    for secret in brokered.secrets:
+        fields += [secret.sentinel, secret.real, ",".join(secret.hosts)]
+    return replace(gathered, trust=(bundle, text)), fields
 
 
 @record

@@ -21,16 +21,10 @@ import time
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.record import record
+from claude_sandbox.launch.credentials import SYSTEM_BUNDLES
 
 LEAF_DAYS = 90
 REMAKE_DAYS = 60
-# Where the system's trust bundle is, by distribution: the sandbox binds it, with the
-# broker's CA added, over the first that exists.
-SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
-                  "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem")
-# The variables tools read for extra or replacement trust, all set to the bound bundle.
-TRUST_VARIABLES = ("NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
-                   "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
 
 
 @record

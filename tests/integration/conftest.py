@@ -34,10 +34,12 @@ class Launcher:
         input: str | None = None,
         config: str | None = None,
         hosts: str | None = None,
+        trust: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """`config`: text bound over /etc/claude-sandbox.conf for this launch only, in a
         private mount namespace made as root before the launch drops to the user;
-        `hosts`: a file bound over /etc/hosts the same way (the test internet's names)."""
+        `hosts`: a file bound over /etc/hosts the same way (the test internet's names);
+        `trust`: a file bound over the system's trust bundle the same way."""
         base = {
             "PATH": f"{SHIM_DIR}:/usr/bin:/bin",
             "HOME": self.home,
@@ -68,6 +70,8 @@ class Launcher:
             binds.append(f"mount --bind {conf} /etc/claude-sandbox.conf")
         if hosts is not None:
             binds.append(f"mount --bind {hosts} /etc/hosts")
+        if trust is not None:
+            binds.append(f"mount --bind {trust} /etc/ssl/certs/ca-certificates.crt")
         if binds:
             script = " && ".join([*binds, 'exec "$@"'])
             command = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import ssl
 import subprocess
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -24,7 +21,8 @@ from claude_sandbox.jail import egresspolicy, egressrecord
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.launch import credentials, tlsca
-from tests.netfixtures import Internet, listening_in
+from tests.netfixtures import ECHO_HOST as HOST
+from tests.netfixtures import ECHO_OTHER as OTHER
 
 from .conftest import SYSTEM_PY, jail_available
 from .test_jail import assert_torn_down
@@ -35,7 +33,6 @@ pytestmark = [
 ]
 
 REAL = "ghp_" + "R3alT0kenValue" * 2 + "ab"
-HOST, OTHER = "api.cred.test", "other.cred.test"
 
 CLIENT = r"""
 import base64, json, socket, ssl, sys
@@ -43,14 +40,14 @@ ca, sentinel = sys.argv[1], sys.argv[2]
 
 def exchange(name, port, requests, tls=True, verify=True):
     raw = socket.create_connection(("198.51.100.40", port), timeout=15)
+    sock, issuer = raw, {}
     if tls:
-        context = ssl.create_default_context(cafile=ca) if verify else ssl._create_unverified_context()
+        context = ssl.create_default_context(cafile=ca)
         if not verify:
-            context.check_hostname = False
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         sock = context.wrap_socket(raw, server_hostname=name)
-        issuer = dict(x[0] for x in sock.getpeercert()["issuer"]) if verify else {}
-    else:
-        sock, issuer = raw, {}
+        if verify:
+            issuer = dict(x[0] for x in sock.getpeercert()["issuer"])
     answers = []
     reader = sock.makefile("rb")
     for request in requests:
@@ -61,102 +58,40 @@ def exchange(name, port, requests, tls=True, verify=True):
             if not line:
                 break
             head += line
-        length = int([l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0])
-        answers.append(json.loads(reader.read(length)))
+        sizes = [h.split(b":")[1] for h in head.split(b"\r\n")
+                 if h.lower().startswith(b"content-length")]
+        answers.append(json.loads(reader.read(int(sizes[0]))))
     sock.close()
     return {"issuer": issuer.get("commonName", ""), "answers": answers}
 
 def req(name, headers, body=b"", chunked=False):
-    lines = [f"POST / HTTP/1.1", f"Host: {name}", *headers]
+    lines = ["POST / HTTP/1.1", f"Host: {name}", *headers]
     if chunked:
         lines.append("Transfer-Encoding: chunked")
-        data = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:5], body[5:]) if p) + b"0\r\n\r\n"
+        parts = (body[:5], body[5:])
+        data = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p) + b"0\r\n\r\n"
     else:
         lines.append(f"Content-Length: {len(body)}")
         data = body
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
 
+basic = base64.b64encode(("x-access-token:" + sentinel).encode()).decode()
+host, other = "api.cred.test", "other.cred.test"
+cases = [
+    ("bearer", host, 443, True,
+     [req(host, ["Authorization: Bearer @S", "X-Other: @S"], b"hello world", chunked=True),
+      req(host, ["x-api-key: @S", "PRIVATE-TOKEN: @S", "Authorization: Basic " + basic])]),
+    ("other", other, 443, True, [req(other, ["Authorization: Bearer @S"])]),
+    ("plain", host, 80, False, [req(host, ["Authorization: Bearer @S"])]),
+]
 results = {}
-basic_header = "Authorization: Basic " + base64.b64encode(("x-access-token:" + sentinel).encode()).decode()
-for label, name, port, tls, requests in [
-    ("bearer", "api.cred.test", 443, True, [req("api.cred.test", ["Authorization: Bearer @S", "X-Other: @S"], b"hello world", chunked=True),
-                                             req("api.cred.test", ["x-api-key: @S", "PRIVATE-TOKEN: @S", basic_header])]),
-    ("other", "other.cred.test", 443, True, [req("other.cred.test", ["Authorization: Bearer @S"])]),
-    ("plain", "api.cred.test", 80, False, [req("api.cred.test", ["Authorization: Bearer @S"])]),
-]:
+for label, name, port, tls, requests in cases:
     try:
         results[label] = exchange(name, port, requests, tls, verify=label != "other")
     except (OSError, ssl.SSLError, IndexError, ValueError) as exc:
         results[label] = {"error": f"{type(exc).__name__}: {exc}"}
 print(json.dumps(results), flush=True)
 """
-
-
-def _echo(listener: socket.socket, context: ssl.SSLContext | None) -> None:
-    """Answer every request with its head and body, as JSON; keep-alive."""
-    while True:
-        try:
-            raw, _ = listener.accept()
-        except OSError:
-            return
-        threading.Thread(target=_echo_one, args=(raw, context), daemon=True).start()
-
-
-def _echo_one(raw: socket.socket, context: ssl.SSLContext | None) -> None:
-    try:
-        conn = context.wrap_socket(raw, server_side=True) if context else raw
-        conn.settimeout(15)
-        reader = conn.makefile("rb")
-        while True:
-            head = b""
-            while not head.endswith(b"\r\n\r\n"):
-                line = reader.readline()
-                if not line:
-                    return
-                head += line
-            headers = [line.decode() for line in head.split(b"\r\n")[1:] if line]
-            fields = {h.split(":", 1)[0].lower(): h.split(":", 1)[1].strip() for h in headers}
-            body = b""
-            if fields.get("transfer-encoding") == "chunked":
-                while (size := int(reader.readline().split(b";")[0], 16)):
-                    body += reader.read(size)
-                    reader.readline()
-                reader.readline()
-            else:
-                body = reader.read(int(fields.get("content-length", "0")))
-            data = json.dumps({"headers": headers, "body": body.decode()}).encode()
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
-    except (OSError, ssl.SSLError, ValueError):
-        pass
-    finally:
-        raw.close()
-
-
-@pytest.fixture
-def echo_hosts(test_internet: Internet, tmp_path: str) -> Iterator[dict[str, str]]:
-    """The echo server on 198.51.100.40 (443 over TLS, 80 in the clear), its hosts file
-    and the private trust file holding its certificate."""
-    base = str(tmp_path)
-    cert, key = os.path.join(base, "echo.pem"), os.path.join(base, "echo.key")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", f"/CN={HOST}", "-addext", f"subjectAltName=DNS:{HOST},DNS:{OTHER}",
-                    "-keyout", key, "-out", cert], check=True, capture_output=True)
-    hosts = os.path.join(base, "hosts")
-    with open(test_internet.hosts) as f, open(hosts, "w") as out:
-        out.write(f.read() + f"198.51.100.40 {HOST} {OTHER}\n")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    listeners = [listening_in(test_internet.namespace, "198.51.100.40", 443),
-                 listening_in(test_internet.namespace, "198.51.100.40", 80)]
-    for listener, ctx in zip(listeners, (context, None), strict=True):
-        threading.Thread(target=_echo, args=(listener, ctx), daemon=True).start()
-    try:
-        yield {"hosts": hosts, "trust": cert}
-    finally:
-        for listener in listeners:
-            listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() a thread is in
-            listener.close()
 
 
 def run_brokered(echo: dict[str, str], tmp_path: str, args: Sequence[str],
