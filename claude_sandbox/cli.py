@@ -148,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--adversarial", action="store_true", help="also run the fixed escape attempts"
     )
     verify.add_argument(
+        "--echo-host", nargs=2, metavar=("HOST", "OTHER"),
+        help="for checks 85-87: a brokered credential's host and another allowed host, both "
+        "served over TLS and HTTP by a server that answers each request with its head as "
+        "JSON ({\"headers\": [\"Name: value\", ...]}); without it those checks skip",
+    )
+    verify.add_argument(
         "--quick", action="store_true",
         help="do not start the real agents outside for check 54 (faster; 54 then covers "
         "only the refusals inside)",

@@ -852,3 +852,84 @@ def check_82_dead_proxy_ends_reach(shim: str, agent: str, home: str,
         return Result("82", "PASS", f"with the proxy killed, a connection to {_FAR}:80 meets "
                       f"{after.split()[1]} at once")
     return Result("82", "FAIL", f"with the proxy killed, a connection to {_FAR}:80: {after}")
+
+
+_INJECTED = r"""
+import json, os, sys, urllib.request
+name, host, other = sys.argv[1:4]
+token = os.environ.get(name, "")
+seen = {"token": token}
+for label, url in (("85", f"https://{host}/"), ("86", f"https://{other}/"),
+                   ("87", f"http://{host}/")):
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as answer:
+            headers = json.loads(answer.read())["headers"]
+        seen[label] = next((h.split(":", 1)[1].strip() for h in headers
+                            if h.lower().startswith("authorization:")), "(none)")
+    except (OSError, ValueError, KeyError) as error:
+        seen[label] = f"error: {error}"
+print(json.dumps(seen))
+"""
+
+
+def injection_seen(shim: str, agent: str, home: str, environ: Mapping[str, str],
+                   echo: Sequence[str] | None, credential_lines: Sequence[str]
+                   ) -> list[Result]:
+    """For checks 85-87: a session sends its credential's sentinel to the credential's
+    host over TLS, to another allowed host and to the credential's host in the clear;
+    what each received, judged (in the checks' order)."""
+    numbers = ("85", "86", "87")
+    if not echo:
+        return [Result(n, "SKIP", "no echo host given (verify --echo-host HOST OTHER)")
+                for n in numbers]
+    host, other = echo
+    name = next((line.split()[0] for line in credential_lines
+                 if len(line.split()) > 1 and host in line.split()[1].split(",")), "")
+    real = environ.get(name, "") if name else ""
+    if not real:
+        return [Result(n, "SKIP", f"no credential line names {host}, or its variable is "
+                       "not set") for n in numbers]
+    import json
+
+    repo = _scratch_repository(home)
+    try:
+        with open(os.path.join(repo, ".csbx-injected.py"), "w", encoding="utf-8") as handle:
+            handle.write(_INJECTED)
+        ran = _launch_in(shim, agent, repo, environ,
+                         f"/usr/bin/python3 .csbx-injected.py {name} {host} {other}")
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+    try:
+        seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [Result(n, "FAIL", f"the session failed: {ran.stderr.strip()[-300:]}")
+                for n in numbers]
+    sentinel = str(seen.get("token", ""))
+    if not sentinel or sentinel == real:
+        return [Result(n, "FAIL", f"${name} inside is {'empty' if not sentinel else 'real'}")
+                for n in numbers]
+    want = {"85": f"Bearer {real}", "86": f"Bearer {sentinel}", "87": f"Bearer {sentinel}"}
+    what = {"85": f"{host} over TLS", "86": f"{other} over TLS", "87": f"{host} in the clear"}
+    results = []
+    for number in numbers:
+        got = str(seen.get(number))
+        shown = "the real value" if real in got else "the sentinel" if sentinel in got else got
+        outcome = "PASS" if got == want[number] else "FAIL"
+        results.append(Result(number, outcome, f"{what[number]} received {shown}"))
+    return results
+
+
+def check_85_real_value_at_its_host(seen: list[Result]) -> Result:
+    """Over TLS to the credential's host, the real value arrives."""
+    return seen[0]
+
+
+def check_86_sentinel_elsewhere(seen: list[Result]) -> Result:
+    """To another allowed host, the sentinel arrives."""
+    return seen[1]
+
+
+def check_87_no_injection_in_the_clear(seen: list[Result]) -> Result:
+    """To the credential's host in the clear, the sentinel arrives."""
+    return seen[2]

@@ -57,7 +57,7 @@ from probes import (
 from claude_sandbox.core import paths
 from claude_sandbox.install import installer
 from claude_sandbox.jail import netfilter
-from claude_sandbox.launch import mounts, profiles
+from claude_sandbox.launch import credentials, mounts, profiles
 
 LIBEXEC = paths.LIBEXEC
 CORE_PYTHON = f"{paths.CORE_VENV}/bin/python"
@@ -104,8 +104,11 @@ def test_03_home_allow_list() -> None:
 
 def test_04_tokens_scrubbed() -> None:
     env = initial_environ()
+    brokered = set(FACTS.get("brokered_variables", ()))
     for name in ("GH_TOKEN", "OPENAI_API_KEY"):
-        assert not env.get(name), f"{name} is set inside"
+        # A brokered variable holds its sentinel (check 83), never the planted value.
+        value = env.get(name, "")
+        assert not value or (name in brokered and not _is_real(value)), f"{name} is set inside"
 
 
 def test_05_display_scrubbed() -> None:
@@ -639,6 +642,10 @@ def test_37_environment_allow_list() -> None:
                "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
                *mounts.PASSED_THROUGH,
                *(name for name, _ in profile.env), *FACTS.get("pass_env", []),
+               # brokered credentials hold sentinels (check 83), and tools trust the broker
+               *FACTS.get("brokered_variables", []),
+               *(credentials.TRUST_VARIABLES if FACTS.get("brokered_variables") or
+                 FACTS.get("brokered_files") else ()),
                # set by a shell between bwrap and the program (a `shell -- sh -c` command)
                "PWD", "OLDPWD", "SHLVL", "_"}
     if profile.tmp_variable:
@@ -1243,3 +1250,39 @@ def test_81_proxy_out_of_reach(request: pytest.FixtureRequest) -> None:
     direct = connect_error("127.0.0.1", PROXY_PORTS[0])
     assert direct is not None, "a connection to the proxy's own listener was served"
     note(request, f"no jail process in /proc; SO_MARK refused; the listener: {direct}")
+
+
+# ---------------------------------------------------------- 83-84 (brokered credentials)
+def _is_real(value: str) -> bool:
+    """Whether `value` is one of the real values the launch brokers (by their SHA-256)."""
+    import hashlib
+
+    return hashlib.sha256(value.encode()).hexdigest() in set(FACTS.get("brokered_sha256", ()))
+
+
+def test_83_credentials_are_sentinels(request: pytest.FixtureRequest) -> None:
+    variables = list(FACTS.get("brokered_variables", ()))
+    files = list(FACTS.get("brokered_files", ()))
+    if not variables and not files:
+        pytest.skip("no credential is brokered here (credential = VAR, or a forge token)")
+    env = initial_environ()
+    for name in variables:
+        value = env.get(name, "")
+        assert value, f"{name} is not set inside"
+        assert not _is_real(value), f"{name} holds its real value"
+    for path in files:
+        text = Path(path).read_text()
+        words = {w.strip("'\"") for line in text.splitlines() for w in line.split()}
+        real = [w for w in words if _is_real(w)]
+        assert not real, f"{path} holds a real token"
+    note(request, f"sentinels in {', '.join(variables + files)}")
+
+
+def test_84_broker_keys_out_of_reach(request: pytest.FixtureRequest) -> None:
+    where = str(FACTS.get("tls_dir", ""))
+    try:
+        names: list[str] | None = os.listdir(where)
+    except (FileNotFoundError, PermissionError):
+        names = None
+    assert names is None, f"the broker's certificates are visible at {where}: {names}"
+    note(request, f"{where} is not there inside; the broker's CA keeps no key at all")

@@ -316,6 +316,22 @@ def _allowed_name(agent: str, lines: tuple[str, ...]) -> str:
     return ""
 
 
+def brokered_facts(facts: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """What the launch will broker (credentials.py), for checks 04, 83 and 84: the
+    variables and forge files that must hold sentinels, and each real value's SHA-256
+    (never the value: the facts file is in the workspace, readable inside)."""
+    import hashlib
+
+    from claude_sandbox.launch import credentials
+
+    forge = {} if facts["no_forge"] else credentials.read_forge(str(facts["home"]))
+    brokered = credentials.broker(facts["credential_lines"], facts["pass_env"], environ, forge)
+    return {"brokered_variables": [name for name, _ in brokered.env],
+            "brokered_sha256": [hashlib.sha256(s.real.encode()).hexdigest()
+                                for s in brokered.secrets],
+            "brokered_files": [os.path.join(str(facts["home"]), rel) for rel, _ in brokered.forge]}
+
+
 def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, Any]:
     """The facts only the outside knows, for the checks inside."""
     cfg = load_config(agent, environ)
@@ -362,6 +378,9 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "agent_connect": list(brokered_connect(cfg, environ)),
         "allow_write": list(cfg.allow_write),
         "pass_env": list(cfg.pass_env),
+        "credential_lines": list(cfg.credential),
+        "no_forge": cfg.no_forge,
+        "tls_dir": os.path.join(root, "tls"),
         "max_pids": cfg.max_pids,
         "max_memory": cfg.max_memory,
         "real_binary": real,
@@ -521,7 +540,8 @@ def workspace() -> Iterator[str]:
 def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
               prefix: Sequence[str] | None = None, adversarial: bool = False,
               environ: Mapping[str, str] | None = None, outside_checks: bool = True,
-              run_agents: bool = True) -> tuple[list[Row], Launch]:
+              run_agents: bool = True, echo: Sequence[str] | None = None
+              ) -> tuple[list[Row], Launch]:
     """Run the catalogue for `agent`; `prefix` runs a command inside (default: the shim)."""
     sys.path.insert(0, directory)
     outside_module = importlib.import_module("outside")  # verification/outside.py
@@ -533,6 +553,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
         fixtures, planted_facts, planted_env = plant(workdir)
         try:
             facts = {**gather(agent, workdir, base_env), **planted_facts}
+            facts.update(brokered_facts(facts, {**base_env, **planted_env}))
             Path(workdir, "facts.json").write_text(json.dumps(facts, indent=1))
             results = []
             if outside_checks:
@@ -563,6 +584,11 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     fronted, facts["allowed_name"]))
                 results.append(outside_module.check_82_dead_proxy_ends_reach(
                     SHIM, agent, facts["home"], base_env, bool(facts["egress_jail"])))
+                seen = outside_module.injection_seen(
+                    SHIM, agent, facts["home"], base_env, echo, facts["credential_lines"])
+                results += [outside_module.check_85_real_value_at_its_host(seen),
+                            outside_module.check_86_sentinel_elsewhere(seen),
+                            outside_module.check_87_no_injection_in_the_clear(seen)]
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,
@@ -574,7 +600,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             else:
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
                             for number in ("27", "48", "49", "60", "35", "53", "70", "71",
-                                           "73", "74", "77", "78", "82")]
+                                           "73", "74", "77", "78", "82", "85", "86", "87")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()
@@ -690,6 +716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plain", action="store_true")
     parser.add_argument("--adversarial", action="store_true")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--echo-host", nargs=2, default=None)
     options = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(INSTALLED_CHECKS, "checks.yaml")):
         print(f"claude-sandbox: no checks at {INSTALLED_CHECKS}; re-run the installer",
@@ -697,7 +724,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 69
     try:
         rows, inside = run_suite(options.agent, adversarial=options.adversarial,
-                                 run_agents=not options.quick)
+                                 run_agents=not options.quick, echo=options.echo_host)
     except Exception as error:  # a nameable failure of the runner itself, not a check
         print(f"claude-sandbox: verify could not run: {error}", file=sys.stderr)
         return 70

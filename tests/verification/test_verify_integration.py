@@ -307,3 +307,28 @@ def test_check_74_fails_where_the_plants_land() -> None:
     review = outside.check_74_review_plants_run_nothing_outside(
         "/usr/local/bin/claude-sandbox", "claude", os.path.expanduser("~"), env)
     assert review.outcome == "PASS", review
+
+
+def test_verify_sees_a_brokered_credential_through_checks_83_to_87(
+        tmp_path: Path, echo_hosts: dict[str, str]) -> None:
+    """A credential declared for the test internet's echo host: the sentinel inside (83),
+    no broker key there (84), the real value at its host only, over TLS only (85-87)."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to bind a config over /etc")
+    conf = tmp_path / "claude-sandbox.conf"
+    conf.write_text("credential = ECHO_TOKEN api.cred.test\nallow-domain = api.cred.test\n"
+                    "allow-domain = other.cred.test\n")
+    script = (f"mount --bind {conf} /etc/claude-sandbox.conf && "
+              f"mount --bind {echo_hosts['hosts']} /etc/hosts && "
+              f"mount --bind {echo_hosts['bundle']} /etc/ssl/certs/ca-certificates.crt && "
+              f"exec {SHIM} verify --json --quick --agent claude "
+              "--echo-host api.cred.test other.cred.test")
+    result = subprocess.run(["flock", LOCK, "unshare", "-m", "--propagation", "private",
+                             "sh", "-c", script], capture_output=True, text=True, check=False,
+                            cwd="/tmp", timeout=600,
+                            env={**os.environ, "ECHO_TOKEN": "ghp_" + "VerifyRealValue1" * 2})
+    report = json.loads(result.stdout or "{}")
+    assert result.returncode == 0 and not _failures(report), (_failures(report), result.stderr)
+    rows = {r["id"]: r for r in report["rows"]}
+    assert all(rows[n]["outcome"] == "PASS" for n in ("83", "84", "85", "86", "87")), \
+        [rows[n] for n in ("83", "84", "85", "86", "87")]
