@@ -106,12 +106,18 @@ class _Side:
             self.incoming.write_eof()
         else:
             self.incoming.write(data)
+        plain, ended = self.buffered()
+        return plain, ended or not data
+
+    def buffered(self) -> tuple[bytes, bool]:
+        """(plaintext already in the incoming buffer, whether the peer has ended): a
+        client's first request can arrive with its last handshake message."""
         out: list[bytes] = []
         while True:
             try:
                 chunk = self.tls.read(_READ)
             except ssl.SSLWantReadError:
-                return b"".join(out), not data
+                return b"".join(out), False
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return b"".join(out), True
             if not chunk:
@@ -165,11 +171,14 @@ def serve(broker: Broker, conn: _socket.socket, upstream: _socket.socket, name: 
     for sock in (conn, upstream):
         poller.register(sock.fileno(), select.POLLIN)
     try:
-        while True:
+        early, ended = agent.buffered()  # what came with the handshake's last message
+        out = requests.feed(early)
+        sent += len(out)
+        host.send(out)
+        while not ended:
             ready = poller.poll(None if idle is None else int(idle * 1000))
             if not ready:
                 break
-            ended = False
             for fd, _ in ready:
                 if fd == conn.fileno():
                     data, ended_here = agent.receive()
@@ -181,8 +190,6 @@ def serve(broker: Broker, conn: _socket.socket, upstream: _socket.socket, name: 
                     received += len(data)
                     agent.send(data)
                 ended = ended or ended_here
-            if ended:
-                break
     except Malformed as bad:
         entry["rule"] = f"{entry.get('rule')}; ended: {bad}"
     except (ssl.SSLError, OSError):

@@ -7,9 +7,9 @@ terminates TLS for those hosts only and puts the real value back into the reques
 credential headers (jail/egressinject.py, docs/explanation/credentials.md). Sent
 anywhere else, the sentinel is a meaningless string.
 
-A variable is brokered when its real value would otherwise reach the agent: pass-env
-names it, or a `credential` line declares it. A forge token is brokered whenever the
-forge configuration is bound. Everything here is pure but `sentinel`, which draws from
+A variable is brokered when a `credential` line declares it (and it is set); a forge
+token whenever the forge configuration is bound, since the sandbox decides what those
+files show. Everything here is pure but `sentinel`, which draws from
 the system's random source, and `read_forge`, which reads the forge files.
 """
 
@@ -108,15 +108,14 @@ def table(lines: Iterable[str]) -> dict[str, tuple[str, ...]]:
     return found
 
 
-def wanted(lines: Iterable[str], pass_env: Iterable[str],
-           environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
-    """The variables brokered in this launch, with their hosts: set here, and either
-    declared by a `credential` line or named by pass-env."""
+def wanted(lines: Iterable[str], environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """The variables brokered in this launch, with their hosts: declared by a
+    `credential` line and set here. (pass-env still passes a real value: an operator's
+    explicit choice, for a key whose API sits behind a gateway of another name.)"""
     lines = tuple(lines)
     hosts = table(lines)
     declared = {parse_line(text, "credential")[0] for text in lines}
-    return {name: hosts[name] for name in hosts
-            if environ.get(name) and (name in declared or name in pass_env)}
+    return {name: hosts[name] for name in hosts if environ.get(name) and name in declared}
 
 
 def value_problem(value: str) -> str | None:
@@ -217,7 +216,7 @@ class Brokered:
         return tuple(dict.fromkeys(h for c in self.credentials for h in c.hosts))
 
 
-def broker(lines: Iterable[str], pass_env: Iterable[str], environ: Mapping[str, str],
+def broker(lines: Iterable[str], environ: Mapping[str, str],
            forge_texts: Mapping[str, str]) -> Brokered:
     """Every credential of a launch: the variables `wanted` names and the forge files'
     tokens, one sentinel per real value (so gh and $GH_TOKEN agree inside)."""
@@ -236,7 +235,7 @@ def broker(lines: Iterable[str], pass_env: Iterable[str], environ: Mapping[str, 
         where_for[real] = tuple(dict.fromkeys((*where_for[real], *belongs)))
         return sentinels[real]
 
-    for name, its_hosts in wanted(lines, pass_env, environ).items():
+    for name, its_hosts in wanted(lines, environ).items():
         problem = value_problem(environ[name])
         if problem:
             unusable.append(f"${name} is not provided: {problem}")

@@ -69,7 +69,7 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
         command = (resolve_command(request.command, inner,
                                    hostfacts.inside_view(facts.home, facts.store_home, hidden)),
                    *request.command[1:])
-    brokered_now = credentials.broker(cfg.credential, cfg.pass_env, environ,
+    brokered_now = credentials.broker(cfg.credential, environ,
                                       {} if cfg.no_forge else credentials.read_forge(facts.home))
     passed = {name: environ[name] for name in mounts.passed_names(cfg, environ)}
     passed.update(brokered_now.env)  # each brokered variable holds its sentinel instead

@@ -108,8 +108,8 @@ KEYS: tuple[Key, ...] = (
         "ANTHROPIC_API_KEY, OPENAI_API_KEY (their hosts)",
         "a credential the agent holds only as a sentinel: the egress proxy puts the real "
         "value back for these hosts only (checks 83-87); `VAR` alone names a built-in's "
-        "hosts. A variable set here is brokered when a line declares it or pass-env names "
-        "it; the forge files' tokens always are"),
+        "hosts. A variable is brokered when a line declares it and it is set here (pass-env "
+        "passes the real value); the forge files' tokens always are"),
     Key("max-pids",         None, Kind.COUNT,    "(no cap)",
         "the most processes the sandbox may hold", per_agent=True),
     Key("max-memory",       None, Kind.SIZE,     "(no cap)",

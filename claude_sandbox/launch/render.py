@@ -147,8 +147,8 @@ def explain_lines(plan: Plan) -> list[str]:
 def credential_lines(plan: Plan) -> list[str]:
     """Each brokered credential, its hosts and where its value is read; never the value."""
     if not plan.credentials:
-        return ["# credentials: none brokered (`credential = VAR`, or pass-env naming one of "
-                "GH_TOKEN, GITHUB_TOKEN, GITLAB_TOKEN, ANTHROPIC_API_KEY, OPENAI_API_KEY)"]
+        return ["# credentials: none brokered (`credential = VAR [HOST,...]` declares one; "
+                "a bound forge file's token always is)"]
     lines = ["# credentials (checks 83-87): the agent holds a sentinel; the egress proxy "
              "puts the real value back for these hosts only, over TLS"]
     for credential in plan.credentials:

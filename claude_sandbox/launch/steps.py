@@ -272,9 +272,14 @@ def _restore_terminal(modes: list[Any] | None) -> None:
 def _say_held_back(profile: profiles.Profile, cfg: config.Config,
                    environ: Mapping[str, str]) -> None:
     """One line when a credential variable is set here and the sandbox holds it back."""
-    names = profiles.held_back(profile, environ, cfg.pass_env)
+    declared = {line.split()[0] for line in cfg.credential}
+    names = [name for name in profiles.held_back(profile, environ, cfg.pass_env)
+             if name not in declared]
     if names:
-        lines = "; ".join(f"pass-env = {name}" for name in names)
+        from claude_sandbox.launch.credentials import DEFAULTS
+
+        lines = "; ".join(f"credential = {name}" if name in DEFAULTS else f"pass-env = {name}"
+                          for name in names)
         sys.stderr.write(
             f"claude-sandbox: {', '.join(names)} {'is' if len(names) == 1 else 'are'} set "
             f"here but not passed into the sandbox; to pass {'it' if len(names) == 1 else 'them'}"

@@ -162,8 +162,10 @@ def agent_env(agent: str, api: MockAPI, home: str) -> dict[str, str]:
     return env
 
 
-def prepare_home(agent: str, api: MockAPI, home: str, *, pi_api: str = PI_APIS[0]) -> None:
-    """Write the files AGENT needs in HOME (only pi needs one), owned by HOME's owner."""
+def prepare_home(agent: str, api: MockAPI, home: str, *, pi_api: str = PI_APIS[0],
+                 api_key: str = "mock-key") -> None:
+    """Write the files AGENT needs in HOME (only pi needs one), owned by HOME's owner.
+    `api_key`: pi's apiKey, a literal or the name of a variable holding it."""
     if agent != "pi":
         return
     if pi_api not in PI_APIS:
@@ -175,7 +177,7 @@ def prepare_home(agent: str, api: MockAPI, home: str, *, pi_api: str = PI_APIS[0
     # The Anthropic SDK appends /v1/messages itself; the OpenAI ones append to .../v1.
     base = api.url if pi_api == "anthropic-messages" else api.url + "/v1"
     models.setdefault("providers", {})["mock"] = {
-        "baseUrl": base, "api": pi_api, "apiKey": "mock-key",
+        "baseUrl": base, "api": pi_api, "apiKey": api_key,
         "models": [{"id": MODEL, "name": "Mock Model", "reasoning": False, "input": ["text"],
                     "contextWindow": 128000, "maxTokens": 16384}],
     }

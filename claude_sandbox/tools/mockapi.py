@@ -69,12 +69,14 @@ class MockAPI:
         self.host = "127.0.0.1"
         self.port = 0
         self.requests: list[Request] = []
+        self.keys: list[str] = []  # each request's x-api-key or Authorization, as received
+        self.scheme = "http"
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     # ------------------------------------------------------------------ for assertions
     def model_requests(self) -> list[Request]:
@@ -430,6 +432,9 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 body = raw.decode("utf-8", "replace")
         api._record(self.command, self.path, body)
+        with api._lock:
+            api.keys.append(self.headers.get("x-api-key") or self.headers.get("Authorization")
+                            or "")
         kind = _api_of(self.path)
         try:
             if self.command == "POST" and kind is not None and isinstance(body, dict):
@@ -486,11 +491,13 @@ def serve(
     port: int = 0,
     listener: socket.socket | None = None,
     name: str | None = None,
+    tls: tuple[str, str] | None = None,
 ) -> Iterator[MockAPI]:
     """Run the mock in a background thread for the duration of the block (port 0: a free one).
 
     `listener`: a bound, listening socket to serve instead (one made in another network
-    namespace); `name`: the host name its url says, instead of the address."""
+    namespace); `name`: the host name its url says, instead of the address; `tls`: a
+    certificate and its key, to serve HTTPS."""
     api = MockAPI(reply_text, tool_command)
     if listener is None:
         server = _Server((host, port), api)
@@ -499,6 +506,13 @@ def serve(
         server.socket.close()
         server.socket = listener
     api.host, api.port = name or host, server.server_address[1]
+    if tls is not None:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        api.scheme = "https"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               name=f"mockapi:{api.port}", daemon=True)
     thread.start()

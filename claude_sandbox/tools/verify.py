@@ -325,7 +325,7 @@ def brokered_facts(facts: Mapping[str, Any], environ: Mapping[str, str]) -> dict
     from claude_sandbox.launch import credentials
 
     forge = {} if facts["no_forge"] else credentials.read_forge(str(facts["home"]))
-    brokered = credentials.broker(facts["credential_lines"], facts["pass_env"], environ, forge)
+    brokered = credentials.broker(facts["credential_lines"], environ, forge)
     return {"brokered_variables": [name for name, _ in brokered.env],
             "brokered_sha256": [hashlib.sha256(s.real.encode()).hexdigest()
                                 for s in brokered.secrets],

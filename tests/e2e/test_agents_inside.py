@@ -62,19 +62,27 @@ def _as(user: pwd.struct_passwd) -> list[str]:
 
 def _run_inside(agent: str, user: pwd.struct_passwd, workspace: str, conf: str,
                 command: str, env: dict[str, str] | None = None,
-                internet: Internet | None = None) -> subprocess.CompletedProcess[str]:
+                internet: Internet | None = None, tls: dict[str, str] | None = None,
+                seen: list[str] | None = None, pi_key: str = "mock-key",
+                ) -> subprocess.CompletedProcess[str]:
     """One prompt to the real `agent` in the sandbox, whose answer runs `command`.
 
     `internet`: the jail stays on, and the mock answers as mock-api.test on the test
-    internet, reached through the egress proxy like any API host."""
+    internet, reached through the egress proxy like any API host; `tls`: over HTTPS on
+    443, with this certificate (`cert`, `key`) and the private trust bundle holding it
+    (`bundle`) seen by the launch in place of the system's. `seen` gets the API keys the
+    mock received."""
     as_user = _as(user)
     binds = f"mount --bind {conf} /etc/claude-sandbox.conf"
     served: dict[str, object] = {}
     if internet is not None:
         binds += f" && mount --bind {internet.hosts} /etc/hosts"
-        served = {"listener": listening_in(internet.namespace, "198.51.100.40", 80),
-                  "name": "mock-api.test"}
+        served = {"listener": listening_in(internet.namespace, "198.51.100.40",
+                                           443 if tls else 80), "name": "mock-api.test"}
         env = {"CLAUDE_SANDBOX_EGRESS_JAIL": "1", **(env or {})}
+    if tls is not None:
+        binds += f" && mount --bind {tls['bundle']} /etc/ssl/certs/ca-certificates.crt"
+        served["tls"] = (tls["cert"], tls["key"])
     prefix = ["unshare", "-m", "sh", "-c", f'{binds} && exec "$@"', "sh", *as_user]
     with mockapi.serve("csbx-inside", tool_command=command, **served) as api:  # type: ignore[arg-type]
         if agent == "pi":
@@ -87,11 +95,15 @@ def _run_inside(agent: str, user: pwd.struct_passwd, workspace: str, conf: str,
                                 "--agent", "pi"], check=True, capture_output=True,
                                env={"HOME": user.pw_dir, "PATH": "/usr/bin:/bin"})
                 home = state.agent_home(root, "pi")
-            agentrun.prepare_home("pi", api, home)
-        return agentrun.run_agent(
-            agent, "run it", api=api, home=user.pw_dir, cwd=workspace, argv_prefix=prefix,
-            program=f"/usr/local/bin/{agent}",
-            env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0", **(env or {})}, timeout=150)
+            agentrun.prepare_home("pi", api, home, api_key=pi_key)
+        try:
+            return agentrun.run_agent(
+                agent, "run it", api=api, home=user.pw_dir, cwd=workspace, argv_prefix=prefix,
+                program=f"/usr/local/bin/{agent}",
+                env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0", **(env or {})}, timeout=150)
+        finally:
+            if seen is not None:
+                seen.extend(api.keys)
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
@@ -179,3 +191,53 @@ def test_review_mode_end_to_end(agent: str, user: pwd.struct_passwd, workspace: 
     tracked = [line for line in _git(user, workspace, "status", "--porcelain").splitlines()
                if not line.startswith("??")]
     assert tracked == [], tracked
+
+
+@pytest.fixture
+def mock_tls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A certificate for mock-api.test, and a private copy of the system bundle with it."""
+    base = tmp_path_factory.mktemp("mock-tls")
+    cert, key, bundle = (str(base / name) for name in ("mock.pem", "mock.key", "bundle.pem"))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=mock-api.test", "-addext", "subjectAltName=DNS:mock-api.test",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    with open("/etc/ssl/certs/ca-certificates.crt") as system, open(cert) as mine, \
+            open(bundle, "w") as out:
+        out.write(system.read() + mine.read())
+    os.chmod(base, 0o755)
+    for path in (cert, bundle):
+        os.chmod(path, 0o644)
+    return {"cert": cert, "key": key, "bundle": bundle}
+
+
+@pytest.mark.parametrize(("agent", "variable", "real"), [
+    ("claude", "ANTHROPIC_API_KEY", "sk-ant-mock"),
+    ("codex", agentrun.CODEX_KEY_VAR, "Bearer mock-key"),
+    ("pi", "PI_MOCK_API_KEY", "Bearer mock-key"),  # pi's apiKey names the variable
+])
+def test_the_agent_works_with_a_brokered_api_key_over_tls(
+        agent: str, variable: str, real: str, user: pwd.struct_passwd, workspace: str,
+        test_internet: Internet, mock_tls: dict[str, str]) -> None:
+    """The key is a `credential`: the agent holds a sentinel, trusts the broker through
+    the bundle and NODE_EXTRA_CA_CERTS, and the mock, over TLS, receives the real key."""
+    if not agentrun.is_installed(agent):
+        pytest.skip(f"{agent} is not installed")
+    directory = tempfile.mkdtemp(prefix="csbx-conf-")
+    conf = os.path.join(directory, "claude-sandbox.conf")
+    with open(conf, "w") as handle:
+        handle.write(CONFIG + f"allow-domain = mock-api.test\ncredential = {variable} "
+                     "mock-api.test\n")
+    os.chmod(directory, 0o755)
+    os.chmod(conf, 0o644)
+    os.chmod(test_internet.hosts, 0o644)
+    marker = os.path.join(workspace, f"ran-{agent}")
+    keys: list[str] = []
+    try:
+        result = _run_inside(agent, user, workspace, conf, f"touch {marker}",
+                             env={"PI_MOCK_API_KEY": "mock-key"}, internet=test_internet,
+                             tls=mock_tls, seen=keys, pi_key="PI_MOCK_API_KEY")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    detail = (result.returncode, result.stdout[-2000:], result.stderr[-2000:], keys)
+    assert os.path.exists(marker), detail
+    assert keys and set(filter(None, keys)) == {real}, detail
