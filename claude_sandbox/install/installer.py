@@ -38,6 +38,7 @@ VERIFICATION_DIR = f"{paths.LIBEXEC}/verification"
 APT_PACKAGES = (
     "bubblewrap", "passt", "util-linux", "iproute2", "iptables", "socat", "git",
     "python3", "python3-venv", "ca-certificates",
+    "openssl",  # the credential broker's certificates (launch/tlsca.py)
 )
 NPM_PACKAGES = {
     "claude": "@anthropic-ai/claude-code",

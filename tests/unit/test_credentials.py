@@ -1,0 +1,110 @@
+"""Brokered credentials' pure parts: the key, the sentinel's shape, the forge files."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from claude_sandbox.core.errors import SandboxError
+from claude_sandbox.launch import config, credentials
+
+REAL = "ghp_" + "A1b2C3d4E5f6G7h8I9j0" * 2
+
+
+def test_a_line_names_a_builtin_or_its_own_hosts() -> None:
+    assert credentials.parse_line("GH_TOKEN", "f:1") == ("GH_TOKEN", credentials.GITHUB)
+    assert credentials.parse_line("DEPLOY api.example.com, Up.Example.com", "f:1") == (
+        "DEPLOY", ("api.example.com", "up.example.com"))
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("1BAD", "not a variable name"), ("FOO", "no built-in hosts"),
+    ("FOO localhost", "not a host name"), ("FOO a..b", "not a host name"),
+    ("FOO -a.com", "not a host name"), ("FOO a.com/x", "not a host name"),
+])
+def test_a_bad_line_is_refused_naming_where(text: str, why: str) -> None:
+    with pytest.raises(SandboxError, match=f"f:7: credential .*{why}"):
+        credentials.parse_line(text, "f:7")
+
+
+@given(st.text(max_size=60))
+def test_any_line_parses_or_is_refused_cleanly(text: str) -> None:
+    try:
+        name, hosts = credentials.parse_line(text, "f:1")
+    except SandboxError:
+        return
+    assert name and hosts and all("." in host for host in hosts)
+
+
+def test_the_key_is_read_from_etc_only_and_checked() -> None:
+    agents = ("claude", "codex", "pi")
+    cfg = config.parse("credential = GH_TOKEN\ncredential = X api.x.com\n", {},
+                       agent="claude", agents=agents, path="/etc/c.conf")
+    assert cfg.credential == ("GH_TOKEN", "X api.x.com")
+    with pytest.raises(SandboxError, match=r"/etc/c\.conf:2: credential"):
+        config.parse("# a comment\ncredential = X\n", {}, agent="claude", agents=agents,
+                     path="/etc/c.conf")
+
+
+def test_a_sentinel_keeps_the_shape_and_never_the_value() -> None:
+    made = {credentials.sentinel(REAL) for _ in range(20)}
+    assert len(made) == 20 and REAL not in made  # fresh for each session
+    for sentinel in made:
+        assert len(sentinel) == len(REAL) and sentinel.startswith("ghp_")
+        for real, fake in zip(REAL[4:], sentinel[4:], strict=True):
+            assert (real.isdigit(), real.islower(), real.isupper()) == \
+                (fake.isdigit(), fake.islower(), fake.isupper())
+    assert credentials.sentinel("sk-ant-api03-abcDEF123").startswith("sk-ant-api03-")
+    assert credentials.sentinel("glpat-xyz").startswith("glpat-")
+    assert credentials.sentinel("---") != "---"
+
+
+def test_only_declared_variables_are_brokered() -> None:
+    environ = {"GH_TOKEN": REAL, "OPENAI_API_KEY": "sk-proj-abc123"}
+    assert credentials.wanted((), environ) == {}
+    assert credentials.wanted(("GH_TOKEN", "NOT_SET api.x.com"), environ) == {
+        "GH_TOKEN": credentials.GITHUB}
+
+
+GH = f"""github.com:
+    users:
+        octo:
+            oauth_token: {REAL}
+    oauth_token: {REAL}
+    user: octo
+ghe.example.com:
+    oauth_token: "gho_enterprise123"
+"""
+GLAB = """hosts:
+    gitlab.com:
+        token: glpat-abcdefghijklmnop
+        api_host: gitlab.com
+"""
+
+
+def test_forge_tokens_are_found_with_their_hosts() -> None:
+    assert credentials.forge_tokens(GH, "oauth_token") == [
+        ("github.com", REAL), ("github.com", REAL), ("ghe.example.com", "gho_enterprise123")]
+    assert credentials.forge_tokens(GLAB, "token") == [("gitlab.com", "glpat-abcdefghijklmnop")]
+
+
+def test_a_launch_brokers_one_sentinel_per_real_value() -> None:
+    forge = {".config/gh/hosts.yml": GH, ".config/glab-cli/config.yml": GLAB}
+    brokered = credentials.broker(("GH_TOKEN",), {"GH_TOKEN": REAL}, forge)
+    by_real = {s.real: s for s in brokered.secrets}
+    assert set(by_real) == {REAL, "gho_enterprise123", "glpat-abcdefghijklmnop"}
+    assert by_real[REAL].hosts == credentials.GITHUB
+    assert by_real["gho_enterprise123"].hosts == ("ghe.example.com",)
+    assert dict(brokered.env) == {"GH_TOKEN": by_real[REAL].sentinel}
+    for rel, text in brokered.forge:
+        assert all(real not in text for real in by_real), rel
+    assert by_real[REAL].sentinel in dict(brokered.forge)[".config/gh/hosts.yml"]
+
+
+def test_a_value_that_is_not_a_token_is_not_provided_and_leaves_the_file() -> None:
+    forge = {".config/gh/hosts.yml": "github.com:\n    oauth_token: has space\n"}
+    brokered = credentials.broker(("GH_TOKEN",), {"GH_TOKEN": "a\r\nb"}, forge)
+    assert brokered.env == () and brokered.secrets == ()
+    assert "has space" not in brokered.forge[0][1]
+    assert len(brokered.unusable) == 2
