@@ -873,23 +873,31 @@ print(json.dumps(seen))
 """
 
 
+def echo_variable(echo: Sequence[str] | None, credential_lines: Sequence[str]) -> str:
+    """The variable a credential line brokers for the echo host, or ""."""
+    if not echo:
+        return ""
+    return next((line.split()[0] for line in credential_lines
+                 if len(line.split()) > 1 and echo[0] in line.split()[1].split(",")), "")
+
+
 def injection_seen(shim: str, agent: str, home: str, environ: Mapping[str, str],
                    echo: Sequence[str] | None, credential_lines: Sequence[str]
-                   ) -> list[Result]:
+                   ) -> tuple[list[Result], str]:
     """For checks 85-87: a session sends its credential's sentinel to the credential's
     host over TLS, to another allowed host and to the credential's host in the clear;
-    what each received, judged (in the checks' order)."""
+    what each received, judged (in the checks' order), and that session's sentinel (for
+    probe A56, which replays it in another session)."""
     numbers = ("85", "86", "87")
     if not echo:
         return [Result(n, "SKIP", "no echo host given (verify --echo-host HOST OTHER)")
-                for n in numbers]
+                for n in numbers], ""
     host, other = echo
-    name = next((line.split()[0] for line in credential_lines
-                 if len(line.split()) > 1 and host in line.split()[1].split(",")), "")
+    name = echo_variable(echo, credential_lines)
     real = environ.get(name, "") if name else ""
     if not real:
         return [Result(n, "SKIP", f"no credential line names {host}, or its variable is "
-                       "not set") for n in numbers]
+                       "not set") for n in numbers], ""
     import json
 
     repo = _scratch_repository(home)
@@ -904,11 +912,11 @@ def injection_seen(shim: str, agent: str, home: str, environ: Mapping[str, str],
         seen = json.loads(ran.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return [Result(n, "FAIL", f"the session failed: {ran.stderr.strip()[-300:]}")
-                for n in numbers]
+                for n in numbers], ""
     sentinel = str(seen.get("token", ""))
     if not sentinel or sentinel == real:
         return [Result(n, "FAIL", f"${name} inside is {'empty' if not sentinel else 'real'}")
-                for n in numbers]
+                for n in numbers], ""
     want = {"85": f"Bearer {real}", "86": f"Bearer {sentinel}", "87": f"Bearer {sentinel}"}
     what = {"85": f"{host} over TLS", "86": f"{other} over TLS", "87": f"{host} in the clear"}
     results = []
@@ -917,7 +925,7 @@ def injection_seen(shim: str, agent: str, home: str, environ: Mapping[str, str],
         shown = "the real value" if real in got else "the sentinel" if sentinel in got else got
         outcome = "PASS" if got == want[number] else "FAIL"
         results.append(Result(number, outcome, f"{what[number]} received {shown}"))
-    return results
+    return results, sentinel
 
 
 def check_85_real_value_at_its_host(seen: list[Result]) -> Result:

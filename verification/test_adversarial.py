@@ -761,3 +761,101 @@ def test_a46_run_outside_plants_named(request: Req) -> None:
     request.node.user_properties.append(("reported", landed))
     _blocked(request, f"{len(landed)} files programs outside would run or obey written; "
              "each must be named by the session-end report (confirmed outside)")
+
+
+# ---------------------------------------------------------- A53-A56: the credential broker
+_BROKER_ISSUER = b"claude-sandbox credential broker"
+
+
+def _real(value: str) -> bool:
+    return hashlib.sha256(value.encode()).hexdigest() in set(FACTS.get("brokered_sha256", ()))
+
+
+def _brokered_or_skip() -> None:
+    _jail_exposed()
+    if not FACTS.get("brokered_sha256"):
+        pytest.skip("no credential is brokered here (credential = VAR, or a forge token)")
+
+
+def test_a53_read_the_broker(request: Req) -> None:
+    """The real values live in the proxy alone: look for it, and for them, in every
+    process and environment the sandbox can see."""
+    _brokered_or_skip()
+    seen, found = [], []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if comm(int(pid)) == "csbx-egress":
+            seen.append(pid)
+        try:
+            fields = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for field in fields:
+            value = field.partition(b"=")[2].decode(errors="replace")
+            if value and _real(value):
+                found.append(pid)
+    if seen or found:
+        pytest.fail(f"the proxy is visible ({seen}) or a real value is ({found})")
+    _blocked(request, "no proxy in /proc, and no real value in any visible environment")
+
+
+def _certificate_from(name: str) -> bytes | None:
+    """The certificate whoever answers TLS for `name` (sent to FAR) presents, or None."""
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((FAR, 443), timeout=15) as raw, \
+                context.wrap_socket(raw, server_hostname=name) as tls:
+            return tls.getpeercert(binary_form=True)
+    except (OSError, ssl.SSLError):
+        return None
+
+
+def test_a54_terminate_an_unrelated_host(request: Req) -> None:
+    """Only a credential's own hosts get the broker's certificate."""
+    _brokered_or_skip()
+    names = [n for n in (FACTS.get("allowed_name"), *FACTS.get("echo", [])[1:2],
+                         "unrelated.example.com") if n]
+    terminated = [n for n in names if _BROKER_ISSUER in (_certificate_from(n) or b"")]
+    if terminated:
+        pytest.fail(f"the broker answered TLS for {', '.join(terminated)}")
+    _blocked(request, f"no broker certificate for {', '.join(names)}")
+
+
+def _echoed(headers: dict[str, str]) -> dict[str, str]:
+    """What the echo host (verify --echo-host) received for these headers, by name."""
+    import json
+    import urllib.request
+
+    answer = urllib.request.urlopen(urllib.request.Request(
+        f"https://{FACTS['echo'][0]}/", headers=headers), timeout=20)
+    received = json.loads(answer.read())["headers"]
+    return {h.split(":", 1)[0].lower(): h.split(":", 1)[1].strip() for h in received}
+
+
+def test_a55_sentinel_in_an_unrewritten_header(request: Req) -> None:
+    _brokered_or_skip()
+    variable = str(FACTS.get("echo_variable", ""))
+    sentinel = os.environ.get(variable, "") if variable else ""
+    if not FACTS.get("echo") or not sentinel:
+        pytest.skip("needs verify --echo-host with a credential line for that host")
+    got = _echoed({"X-Token": sentinel, "Cookie": f"t={sentinel}",
+                   "Authorization": f"Bearer {sentinel}"})
+    smuggled = [name for name in ("x-token", "cookie") if sentinel not in got.get(name, "")
+                or _real(got.get(name, "").removeprefix("t="))]
+    if smuggled:
+        pytest.fail(f"the real value arrived in {', '.join(smuggled)}")
+    _blocked(request, "X-Token and Cookie arrived with the sentinel; only Authorization "
+             "was rewritten")
+
+
+def test_a56_replay_an_earlier_sentinel(request: Req) -> None:
+    _brokered_or_skip()
+    earlier = str(FACTS.get("earlier_sentinel", ""))
+    if not FACTS.get("echo") or not earlier:
+        pytest.skip("needs verify --echo-host, whose checks 85-87 make an earlier session")
+    got = _echoed({"Authorization": f"Bearer {earlier}"}).get("authorization", "")
+    if _real(got.removeprefix("Bearer ")):
+        pytest.fail("an earlier session's sentinel was given the real value")
+    _blocked(request, "an earlier session's sentinel arrived as it was sent")

@@ -584,8 +584,13 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     fronted, facts["allowed_name"]))
                 results.append(outside_module.check_82_dead_proxy_ends_reach(
                     SHIM, agent, facts["home"], base_env, bool(facts["egress_jail"])))
-                seen = outside_module.injection_seen(
+                seen, earlier = outside_module.injection_seen(
                     SHIM, agent, facts["home"], base_env, echo, facts["credential_lines"])
+                # For probes A55 and A56 inside: the echo, and a sentinel of another session.
+                facts.update(echo=list(echo or ()), earlier_sentinel=earlier,
+                             echo_variable=outside_module.echo_variable(
+                                 echo, facts["credential_lines"]))
+                Path(workdir, "facts.json").write_text(json.dumps(facts, indent=1))
                 results += [outside_module.check_85_real_value_at_its_host(seen),
                             outside_module.check_86_sentinel_elsewhere(seen),
                             outside_module.check_87_no_injection_in_the_clear(seen)]

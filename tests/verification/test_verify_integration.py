@@ -312,7 +312,8 @@ def test_check_74_fails_where_the_plants_land() -> None:
 def test_verify_sees_a_brokered_credential_through_checks_83_to_87(
         tmp_path: Path, echo_hosts: dict[str, str]) -> None:
     """A credential declared for the test internet's echo host: the sentinel inside (83),
-    no broker key there (84), the real value at its host only, over TLS only (85-87)."""
+    no broker key there (84), the real value at its host only, over TLS only (85-87), and
+    the broker's probes (A53-A56) blocked."""
     if os.getuid() != 0:
         pytest.skip("needs root to bind a config over /etc")
     conf = tmp_path / "claude-sandbox.conf"
@@ -321,7 +322,7 @@ def test_verify_sees_a_brokered_credential_through_checks_83_to_87(
     script = (f"mount --bind {conf} /etc/claude-sandbox.conf && "
               f"mount --bind {echo_hosts['hosts']} /etc/hosts && "
               f"mount --bind {echo_hosts['bundle']} /etc/ssl/certs/ca-certificates.crt && "
-              f"exec {SHIM} verify --json --quick --agent claude "
+              f"exec {SHIM} verify --json --quick --adversarial --agent claude "
               "--echo-host api.cred.test other.cred.test")
     result = subprocess.run(["flock", LOCK, "unshare", "-m", "--propagation", "private",
                              "sh", "-c", script], capture_output=True, text=True, check=False,
@@ -332,3 +333,5 @@ def test_verify_sees_a_brokered_credential_through_checks_83_to_87(
     rows = {r["id"]: r for r in report["rows"]}
     assert all(rows[n]["outcome"] == "PASS" for n in ("83", "84", "85", "86", "87")), \
         [rows[n] for n in ("83", "84", "85", "86", "87")]
+    probes = ("A53", "A54", "A55", "A56")
+    assert all(rows[n]["outcome"] == "BLOCKED" for n in probes), [rows[n] for n in probes]
