@@ -150,6 +150,10 @@ def serve(broker: Broker, conn: _socket.socket, upstream: _socket.socket, name: 
           first: bytes, entry: dict[str, object], idle: float | None = None) -> tuple[int, int]:
     """Terminate, inject, relay until either side ends; (bytes sent, bytes received) in
     the clear. `entry` (the record's) gains what was injected and seen."""
+    for sock in (conn, upstream):
+        # Each TLS record goes out at once: Nagle's wait for an ACK would hold a
+        # handshake's last flight or a short request for a delayed-ACK timer (40 ms).
+        sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
     agent = _Side(conn, broker.server, True, None)
     try:
         agent.handshake(first)
