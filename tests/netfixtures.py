@@ -104,17 +104,18 @@ def test_internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet
 ECHO_HOST, ECHO_OTHER = "api.cred.test", "other.cred.test"
 
 
-def _echo(listener: socket.socket, context: ssl.SSLContext | None) -> None:
-    """Answer every request with its head and body, as JSON; keep-alive."""
+def _echo(listener: socket.socket, context: ssl.SSLContext | None, log: str) -> None:
+    """Answer every request with its head and body, as JSON; keep-alive. Each request's
+    headers are also logged, one JSON line, for a client that cannot show the answer."""
     while True:
         try:
             raw, _ = listener.accept()
         except OSError:
             return
-        threading.Thread(target=_echo_one, args=(raw, context), daemon=True).start()
+        threading.Thread(target=_echo_one, args=(raw, context, log), daemon=True).start()
 
 
-def _echo_one(raw: socket.socket, context: ssl.SSLContext | None) -> None:
+def _echo_one(raw: socket.socket, context: ssl.SSLContext | None, log: str) -> None:
     try:
         conn = context.wrap_socket(raw, server_side=True) if context else raw
         conn.settimeout(15)
@@ -137,6 +138,8 @@ def _echo_one(raw: socket.socket, context: ssl.SSLContext | None) -> None:
             else:
                 body = reader.read(int(fields.get("content-length", "0")))
             data = json.dumps({"headers": headers, "body": body.decode()}).encode()
+            with open(log, "a") as handle:
+                handle.write(json.dumps(headers) + "\n")
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
     except (OSError, ssl.SSLError, ValueError):
@@ -164,8 +167,10 @@ def echo_hosts(test_internet: Internet, tmp_path: str) -> Iterator[dict[str, str
     context.load_cert_chain(cert, key)
     listeners = [listening_in(test_internet.namespace, "198.51.100.40", 443),
                  listening_in(test_internet.namespace, "198.51.100.40", 80)]
+    log = os.path.join(base, "echo.log")
+    open(log, "w").close()
     for listener, ctx in zip(listeners, (context, None), strict=True):
-        threading.Thread(target=_echo, args=(listener, ctx), daemon=True).start()
+        threading.Thread(target=_echo, args=(listener, ctx, log), daemon=True).start()
     try:
         bundle = os.path.join(base, "bundle.pem")
         with open("/etc/ssl/certs/ca-certificates.crt") as system, open(cert) as mine, \
@@ -173,7 +178,7 @@ def echo_hosts(test_internet: Internet, tmp_path: str) -> Iterator[dict[str, str
             out.write(system.read() + mine.read())
         for path in (base, hosts, cert, bundle):
             os.chmod(path, 0o755 if os.path.isdir(path) else 0o644)
-        yield {"hosts": hosts, "trust": cert, "bundle": bundle}
+        yield {"hosts": hosts, "trust": cert, "bundle": bundle, "log": log}
     finally:
         for listener in listeners:
             listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() a thread is in

@@ -7,6 +7,7 @@ internet (tests/netfixtures.py, echo_hosts); the launch sees its names in a priv
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 
@@ -103,3 +104,22 @@ def test_a_forge_token_is_a_sentinel_inside(launcher: Launcher) -> None:
                  if "oauth_token" in line)
     assert token.startswith("gho_") and len(token) == len(real)
     assert "github.com,api.github.com" in shown.stdout and real not in shown.stdout
+
+
+def test_git_over_https_sends_the_real_value_to_its_host(
+        launcher: Launcher, echo_hosts: dict[str, str]) -> None:
+    """git's own HTTPS, trusting the broker through GIT_SSL_CAINFO, with a Basic header as
+    a credential helper's answer makes it: the host receives the real value."""
+    script = ('auth=$(printf "x-access-token:%s" "$ECHO_TOKEN" | base64 -w0); '
+              'git -c "http.extraHeader=Authorization: Basic $auth" ls-remote '
+              f'https://{ECHO_HOST}/repo.git >/dev/null 2>&1; echo done')
+    ran = launcher.shell("sh", "-c", script, env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1",
+                                                  "ECHO_TOKEN": REAL},
+                         config=CONFIG, hosts=echo_hosts["hosts"], trust=echo_hosts["bundle"])
+    assert "done" in ran.stdout, ran.stderr
+
+    with open(echo_hosts["log"]) as handle:
+        sent = [h for line in handle for h in json.loads(line)
+                if h.lower().startswith("authorization: basic")]
+    assert sent, "git sent no request"
+    assert base64.b64decode(sent[0].split()[-1]) == f"x-access-token:{REAL}".encode()

@@ -95,8 +95,8 @@ print(json.dumps(results), flush=True)
 
 
 def run_brokered(echo: dict[str, str], tmp_path: str, args: Sequence[str],
-                 hosts: tuple[str, ...] = (HOST,),
-                 trust: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+                 hosts: tuple[str, ...] = (HOST,), trust: str | None = None,
+                 policy: str = "allow-list") -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     """CLIENT jailed, with REAL brokered for `hosts`; (results, record, sentinel)."""
     store = os.path.join(tmp_path, "store")
     os.makedirs(store, mode=0o700, exist_ok=True)
@@ -107,7 +107,8 @@ def run_brokered(echo: dict[str, str], tmp_path: str, args: Sequence[str],
     sentinel = credentials.sentinel(REAL)
     broker = [leaf.chain, leaf.key, trust or echo["trust"], "1", sentinel, REAL, ",".join(hosts)]
     rules = tuple(r for line in (HOST, OTHER) for r in egresspolicy.parse_rule(line))
-    spec = JailSpec((), (), (), rules=rules, agent="claude", hosts_file=echo["hosts"])
+    spec = JailSpec((), (), (), egress_policy=policy, rules=rules if policy == "allow-list"
+                    else (), agent="claude", hosts_file=echo["hosts"])
     where = os.path.join(tmp_path, f"record-{time.monotonic_ns()}")
     os.mkdir(where, 0o700)
     path, record_fd = egressrecord.create(where, {"session": "t", "agent": "claude",
@@ -174,3 +175,13 @@ def test_an_untrusted_host_gets_no_value(echo_hosts: dict[str, str], tmp_path: s
     assert "error" in results["bearer"], results["bearer"]
     entry = next(e for e in record if (e["name"], e["port"]) == (HOST, 443))
     assert "the host's TLS failed" in entry["rule"] and entry["sent"] == 0
+
+
+def test_under_open_the_credentials_host_is_still_terminated_and_reached_by_name(
+        echo_hosts: dict[str, str], tmp_path: str) -> None:
+    results, record, sentinel = run_brokered(echo_hosts, str(tmp_path), [], policy="open")
+    first = _headers(results["bearer"]["answers"][0])
+    assert first["authorization"] == f"Bearer {REAL}"
+    assert _headers(results["other"]["answers"][0])["authorization"] == f"Bearer {sentinel}"
+    entry = next(e for e in record if (e["name"], e["port"]) == (HOST, 443))
+    assert entry["terminated"] is True and entry["upstream"] == "198.51.100.40"
