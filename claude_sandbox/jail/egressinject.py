@@ -169,7 +169,8 @@ def serve(broker: Broker, conn: _socket.socket, upstream: _socket.socket, name: 
         agent.close()
         return 0, 0
     pairs = broker.by_host[name]
-    requests = Requests(pairs, tuple(s for s in broker.sentinels if s not in pairs))
+    requests = Requests(pairs, tuple(s for s in broker.sentinels if s not in pairs),
+                        name.encode())
     sent = received = 0
     poller = select.poll()
     for sock in (conn, upstream):

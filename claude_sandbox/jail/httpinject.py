@@ -8,8 +8,10 @@ token, or Basic, decoded and encoded again), x-api-key and PRIVATE-TOKEN. A sent
 anywhere else goes out as it came, a meaningless string. Anything that could frame
 differently here and at the server (both Content-Length and Transfer-Encoding, two
 lengths, a folded header, a bad chunk size) ends the connection: the proxy must never
-rewrite one request while the server reads another. After an upgrade (a WebSocket)
-the bytes are no longer HTTP and pass as they are.
+rewrite one request while the server reads another. So does a request whose Host (or
+absolute target) is not the connection's server name: behind a front end that routes
+by Host, the real value would reach another site. After an upgrade (a WebSocket) the
+bytes are no longer HTTP and pass as they are.
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ def rewrite_value(name: bytes, value: bytes, pairs: dict[bytes, bytes]) -> tuple
 class Requests:
     """The client-to-server stream of one terminated connection."""
 
-    def __init__(self, pairs: dict[bytes, bytes], others: tuple[bytes, ...] = ()) -> None:
+    def __init__(self, pairs: dict[bytes, bytes], others: tuple[bytes, ...] = (),
+                 host: bytes = b"") -> None:
         self.pairs = pairs  # this host's sentinels and their real values
+        self.host = host.lower()  # the connection's server name: every request's Host
         self.others = others  # every other sentinel of the session: noted, never replaced
         self.buffer = b""
         self.state = "head"  # head | body | chunk-size | chunk-data | chunk-end | trailer | raw
@@ -95,6 +99,16 @@ class Requests:
                 self._chunk_line(line)
         return b"".join(out)
 
+    def _other_host(self, authority: bytes) -> bool:
+        """Whether `authority` (a Host value, host[:port]) names another host than the
+        connection's; always False when the stream was given no host."""
+        if not self.host:
+            return False
+        name, _, port = authority.strip().lower().rpartition(b":")
+        if not name or not port.isdigit():
+            name, port = authority.strip().lower(), b"443"
+        return name.rstrip(b".") != self.host or port != b"443"
+
     def _chunk_line(self, line: bytes) -> None:
         if self.state == "chunk-end":
             if line:
@@ -114,9 +128,16 @@ class Requests:
         request = lines[0].split(b" ")
         if len(request) != 3 or not request[2].startswith(b"HTTP/1."):
             raise Malformed("not an HTTP/1.1 request line")
+        target = request[1]
+        if not (target.startswith(b"/") or target == b"*"):
+            # An absolute target names its own host: it must be the connection's.
+            scheme, _, rest = target.partition(b"://")
+            if scheme.lower() != b"https" or self._other_host(rest.split(b"/", 1)[0]):
+                raise Malformed("a request for another host than the connection's")
         out = [lines[0]]
         length: bytes | None = None
         chunked = False
+        hosts = 0
         for line in lines[1:]:
             name, colon, value = line.partition(b":")
             if not colon or not name or not set(name) <= _TOKEN_CHARS:
@@ -132,6 +153,12 @@ class Requests:
                 chunked = True
             elif lower == b"upgrade":
                 self.upgrade = True
+            elif lower == b"host":
+                # A server behind a shared front end may route by Host: a real value put
+                # in for one name must never be carried to another (domain fronting).
+                hosts += 1
+                if hosts > 1 or self._other_host(value):
+                    raise Malformed("a Host that is not the connection's server name")
             if lower in REWRITTEN:
                 value, count = rewrite_value(lower, value, self.pairs)
                 self.injected += count
@@ -139,6 +166,8 @@ class Requests:
             out.append(name + b": " + value)
         if chunked and length is not None:
             raise Malformed("both Content-Length and Transfer-Encoding")
+        if self.host and not hosts:
+            raise Malformed("a request without a Host")
         if self.upgrade or request[0] == b"CONNECT":
             self.state = "raw"
         elif chunked:

@@ -82,6 +82,7 @@ cases = [
      [req(host, ["Authorization: Bearer @S", "X-Other: @S"], b"hello world", chunked=True),
       req(host, ["x-api-key: @S", "PRIVATE-TOKEN: @S", "Authorization: Basic " + basic])]),
     ("other", other, 443, True, [req(other, ["Authorization: Bearer @S"])]),
+    ("fronted", host, 443, True, [req(other, ["Authorization: Bearer @S"])]),
     ("plain", host, 80, False, [req(host, ["Authorization: Bearer @S"])]),
 ]
 results = {}
@@ -157,11 +158,15 @@ def test_the_real_value_reaches_the_credentials_host_only(
     # Another allowed host, and the credential's host in the clear: the sentinel arrives.
     assert _headers(results["other"]["answers"][0])["authorization"] == f"Bearer {sentinel}"
     assert _headers(results["plain"]["answers"][0])["authorization"] == f"Bearer {sentinel}"
-    by_name = {(e["name"], e["port"]): e for e in record}
+    by_name = {(e["name"], e["port"]): e for e in record if "ended" not in e.get("rule", "")}
     assert by_name[(HOST, 443)]["terminated"] is True and by_name[(HOST, 443)]["injected"] == 4
     assert "terminated" not in by_name[(OTHER, 443)]
     assert by_name[(HOST, 80)]["other_sentinels"] == 1
     assert REAL not in json.dumps(record)
+    # Domain fronting: the credential's name in TLS, another in Host: nothing goes out.
+    assert "error" in results["fronted"], results["fronted"]
+    fronted = [e for e in record if e["name"] == HOST and "ended" in e.get("rule", "")]
+    assert fronted and "Host" in fronted[0]["rule"] and fronted[0]["sent"] == 0
 
 
 def test_an_untrusted_host_gets_no_value(echo_hosts: dict[str, str], tmp_path: str) -> None:

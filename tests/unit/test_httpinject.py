@@ -107,3 +107,28 @@ def test_well_framed_requests_without_a_sentinel_pass_unchanged(
     out, stream = feed_all(data, sizes)
     assert out == data.replace(S, R) or S in data
     assert stream.state == "head" and not stream.buffer
+
+
+def _for_host(data: bytes) -> bytes:
+    return Requests({S: R}, (), b"api.x.com").feed(data)
+
+
+@pytest.mark.parametrize("host", [b"api.x.com", b"API.X.COM:443", b"api.x.com."])
+def test_a_request_for_the_connections_name_passes(host: bytes) -> None:
+    out = _for_host(b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nAuthorization: token " + S
+                    + b"\r\n\r\nGET https://api.x.com/a HTTP/1.1\r\nHost: api.x.com\r\n\r\n")
+    assert R in out
+
+
+@pytest.mark.parametrize("head", [
+    b"GET / HTTP/1.1\r\nHost: evil.com\r\nAuthorization: token " + S + b"\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: api.x.com\r\nHost: evil.com\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: api.x.com:8443\r\n\r\n",
+    b"GET / HTTP/1.1\r\nAuthorization: token " + S + b"\r\n\r\n",
+    b"GET https://evil.com/ HTTP/1.1\r\nHost: api.x.com\r\n\r\n",
+    b"GET http://api.x.com/ HTTP/1.1\r\nHost: api.x.com\r\n\r\n",
+])
+def test_a_request_for_another_host_ends_the_connection(head: bytes) -> None:
+    """Behind a front end that routes by Host, the real value would reach another site."""
+    with pytest.raises(Malformed):
+        _for_host(head)
