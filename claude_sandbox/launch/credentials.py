@@ -182,15 +182,38 @@ def forge_hosts(host: str, variable: str, hosts: Mapping[str, tuple[str, ...]]) 
     return default if host in default else (host,)
 
 
+FORGE_DIRS = (".config/gh", ".config/glab-cli")
+
+
 def read_forge(home: str) -> dict[str, str]:
-    """The forge files (FORGE_FILES) that exist under `home`, by relative path: text."""
+    """Every regular file of the forge directories under `home` (and one level below),
+    by relative path: its text. All of them, not only the files that name tokens: a
+    token copied into another file there (a backup, a second account) is found by its
+    value and replaced there too."""
     found = {}
-    for rel, _, _ in FORGE_FILES:
-        try:
-            with open(os.path.join(home, rel), encoding="utf-8") as handle:
-                found[rel] = handle.read(1 << 20)
-        except (OSError, UnicodeDecodeError):
-            continue
+    for top in FORGE_DIRS:
+        for rel in _regular_files(home, top, depth=2):
+            try:
+                with open(os.path.join(home, rel), encoding="utf-8") as handle:
+                    text = handle.read((1 << 20) + 1)
+            except (OSError, UnicodeDecodeError):
+                continue
+            if len(text) <= 1 << 20:
+                found[rel] = text
+    return found
+
+
+def _regular_files(home: str, rel: str, depth: int) -> list[str]:
+    try:
+        entries = list(os.scandir(os.path.join(home, rel)))
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if entry.is_file(follow_symlinks=False):
+            found.append(os.path.join(rel, entry.name))
+        elif depth > 1 and entry.is_dir(follow_symlinks=False):
+            found += _regular_files(home, os.path.join(rel, entry.name), depth - 1)
     return found
 
 
@@ -243,25 +266,24 @@ def broker(lines: Iterable[str], environ: Mapping[str, str],
         made = take(environ[name], its_hosts)
         credentials.append(Credential(name, its_hosts, f"${name}", made))
         env.append((name, made))
-    forge: list[tuple[str, str]] = []
+    gone: dict[str, str] = {}  # real values that are not tokens: replaced, never put back
     for rel, token_key, variable in FORGE_FILES:
-        text = forge_texts.get(rel)
-        if text is None:
-            continue
-        pairs = {}
-        for host, real in forge_tokens(text, token_key):
+        for host, real in forge_tokens(forge_texts.get(rel, ""), token_key):
+            if real in sentinels or real in gone:
+                continue
             if value_problem(real):
-                # Not a token the proxy can put back: it leaves the file all the same.
-                pairs[real] = _hex(32)
+                gone[real] = _hex(32)
                 unusable.append(f"the token for {host or '?'} in ~/{rel} is not provided: "
                                 f"{value_problem(real)}")
                 continue
             its_hosts = forge_hosts(host, variable, hosts)
-            pairs[real] = take(real, its_hosts)
             credentials.append(Credential(f"{host or '?'} ({rel.split('/')[1]})", its_hosts,
-                                          f"~/{rel}", pairs[real]))
-        if pairs:
-            forge.append((rel, replaced(text, pairs)))
+                                          f"~/{rel}", take(real, its_hosts)))
+    # Every forge file that holds any real value, wherever it came from, shows the
+    # sentinel instead: found by value, not by the file's name.
+    every = {**sentinels, **gone}
+    forge = [(rel, replaced(text, every)) for rel, text in sorted(forge_texts.items())
+             if any(real in text for real in every)]
     return Brokered(tuple(credentials),
                     tuple(Secret(sentinels[r], r, where_for[r]) for r in sentinels),
                     tuple(env), tuple(forge), tuple(unusable))

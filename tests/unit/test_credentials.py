@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -108,3 +110,22 @@ def test_a_value_that_is_not_a_token_is_not_provided_and_leaves_the_file() -> No
     assert brokered.env == () and brokered.secrets == ()
     assert "has space" not in brokered.forge[0][1]
     assert len(brokered.unusable) == 2
+
+
+def test_a_token_copied_into_another_forge_file_is_replaced_there_too(tmp_path: str) -> None:
+    home = str(tmp_path)
+    for rel, text in ((".config/gh/hosts.yml", GH), (".config/gh/hosts.yml.bak", GH),
+                      (".config/gh/sub/notes", f"token={REAL}\n"),
+                      (".config/glab-cli/config.yml", GLAB)):
+        path = os.path.join(home, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write(text)
+    forge = credentials.read_forge(home)
+    assert set(forge) == {".config/gh/hosts.yml", ".config/gh/hosts.yml.bak",
+                          ".config/gh/sub/notes", ".config/glab-cli/config.yml"}
+    brokered = credentials.broker((), {}, forge)
+    shown = dict(brokered.forge)
+    assert set(shown) == set(forge)
+    reals = {s.real for s in brokered.secrets}
+    assert all(real not in text for text in shown.values() for real in reals)
