@@ -165,6 +165,10 @@ def _row(entry: Mapping[str, Any]) -> list[str]:
     rule = str(entry.get("rule") or "")
     if entry.get("cut"):
         rule += "; still open when the session ended"
+    if entry.get("terminated"):  # the credential broker's (docs/explanation/credentials.md)
+        rule += f"; brokered: {_size(entry.get('injected'))} credential(s) put back"
+    if entry.get("other_sentinels"):
+        rule += f"; {_size(entry.get('other_sentinels'))} sentinel(s) sent here unreplaced"
     stamp = str(entry.get("time") or "")
     return [_safe(stamp[11:19] if _ISO.fullmatch(stamp) else stamp), _safe(entry.get("kind")),
             _safe(entry.get("verdict")), _safe(target), _safe(entry.get("upstream") or "-"),

@@ -221,3 +221,16 @@ def test_help_names_every_option() -> None:
     top = subprocess.run([sys.executable, "-m", "claude_sandbox", "--help"], cwd=REPO,
                          capture_output=True, text=True, check=True)
     assert "\n    log " in top.stdout
+
+
+def test_a_brokered_connection_says_what_the_broker_did() -> None:
+    entries = [{"kind": "session", "session": "s", "agent": "claude", "policy": "allow-list",
+                "time": "2026-12-02T10:00:00Z"},
+               {"kind": "tls", "time": "2026-12-02T10:00:01Z", "name": "api.github.com",
+                "port": 443, "verdict": "allowed", "rule": "api.github.com", "sent": 10,
+                "received": 20, "terminated": True, "injected": 2},
+               {"kind": "http", "time": "2026-12-02T10:00:02Z", "name": "x.test", "port": 80,
+                "verdict": "allowed", "rule": "x.test", "other_sentinels": 1}]
+    text = "\n".join(egresslog.text_lines("s", entries))
+    assert "brokered: 2 credential(s) put back" in text
+    assert "1 sentinel(s) sent here unreplaced" in text
