@@ -140,6 +140,11 @@ def _echo_one(raw: socket.socket, context: ssl.SSLContext | None, log: str) -> N
             data = json.dumps({"headers": headers, "body": body.decode()}).encode()
             with open(log, "a") as handle:
                 handle.write(json.dumps(headers) + "\n")
+            if b"/info/refs" in head.split(b"\r\n")[0] and "authorization" not in fields:
+                # As a git host does: a challenge, so that git asks its credential helper.
+                conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic "
+                             b"realm=\"echo\"\r\nContent-Length: 0\r\n\r\n")
+                continue
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
     except (OSError, ssl.SSLError, ValueError):

@@ -1271,7 +1271,7 @@ def test_83_credentials_are_sentinels(request: pytest.FixtureRequest) -> None:
         assert value, f"{name} is not set inside"
         assert not _is_real(value), f"{name} holds its real value"
     for path in files:
-        text = Path(path).read_text()
+        text = Path(path).read_text(errors="replace")
         words = {w.strip("'\"") for line in text.splitlines() for w in line.split()}
         real = [w for w in words if _is_real(w)]
         assert not real, f"{path} holds a real token"

@@ -7,11 +7,12 @@ this session's sentinels in the credential headers only: Authorization (Bearer,
 token, or Basic, decoded and encoded again), x-api-key and PRIVATE-TOKEN. A sentinel
 anywhere else goes out as it came, a meaningless string. Anything that could frame
 differently here and at the server (both Content-Length and Transfer-Encoding, two
-lengths, a folded header, a bad chunk size) ends the connection: the proxy must never
-rewrite one request while the server reads another. So does a request whose Host (or
-absolute target) is not the connection's server name: behind a front end that routes
-by Host, the real value would reach another site. After an upgrade (a WebSocket) the
-bytes are no longer HTTP and pass as they are.
+lengths, a folded header, a bare CR or LF in a line, a bad chunk size) ends the
+connection: the proxy must never rewrite one request while the server reads another.
+So does a request whose Host (or absolute target, or a routing header) is not the
+connection's server name: behind a front end that routes by Host, the real value would
+reach another site; and a method other than the usual ones (TRACE echoes the request
+back). After an upgrade (a WebSocket) the bytes are no longer HTTP and pass as they are.
 """
 
 from __future__ import annotations
@@ -20,13 +21,30 @@ import base64
 import binascii
 
 HEAD_MAX = 64 << 10
+LINE_MAX = 4096  # a chunk-size or trailer line
 REWRITTEN = (b"authorization", b"x-api-key", b"private-token")
+# Methods a real value may go with: TRACE (a server echoing the request, credential
+# headers included) and CONNECT (a tunnel to elsewhere) may not.
+METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"PATCH", b"DELETE", b"OPTIONS"})
+# Headers a front end may route or rewrite by: a terminated request carries none.
+ROUTING = frozenset({b"x-forwarded-host", b"x-original-url", b"x-rewrite-url", b"forwarded",
+                     b"x-forwarded-server", b"x-host"})
 _TOKEN_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
                          b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+# Bytes no line may hold: a server that also ends a line at a bare LF (RFC 9112 allows
+# it) would read other lines, and so other requests, than the proxy does.
+_LINE_BREAKERS = (b"\r", b"\n", b"\0")
 
 
 class Malformed(Exception):
     """The stream cannot be framed safely; the connection ends."""
+
+
+def _clean(line: bytes, what: str) -> bytes:
+    if any(c in line for c in _LINE_BREAKERS):
+        raise Malformed(f"a bare CR, LF or NUL in {what}")
+    return line
 
 
 def _replace(value: bytes, pairs: dict[bytes, bytes]) -> tuple[bytes, int]:
@@ -52,13 +70,13 @@ def rewrite_value(name: bytes, value: bytes, pairs: dict[bytes, bytes]) -> tuple
 
 
 class Requests:
-    """The client-to-server stream of one terminated connection."""
+    """The client-to-server stream of one terminated connection to `host`."""
 
-    def __init__(self, pairs: dict[bytes, bytes], others: tuple[bytes, ...] = (),
-                 host: bytes = b"") -> None:
+    def __init__(self, pairs: dict[bytes, bytes], others: tuple[bytes, ...],
+                 host: bytes) -> None:
         self.pairs = pairs  # this host's sentinels and their real values
-        self.host = host.lower()  # the connection's server name: every request's Host
         self.others = others  # every other sentinel of the session: noted, never replaced
+        self.host = host.lower()  # the connection's server name: every request's Host
         self.buffer = b""
         self.state = "head"  # head | body | chunk-size | chunk-data | chunk-end | trailer | raw
         self.left = 0  # bytes of the body or chunk still to pass
@@ -67,43 +85,45 @@ class Requests:
         self.elsewhere = 0  # other credentials' sentinels seen in heads
 
     def feed(self, data: bytes) -> bytes:
-        """What to send on for `data`; Malformed when it cannot be framed."""
-        self.buffer += data
-        out = []
-        while self.buffer:
+        """What to send on for `data`; Malformed when it cannot be framed. The buffer is
+        walked by offset and cut once: many small chunks cost what one large one does."""
+        buffer = self.buffer + data if self.buffer else data
+        at, out = 0, []
+        while at < len(buffer):
             if self.state == "raw":
-                out.append(self.buffer)
-                self.buffer = b""
+                out.append(buffer[at:])
+                at = len(buffer)
             elif self.state in ("body", "chunk-data"):
-                part, self.buffer = self.buffer[:self.left], self.buffer[self.left:]
+                part = buffer[at:at + self.left]
+                at += len(part)
                 self.left -= len(part)
                 out.append(part)
                 if not self.left:
                     self.state = "head" if self.state == "body" else "chunk-end"
             elif self.state == "head":
-                end = self.buffer.find(b"\r\n\r\n")
+                end = buffer.find(b"\r\n\r\n", at)
+                if (end if end >= 0 else len(buffer)) - at > HEAD_MAX:
+                    raise Malformed("a request head larger than 64 KiB")
                 if end < 0:
-                    if len(self.buffer) > HEAD_MAX:
-                        raise Malformed("a request head larger than 64 KiB")
                     break
-                head, self.buffer = self.buffer[:end + 4], self.buffer[end + 4:]
-                out.append(self._head(head))
+                out.append(self._head(buffer[at:end]))
+                at = end + 4
             else:
-                line_end = self.buffer.find(b"\r\n")
-                if line_end < 0:
-                    if len(self.buffer) > 4096:
-                        raise Malformed("a chunk line longer than 4 KiB")
+                end = buffer.find(b"\r\n", at)
+                if (end if end >= 0 else len(buffer)) - at > LINE_MAX:
+                    raise Malformed("a chunk or trailer line longer than 4 KiB")
+                if end < 0:
                     break
-                line, self.buffer = self.buffer[:line_end], self.buffer[line_end + 2:]
+                line = buffer[at:end]
+                at = end + 2
                 out.append(line + b"\r\n")
-                self._chunk_line(line)
+                self._chunk_line(_clean(line, "a chunk or trailer line"))
+        self.buffer = buffer[at:]
         return b"".join(out)
 
     def _other_host(self, authority: bytes) -> bool:
         """Whether `authority` (a Host value, host[:port]) names another host than the
-        connection's; always False when the stream was given no host."""
-        if not self.host:
-            return False
+        connection's."""
         name, _, port = authority.strip().lower().rpartition(b":")
         if not name or not port.isdigit():
             name, port = authority.strip().lower(), b"443"
@@ -115,21 +135,28 @@ class Requests:
                 raise Malformed("a chunk not ended by CRLF")
             self.state = "chunk-size"
         elif self.state == "chunk-size":
-            size = line.split(b";", 1)[0].strip()
-            if not size or len(size) > 16 or not all(c in b"0123456789abcdefABCDEF" for c in size):
+            size = line.split(b";", 1)[0].strip(b" \t")
+            if not size or len(size) > 12 or not set(size) <= _HEX:
                 raise Malformed("a bad chunk size")
             self.left = int(size, 16)
             self.state = "chunk-data" if self.left else "trailer"
         elif not line:  # the trailer's end: the next request
             self.state = "head"
+        else:
+            name, colon, _ = line.partition(b":")
+            if not colon or not name or not set(name) <= _TOKEN_CHARS:
+                raise Malformed("a trailer line that is not NAME: value")
 
     def _head(self, head: bytes) -> bytes:
-        lines = head[:-4].split(b"\r\n")
-        request = lines[0].split(b" ")
-        if len(request) != 3 or not request[2].startswith(b"HTTP/1."):
+        lines = head.split(b"\r\n")
+        request = _clean(lines[0], "the request line").split(b" ")
+        if len(request) != 3 or request[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
             raise Malformed("not an HTTP/1.1 request line")
+        if request[0] not in METHODS:
+            raise Malformed(f"a method the broker does not carry a credential with "
+                            f"({request[0][:16].decode(errors='replace')})")
         target = request[1]
-        if not (target.startswith(b"/") or target == b"*"):
+        if not (target.startswith(b"/") or (target == b"*" and request[0] == b"OPTIONS")):
             # An absolute target names its own host: it must be the connection's.
             scheme, _, rest = target.partition(b"://")
             if scheme.lower() != b"https" or self._other_host(rest.split(b"/", 1)[0]):
@@ -139,26 +166,29 @@ class Requests:
         chunked = False
         hosts = 0
         for line in lines[1:]:
-            name, colon, value = line.partition(b":")
+            name, colon, value = _clean(line, "a header").partition(b":")
             if not colon or not name or not set(name) <= _TOKEN_CHARS:
                 raise Malformed("a header line that is not NAME: value (or a folded one)")
             lower, value = name.lower(), value.strip(b" \t")
             if lower == b"content-length":
-                if not value.isdigit() or (length is not None and value != length):
+                if not value.isdigit() or len(value) > 15 or (length is not None
+                                                              and value != length):
                     raise Malformed("a bad or repeated Content-Length")
                 length = value
             elif lower == b"transfer-encoding":
-                if value.lower() != b"chunked" or chunked:
-                    raise Malformed("a Transfer-Encoding other than one chunked")
+                if value.lower() != b"chunked" or chunked or request[2] != b"HTTP/1.1":
+                    raise Malformed("a Transfer-Encoding other than one chunked, in HTTP/1.1")
                 chunked = True
             elif lower == b"upgrade":
-                self.upgrade = True
+                self.upgrade = True  # even unanswered by a 101: from here, nothing is put in
             elif lower == b"host":
                 # A server behind a shared front end may route by Host: a real value put
                 # in for one name must never be carried to another (domain fronting).
                 hosts += 1
                 if hosts > 1 or self._other_host(value):
                     raise Malformed("a Host that is not the connection's server name")
+            elif lower in ROUTING:
+                raise Malformed(f"a routing header ({lower.decode()})")
             if lower in REWRITTEN:
                 value, count = rewrite_value(lower, value, self.pairs)
                 self.injected += count
@@ -166,9 +196,9 @@ class Requests:
             out.append(name + b": " + value)
         if chunked and length is not None:
             raise Malformed("both Content-Length and Transfer-Encoding")
-        if self.host and not hosts:
+        if not hosts:
             raise Malformed("a request without a Host")
-        if self.upgrade or request[0] == b"CONNECT":
+        if self.upgrade:
             self.state = "raw"
         elif chunked:
             self.state = "chunk-size"

@@ -76,6 +76,12 @@ class Secret:
     hosts: tuple[str, ...]
 
 
+def _host_name(text: str) -> bool:
+    return (bool(text) and set(text) <= _HOST_CHARS and "." in text and ".." not in text
+            and not text.startswith((".", "-")) and not text.endswith((".", "-"))
+            and len(text) <= 253)
+
+
 def parse_line(text: str, where: str) -> tuple[str, tuple[str, ...]]:
     """A `credential` value: `VAR` (a built-in's hosts) or `VAR HOST[,HOST...]`."""
     variable, _, rest = text.strip().partition(" ")
@@ -91,8 +97,7 @@ def parse_line(text: str, where: str) -> tuple[str, tuple[str, ...]]:
         return variable, DEFAULTS[variable]
     hosts = tuple(h.strip().lower() for h in rest.replace(" ", ",").split(",") if h.strip())
     for host in hosts:
-        if (not set(host) <= _HOST_CHARS or "." not in host or host.startswith((".", "-"))
-                or host.endswith((".", "-")) or ".." in host or len(host) > 253):
+        if not _host_name(host):
             raise SandboxError(f"{where}: credential {variable}: {host!r} is not a host name",
                                EXIT_CONFIG)
     return variable, tuple(dict.fromkeys(hosts))
@@ -129,48 +134,43 @@ def _hex(size: int) -> str:
     return "".join(_RANDOM.choice("0123456789abcdef") for _ in range(size))
 
 
-def _prefix(value: str) -> str:
-    """What stays of a token's shape: its kind, up to the last - or _ among the first 16
-    characters (ghp_, github_pat_, glpat-, sk-ant-api03-, sk-proj-)."""
-    head = value[:16]
-    cut = max(head.rfind("_"), head.rfind("-"))
-    return value[:cut + 1] if cut > 0 else ""
+# The token kinds whose prefix a sentinel keeps, so that a tool checking the kind (gh
+# wants ghp_ or gho_) still takes it; nothing else of the real value is kept.
+PREFIXES = ("github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "glpat-", "sk-ant-api03-",
+            "sk-ant-", "sk-proj-", "sk-")
+_ALNUM = _LOWER + _UPPER + _DIGITS
+_RANDOM_CHARS = 22  # 62**22 > 2**130: a sentinel is never guessed
 
 
 def sentinel(value: str) -> str:
-    """A stand-in of `value`'s shape: its prefix, then a random character of each
-    position's class (digit, lower, upper), punctuation kept. Drawn for each session."""
-    prefix = _prefix(value)
-    out = [prefix]
-    for char in value[len(prefix):]:
-        if char in _DIGITS:
-            out.append(_RANDOM.choice(_DIGITS))
-        elif char in _LOWER:
-            out.append(_RANDOM.choice(_LOWER))
-        elif char in _UPPER:
-            out.append(_RANDOM.choice(_UPPER))
-        else:
-            out.append(char)
-    made = "".join(out)
-    # A value of punctuation only would come back as itself.
-    return made if made != value else prefix + _hex(max(16, len(value)))
+    """A stand-in for `value`: its kind's prefix (PREFIXES), then random letters and
+    digits, as long as the value or at least _RANDOM_CHARS of them. Drawn each session."""
+    prefix = next((p for p in PREFIXES if value.startswith(p)), "")
+    size = max(len(value) - len(prefix), _RANDOM_CHARS)
+    return prefix + "".join(_RANDOM.choice(_ALNUM) for _ in range(size))
 
 
 def forge_tokens(text: str, token_key: str) -> list[tuple[str, str]]:
     """(host, token) for each `TOKEN_KEY: value` line of a gh or glab YAML file: the host
-    is the nearest key line above it with no value (gh: a top-level host; glab: a host
-    under `hosts:`). A minimal reading: these files are flat maps of plain scalars."""
+    is the nearest key line above it, with no value, that names a host (gh: a top-level
+    host; glab: a host under `hosts:`); keys without a dot (users, an account) leave it.
+    A key that looks like a host but is none (`corp.example:8443`) gives "", so its
+    tokens are never credited to the host above. A minimal reading: these files are
+    flat maps of plain scalars."""
     found: list[tuple[str, str]] = []
     host = ""
     for line in text.splitlines():
-        stripped = line.strip()
+        stripped = line.split(" #", 1)[0].strip()
         if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.endswith(":"):
+            key = stripped[:-1].strip().strip("'\"").lower()
+            if "." in key or ":" in key:
+                host = key if _host_name(key) else ""
             continue
         key, sep, value = stripped.partition(":")
         value = value.strip().strip("'\"")
-        if sep and not value and "." in key:
-            host = key.strip().strip("'\"").lower()
-        elif sep and key.strip() == token_key and value:
+        if sep and key.strip().strip("'\"") == token_key and value:
             found.append((host, value))
     return found
 
@@ -183,45 +183,54 @@ def forge_hosts(host: str, variable: str, hosts: Mapping[str, tuple[str, ...]]) 
 
 
 FORGE_DIRS = (".config/gh", ".config/glab-cli")
+_FORGE_FILE_MAX = 1 << 20
+_FORGE_FILES_MAX = 1000
 
 
-def read_forge(home: str) -> dict[str, str]:
-    """Every regular file of the forge directories under `home` (and one level below),
-    by relative path: its text. All of them, not only the files that name tokens: a
-    token copied into another file there (a backup, a second account) is found by its
-    value and replaced there too."""
-    found = {}
+def read_forge(home: str) -> dict[str, str | None]:
+    """Every regular file of the forge directories under `home`, at any depth, by
+    relative path: its text (bytes kept as they are), or None for one too large to scan,
+    which is then shown empty. All of them, not only the files that name tokens: a token
+    copied into another file there (a backup, a second account) is found by its value."""
+    found: dict[str, str | None] = {}
     for top in FORGE_DIRS:
-        for rel in _regular_files(home, top, depth=2):
+        for rel in _regular_files(home, top)[:_FORGE_FILES_MAX]:
             try:
-                with open(os.path.join(home, rel), encoding="utf-8") as handle:
-                    text = handle.read((1 << 20) + 1)
-            except (OSError, UnicodeDecodeError):
-                continue
-            if len(text) <= 1 << 20:
-                found[rel] = text
+                with open(os.path.join(home, rel), "rb") as handle:
+                    data = handle.read(_FORGE_FILE_MAX + 1)
+            except OSError:
+                continue  # unreadable here is unreadable inside: the same user
+            found[rel] = (data.decode("utf-8", "surrogateescape")
+                          if len(data) <= _FORGE_FILE_MAX else None)
     return found
 
 
-def _regular_files(home: str, rel: str, depth: int) -> list[str]:
-    try:
-        entries = list(os.scandir(os.path.join(home, rel)))
-    except OSError:
-        return []
-    found = []
-    for entry in entries:
-        if entry.is_file(follow_symlinks=False):
-            found.append(os.path.join(rel, entry.name))
-        elif depth > 1 and entry.is_dir(follow_symlinks=False):
-            found += _regular_files(home, os.path.join(rel, entry.name), depth - 1)
-    return found
+def _regular_files(home: str, rel: str) -> list[str]:
+    found: list[str] = []
+    pending = [rel]
+    while pending and len(found) < _FORGE_FILES_MAX:
+        here = pending.pop()
+        try:
+            entries = list(os.scandir(os.path.join(home, here)))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                found.append(os.path.join(here, entry.name))
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append(os.path.join(here, entry.name))
+    return sorted(found)
 
 
 def replaced(text: str, pairs: Mapping[str, str]) -> str:
-    """`text` with every real value in `pairs` replaced by its sentinel."""
-    for real in sorted(pairs, key=len, reverse=True):  # a value inside another: the longer first
-        text = text.replace(real, pairs[real])
-    return text
+    """`text` with every real value in `pairs` replaced by its sentinel, in one pass (a
+    sentinel put in is never scanned again), the longer value first where two overlap."""
+    if not pairs:
+        return text
+    import re
+
+    pattern = re.compile("|".join(map(re.escape, sorted(pairs, key=len, reverse=True))))
+    return pattern.sub(lambda found: pairs[found.group(0)], text)
 
 
 @record
@@ -240,7 +249,7 @@ class Brokered:
 
 
 def broker(lines: Iterable[str], environ: Mapping[str, str],
-           forge_texts: Mapping[str, str]) -> Brokered:
+           forge_texts: Mapping[str, str | None]) -> Brokered:
     """Every credential of a launch: the variables `wanted` names and the forge files'
     tokens, one sentinel per real value (so gh and $GH_TOKEN agree inside)."""
     lines = tuple(lines)
@@ -253,7 +262,11 @@ def broker(lines: Iterable[str], environ: Mapping[str, str],
 
     def take(real: str, belongs: tuple[str, ...]) -> str:
         if real not in sentinels:
-            sentinels[real] = sentinel(real)
+            made = sentinel(real)
+            taken = [*sentinels, *sentinels.values()]
+            while any(made in other or other in made for other in taken):
+                made = sentinel(real)  # never one inside another: a replace would mix them
+            sentinels[real] = made
             where_for[real] = ()
         where_for[real] = tuple(dict.fromkeys((*where_for[real], *belongs)))
         return sentinels[real]
@@ -268,8 +281,13 @@ def broker(lines: Iterable[str], environ: Mapping[str, str],
         env.append((name, made))
     gone: dict[str, str] = {}  # real values that are not tokens: replaced, never put back
     for rel, token_key, variable in FORGE_FILES:
-        for host, real in forge_tokens(forge_texts.get(rel, ""), token_key):
+        for host, real in forge_tokens(forge_texts.get(rel) or "", token_key):
             if real in sentinels or real in gone:
+                continue
+            if not _host_name(host):
+                gone[real] = _hex(32)
+                unusable.append(f"a token in ~/{rel} is not provided: it is under no host "
+                                "name")
                 continue
             if value_problem(real):
                 gone[real] = _hex(32)
@@ -282,8 +300,9 @@ def broker(lines: Iterable[str], environ: Mapping[str, str],
     # Every forge file that holds any real value, wherever it came from, shows the
     # sentinel instead: found by value, not by the file's name.
     every = {**sentinels, **gone}
-    forge = [(rel, replaced(text, every)) for rel, text in sorted(forge_texts.items())
-             if any(real in text for real in every)]
+    forge = [(rel, "" if text is None else replaced(text, every))
+             for rel, text in sorted(forge_texts.items())
+             if text is None or any(real in text for real in every)]
     return Brokered(tuple(credentials),
                     tuple(Secret(sentinels[r], r, where_for[r]) for r in sentinels),
                     tuple(env), tuple(forge), tuple(unusable))

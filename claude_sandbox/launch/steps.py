@@ -208,7 +208,8 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
     opened: dict[str, int] = {}
     helper = None
     try:
-        opened.update({name: data_descriptor(name, content.encode())
+        # surrogateescape: a forge file's bytes come back as they were read (credentials.py)
+        opened.update({name: data_descriptor(name, content.encode("utf-8", "surrogateescape"))
                        for name, content in the_plan.data})
         opened[render.SECCOMP] = seccomp.filter_fd(the_plan.inner.level)
         helper_fd = None

@@ -96,24 +96,40 @@ def _make(openssl: str, where: str, hosts: tuple[str, ...]) -> None:
 
 
 def ensure(store: str, hosts: tuple[str, ...]) -> Leaf:
-    """The leaf for `hosts`, made when missing or old; CertificateError saying why not."""
+    """The leaf for `hosts`, made when missing or old; CertificateError saying why not.
+    One launch at a time decides and makes (a lock in the directory): two launches
+    remaking at once would each replace the other's pair under its proxy."""
+    import fcntl
+
     where = directory(store, hosts)
-    if not _fresh(where):
-        openssl = paths.find_tool("openssl")
-        if openssl is None:
-            raise CertificateError("openssl is not installed (apt-get install openssl)")
-        os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
-        fresh = tempfile.mkdtemp(prefix=".new-", dir=os.path.dirname(where))
-        try:
-            _make(openssl, fresh, hosts)
-            old = where + f".old-{os.getpid()}"
-            if os.path.exists(where):
-                os.rename(where, old)  # two launches at once: each renames its own
-            os.rename(fresh, where)
-            shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(fresh, ignore_errors=True)
-            raise
-    with open(os.path.join(where, "ca.pem")) as handle:
-        ca = handle.read()
+    parent = os.path.dirname(where)
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    lock = os.open(os.path.join(parent, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _sweep(parent)
+        if not _fresh(where):
+            openssl = paths.find_tool("openssl")
+            if openssl is None:
+                raise CertificateError("openssl is not installed (apt-get install openssl)")
+            fresh = tempfile.mkdtemp(prefix=".new-", dir=parent)
+            try:
+                _make(openssl, fresh, hosts)
+                if os.path.exists(where):
+                    os.rename(where, fresh + ".old")
+                os.rename(fresh, where)
+            finally:
+                shutil.rmtree(fresh, ignore_errors=True)
+                shutil.rmtree(fresh + ".old", ignore_errors=True)
+        with open(os.path.join(where, "ca.pem")) as handle:
+            ca = handle.read()
+    finally:
+        os.close(lock)  # and with it the lock
     return Leaf(os.path.join(where, "leaf.pem"), os.path.join(where, "leaf.key"), ca)
+
+
+def _sweep(parent: str) -> None:
+    """What a launch killed while making left: a half-made pair may still hold a CA key."""
+    for name in os.listdir(parent):
+        if name.startswith(".new-"):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 
 import pytest
 
@@ -123,3 +124,39 @@ def test_git_over_https_sends_the_real_value_to_its_host(
                 if h.lower().startswith("authorization: basic")]
     assert sent, "git sent no request"
     assert base64.b64decode(sent[0].split()[-1]) == f"x-access-token:{REAL}".encode()
+
+
+def test_gh_and_its_git_helper_hand_out_the_sentinel_and_the_host_gets_the_value(
+        launcher: Launcher, echo_hosts: dict[str, str]) -> None:
+    """gh's stored token for a host (an Enterprise host here: the echo), brokered without
+    any line: `gh api` and git through `gh auth git-credential` send the sentinel, and
+    the host receives the real value."""
+    gh = shutil.which("gh")
+    if gh is None:
+        pytest.skip("gh is not installed (.ci/run installs it)")
+    directory = os.path.join(launcher.home, ".config", "gh")
+    os.makedirs(directory, exist_ok=True)
+    hosts = os.path.join(directory, "hosts.yml")
+    real = "gho_" + "GhStoredToken00" * 2 + "ab"
+    with open(hosts, "w") as handle:
+        handle.write(f"{ECHO_HOST}:\n    oauth_token: {real}\n    user: octo\n"
+                     "    git_protocol: https\n")
+    os.chown(directory, launcher.uid, launcher.uid)
+    os.chown(hosts, launcher.uid, launcher.uid)
+    script = (f"GH_HOST={ECHO_HOST} {gh} api /user >/dev/null 2>&1; "
+              f"git -c 'credential.https://{ECHO_HOST}.helper=!{gh} auth git-credential' "
+              f"ls-remote https://{ECHO_HOST}/repo.git >/dev/null 2>&1; echo done")
+    open(echo_hosts["log"], "w").close()
+    try:
+        ran = launcher.shell("sh", "-c", script, env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1"},
+                             config=f"allow-domain = {ECHO_HOST}\n", hosts=echo_hosts["hosts"],
+                             trust=echo_hosts["bundle"])
+    finally:
+        os.unlink(hosts)
+    assert "done" in ran.stdout, ran.stderr
+    with open(echo_hosts["log"]) as handle:
+        sent = [h.split(":", 1)[1].strip() for line in handle for h in json.loads(line)
+                if h.lower().startswith("authorization:")]
+    assert f"token {real}" in sent, sent  # gh api
+    basics = [base64.b64decode(v.split()[1]) for v in sent if v.startswith("Basic ")]
+    assert f"octo:{real}".encode() in basics or f"x-access-token:{real}".encode() in basics, sent

@@ -49,17 +49,30 @@ def test_the_key_is_read_from_etc_only_and_checked() -> None:
                      path="/etc/c.conf")
 
 
-def test_a_sentinel_keeps_the_shape_and_never_the_value() -> None:
+def test_a_sentinel_keeps_the_kind_and_length_and_nothing_else() -> None:
     made = {credentials.sentinel(REAL) for _ in range(20)}
     assert len(made) == 20 and REAL not in made  # fresh for each session
     for sentinel in made:
         assert len(sentinel) == len(REAL) and sentinel.startswith("ghp_")
-        for real, fake in zip(REAL[4:], sentinel[4:], strict=True):
-            assert (real.isdigit(), real.islower(), real.isupper()) == \
-                (fake.isdigit(), fake.islower(), fake.isupper())
+        assert sentinel[4:].isalnum() and sentinel[4:].isascii()
     assert credentials.sentinel("sk-ant-api03-abcDEF123").startswith("sk-ant-api03-")
     assert credentials.sentinel("glpat-xyz").startswith("glpat-")
-    assert credentials.sentinel("---") != "---"
+    # A short value, or one of an unknown kind, keeps no prefix and gets 22 random
+    # characters at least: a UUID's first groups are not kept, and key-1 is no key-3.
+    for value in ("key-1", "550e8400-e29b-41d4-a716-446655440000", "---"):
+        sentinel = credentials.sentinel(value)
+        assert len(sentinel) >= 22 and sentinel.isalnum() and sentinel[:4] != value[:4]
+
+
+def test_sentinels_never_contain_one_another() -> None:
+    forge = {".config/gh/hosts.yml": "github.com:\n    oauth_token: ghp_a\n"}
+    brokered = credentials.broker(("GH_TOKEN",), {"GH_TOKEN": "ghp_ab"}, forge)
+    sentinels = [s.sentinel for s in brokered.secrets]
+    assert all(a == b or a not in b for a in sentinels for b in sentinels)
+    # The forge file shows the sentinel of its own value, whole.
+    shown = dict(brokered.forge)[".config/gh/hosts.yml"]
+    short = next(s.sentinel for s in brokered.secrets if s.real == "ghp_a")
+    assert f"oauth_token: {short}\n" in shown
 
 
 def test_only_declared_variables_are_brokered() -> None:
@@ -129,3 +142,25 @@ def test_a_token_copied_into_another_forge_file_is_replaced_there_too(tmp_path: 
     assert set(shown) == set(forge)
     reals = {s.real for s in brokered.secrets}
     assert all(real not in text for text in shown.values() for real in reals)
+
+
+def test_a_token_under_no_valid_host_is_replaced_and_never_brokered() -> None:
+    text = ("hosts:\n    gitlab.com:\n        token: glpat-AAAAAAAAAAAAAAAAAAAA\n"
+            "    corp.example:8443:\n        token: glpat-BBBBBBBBBBBBBBBBBBBB\n")
+    assert credentials.forge_tokens(text, "token") == [
+        ("gitlab.com", "glpat-AAAAAAAAAAAAAAAAAAAA"), ("", "glpat-BBBBBBBBBBBBBBBBBBBB")]
+    brokered = credentials.broker((), {}, {".config/glab-cli/config.yml": text})
+    assert [s.real for s in brokered.secrets] == ["glpat-AAAAAAAAAAAAAAAAAAAA"]
+    shown = dict(brokered.forge)[".config/glab-cli/config.yml"]
+    assert "glpat-BBBB" not in shown and "glpat-AAAA" not in shown
+    assert any("under no host name" in line for line in brokered.unusable)
+
+
+def test_a_forge_file_too_large_to_scan_is_shown_empty(tmp_path: str) -> None:
+    path = os.path.join(str(tmp_path), ".config/gh/big.log")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as handle:
+        handle.write(b"\xff" + b"x" * (2 << 20))
+    forge = credentials.read_forge(str(tmp_path))
+    assert forge == {".config/gh/big.log": None}
+    assert credentials.broker((), {}, forge).forge == ((".config/gh/big.log", ""),)

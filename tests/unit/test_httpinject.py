@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 
 import pytest
 from hypothesis import given
@@ -11,11 +12,12 @@ from hypothesis import strategies as st
 from claude_sandbox.jail.httpinject import Malformed, Requests
 
 S, R = b"ghp_SENTINELsentinel00", b"ghp_REALVALUErealval11"
+HOST = b"api.x.com"
 
 
 def feed_all(data: bytes, sizes: list[int] | None = None,
              other: bytes = b"") -> tuple[bytes, Requests]:
-    stream = Requests({S: R}, (other,) if other else ())
+    stream = Requests({S: R}, (other,) if other else (), HOST)
     out, at = b"", 0
     for size in sizes or [len(data)]:
         out += stream.feed(data[at:at + size])
@@ -24,11 +26,22 @@ def feed_all(data: bytes, sizes: list[int] | None = None,
     return out, stream
 
 
+def req(method: bytes = b"GET", headers: bytes = b"", body: bytes | None = None,
+        chunked: bool = False) -> bytes:
+    head = method + b" / HTTP/1.1\r\nHost: api.x.com\r\n" + headers
+    if chunked:
+        parts = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
+        return head + b"Transfer-Encoding: chunked\r\n\r\n" + parts
+    if body is not None:
+        return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    return head + b"\r\n"
+
+
 def test_credential_headers_get_the_real_value_and_others_do_not() -> None:
     basic = base64.b64encode(b"x-access-token:" + S)
-    data = (b"GET / HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer " + S + b"\r\nX-Api-Key: "
-            + S + b"\r\nPrivate-Token: " + S + b"\r\nX-Other: " + S + b"\r\n\r\n"
-            b"POST / HTTP/1.1\r\nAuthorization: Basic " + basic + b"\r\n\r\n")
+    data = (req(headers=b"Authorization: Bearer " + S + b"\r\nX-Api-Key: " + S
+                + b"\r\nPrivate-Token: " + S + b"\r\nX-Other: " + S + b"\r\n")
+            + req(b"POST", b"Authorization: Basic " + basic + b"\r\n"))
     out, stream = feed_all(data)
     assert b"Authorization: Bearer " + R in out and b"X-Api-Key: " + R in out
     assert b"Private-Token: " + R in out and b"X-Other: " + S in out
@@ -38,46 +51,69 @@ def test_credential_headers_get_the_real_value_and_others_do_not() -> None:
 
 def test_bodies_pass_whole_and_are_never_rewritten() -> None:
     body = b"Authorization: Bearer " + S
-    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    data = (b"POST /a HTTP/1.1\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-            + b"POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
-            + b"GET /c HTTP/1.1\r\nAuthorization: token " + S + b"\r\n\r\n")
+    data = (req(b"POST", body=body) + req(b"POST", body=body, chunked=True)
+            + req(headers=b"Authorization: token " + S + b"\r\n"))
     out, stream = feed_all(data)
     assert out.count(S) == 2 and out.count(R) == 1 and stream.injected == 1
-    # Byte by byte, the same bytes come out.
-    one_by_one, _ = feed_all(data, [1] * len(data))
+    one_by_one, _ = feed_all(data, [1] * len(data))  # byte by byte: the same bytes
     assert one_by_one == out
 
 
-@pytest.mark.parametrize("head", [
-    b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-    b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
-    b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-    b"GET / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n",
-    b"GET / HTTP/2\r\n\r\n",
-    b"GET /\r\n\r\n",
-    b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+@pytest.mark.parametrize("data", [
+    req(b"POST", b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n"),
+    req(b"POST", b"Content-Length: 3\r\nContent-Length: 4\r\n"),
+    req(b"POST", b"Transfer-Encoding: gzip, chunked\r\n"),
+    req(headers=b"X: a\r\n folded\r\n"),
+    b"GET / HTTP/2\r\nHost: api.x.com\r\n\r\n",
+    b"GET /\r\nHost: api.x.com\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: api.x.com\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"POST / HTTP/1.1\r\nHost: api.x.com\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"1000000000000\r\n",
+    req(b"POST", b"Content-Length: -1\r\n"),
+    # A bare LF that a lenient server reads as a line end: a smuggled length.
+    req(b"POST", b"X-Pad: a\nContent-Length: 120\r\n"),
+    req(headers=b"X-Pad: a\rHost: evil.com\r\n"),
+    req(headers=b"X-Nul: a\0b\r\n"),
+    b"GET / HTTP/1.1\nHost: api.x.com\r\n\r\n",
+    # A trailer with a bare LF, and one that is no header line.
+    b"POST / HTTP/1.1\r\nHost: api.x.com\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"0\r\nA: b\n\nPOST / HTTP/1.1\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: api.x.com\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nnot one\r\n",
+    b"POST / HTTP/1.0\r\nHost: api.x.com\r\nTransfer-Encoding: chunked\r\n\r\n",
+    req(b"TRACE"), req(b"CONNECT"), req(b"title=a&content=x"),
+    req(headers=b"X-Forwarded-Host: evil.com\r\n"),
 ])
-def test_what_could_frame_two_ways_ends_the_connection(head: bytes) -> None:
+def test_what_could_frame_two_ways_ends_the_connection(data: bytes) -> None:
     with pytest.raises(Malformed):
-        feed_all(head)
+        feed_all(data)
 
 
 def test_a_head_that_never_ends_is_refused() -> None:
     with pytest.raises(Malformed):
         feed_all(b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 20000)
+    with pytest.raises(Malformed):  # nor one that ends, beyond the bound
+        feed_all(req(headers=b"X: y\r\n" * 20000))
+
+
+def test_many_small_chunks_cost_what_one_large_one_does() -> None:
+    chunks = b"1\r\nx\r\n" * 50000
+    data = b"POST / HTTP/1.1\r\nHost: api.x.com\r\nTransfer-Encoding: chunked\r\n\r\n" + \
+        chunks + b"0\r\n\r\n"
+    started = time.monotonic()
+    out, stream = feed_all(data)
+    assert out == data and stream.state == "head"
+    assert time.monotonic() - started < 5  # quadratic, it took minutes
 
 
 def test_after_an_upgrade_the_bytes_pass_as_they_are() -> None:
-    data = b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n\x81\x05hello" + b"GET / HTTP/1.1"
+    data = req(headers=b"Upgrade: websocket\r\n") + b"\x81\x05hello" + b"GET / HTTP/1.1"
     out, _ = feed_all(data)
     assert out == data
 
 
 def test_another_credentials_sentinel_is_noted_not_replaced() -> None:
     other = b"glpat-OTHERsentinel"
-    out, stream = feed_all(b"GET / HTTP/1.1\r\nAuthorization: Bearer " + other + b"\r\n\r\n",
+    out, stream = feed_all(req(headers=b"Authorization: Bearer " + other + b"\r\n"),
                            other=other)
     assert other in out and stream.elsewhere == 1 and stream.injected == 0
 
@@ -97,26 +133,16 @@ _requests = st.lists(st.tuples(st.sampled_from([b"GET", b"POST", b"PUT"]),
 @given(_requests, st.lists(st.integers(1, 97), max_size=60))
 def test_well_framed_requests_without_a_sentinel_pass_unchanged(
         requests: list[tuple[bytes, bytes, bool]], sizes: list[int]) -> None:
-    data = b""
-    for method, body, chunked in requests:
-        if chunked:
-            data += method + b" /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-            data += (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
-        else:
-            data += method + b" /x HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    data = b"".join(req(method, body=body, chunked=chunked) for method, body, chunked in requests)
     out, stream = feed_all(data, sizes)
     assert out == data.replace(S, R) or S in data
     assert stream.state == "head" and not stream.buffer
 
 
-def _for_host(data: bytes) -> bytes:
-    return Requests({S: R}, (), b"api.x.com").feed(data)
-
-
 @pytest.mark.parametrize("host", [b"api.x.com", b"API.X.COM:443", b"api.x.com."])
 def test_a_request_for_the_connections_name_passes(host: bytes) -> None:
-    out = _for_host(b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nAuthorization: token " + S
-                    + b"\r\n\r\nGET https://api.x.com/a HTTP/1.1\r\nHost: api.x.com\r\n\r\n")
+    out, _ = feed_all(b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nAuthorization: token " + S
+                      + b"\r\n\r\nGET https://api.x.com/a HTTP/1.1\r\nHost: api.x.com\r\n\r\n")
     assert R in out
 
 
@@ -131,4 +157,4 @@ def test_a_request_for_the_connections_name_passes(host: bytes) -> None:
 def test_a_request_for_another_host_ends_the_connection(head: bytes) -> None:
     """Behind a front end that routes by Host, the real value would reach another site."""
     with pytest.raises(Malformed):
-        _for_host(head)
+        feed_all(head)
