@@ -774,13 +774,14 @@ def check_78_allowed_http_host_reaches_its_host(record: list[dict[str, Any]] | R
     return _went_to_the_name("78", "http", record, name)
 
 
+# Port 443: what every agent may connect to, hardening = brokered included.
 _DEAD_PROXY = r"""
 import errno, socket, sys
 far = sys.argv[1]
 
 def attempt():
     try:
-        with socket.create_connection((far, 80), timeout=5):
+        with socket.create_connection((far, 443), timeout=5):
             return "connected"
     except socket.timeout:
         return "timeout"
@@ -849,9 +850,9 @@ def check_82_dead_proxy_ends_reach(shim: str, agent: str, home: str,
     if not after:
         return Result("82", "PASS", "the session ended with its proxy")
     if after in ("after ECONNREFUSED", "after ENETUNREACH", "after EPERM", "after EACCES"):
-        return Result("82", "PASS", f"with the proxy killed, a connection to {_FAR}:80 meets "
+        return Result("82", "PASS", f"with the proxy killed, a connection to {_FAR}:443 meets "
                       f"{after.split()[1]} at once")
-    return Result("82", "FAIL", f"with the proxy killed, a connection to {_FAR}:80: {after}")
+    return Result("82", "FAIL", f"with the proxy killed, a connection to {_FAR}:443: {after}")
 
 
 _INJECTED = r"""

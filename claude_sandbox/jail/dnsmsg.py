@@ -94,6 +94,21 @@ def refusal(query: Query, rcode: int = NXDOMAIN) -> bytes:
             + (1).to_bytes(2, "big") + bytes(6) + query.question)
 
 
+def local_answer(query: Query, addresses: list[str]) -> bytes:
+    """An answer made here, not asked upstream: NOERROR with an A record for each of
+    `addresses` (IPv4 dotted quads), none for any other type (no such data)."""
+    records = b""
+    if query.qtype == A:
+        for address in addresses:
+            records += (b"\xc0\x0c" + A.to_bytes(2, "big") + (1).to_bytes(2, "big")
+                        + (60).to_bytes(4, "big") + (4).to_bytes(2, "big")
+                        + bytes(int(part) for part in address.split(".")))
+    count = len(addresses) if query.qtype == A else 0
+    flags = 0x8000 | 0x0080 | (0x0100 if query.recursion else 0)
+    return (query.ident.to_bytes(2, "big") + flags.to_bytes(2, "big") + (1).to_bytes(2, "big")
+            + count.to_bytes(2, "big") + bytes(4) + query.question + records)
+
+
 def formerr(data: bytes) -> bytes | None:
     """FORMERR for a message that does not parse, when it has an id to answer; else None."""
     if len(data) < 2:

@@ -209,6 +209,14 @@ def answer(names: Names, policy: Policy, write: Write, data: bytes, tcp: bool) -
                  "sent": len(data), "received": 0, "seconds": 0})
     if not allowed:
         return dnsmsg.refusal(query)
+    if query.name in names.hosts:
+        # The container's own names (its /etc/hosts, --add-host), answered as its
+        # resolver would: never asked upstream.
+        return dnsmsg.local_answer(query, names.hosts[query.name])
+    if query.qtype == dnsmsg.AAAA:
+        # IPv6 is off in the jail (check 28): an AAAA answer is of no use inside, and a
+        # slow or failing upstream AAAA makes glibc fail the whole lookup.
+        return dnsmsg.local_answer(query, [])
     return names.forward(query, tcp)
 
 

@@ -172,12 +172,16 @@ def relay(client: _socket.socket, upstream: _socket.socket, first: bytes = b"",
                         poller.unregister(fd)
                     except KeyError:
                         pass
-            ready = poller.poll(None if idle is None else int(idle * 1000))
+            ready = dict(poller.poll(None if idle is None else int(idle * 1000)))
             if not ready:
                 break
             for flow in flows:
+                # Only a direction whose side is ready: stepping the other would make and
+                # drop a pipe, and try a splice, for nothing, on every wake-up.
                 if not flow.done:
-                    flow.step()
+                    fd, events = flow.want()
+                    if ready.get(fd, 0) & (events | select.POLLERR | select.POLLHUP):
+                        flow.step()
     finally:
         for flow in flows:
             flow.close()

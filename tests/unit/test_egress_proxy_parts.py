@@ -166,3 +166,27 @@ def test_a_name_with_a_dot_inside_a_label_is_not_an_allowed_name() -> None:
     assert policy.names_allowed("raw.githubusercontent.com")
     assert not policy.names_allowed("..githubusercontent.com")
     assert not policy.names_allowed("a b.githubusercontent.com")
+
+
+def test_the_containers_own_names_and_aaaa_are_answered_here_never_upstream() -> None:
+    """A name of the container's hosts file is answered from it, and AAAA (IPv6 is off
+    inside) with no data: neither waits on an upstream that may be slow or failing."""
+    names = egressdns.Names({"a.test": ["198.51.100.10", "198.51.100.11"]})
+
+    def refuse_upstream(*_: object) -> None:
+        raise AssertionError("asked upstream")
+
+    names.forward = refuse_upstream  # type: ignore[method-assign]
+    policy = Policy("allow-list", "claude", egresspolicy.parse_rule("a.test")
+                    + egresspolicy.parse_rule("b.test"))
+    written: list[dict[str, object]] = []
+    a = egressdns.answer(names, policy, written.append,
+                         egressdns.build_query(7, "a.test", dnsmsg.A), tcp=False)
+    assert a is not None and a[:2] == (7).to_bytes(2, "big") and a[3] & 15 == 0
+    assert [raw for _, raw in dnsmsg.answer_addresses(a)] == [
+        bytes([198, 51, 100, 10]), bytes([198, 51, 100, 11])]
+    for name in ("a.test", "b.test"):
+        aaaa = egressdns.answer(names, policy, written.append,
+                                egressdns.build_query(8, name, dnsmsg.AAAA), tcp=False)
+        assert aaaa is not None and aaaa[3] & 15 == 0 and aaaa[6:8] == b"\0\0"
+    assert len(written) == 3  # each recorded all the same
