@@ -859,3 +859,25 @@ def test_a56_replay_an_earlier_sentinel(request: Req) -> None:
     if _real(got.removeprefix("Bearer ")):
         pytest.fail("an earlier session's sentinel was given the real value")
     _blocked(request, "an earlier session's sentinel arrived as it was sent")
+
+
+def test_a57_vsock(request: Req) -> None:
+    if FACTS.get("allow_vsock"):
+        pytest.skip("allow-vsock is set: the operator lets AF_VSOCK through")
+    try:
+        sock = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    except OSError as error:
+        if error.errno != 1:  # EPERM is the filter's; EAFNOSUPPORT would prove nothing
+            pytest.fail(f"socket(AF_VSOCK) failed with {errname(error.errno or 0)}, not "
+                        "the filter's EPERM")
+        _blocked(request, "socket(AF_VSOCK): EPERM, the seccomp filter's")
+        return
+    with sock:
+        reached = []
+        for attempt, address in (("bind", (0xFFFFFFFF, 52345)), ("connect to the host", (2, 22))):
+            try:
+                (sock.bind if attempt == "bind" else sock.connect)(address)
+                reached.append(attempt)
+            except OSError:
+                continue
+    pytest.fail(f"an AF_VSOCK socket was made ({', '.join(reached) or 'no transport here'})")

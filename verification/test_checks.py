@@ -57,7 +57,7 @@ from probes import (
 from claude_sandbox.core import paths
 from claude_sandbox.install import installer
 from claude_sandbox.jail import netfilter
-from claude_sandbox.launch import credentials, mounts, profiles
+from claude_sandbox.launch import credentials, keys, mounts, profiles
 
 LIBEXEC = paths.LIBEXEC
 CORE_PYTHON = f"{paths.CORE_VENV}/bin/python"
@@ -651,7 +651,7 @@ def test_37_environment_allow_list() -> None:
     if profile.tmp_variable:
         allowed.add(profile.tmp_variable)
     env = initial_environ()
-    extra = sorted(n for n in env if n not in allowed and not n.startswith("LC_"))
+    extra = sorted(n for n in env if n not in allowed and n not in keys.LOCALE)
     assert not extra, f"not on the allow-list: {', '.join(extra)}"
     prefix = FACTS.get("canary_prefix", "csbx-canary-")
     carrying = sorted(n for n, v in env.items() if prefix in v)
@@ -1286,3 +1286,19 @@ def test_84_broker_keys_out_of_reach(request: pytest.FixtureRequest) -> None:
         names = None
     assert names is None, f"the broker's certificates are visible at {where}: {names}"
     note(request, f"{where} is not there inside; the broker's CA keeps no key at all")
+
+
+# ---------------------------------------------------------- 88 (AF_VSOCK)
+def test_88_vsock_refused(request: pytest.FixtureRequest) -> None:
+    if FACTS.get("allow_vsock"):
+        note(request, "allow-vsock is set: the operator lets AF_VSOCK through")
+        return
+    try:
+        socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close()
+        made = "made"
+    except OSError as error:
+        made = errno.errorcode.get(error.errno or 0, str(error))
+    # EPERM is the filter's; a kernel without vsock says EAFNOSUPPORT, which proves
+    # nothing about the sandbox.
+    assert made == "EPERM", f"an AF_VSOCK socket: {made}"
+    note(request, "socket(AF_VSOCK) is refused by the seccomp filter (EPERM)")

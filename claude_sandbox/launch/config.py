@@ -45,6 +45,7 @@ class Config:
     egress_policy: str = "allow-list"
     allow_domain: tuple[str, ...] = ()  # allow-domain values as written (egresspolicy)
     credential: tuple[str, ...] = ()  # credential values as written (credentials.py)
+    allow_vsock: bool = False  # the seccomp filter's AF_VSOCK row dropped
     max_pids: int | None = None
     max_memory: int | None = None
     state_dir: str | None = None  # None: each user's ~/.local/state/claude-sandbox
@@ -244,6 +245,7 @@ def _assemble(
         egress_policy=scalars.get("egress-policy", "allow-list"),
         allow_domain=_dedupe(lists["allow-domain"]),
         credential=_dedupe(lists["credential"]),
+        allow_vsock=scalars.get("allow-vsock", False),
         max_pids=scalars.get("max-pids"),
         max_memory=scalars.get("max-memory"),
         state_dir=scalars.get("state-dir"),

@@ -172,17 +172,23 @@ def install_root(binary: str, home: str) -> str:
     return binary
 
 
-def agent_tmp_dir(base: str, uid: int) -> str:
-    """The agent's scratch directory: `base` when it is ours, else `base-UID`.
+def agent_tmp_dir(base: str, uid: int, fallback: str) -> str:
+    """The agent's scratch directory: `base` when it is ours, else `base-UID`, else
+    (when that name is taken by anything but our own directory: another local user can
+    make it first in the shared /var/tmp, and refuse every launch of ours) `fallback`,
+    a directory in the user's own state store.
 
     Only named here: the launch makes it (state.private_dir) once the plan is
     made, so that `explain` sees the same facts and creates nothing.
     """
-    try:
-        owner = os.lstat(base).st_uid
-    except FileNotFoundError:
-        owner = uid
-    return base if owner == uid else f"{base}-{uid}"
+    for candidate in (base, f"{base}-{uid}"):
+        try:
+            info = os.lstat(candidate)
+        except FileNotFoundError:
+            return candidate  # made by the launch, 0700
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == uid:
+            return candidate
+    return fallback
 
 
 def login_homes(launching_home: str) -> tuple[str, ...]:
@@ -258,7 +264,8 @@ def probe(
         real_binary=binary,
         real_root=install_root(binary, home),
         guard=guard_entries(path_entries, inside_view(home, store_home)),
-        agent_tmp=agent_tmp_dir(tmp_base, uid) if tmp_base else None,
+        agent_tmp=agent_tmp_dir(tmp_base, uid, os.path.join(os.path.dirname(store_home), "tmp"))
+        if tmp_base else None,
         store_home=store_home,
         proc_mountable=proc_mountable(mounts),
         sockets=socket_paths(mounts),

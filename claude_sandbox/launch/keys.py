@@ -104,6 +104,9 @@ KEYS: tuple[Key, ...] = (
         "exactly that port (any TCP), @PRESET for a named list; with no @PRESET line the "
         "defaults (the agent's own hosts, the registries, the forges) apply as well",
         per_agent=True),
+    Key("allow-vsock",      None, Kind.FLAG,     "off",
+        "AF_VSOCK sockets (a VM's host services) allowed; by default the seccomp filter "
+        "refuses them at every level, since no network namespace contains them (check 88)"),
     Key("credential",       None, Kind.CREDENTIALS, "GH_TOKEN, GITHUB_TOKEN, GITLAB_TOKEN, "
         "ANTHROPIC_API_KEY, OPENAI_API_KEY (their hosts)",
         "a credential the agent holds only as a sentinel: the egress proxy puts the real "
@@ -132,6 +135,13 @@ DENIED_NAMES = frozenset({
     "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR",
     "VSCODE_IPC_HOOK_CLI", "VSCODE_GIT_IPC_HANDLE", "BROWSER",
 })  # fmt: skip
+
+
+# The locale's own categories (glibc's) pass through; any other LC_ name needs pass-env
+# (a terminal's LC_TERMINAL, or anything a parent process chose to call LC_).
+LOCALE = frozenset({"LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LC_TIME", "LC_COLLATE", "LC_MONETARY",
+                    "LC_MESSAGES", "LC_PAPER", "LC_NAME", "LC_ADDRESS", "LC_TELEPHONE",
+                    "LC_MEASUREMENT", "LC_IDENTIFICATION"})
 
 
 DENIED_PREFIXES = ("LD_", "PYTHON", "GIT_CONFIG", "CLAUDE_SANDBOX_", "BASH_FUNC_", "DYLD_")

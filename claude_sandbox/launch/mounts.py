@@ -15,7 +15,7 @@ import os
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
-from claude_sandbox.launch import reads
+from claude_sandbox.launch import keys, reads
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.controlfiles import ControlPlan
 from claude_sandbox.launch.gitrepo import Repository
@@ -367,7 +367,7 @@ def inner_path(facts: HostFacts) -> str:
 def passed_names(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The launching variables the environment below may take: terminal, locale, pass-env."""
     return tuple(name for name in environ if name in PASSED_THROUGH
-                 or name.startswith("LC_") or name in config.pass_env)
+                 or name in keys.LOCALE or name in config.pass_env)
 
 
 def environment(

@@ -37,6 +37,7 @@ AUDIT_ARCH_ARM = 0x40000028
 X32_SYSCALL_BIT = 0x40000000
 
 # ioctl requests (asm-generic/ioctls.h, the same on both architectures).
+AF_VSOCK = 40  # linux/socket.h
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 CLONE_NEWUSER = 0x10000000
@@ -78,7 +79,8 @@ class Rule:
     why: str
     arg: ArgTest | None = None
     errno: int = EPERM
-    level: str = "standard"  # "standard": both levels; "harsh": harsh only
+    level: str = "standard"  # "standard": every level; "harsh": harsh only
+    unless: str = ""  # a flag key of the configuration that drops the row (allow-vsock)
 
 
 _NEWUSER = ArgTest(0, CLONE_NEWUSER, CLONE_NEWUSER)
@@ -115,6 +117,10 @@ RULES: tuple[Rule, ...] = (
     Rule("delete_module", 176, 106, "unloads kernel code"),
     Rule("open_by_handle_at", 304, 265,
          "opens files by handle, around the mount namespace (the 'shocker' escape)"),
+    # A network namespace does not contain AF_VSOCK: a bind takes a port of the whole
+    # VM's vsock space, and a connect reaches the hypervisor's services (check 88).
+    Rule("socket", 41, 198, "AF_VSOCK reaches the VM's host, past every network namespace",
+         ArgTest(0, 0xFFFFFFFF, AF_VSOCK), unless="allow-vsock"),
     # Harsh: no nested user namespaces. Standard keeps them because codex and
     # Anthropic's sandbox runtime build their own sandbox inside (measured).
     Rule("unshare", 272, 97, "a new user namespace regains capabilities", _NEWUSER, level="harsh"),
@@ -136,14 +142,16 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
 
 
-def rules_for(level: str) -> tuple[Rule, ...]:
+def rules_for(level: str, allowed: frozenset[str] = frozenset()) -> tuple[Rule, ...]:
+    """The rows for `level`, less those the operator's flags in `allowed` drop."""
     if level not in LEVELS:
         raise SandboxError(
             f"hardening must be one of {', '.join(LEVELS)}, not {level!r}", EXIT_CONFIG
         )
     # brokered keeps the standard filter: its command server makes a user namespace
     # per command, which harsh's filter refuses (the agent's own domain forbids mounts).
-    return tuple(r for r in RULES if r.level == "standard" or level == "harsh")
+    return tuple(r for r in RULES if (r.level == "standard" or level == "harsh")
+                 and r.unless not in allowed)
 
 
 def _syscall_block(nr: int, rows: list[Rule]) -> list[bytes]:
@@ -195,7 +203,8 @@ def _compile(rows: tuple[Rule, ...], machine: str) -> bytes:
     return b"".join(prog)
 
 
-def build_filter(level: str, machine: str | None = None) -> bytes:
+def build_filter(level: str, machine: str | None = None,
+                 allowed: frozenset[str] = frozenset()) -> bytes:
     """The BPF program (struct sock_filter[]) for `level` on `machine` (default: this host)."""
     machine = machine or os.uname().machine
     if machine not in _ARCHES:
@@ -204,18 +213,18 @@ def build_filter(level: str, machine: str | None = None) -> bytes:
             "supported: " + ", ".join(_ARCHES),
             EXIT_UNAVAILABLE,
         )
-    return _compile(rules_for(level), machine)
+    return _compile(rules_for(level, allowed), machine)
 
 
-def filter_fd(level: str) -> int:
+def filter_fd(level: str, allowed: frozenset[str] = frozenset()) -> int:
     """A memfd holding the program, for `bwrap --seccomp FD` (bwrap reads it to EOF)."""
-    return data_descriptor("seccomp", build_filter(level))
+    return data_descriptor("seccomp", build_filter(level, allowed=allowed))
 
 
-def describe(level: str) -> list[str]:
+def describe(level: str, allowed: frozenset[str] = frozenset()) -> list[str]:
     """Lines for `claude-sandbox explain` / `doctor`."""
     lines = [f"seccomp ({level}): foreign ABIs (i386, x32, arm32) kill the process"]
-    for row in rules_for(level):
+    for row in rules_for(level, allowed):
         test = "" if row.arg is None else (
             f" when arg{row.arg.index}&{row.arg.mask:#x}=={row.arg.value:#x}")
         lines.append(f"  {row.name}{test} -> {errorcode[row.errno]}: {row.why}")

@@ -137,6 +137,7 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
     fixtures = Fixtures(workdir)
     canary = CANARY_PREFIX + secrets.token_hex(16)
     planted = {"GH_TOKEN": canary, "OPENAI_API_KEY": canary, "DISPLAY": ":97",
+               "LC_CSBX_CANARY": canary,  # an LC_ name that is no locale category
                "AWS_SECRET_ACCESS_KEY": canary, "SSH_AUTH_SOCK": "/tmp/csbx-agent.sock",
                "CSBX_CANARY": canary}
     # An outer process whose environment holds the secret, like the user's shell.
@@ -374,6 +375,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "cgroup_bases": _cgroup_bases(),
         "jail_may_widen": "egress-jail" in cfg.env_may_widen,
         "hardening": cfg.hardening,
+        "allow_vsock": cfg.allow_vsock,
         "agent_programs": _agent_programs(cfg.hardening, environ),
         "agent_connect": list(brokered_connect(cfg, environ)),
         "allow_write": list(cfg.allow_write),

@@ -59,3 +59,25 @@ def test_identity_comes_from_the_users_global_git_config(tmp_path: pytest.TempPa
     with open(os.path.join(home, ".gitconfig"), "w") as handle:
         handle.write('[user]\n\tname = Dev Eloper\n\temail = dev@example.org\n')
     assert gitconfig.identity("dev", home) == gitconfig.Identity("Dev Eloper", "dev@example.org")
+
+
+def test_a_squatted_scratch_directory_falls_back_to_the_store(tmp_path: object) -> None:
+    """Another local user can make /var/tmp/claude-agent-UID first; the launch then uses
+    the store instead of refusing."""
+    import os
+
+    from claude_sandbox.launch.hostfacts import agent_tmp_dir
+
+    base = os.path.join(str(tmp_path), "claude-agent")
+    me = os.getuid()
+    fallback = os.path.join(str(tmp_path), "store", "tmp")
+    assert agent_tmp_dir(base, me, fallback) == base  # absent: ours to make
+    os.mkdir(base)
+    assert agent_tmp_dir(base, me, fallback) == base  # ours
+    other = me + 4242
+    assert agent_tmp_dir(base, other, fallback) == f"{base}-{other}"  # someone else's base
+    os.mkdir(f"{base}-{other}")  # made first by another user (here: owned by us, not them)
+    assert agent_tmp_dir(base, other, fallback) == fallback
+    os.rmdir(f"{base}-{other}")
+    os.symlink("/etc", f"{base}-{other}")  # or a link anywhere
+    assert agent_tmp_dir(base, other, fallback) == fallback
