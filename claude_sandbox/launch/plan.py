@@ -59,7 +59,7 @@ class Plan:
     hide_outer_proc: bool
     root_only: bool
     credentials: tuple[Credential, ...] = ()  # brokered: a sentinel inside (credentials.py)
-    seccomp_allowed: frozenset[str] = frozenset()  # flags that drop filter rows (seccomp.py)
+    seccomp_allowed: tuple[str, ...] = ()  # flag keys that drop filter rows (seccomp.py)
 
 
 def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -> Plan:
@@ -122,7 +122,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         hide_outer_proc=not facts.proc_mountable,
         root_only=facts.uid == 0,
         credentials=gathered.credentials.credentials,
-        seccomp_allowed=frozenset({"allow-vsock"} if cfg.allow_vsock else ()),
+        seccomp_allowed=("allow-vsock",) if cfg.allow_vsock else (),
     )
 
 

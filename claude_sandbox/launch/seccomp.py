@@ -142,7 +142,7 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
 
 
-def rules_for(level: str, allowed: frozenset[str] = frozenset()) -> tuple[Rule, ...]:
+def rules_for(level: str, allowed: tuple[str, ...] = ()) -> tuple[Rule, ...]:
     """The rows for `level`, less those the operator's flags in `allowed` drop."""
     if level not in LEVELS:
         raise SandboxError(
@@ -204,7 +204,7 @@ def _compile(rows: tuple[Rule, ...], machine: str) -> bytes:
 
 
 def build_filter(level: str, machine: str | None = None,
-                 allowed: frozenset[str] = frozenset()) -> bytes:
+                 allowed: tuple[str, ...] = ()) -> bytes:
     """The BPF program (struct sock_filter[]) for `level` on `machine` (default: this host)."""
     machine = machine or os.uname().machine
     if machine not in _ARCHES:
@@ -216,12 +216,12 @@ def build_filter(level: str, machine: str | None = None,
     return _compile(rules_for(level, allowed), machine)
 
 
-def filter_fd(level: str, allowed: frozenset[str] = frozenset()) -> int:
+def filter_fd(level: str, allowed: tuple[str, ...] = ()) -> int:
     """A memfd holding the program, for `bwrap --seccomp FD` (bwrap reads it to EOF)."""
     return data_descriptor("seccomp", build_filter(level, allowed=allowed))
 
 
-def describe(level: str, allowed: frozenset[str] = frozenset()) -> list[str]:
+def describe(level: str, allowed: tuple[str, ...] = ()) -> list[str]:
     """Lines for `claude-sandbox explain` / `doctor`."""
     lines = [f"seccomp ({level}): foreign ABIs (i386, x32, arm32) kill the process"]
     for row in rules_for(level, allowed):

@@ -375,3 +375,17 @@ def test_the_unwrapped_claude_policy_is_empty_inside() -> None:
     assert_order(argv, ("--ro-bind", "/usr", "/usr"),
                  ("--ro-bind", paths.EMPTY_SETTINGS, paths.UNWRAPPED_SETTINGS))
     assert paths.UNWRAPPED_SETTINGS not in flat(build())
+
+
+def test_the_whole_plan_renders_as_json_for_explain_and_the_trace() -> None:
+    """explain --json and CLAUDE_SANDBOX_TRACE's digest render every field of the plan."""
+    import json
+
+    from claude_sandbox.launch import render
+
+    for cfg in (Config(egress_jail=False), Config(egress_jail=False, allow_vsock=True)):
+        made = build(cfg=cfg)
+        assert json.loads(render.as_json(made))["agent"] == "claude"
+        assert len(render.digest(made)) == 16
+    assert build(cfg=Config(egress_jail=False, allow_vsock=True)).seccomp_allowed == (
+        "allow-vsock",)
