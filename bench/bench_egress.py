@@ -119,7 +119,9 @@ def _ip(*args: str) -> None:
     subprocess.run([IP, *args], check=True, capture_output=True)
 
 
-def _network() -> tuple[subprocess.Popen[bytes], str, str]:
+def _network(script: str = SERVER, *args: str) -> tuple[subprocess.Popen[bytes], str, str]:
+    """The server's namespace behind a veth pair, SERVER_ADDRESS routed to it, and the
+    server (`script`, given the address and `args`) started there; bench_inject.py too."""
     tag = str(os.getpid() % 100000)
     ns, veth = f"csbxbench{tag}", f"csbxb{tag}"
     _ip("netns", "add", ns)
@@ -132,8 +134,8 @@ def _network() -> tuple[subprocess.Popen[bytes], str, str]:
     _ip("-n", ns, "link", "set", "lo", "up")
     _ip("-n", ns, "route", "add", "default", "via", "203.0.113.5")
     _ip("route", "add", f"{SERVER_ADDRESS}/32", "via", "203.0.113.6")
-    server = subprocess.Popen([IP, "netns", "exec", ns, sys.executable, "-c", SERVER,
-                               SERVER_ADDRESS], stdout=subprocess.PIPE)
+    server = subprocess.Popen([IP, "netns", "exec", ns, sys.executable, "-c", script,
+                               SERVER_ADDRESS, *args], stdout=subprocess.PIPE)
     assert server.stdout is not None and server.stdout.readline().strip() == b"up"
     return server, ns, veth
 

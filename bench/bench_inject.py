@@ -29,14 +29,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import bench_egress
 from claude_sandbox.jail import egresspolicy
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.launch import credentials, tlsca
 
-SERVER_ADDRESS = "198.51.100.10"
+SERVER_ADDRESS = bench_egress.SERVER_ADDRESS
 ADDED_TARGET_MS = 5.0
-IP = "/usr/sbin/ip" if os.path.exists("/usr/sbin/ip") else "/sbin/ip"
+IP = bench_egress.IP
 REAL = "ghp_" + "BenchRealValue00" * 2 + "zz"
 
 SERVER = r"""
@@ -96,32 +97,15 @@ print(json.dumps(result), flush=True)
 """
 
 
-def _ip(*args: str) -> None:
-    subprocess.run([IP, *args], check=True, capture_output=True)
-
-
 def _network(work: str) -> tuple[subprocess.Popen[bytes], str, str, str]:
+    """bench_egress's namespace and route, with this TLS server and its certificate."""
     cert, key = os.path.join(work, "server.pem"), os.path.join(work, "server.key")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                     "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
                     "/CN=bench.test", "-addext",
                     "subjectAltName=DNS:bench.test,DNS:cred.bench.test", "-keyout", key,
                     "-out", cert], check=True, capture_output=True)
-    tag = str(os.getpid() % 100000)
-    ns, veth = f"csbxbench{tag}", f"csbxb{tag}"
-    _ip("netns", "add", ns)
-    _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-    _ip("addr", "add", "203.0.113.5/30", "dev", veth)
-    _ip("link", "set", veth, "up")
-    _ip("-n", ns, "addr", "add", "203.0.113.6/30", "dev", "eth0")
-    _ip("-n", ns, "addr", "add", f"{SERVER_ADDRESS}/32", "dev", "lo")
-    _ip("-n", ns, "link", "set", "eth0", "up")
-    _ip("-n", ns, "link", "set", "lo", "up")
-    _ip("-n", ns, "route", "add", "default", "via", "203.0.113.5")
-    _ip("route", "add", f"{SERVER_ADDRESS}/32", "via", "203.0.113.6")
-    server = subprocess.Popen([IP, "netns", "exec", ns, sys.executable, "-c", SERVER,
-                               SERVER_ADDRESS, cert, key], stdout=subprocess.PIPE)
-    assert server.stdout is not None and server.stdout.readline().strip() == b"up"
+    server, ns, veth = bench_egress._network(SERVER, cert, key)
     return server, ns, veth, cert
 
 

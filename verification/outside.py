@@ -878,8 +878,11 @@ def echo_variable(echo: Sequence[str] | None, credential_lines: Sequence[str]) -
     """The variable a credential line brokers for the echo host, or ""."""
     if not echo:
         return ""
-    return next((line.split()[0] for line in credential_lines
-                 if len(line.split()) > 1 and echo[0] in line.split()[1].split(",")), "")
+    from claude_sandbox.launch import credentials
+
+    hosts = credentials.table(credential_lines)
+    declared = [line.split()[0] for line in credential_lines]
+    return next((name for name in declared if echo[0] in hosts.get(name, ())), "")
 
 
 def injection_seen(shim: str, agent: str, home: str, environ: Mapping[str, str],

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import stat
 
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
 from claude_sandbox.core.record import record
@@ -195,14 +196,34 @@ def read_forge(home: str) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for top in FORGE_DIRS:
         for rel in _regular_files(home, top)[:_FORGE_FILES_MAX]:
-            try:
-                with open(os.path.join(home, rel), "rb") as handle:
-                    data = handle.read(_FORGE_FILE_MAX + 1)
-            except OSError:
-                continue  # unreadable here is unreadable inside: the same user
+            data = _read_regular(os.path.join(home, rel), _FORGE_FILE_MAX + 1)
+            if data is None:
+                continue  # unreadable here is unreadable inside (the same user), or gone
             found[rel] = (data.decode("utf-8", "surrogateescape")
                           if len(data) <= _FORGE_FILE_MAX else None)
     return found
+
+
+def _read_regular(path: str, limit: int) -> bytes | None:
+    """Up to `limit` bytes of `path` if it is a regular file when opened: a FIFO put in
+    its place after the directory was read must not hold the launch (O_NONBLOCK), nor a
+    link lead elsewhere (O_NOFOLLOW)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], limit
+        while left and (chunk := os.read(fd, min(left, 1 << 16))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _regular_files(home: str, rel: str) -> list[str]:

@@ -164,3 +164,12 @@ def test_a_forge_file_too_large_to_scan_is_shown_empty(tmp_path: str) -> None:
     forge = credentials.read_forge(str(tmp_path))
     assert forge == {".config/gh/big.log": None}
     assert credentials.broker((), {}, forge).forge == ((".config/gh/big.log", ""),)
+
+
+def test_a_fifo_or_link_in_place_of_a_forge_file_is_not_read(tmp_path: str) -> None:
+    """One put there after the directory was listed must not hold the launch."""
+    fifo, link = os.path.join(str(tmp_path), "fifo"), os.path.join(str(tmp_path), "link")
+    os.mkfifo(fifo)
+    os.symlink("/etc/hostname", link)
+    assert credentials._read_regular(fifo, 100) is None
+    assert credentials._read_regular(link, 100) is None
