@@ -11,6 +11,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -279,3 +280,27 @@ print(json.dumps({"arg": "flood", "body": data.partition(b"\r\n\r\n")[2].decode(
 """
     results, _ = run_agent(_spec(test_internet), test_internet, [], str(tmp_path), client=flood)
     assert results["flood"]["body"] == "allowed host=allowed.test"
+
+
+def test_the_resolvers_answers_leave_from_its_own_address_whenever_it_starts() -> None:
+    """The proxy starts before pasta has brought the namespace's loopback up: its UDP
+    resolver, bound then, must still answer from 127.0.0.1, or a client connected to it
+    drops every answer (one launch in five lost all its lookups that way)."""
+    import sys
+
+    code = f"""
+import socket, sys
+sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(__file__)))!r})
+from claude_sandbox.jail import egressproxy, netfilter
+tcp, udp, tcp_dns = egressproxy.listeners()  # in a new namespace: lo is down until now
+client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+client.connect(("127.0.0.1", netfilter.RESOLVER_PORT))
+client.settimeout(5)
+client.send(b"query")
+data, peer = udp.recvfrom(100)
+udp.sendto(b"answer", peer)
+print(client.recv(100).decode())
+"""
+    ran = subprocess.run(["unshare", "-rn", sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert ran.stdout.strip() == "answer", (ran.stdout, ran.stderr)
