@@ -44,7 +44,7 @@ from claude_sandbox.jail import (
 )
 from claude_sandbox.jail.egressclient import read_first, refuse_tcp, tell_refused
 from claude_sandbox.jail.egresspolicy import Policy, Verdict
-from claude_sandbox.jail.egressupstream import address_refusal, connect
+from claude_sandbox.jail.egressupstream import HostRoutes, address_refusal, connect
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,8 +60,9 @@ class Proxy:
     """The listeners, the policy, the record, and what is open now."""
 
     def __init__(self, policy: Policy, record_fd: int, names: egressdns.Names,
-                 broker: Any = None) -> None:
+                 broker: Any = None, host: HostRoutes | None = None) -> None:
         self.policy, self.record_fd, self.names = policy, record_fd, names
+        self.host = host  # the host's routing table, asked at connect time
         self.broker = broker  # egressinject.Broker when the launch brokers credentials
         self.lock = _thread.allocate_lock()
         self.open: dict[int, dict[str, object]] = {}  # id(entry) -> entry, for the end
@@ -159,7 +160,7 @@ def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
         entry.update(verdict="allowed" if verdict.allowed else "refused", rule=verdict.rule,
                      fix=verdict.fix)
         if verdict.allowed:
-            upstream, why = connect(policy, targets, port)
+            upstream, why = connect(policy, targets, port, proxy.host)
             if upstream is None:
                 entry.update(verdict="refused", rule=f"upstream: {why}", fix="")
         if upstream is None:
@@ -202,7 +203,7 @@ def _decide(proxy: Proxy, conn: _socket.socket, entry: dict[str, object], addres
     if address.startswith("127."):
         # Only a connection made to the listener itself has no redirect behind it.
         return Verdict(False, "a connection to the proxy itself", ""), b"", []
-    refusal = address_refusal(policy, address)
+    refusal = address_refusal(policy, address, proxy.host)
     if refusal:  # the private network, metadata, the host: refused at once, by class
         return Verdict(False, refusal, f"allow-ip = {address}"), b"", []
     if address in policy.allow_ip:
@@ -356,8 +357,9 @@ def main(control_fd: int) -> int:
     if frame is None:
         return 0
     (op, *args), fds = frame
-    if op != "policy" or len(fds) != 1:
-        send_frame(control, ["err", "the egress proxy needs its policy and its record"])
+    if op != "policy" or len(fds) != 2:
+        send_frame(control, ["err", "the egress proxy needs its policy, its record and the "
+                             "host's routing table"])
         return 1
     try:
         size = 6 + 3 * int(args[2])  # the policy's fields; the broker's follow
@@ -374,7 +376,7 @@ def main(control_fd: int) -> int:
         send_frame(control, ["err", f"the credential broker cannot start: {exc}"])
         return 1
     proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts(policy.hosts_file)),
-                  broker)
+                  broker, HostRoutes(fds[1]))
     send_frame(control, ["ok"])
     serve(proxy, control, sockets)
     return 0

@@ -1,60 +1,128 @@
 """Where the egress proxy may connect an allowed connection: never an address of a
-private, metadata, loopback, multicast or host class, whatever the policy (the route
-allow-list below refuses them again); and the marked upstream socket it connects with.
+blocked class (blocked.py: private, metadata, loopback, multicast, reserved, ...), never
+a local address or range of the host, whatever the policy; and the marked upstream
+socket it connects with.
+
+The host's local addresses are asked of the host's own routing table at connect time,
+over a netlink socket the launcher opened in its network namespace and handed over
+with the policy: an address the host gained after the launch (or a range it answers
+for, `ip route add local ... dev lo`) is refused as surely as one it had before. The
+route plan (routes.py) blackholes those the host had at launch, a second layer.
 """
 
 from __future__ import annotations
 
 import _socket
+import _thread
 
 from claude_sandbox.jail import egressdns
 from claude_sandbox.jail.blocked import BLOCKED
 from claude_sandbox.jail.egresspolicy import Policy
 
 CONNECT_TIMEOUT = 10.0
-# Address classes the proxy never connects to, whatever the policy (with the routes'
-# block list): this network, loopback, multicast and the reserved block.
-_CLASSES = (
-    *((row.cidr, row.why) for row in BLOCKED),
-    ("0.0.0.0/8", "this network"), ("127.0.0.0/8", "loopback"),
-    ("224.0.0.0/4", "multicast"), ("240.0.0.0/4", "reserved"),
-)
+_CLASSES = tuple((row.cidr, row.why) for row in BLOCKED)
 
 
 def _as_int(address: str) -> int:
     return int.from_bytes(_socket.inet_aton(address), "big")
 
 
+def _net(cidr: str) -> tuple[int, int]:
+    base, _, bits = cidr.partition("/")
+    mask = (0xFFFFFFFF << (32 - int(bits or 32))) & 0xFFFFFFFF
+    return _as_int(base) & mask, mask
+
+
 def _nets() -> tuple[tuple[int, int, str], ...]:
-    found = []
-    for cidr, why in _CLASSES:
-        base, bits = cidr.split("/")
-        mask = (0xFFFFFFFF << (32 - int(bits))) & 0xFFFFFFFF
-        found.append((_as_int(base) & mask, mask, why))
-    return tuple(found)
+    return tuple((*_net(cidr), why) for cidr, why in _CLASSES)
 
 
 _NETS = _nets()
 
+# rtnetlink (linux/rtnetlink.h): one RTM_GETROUTE per address, answered with the route
+# the host would use. These route types mean the host itself (or all of its link).
+_RTM_GETROUTE, _NLMSG_ERROR, _NLM_F_REQUEST, _RTA_DST = 26, 2, 1, 1
+_HOST_TYPES = {2: "local", 3: "broadcast", 4: "anycast", 5: "multicast"}
+_NETLINK_TIMEOUT = 2.0
 
-def address_refusal(policy: Policy, address: str) -> str | None:
+
+def _u16(value: int) -> bytes:
+    return value.to_bytes(2, "little")
+
+
+def _u32(value: int) -> bytes:
+    return value.to_bytes(4, "little")
+
+
+class HostRoutes:
+    """The host's routing table, asked over a NETLINK_ROUTE socket of its namespace.
+
+    The socket was opened by the launcher, so it sees the host's routes; it can only
+    read them (a change would need CAP_NET_ADMIN over the host's namespace, which
+    the proxy does not have). Workers share it, one question at a time.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.sock = _socket.socket(fileno=fd)
+        self.sock.settimeout(_NETLINK_TIMEOUT)
+        self.lock = _thread.allocate_lock()
+        self.seq = 0
+
+    def kind(self, address: str) -> str | None:
+        """The host's route type for `address` when it is the host's own ("local",
+        "broadcast", ...), None when it is not; OSError when the host does not answer."""
+        with self.lock:
+            self.seq += 1
+            # nlmsghdr, rtmsg (AF_INET, a /32 destination), one RTA_DST attribute; in
+            # the host's byte order (little-endian on every machine the table knows).
+            body = bytes((_socket.AF_INET, 32)) + bytes(10)
+            attr = _u16(8) + _u16(_RTA_DST) + _socket.inet_aton(address)
+            head = (_u32(16 + len(body) + len(attr)) + _u16(_RTM_GETROUTE)
+                    + _u16(_NLM_F_REQUEST) + _u32(self.seq) + _u32(0))
+            self.sock.send(head + body + attr)
+            while True:
+                reply = self.sock.recv(65536)
+                if len(reply) < 16:
+                    raise OSError("a short answer from the host's routing table")
+                kind = int.from_bytes(reply[4:6], "little")
+                if int.from_bytes(reply[8:12], "little") == self.seq:
+                    break  # an answer to an earlier question that timed out is skipped
+        if kind == _NLMSG_ERROR:
+            return None  # no route at all: not the host's
+        if len(reply) < 28:
+            raise OSError("a short route from the host's routing table")
+        return _HOST_TYPES.get(reply[16 + 7])
+
+
+def address_refusal(policy: Policy, address: str,
+                    host: HostRoutes | None = None) -> str | None:
     """Why the proxy must not connect to `address`; None when it may."""
     if address in policy.allow_ip:
         return None
-    if address in policy.host:
-        return f"{address} is an address of the host"
     number = _as_int(address)
+    for entry in policy.host:
+        base, mask = _net(entry)
+        if number & mask == base:
+            return f"{address} is an address of the host"
     for base, mask, why in _NETS:
         if number & mask == base:
             return f"{address} is {why}"
+    if host is not None:
+        try:
+            kind = host.kind(address)
+        except OSError as exc:  # fail closed: an address the host may own is not reached
+            return f"{address}: the host's routes cannot be asked ({exc})"
+        if kind is not None:
+            return f"{address} is the host's own now ({kind} route)"
     return None
 
 
-def connect(policy: Policy, addresses: list[str], port: int) -> tuple[_socket.socket | None, str]:
+def connect(policy: Policy, addresses: list[str], port: int,
+            host: HostRoutes | None = None) -> tuple[_socket.socket | None, str]:
     """A marked upstream connection to the first usable address; (None, why) if none."""
     why = "no address"
     for address in addresses:
-        refusal = address_refusal(policy, address)
+        refusal = address_refusal(policy, address, host)
         if refusal:
             why = refusal
             continue

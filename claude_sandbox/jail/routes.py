@@ -142,7 +142,7 @@ def _via_gateway(facts: NetFacts, dst: str, required: bool, why: str,
 
 
 def _blocked_rows(facts: NetFacts) -> list[PlannedRoute]:
-    rows = [_drop(facts, b.kind, _network(b.cidr), b.why) for b in BLOCKED]
+    rows = [_drop(facts, b.kind, _network(b.cidr), b.why) for b in BLOCKED if b.routed]
     fixed = {_network(b.cidr) for b in BLOCKED} | {"0.0.0.0/0"}
     # Connected subnets and whatever pasta copied from outside: the outer
     # container's neighbours (a database, the host bridge) live there.
@@ -155,25 +155,36 @@ def _blocked_rows(facts: NetFacts) -> list[PlannedRoute]:
 
 
 def _host_rows(facts: NetFacts, host: Iterable[str], skip: set[str]) -> list[PlannedRoute]:
-    """A blackhole /32 for the gateway and for every address of the host.
+    """A blackhole for the gateway and for every local route of the host.
 
     pasta makes a connection to any of them from the host: to the gateway's own
-    services, or to whatever listens on the host's other interfaces (a TEST-NET
-    or public address the private-range rows do not cover).
+    services, or to whatever listens on the host's other addresses (a TEST-NET or
+    public address the class rows do not cover, or a whole range the host answers
+    for: an AnyIP `local` route). `host` holds addresses and CIDR ranges.
     """
-    blocked = [ipaddress.ip_network(cidr) for cidr in (*(b.cidr for b in BLOCKED), "127.0.0.0/8")]
-    whys = {facts.gateway: "the gateway: its own services, through pasta"}
-    for addr in host:
-        whys.setdefault(addr, "an address of the host: its services, through pasta")
-    return [_drop(facts, "blackhole", f"{addr}/32", why) for addr, why in whys.items()
-            if addr not in skip and not any(ipaddress.ip_address(addr) in net for net in blocked)]
+    blocked = [ipaddress.IPv4Network(b.cidr) for b in BLOCKED]
+    whys = {f"{facts.gateway}/32": "the gateway: its own services, through pasta"}
+    for entry in host:
+        net = _network(entry if "/" in entry else f"{entry}/32")
+        whys.setdefault(net, "a local address or range of the host: its services, through "
+                        "pasta")
+    rows = []
+    for net, why in whys.items():
+        network = ipaddress.IPv4Network(net)
+        if str(network.network_address) in skip and network.prefixlen == 32:
+            continue  # allow-ip names it
+        if any(network.subnet_of(b) for b in blocked):
+            continue
+        rows.append(_drop(facts, "blackhole", net, why))
+    return rows
 
 
 def build_plan(facts: NetFacts, dns: str, allow_ip: Sequence[str],
                host: Sequence[str] = ()) -> Plan:
     """The route programme for `facts`, in the order it must be applied.
 
-    `host` holds every IPv4 address of the host (read where the launcher runs).
+    `host` holds every local address and range of the host and its gateways (read where
+    the launcher runs).
     The gateway is the default route's nexthop but not a destination: the
     nexthop is `onlink` (the kernel then needs no route to it), and a
     blackhole /32 stops connections to it. Optional rows come last so a
@@ -188,15 +199,22 @@ def build_plan(facts: NetFacts, dns: str, allow_ip: Sequence[str],
 
 
 def host_addresses(fib_trie: str, route: str) -> tuple[str, ...]:
-    """Pure: every local IPv4 address (from /proc/net/fib_trie) and gateway (/proc/net/route)."""
+    """Pure: every local route of the host (from /proc/net/fib_trie: its addresses, and any
+    range it answers for, `ip route add local 198.51.100.0/24 dev lo`), as CIDRs, and each
+    gateway (/proc/net/route) as an address."""
     found: list[str] = []
     last = ""
     for line in fib_trie.splitlines():
         text = line.strip()
         if text.startswith("|--"):
             last = text[3:].strip()
-        elif text.endswith("/32 host LOCAL") and last and last not in found:
-            found.append(last)
+        elif text.startswith("/") and text.endswith(" LOCAL") and last:
+            prefix = text[1:].split()[0]
+            if not prefix.isdigit() or int(prefix) > 32:
+                continue
+            entry = last if prefix == "32" else _network(f"{last}/{prefix}")
+            if entry not in found:
+                found.append(entry)
     for line in route.splitlines()[1:]:
         fields = line.split()
         if len(fields) > 2 and fields[2] != "00000000":

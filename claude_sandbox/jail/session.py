@@ -243,12 +243,25 @@ class Jail:
         policy = Policy(spec.egress_policy, spec.agent, spec.rules, spec.allow_ip, spec.host,
                         spec.hosts_file)
         record = record_fd if record_fd >= 0 else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        # The host's routing table, from this (the host's) network namespace: the proxy
+        # asks it whether an upstream address is the host's own at connect time.
         try:
-            send_frame_fds(self._proxy_ctl, ["policy", *policy.fields(), *broker], [record])
+            routes = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC,
+                                    0)
+        except OSError as exc:
+            if record_fd < 0:
+                os.close(record)
+            raise jail_error(f"cannot read the host's routing table over netlink "
+                             f"({exc.strerror or exc}); the egress proxy could not tell the "
+                             "host's own addresses") from None
+        try:
+            send_frame_fds(self._proxy_ctl, ["policy", *policy.fields(), *broker],
+                           [record, routes.fileno()])
             reply = recv_frame(self._proxy_ctl)
         except OSError:
             reply = None
         finally:
+            routes.close()
             if record_fd < 0:
                 os.close(record)
         if reply is None or reply[0] != "ok":

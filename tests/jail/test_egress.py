@@ -11,6 +11,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -280,6 +281,72 @@ print(json.dumps({"arg": "flood", "body": data.partition(b"\r\n\r\n")[2].decode(
 """
     results, _ = run_agent(_spec(test_internet), test_internet, [], str(tmp_path), client=flood)
     assert results["flood"]["body"] == "allowed host=allowed.test"
+
+
+def _host_service() -> tuple[socket.socket, list[str]]:
+    """A service of "the host" (this namespace, where the launch runs) on every address:
+    what the jail must never reach, whichever of the host's addresses it is asked at."""
+    server = socket.create_server(("0.0.0.0", 0))
+    server.settimeout(0.2)
+    seen: list[str] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, peer = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            seen.append(peer[0])
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server, seen
+
+
+def test_the_hosts_local_ranges_and_an_address_it_gains_mid_session_go_nowhere(
+        test_internet: Internet, tmp_path: str) -> None:
+    """An AnyIP range the host answers for is blackholed at launch; an address the host
+    gains after the launch is refused by the proxy, which asks the host's routing table at
+    connect time. Both are the test's own (198.51.100.64/26, 198.51.100.130), under
+    `open`, where every public name would be reached."""
+    from claude_sandbox.jail import routes
+
+    server, seen = _host_service()
+    port = server.getsockname()[1]
+    ready, go = os.path.join(tmp_path, "ready"), os.path.join(tmp_path, "go")
+    args = [f"http|198.51.100.70|{port}|x.test", f"wait|{ready}|{go}",
+            f"http|198.51.100.130|{port}|x.test"]
+    added = []
+
+    def gain_an_address(_: jail.Jail) -> None:
+        while not os.path.exists(ready):
+            time.sleep(0.01)
+        subprocess.run(["ip", "addr", "add", "198.51.100.130/32", "dev", "lo"], check=True)
+        added.append(True)
+        open(go, "w").close()
+
+    subprocess.run(["ip", "route", "add", "local", "198.51.100.64/26", "dev", "lo"], check=True)
+    try:
+        with open("/proc/net/fib_trie") as trie, open("/proc/net/route") as table:
+            host = routes.host_addresses(trie.read(), table.read())
+        assert "198.51.100.64/26" in host, host
+        spec = JailSpec((), (), (), host=host, egress_policy="open", agent="claude",
+                        hosts_file=test_internet.hosts)
+        results, record = run_agent(spec, test_internet, args, str(tmp_path), gain_an_address)
+    finally:
+        subprocess.run(["ip", "route", "del", "local", "198.51.100.64/26", "dev", "lo"],
+                       check=False)
+        if added:
+            subprocess.run(["ip", "addr", "del", "198.51.100.130/32", "dev", "lo"], check=False)
+        server.close()
+    assert "error" in results[args[0]], results[args[0]]  # the route plan's blackhole
+    assert results[args[2]].get("status") != "200", results[args[2]]
+    assert seen == [], f"the host's service was reached from {seen}"
+    refused = [e for e in record if e.get("address") == "198.51.100.130"]
+    assert refused and refused[0]["verdict"] == "refused", record
+    assert "the host's own now (local route)" in refused[0]["rule"], refused[0]
 
 
 def test_the_resolvers_answers_leave_from_its_own_address_whenever_it_starts() -> None:

@@ -56,14 +56,33 @@ def test_the_allow_list_adds_to_the_defaults_until_a_preset_is_named() -> None:
     ("10.0.0.1", "private"), ("172.16.5.5", "private"), ("192.168.1.1", "private"),
     ("100.64.0.1", "carrier-grade"), ("169.254.169.254", "metadata"),
     ("168.63.129.16", "WireServer"), ("127.0.0.53", "loopback"), ("0.1.2.3", "this network"),
-    ("224.0.0.251", "multicast"), ("255.255.255.255", "reserved"),
-    ("192.0.2.2", "of the host"), ("198.51.100.7", None), ("151.101.0.223", None),
+    ("224.0.0.251", "multicast"), ("239.255.255.250", "multicast"),
+    ("255.255.255.255", "reserved"), ("198.18.0.1", "benchmarking"),
+    ("192.0.0.9", "IETF"), ("192.88.99.1", "6to4"),
+    ("192.0.2.2", "of the host"), ("203.0.113.200", "of the host"),  # a host range
+    ("198.51.100.7", None), ("203.0.113.80", None), ("151.101.0.223", None),
     ("10.1.2.3", None),  # allow-ip
 ])
 def test_address_classes_the_proxy_never_connects_to(address: str, refused: str | None) -> None:
-    policy = Policy("open", "claude", (), ("10.1.2.3",), ("192.0.2.2",))
+    policy = Policy("open", "claude", (), ("10.1.2.3",), ("192.0.2.2", "203.0.113.128/25"))
     why = egressupstream.address_refusal(policy, address)
     assert (why is None) if refused is None else (why is not None and refused in why), why
+
+
+def test_the_hosts_own_addresses_are_asked_of_its_routing_table() -> None:
+    """The real table of this namespace, read over netlink as the proxy reads it."""
+    import socket
+
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
+    host = egressupstream.HostRoutes(sock.detach())
+    assert host.kind("127.0.0.1") == "local"
+    assert host.kind("127.9.9.9") == "local"  # a range: the whole of 127/8 is local
+    policy = Policy("open", "claude", ())
+    why = egressupstream.address_refusal(policy, "151.101.0.223", host)
+    assert why is None or "cannot be asked" not in why, why
+    host.sock.close()  # a host that no longer answers: refused, never let through
+    why = egressupstream.address_refusal(policy, "151.101.0.223", host)
+    assert why is not None and "cannot be asked" in why, why
 
 
 def _saved(filter_rules: tuple[str, ...] = netfilter.FILTER,

@@ -77,17 +77,45 @@ def test_plan_blocks_every_private_range_and_keeps_the_internet() -> None:
     assert "route add unreachable 169.254.0.0/16 src 192.0.2.2" in cmds
     assert "route add blackhole 168.63.129.16/32 src 192.0.2.2" in cmds
     assert "route add blackhole 100.100.100.200/32 src 192.0.2.2" in cmds
-    # The connected subnet and the copied outer route are blackholed too.
-    assert "route add blackhole 192.0.2.0/24 src 192.0.2.2" in cmds
+    # The connected subnet (a class of its own here) and the copied outer route go
+    # nowhere too, once each.
+    assert "route add unreachable 192.0.2.0/24 src 192.0.2.2" in cmds
+    assert not any(c.startswith("route add blackhole 192.0.2.0/24") for c in cmds)
     assert "route add blackhole 10.88.0.0/16 src 192.0.2.2" in cmds
     # Every route leaves from the interface's own address.
     assert all(c.removesuffix(" onlink").endswith("src 192.0.2.2") for c in cmds)
 
 
+@pytest.mark.parametrize("cidr", [
+    "0.0.0.0/8", "192.0.0.0/24", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
+    "192.31.196.0/24", "192.52.193.0/24", "192.88.99.0/24", "192.175.48.0/24"])
+def test_every_special_purpose_class_goes_nowhere(cidr: str) -> None:
+    cmds = [r.command for r in routes.build_plan(FACTS, routes.DNS_FORWARDER, ()).routes]
+    assert f"route add unreachable {cidr} src 192.0.2.2" in cmds
+
+
+def test_the_two_documentation_blocks_of_test_networks_stay_reachable() -> None:
+    plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ())
+    for dst in ("198.51.100.0/24", "203.0.113.0/24"):
+        assert not any(dst in r.command for r in plan.routes)
+    assert not any("127.0.0.0/8" in r.command for r in plan.routes)  # the local table's
+
+
+PUBLIC = routes.NetFacts(
+    iface="eth0", address="203.0.113.5", gateway="203.0.113.1",
+    addresses=(routes.Address("lo", "127.0.0.1", 8, True),
+               routes.Address("eth0", "203.0.113.5", 24, False)),
+    copied=())
+
+
 def test_the_gateway_is_a_nexthop_not_a_destination_and_optional_rows_come_last() -> None:
+    public = [r.command for r in routes.build_plan(PUBLIC, routes.DNS_FORWARDER, ()).routes]
+    assert "route add blackhole 203.0.113.1/32 src 203.0.113.5" in public
+    assert "route add blackhole 203.0.113.0/24 src 203.0.113.5" in public  # connected
     plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ("10.1.2.3", "10.1.2.3"))
     cmds = [r.command for r in plan.routes]
-    assert "route add blackhole 192.0.2.1/32 src 192.0.2.2" in cmds
+    # Here the gateway lies in a class that goes nowhere already: no row of its own.
+    assert not any("192.0.2.1/32 src" in c and "blackhole" in c for c in cmds)
     assert "route add default via 192.0.2.1 dev eth0 src 192.0.2.2 onlink" in cmds
     required = [r.required for r in plan.routes]
     assert required == sorted(required, reverse=True)  # all True, then all False
@@ -106,11 +134,12 @@ def test_the_gateway_is_a_nexthop_not_a_destination_and_optional_rows_come_last(
 
 
 def test_every_address_of_the_host_is_blackholed_whatever_its_range() -> None:
-    host = ("198.51.100.7", "203.0.113.9", "10.0.0.5", "192.0.2.2")
+    host = ("198.51.100.7", "203.0.113.9", "10.0.0.5", "192.0.2.2", "198.51.100.128/25")
     plan = routes.build_plan(FACTS, routes.DNS_FORWARDER, ("203.0.113.9",), host)
     cmds = [r.command for r in plan.routes]
     assert "route add blackhole 198.51.100.7/32 src 192.0.2.2" in cmds
-    assert "route add blackhole 192.0.2.2/32 src 192.0.2.2" in cmds  # the jail's own: local wins
+    assert "route add blackhole 198.51.100.128/25 src 192.0.2.2" in cmds  # an AnyIP range
+    assert not any("192.0.2.2/32" in c for c in cmds)  # in a class that goes nowhere
     assert not any("10.0.0.5/32" in c for c in cmds)  # inside a blackholed range already
     assert not any(c.startswith("route add blackhole 203.0.113.9") for c in cmds)  # allow-ip
     assert readback.compare(plan, (), _readback_text(plan)) == []
@@ -132,11 +161,17 @@ def test_host_addresses_from_proc() -> None:
 Local:
   |-- 10.0.2.100
      /32 host LOCAL
+  |-- 198.51.100.128
+     /25 host LOCAL
+     /32 link BROADCAST
+  |-- 127.0.0.0
+     /8 host LOCAL
 """
     route = ("Iface\tDestination\tGateway \tFlags\n"
              "eth0\t00000000\t0202000A\t0003\n"
              "eth0\t0002000A\t00000000\t0001\n")
-    assert routes.host_addresses(fib_trie, route) == ("10.0.2.100", "198.51.100.7", "10.0.2.2")
+    assert routes.host_addresses(fib_trie, route) == (
+        "10.0.2.100", "198.51.100.7", "198.51.100.128/25", "10.0.2.2")
 
 
 def test_local_table_prediction_matches_the_kernel() -> None:
