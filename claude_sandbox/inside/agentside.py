@@ -3,16 +3,17 @@
 `_enter`'s agent child calls these before it execs the agent (broker.run): a user
 and mount namespace of its own, in which the workspace and every allow-write path
 are read-only and the command client stands in for every shell; and a seccomp filter
-of its own against memory-only programs. Its Landlock domain (landlock.enter_brokered)
-comes between the two and forbids every mount change after it, so nothing the agent
-runs can undo the view. The command server's side is broker.py.
+of its own against memory-only programs and connections its port rules cannot see.
+Its Landlock domain (landlock.enter_brokered) comes between the two and forbids every
+mount change after it, so nothing the agent runs can undo the view. The command
+server's side is broker.py.
 """
 
 from __future__ import annotations
 
 import os
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import bpf, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import load_libc
 from claude_sandbox.inside.spec import Inner
@@ -21,6 +22,7 @@ CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x20000
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 # mount_setattr(2): the same number on x86_64 and aarch64 (the unified table).
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
+_MOUNT_ATTR_NOEXEC = 0x8
 
 
 def check(result: int, what: str) -> None:
@@ -61,51 +63,67 @@ def agent_view(settings: Inner) -> None:
     for shell in settings.shells:
         mount(paths.COMMAND_CLIENT, shell, None, _MS_BIND)
         read_only(shell)
+    for path in settings.agent_writable:
+        # What the agent writes it cannot map executable either (LD_PRELOAD, `ld.so
+        # ./prog`): Landlock's EXECUTE covers execve only (check 90). Each is a mount of
+        # its own; the programs bound read-only beneath keep theirs.
+        _set_attr(path, _MOUNT_ATTR_NOEXEC, recursive=False, what="noexec")
 
 
 def read_only(path: str) -> None:
-    """mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY): read-only, every other flag kept.
-    Not a remount: in a user namespace of our own, a remount that leaves out a flag the
-    parent's mount has locked (nosuid, nodev) is refused."""
+    """Read-only, recursively, every other flag kept."""
+    _set_attr(path, _MOUNT_ATTR_RDONLY, recursive=True, what="read-only")
+
+
+def _set_attr(path: str, flag: int, *, recursive: bool, what: str) -> None:
+    """mount_setattr(MOUNT_ATTR_*): one flag set, every other kept. Not a remount: in a
+    user namespace of our own, a remount that leaves out a flag the parent's mount has
+    locked (nosuid, nodev) is refused."""
     import ctypes
 
-    attr = (ctypes.c_uint64 * 4)(_MOUNT_ATTR_RDONLY, 0, 0, 0)
-    result = load_libc().syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path.encode(), _AT_RECURSIVE,
-                             ctypes.byref(attr), ctypes.sizeof(attr))
-    check(result, f"read-only {path}")
+    attr = (ctypes.c_uint64 * 4)(flag, 0, 0, 0)
+    result = load_libc().syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path.encode(),
+                                 _AT_RECURSIVE if recursive else 0, ctypes.byref(attr),
+                                 ctypes.sizeof(attr))
+    check(result, f"{what} {path}")
 
 
-# memfd_create's number, and the audit arch the filter below checks, by machine.
-_MEMFD = {"x86_64": (319, 0xC000003E), "aarch64": (279, 0xC00000B7)}
-_ENOSYS = 38
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+# The agent's own filter, stacked on the sandbox's: (name, x86_64, aarch64, errno, arg).
+# Each refusal answers as a kernel without the feature would, so programs fall back.
+_ENOSYS, _EPROTONOSUPPORT, _EOPNOTSUPP = 38, 93, 95
+_MSG_FASTOPEN = 0x20000000
+# fmt: off
+AGENT_RULES: tuple[tuple[str, int, int, int, bpf.ArgTest | None], ...] = (
+    # Landlock does not govern memfds (they live on an internal mount), so a binary the
+    # agent holds only in memory would run whatever its EXECUTE rules say (measured: the
+    # loader the agent needs runs it). A file anywhere the agent can write is governed.
+    ("memfd_create", 319, 279, _ENOSYS, None),
+    # Landlock's TCP port rules see IPPROTO_TCP sockets only: MPTCP, SCTP and DCCP
+    # connect anywhere past them (measured for MPTCP).
+    ("socket", 41, 198, _EPROTONOSUPPORT, bpf.ArgTest(2, 0xFFFFFFFF, 262)),  # MPTCP
+    ("socket", 41, 198, _EPROTONOSUPPORT, bpf.ArgTest(2, 0xFFFFFFFF, 132)),  # SCTP
+    ("socket", 41, 198, _EPROTONOSUPPORT, bpf.ArgTest(2, 0xFFFFFFFF, 33)),  # DCCP
+    # TCP Fast Open connects inside send*(), where Landlock's connect hook never runs.
+    ("sendto", 44, 206, _EOPNOTSUPP, bpf.ArgTest(3, _MSG_FASTOPEN, _MSG_FASTOPEN)),
+    ("sendmsg", 46, 211, _EOPNOTSUPP, bpf.ArgTest(2, _MSG_FASTOPEN, _MSG_FASTOPEN)),
+    ("sendmmsg", 307, 269, _EOPNOTSUPP, bpf.ArgTest(3, _MSG_FASTOPEN, _MSG_FASTOPEN)),
+)
+# fmt: on
 
 
-def refuse_memfd() -> None:
-    """A filter of the agent's own, stacked on the sandbox's: memfd_create fails (ENOSYS,
-    as on a kernel without it; programs fall back to files).
+def agent_filter(machine: str) -> bytes:
+    """The agent's own filter on `machine`."""
+    return bpf.assemble(tuple(bpf.Refusal(x86 if machine == "x86_64" else arm, errno, arg)
+                              for _, x86, arm, errno, arg in AGENT_RULES), machine)
 
-    Landlock does not govern memfds (they live on an internal mount), so a binary the
-    agent holds only in memory would run whatever its EXECUTE rules say (measured: the
-    loader the agent needs runs it). A file anywhere the agent can write is governed."""
-    import ctypes
-    import struct
 
-    found = _MEMFD.get(os.uname().machine)
-    if found is None:
-        raise SandboxError("hardening = brokered: memfd_create's number on "
-                           f"{os.uname().machine} is not known", EXIT_UNAVAILABLE)
-    number, arch = found
-    ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET
-    code = [(ld, 0, 0, 4), (jeq, 0, 3, arch), (ld, 0, 0, 0), (jeq, 0, 1, number),
-            (ret, 0, 0, 0x00050000 | _ENOSYS), (ret, 0, 0, 0x7FFF0000)]
-    raw = b"".join(struct.pack("<HBBI", *insn) for insn in code)
-    buffer = ctypes.create_string_buffer(raw, len(raw))
-
-    class _Prog(ctypes.Structure):
-        _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-    prog = _Prog(len(code), ctypes.addressof(buffer))
-    if load_libc().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0):
-        raise SandboxError("hardening = brokered: cannot load the agent's memfd filter",
-                           EXIT_UNAVAILABLE)
+def limit_agent() -> None:
+    """Load the agent's own filter: no memory-only programs, and no connection its
+    Landlock port rules cannot see (docs/adr/0009-the-enforced-process-tree.md)."""
+    machine = os.uname().machine
+    if machine not in bpf.ARCHES:
+        raise SandboxError(f"hardening = brokered: the agent's filter has no system-call "
+                           f"table for {machine}", EXIT_UNAVAILABLE)
+    if not bpf.load(agent_filter(machine)):
+        raise SandboxError("hardening = brokered: cannot load the agent's own seccomp "
+                           "filter", EXIT_UNAVAILABLE)

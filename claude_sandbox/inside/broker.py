@@ -37,10 +37,10 @@ from claude_sandbox.inside import landlock
 from claude_sandbox.inside.agentside import (
     agent_view,
     check,
+    limit_agent,
     mount,
     own_namespaces,
     read_only,
-    refuse_memfd,
 )
 from claude_sandbox.inside.spec import Inner
 
@@ -190,6 +190,11 @@ def _handle(settings: Inner, conn: int) -> NoReturn:
     try:
         data, fds = _receive(conn)
         request = parse(data) if len(fds) == 3 else None
+        if request is not None and settings.offline_commands and _network_streams(fds):
+            os.write(fds[2], b"claude-sandbox: command server: offline-commands: a command's "
+                     b"standard streams may not be network sockets, refused\n")
+            _reply(conn, EXIT_CANNOT)
+            os._exit(0)
         shell = _real_shell(settings, request[0]) if request else None
         if request is None or shell is None:
             os.write(fds[2] if len(fds) == 3 else 2,
@@ -217,6 +222,22 @@ def _handle(settings: Inner, conn: int) -> NoReturn:
     for fd in fds:
         os.close(fd)
     _relay(conn, init, status_read)
+
+
+def _network_streams(fds: list[int]) -> bool:
+    """Whether any of `fds` is a socket of another family than AF_UNIX: a connection the
+    agent made, handed to an offline command as a standard stream."""
+    import stat
+
+    for fd in fds:
+        if stat.S_ISSOCK(os.fstat(fd).st_mode):
+            sock = _socket.socket(fileno=os.dup(fd))
+            try:
+                if sock.family != _socket.AF_UNIX:
+                    return True
+            finally:
+                sock.close()
+    return False
 
 
 def _real_shell(settings: Inner, executed: str) -> str | None:
@@ -287,7 +308,8 @@ def _exec_command(settings: Inner, shell: str,
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if landlock.abi_version() < landlock.SCOPE_ABI:  # the agent refused already
             raise SandboxError("Landlock cannot scope the command", EXIT_UNAVAILABLE)
-        landlock.enter("standard")
+        # Offline: no socket file or FIFO to meet the agent at, which has the network.
+        landlock.enter("standard", no_rendezvous=settings.offline_commands)
         os.chdir(cwd)
         os.execve(shell, argv, env)
     except (OSError, SandboxError) as exc:
@@ -358,8 +380,9 @@ def run(settings: Inner, tty: bool) -> NoReturn:
             raise SandboxError(f"brokered: cannot make the agent's view: {exc}",
                                EXIT_UNAVAILABLE) from None
         landlock.enter_brokered(settings.agent_writable, settings.agent_exec,
-                                settings.agent_connect, settings.agent_bind)
-        refuse_memfd()
+                                settings.agent_connect, settings.agent_bind,
+                                no_rendezvous=settings.offline_commands)
+        limit_agent()
         command = settings.command
         try:
             os.execv(command[0], command)

@@ -236,11 +236,16 @@ def _restrict_self(ruleset: int) -> None:
         raise _fail("restrict_self")
 
 
-def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = ()) -> None:
-    """Put this process (and so the agent) into its Landlock domain. Irreversible."""
+def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = (),
+          *, no_rendezvous: bool = False) -> None:
+    """Put this process (and so the agent) into its Landlock domain. Irreversible.
+
+    `no_rendezvous`: no socket file and no FIFO may be made anywhere (an offline command
+    of brokered's: a place two processes meet is a way round its missing network)."""
     abi = abi_version()
     scoped = SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if abi >= SCOPE_ABI else 0
-    handled_fs = ACCESS_FS_EXECUTE if level == "harsh" else 0
+    handled_fs = (ACCESS_FS_EXECUTE if level == "harsh" else 0) | (
+        RENDEZVOUS if no_rendezvous else 0)
     if abi == 0:
         if level == "harsh":
             raise SandboxError(
@@ -254,13 +259,15 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
         _warn(f"Landlock ABI {abi} < 6: signals and abstract sockets are not scoped")
     if not scoped and not handled_fs:
         return
+    if no_rendezvous and not scoped:
+        raise SandboxError("an offline command needs Landlock ABI 6", EXIT_UNAVAILABLE)
     attr = _RulesetAttr(handled_fs, 0, scoped)
     size = 24 if abi >= SCOPE_ABI else 16 if abi >= 4 else 8
     ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), size, 0)
     if ruleset < 0:
         raise _fail("create_ruleset")
     try:
-        if handled_fs:
+        if handled_fs & ACCESS_FS_EXECUTE:
             mounts = mountinfo.parse(mountinfo.read())
             plan = plan_exec(mounts, writable, exec_files, os.listdir)
             for path in plan.refused:
@@ -277,6 +284,8 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
 _WRITE_FILE = 1 << 1
 _CHANGES = sum(1 << bit for bit in range(4, 13))  # remove dir/file, make char..sym
 _REFER, _TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+# MAKE_SOCK and MAKE_FIFO: a file two processes can meet at.
+RENDEZVOUS = (1 << 9) | (1 << 10)
 _NET_BIND, _NET_CONNECT, _RULE_NET_PORT = 1 << 0, 1 << 1, 2  # TCP, ABI 4
 
 
@@ -286,10 +295,12 @@ class _NetPortAttr(ctypes.Structure):
 
 
 def enter_brokered(writable: Sequence[str], execute: Sequence[str],
-                   connect: Sequence[int] = (), bind: Sequence[int] = ()) -> None:
+                   connect: Sequence[int] = (), bind: Sequence[int] = (),
+                   *, no_rendezvous: bool = False) -> None:
     """The agent's domain under brokered (broker.py): EXECUTE only `execute`, write and
     change only beneath `writable`, TCP connect only to `connect` and listen only on
-    `bind`, signals and abstract sockets scoped. Irreversible.
+    `bind`, signals and abstract sockets scoped; with `no_rendezvous` (offline
+    commands), no socket file or FIFO anywhere. Irreversible.
 
     Fails closed: without ABI 6 the agent could signal or reach what is outside it."""
     abi = abi_version()
@@ -304,9 +315,10 @@ def enter_brokered(writable: Sequence[str], execute: Sequence[str],
     ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), ctypes.sizeof(attr), 0)
     if ruleset < 0:
         raise _fail("create_ruleset")
+    granted = write & ~RENDEZVOUS if no_rendezvous else write
     try:
         for path in writable:
-            _add_rule(ruleset, path, write)
+            _add_rule(ruleset, path, granted)
         for path in execute:
             # As harsh's grants: never a symlink, never on a read-write mount.
             if not _add_exec_rule(ruleset, path):

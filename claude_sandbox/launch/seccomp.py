@@ -2,73 +2,29 @@
 
 bwrap loads the program with `--seccomp FD` after it has set up the sandbox
 and before it execs the entry (docs/explanation/kernel-layers.md). The policy
-is the `RULES` table below; `_compile` is the small interpreter that turns the
-rows into BPF. Everything not named is allowed: this is a deny-list of the
-calls an agent never needs and an attacker wants (reading another process's
+is the `RULES` table below; core/bpf.py assembles the rows into BPF, and kills
+foreign system-call ABIs. Everything not named is allowed: this is a deny-list of
+the calls an agent never needs and an attacker wants (reading another process's
 memory or descriptors, kernel attack surface with a history of bugs, typing
 into the terminal's input queue).
-
-Foreign system-call ABIs are killed, not refused: the table is written in the
-native numbering, so an i386 `int 0x80` or an x32 call (nr | 0x40000000)
-would dodge every row if it were merely allowed through.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from errno import ENOSYS, EPERM, errorcode
 
+from claude_sandbox.core.bpf import ARCHES, ArgTest, Refusal, assemble
 from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import data_descriptor
 from claude_sandbox.core.record import record
 from claude_sandbox.inside.spec import LEVELS
-
-# linux/seccomp.h return values.
-RET_KILL_PROCESS = 0x80000000
-RET_ERRNO = 0x00050000
-RET_ALLOW = 0x7FFF0000
-
-# linux/audit.h: EM_* | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE.
-AUDIT_ARCH_X86_64 = 0xC000003E
-AUDIT_ARCH_I386 = 0x40000003
-AUDIT_ARCH_AARCH64 = 0xC00000B7
-AUDIT_ARCH_ARM = 0x40000028
-X32_SYSCALL_BIT = 0x40000000
 
 # ioctl requests (asm-generic/ioctls.h, the same on both architectures).
 AF_VSOCK = 40  # linux/socket.h
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 CLONE_NEWUSER = 0x10000000
-
-# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
-_OFF_NR = 0
-_OFF_ARCH = 4
-_OFF_ARGS = 16
-
-# Classic BPF opcodes (linux/bpf_common.h), only those the interpreter emits.
-_LD_W_ABS = 0x20
-_ALU_AND_K = 0x54
-_JMP_JEQ_K = 0x15
-_JMP_JGE_K = 0x35
-_RET_K = 0x06
-
-
-@record
-class ArgTest:
-    """`(low 32 bits of args[index]) & mask == value`.
-
-    Only the low word is compared, on purpose: the kernel truncates an ioctl
-    request to `unsigned int` and clone's flags to their lower 32 bits, so a
-    caller who sets junk in the high word still gets TIOCSTI. A full 64-bit
-    compare (libseccomp's default) would let that junk through (measured,
-    seccomp).
-    """
-
-    index: int
-    mask: int
-    value: int
 
 
 @record
@@ -133,15 +89,6 @@ RULES: tuple[Rule, ...] = (
 # fmt: on
 
 
-# The native audit arch of each machine; every other (i386 on x86_64, arm32 on
-# aarch64) is killed.
-_ARCHES = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
-
-
-def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
-    return struct.pack("<HBBI", code, jt, jf, k)
-
-
 def rules_for(level: str, allowed: tuple[str, ...] = ()) -> tuple[Rule, ...]:
     """The rows for `level`, less those the operator's flags in `allowed` drop."""
     if level not in LEVELS:
@@ -154,63 +101,19 @@ def rules_for(level: str, allowed: tuple[str, ...] = ()) -> tuple[Rule, ...]:
                  and r.unless not in allowed)
 
 
-def _syscall_block(nr: int, rows: list[Rule]) -> list[bytes]:
-    """Instructions for one syscall; A holds the syscall number on entry.
-
-    A plain row returns at once. Argument rows load their argument (which
-    clobbers A), so once the number has matched the block ends in ALLOW: no
-    other row can name the same number, `_compile` groups them.
-    """
-    plain = [r for r in rows if r.arg is None]
-    if plain:
-        return [_insn(_JMP_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, RET_ERRNO | plain[0].errno)]
-    body: list[bytes] = []
-    for row in rows:
-        assert row.arg is not None
-        body.append(_insn(_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * row.arg.index))
-        if row.arg.mask != 0xFFFFFFFF:
-            body.append(_insn(_ALU_AND_K, 0, 0, row.arg.mask))
-        body.append(_insn(_JMP_JEQ_K, 0, 1, row.arg.value))
-        body.append(_insn(_RET_K, 0, 0, RET_ERRNO | row.errno))
-    body.append(_insn(_RET_K, 0, 0, RET_ALLOW))
-    return [_insn(_JMP_JEQ_K, 0, len(body), nr), *body]
-
-
 def _compile(rows: tuple[Rule, ...], machine: str) -> bytes:
-    groups: dict[int, list[Rule]] = {}
-    for row in rows:
-        groups.setdefault(getattr(row, machine), []).append(row)
-    prog = [
-        _insn(_LD_W_ABS, 0, 0, _OFF_ARCH),
-        _insn(_JMP_JEQ_K, 1, 0, _ARCHES[machine]),
-        _insn(_RET_K, 0, 0, RET_KILL_PROCESS),  # i386, arm32, anything else
-        _insn(_LD_W_ABS, 0, 0, _OFF_NR),
-    ]
-    if machine == "x86_64":
-        # x32 shares the x86_64 audit arch and is told apart only by bit 30
-        # of the number. nr -1 (0xffffffff) is let through as libseccomp
-        # does: the kernel answers it with ENOSYS and nothing runs.
-        prog += [
-            _insn(_JMP_JGE_K, 0, 2, X32_SYSCALL_BIT),
-            _insn(_JMP_JEQ_K, 1, 0, 0xFFFFFFFF),
-            _insn(_RET_K, 0, 0, RET_KILL_PROCESS),
-        ]
-    for nr, group in groups.items():
-        prog += _syscall_block(nr, group)
-    prog.append(_insn(_RET_K, 0, 0, RET_ALLOW))
-    if len(prog) > 4096:  # BPF_MAXINSNS
-        raise AssertionError("seccomp program too long")
-    return b"".join(prog)
+    return assemble(tuple(Refusal(getattr(row, machine), row.errno, row.arg) for row in rows),
+                    machine)
 
 
 def build_filter(level: str, machine: str | None = None,
                  allowed: tuple[str, ...] = ()) -> bytes:
     """The BPF program (struct sock_filter[]) for `level` on `machine` (default: this host)."""
     machine = machine or os.uname().machine
-    if machine not in _ARCHES:
+    if machine not in ARCHES:
         raise SandboxError(
             f"the seccomp layer has no system-call table for {machine}; "
-            "supported: " + ", ".join(_ARCHES),
+            "supported: " + ", ".join(ARCHES),
             EXIT_UNAVAILABLE,
         )
     return _compile(rules_for(level, allowed), machine)

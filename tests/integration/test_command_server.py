@@ -177,6 +177,49 @@ print(subprocess.run(["/bin/sh", "-c", "exec python3 {probe}"], capture_output=T
         listener.close()
 
 
+def test_offline_commands_and_the_agent_have_nowhere_to_meet(setup) -> None:  # type: ignore[no-untyped-def]
+    """`offline-commands`: no socket file or FIFO can be made by the agent or by a command
+    (a relay through /tmp would give the command the agent's network), and a network
+    socket the agent hands a command as a standard stream is refused."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    with open(setup[2], "a") as handle:
+        handle.write("offline-commands\n")
+    script = f"""
+import os, socket, subprocess
+for kind in ("socket", "fifo"):
+    path = "/tmp/relay-" + kind
+    try:
+        if kind == "socket":
+            socket.socket(socket.AF_UNIX).bind(path)
+        else:
+            os.mkfifo(path)
+        print("agent made", kind)
+    except OSError as error:
+        print("agent", kind, error.strerror)
+bind = "import socket; socket.socket(socket.AF_UNIX).bind('/tmp/cmd.sock')"
+made = subprocess.run(["/bin/sh", "-c", "mkfifo /tmp/cmd-fifo; echo fifo $?; "
+                       f"python3 -c \\"{{bind}}\\"; echo socket $?"],
+                      capture_output=True, text=True)
+print("command", made.stdout.split(), made.stderr.strip()[-80:])
+tcp = socket.create_connection(("127.0.0.1", {port}))
+handed = subprocess.run(["/bin/sh", "-c", "echo through >&0"], stdin=tcp,
+                        capture_output=True, text=True)
+print("handed", handed.returncode, handed.stderr.strip())
+"""
+    try:
+        result = _agent(setup, script)
+    finally:
+        listener.close()
+    out = result.stdout
+    assert "agent socket Permission denied" in out and "agent fifo Permission denied" in out, (
+        out, result.stderr)
+    assert "'fifo', '1'" in out and "'socket', '1'" in out, (out, result.stderr)
+    assert "handed 126" in out and "may not be network sockets" in out, (out, result.stderr)
+
+
 def test_agent_exec_lets_the_agent_run_a_program_itself(setup) -> None:  # type: ignore[no-untyped-def]
     script = """
 import os, subprocess

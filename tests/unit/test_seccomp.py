@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 import pyseccomp as sc
 import pytest
 
+from claude_sandbox.core import bpf
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.launch import seccomp
 
@@ -153,7 +154,7 @@ def oracle(level: str, machine: str) -> bytes:
 
 
 def cases(machine: str) -> Iterator[tuple[int, int, tuple[int, ...]]]:
-    native = {"x86_64": seccomp.AUDIT_ARCH_X86_64, "aarch64": seccomp.AUDIT_ARCH_AARCH64}[machine]
+    native = {"x86_64": bpf.AUDIT_ARCH_X86_64, "aarch64": bpf.AUDIT_ARCH_AARCH64}[machine]
     junk = 0xDEADBEEF00000000
     for nr in range(1024):
         yield nr, native, ()
@@ -169,16 +170,16 @@ def cases(machine: str) -> Iterator[tuple[int, int, tuple[int, ...]]]:
             yield nr, native, (flags,)
     if machine == "x86_64":
         for nr in (0, 1, 16, 101, 59, 0x200, 0x3FFFFFFF):
-            yield nr | seccomp.X32_SYSCALL_BIT, native, ()
+            yield nr | bpf.X32_SYSCALL_BIT, native, ()
         yield 0xFFFFFFFF, native, ()  # nr -1 (the "skipped by a tracer" number)
-        foreign = (seccomp.AUDIT_ARCH_I386,)
+        foreign = (bpf.AUDIT_ARCH_I386,)
     else:
-        foreign = (seccomp.AUDIT_ARCH_ARM,)
+        foreign = (bpf.AUDIT_ARCH_ARM,)
     for arch in (
         *foreign,
         0,
         0xFFFFFFFF,
-        seccomp.AUDIT_ARCH_AARCH64 if machine == "x86_64" else seccomp.AUDIT_ARCH_X86_64,
+        bpf.AUDIT_ARCH_AARCH64 if machine == "x86_64" else bpf.AUDIT_ARCH_X86_64,
     ):
         for nr in (0, 1, 11, 26, 54, 120, 0x40000000):
             yield nr, arch, ()
@@ -211,27 +212,27 @@ def test_table_numbers_match_libseccomp(machine: str) -> None:
 def test_expected_verdicts_spelled_out() -> None:
     """Independent of the oracle: the verdicts the issue asks for."""
     prog = seccomp.build_filter("standard", "x86_64")
-    x86 = seccomp.AUDIT_ARCH_X86_64
+    x86 = bpf.AUDIT_ARCH_X86_64
 
     def verdict(nr: int, *args: int, arch: int = x86) -> int:
         return run_bpf(prog, seccomp_data(nr, arch, args))
 
-    eperm = seccomp.RET_ERRNO | 1
+    eperm = bpf.RET_ERRNO | 1
     assert verdict(101) == eperm  # ptrace
     assert verdict(16, 0, 0x5412) == eperm
     assert verdict(16, 0, 0xFFFFFFFF_00005412) == eperm  # junk in the high word
     assert verdict(16, 0, 0x1_0000541C) == eperm
-    assert verdict(16, 0, 0x5413) == seccomp.RET_ALLOW  # TIOCGWINSZ
-    assert verdict(0) == seccomp.RET_ALLOW
-    assert verdict(272, 0x10000000) == seccomp.RET_ALLOW  # nested userns in standard
-    assert verdict(435) == seccomp.RET_ALLOW
-    assert verdict(11, arch=seccomp.AUDIT_ARCH_I386) == seccomp.RET_KILL_PROCESS
-    assert verdict(0x40000001) == seccomp.RET_KILL_PROCESS
+    assert verdict(16, 0, 0x5413) == bpf.RET_ALLOW  # TIOCGWINSZ
+    assert verdict(0) == bpf.RET_ALLOW
+    assert verdict(272, 0x10000000) == bpf.RET_ALLOW  # nested userns in standard
+    assert verdict(435) == bpf.RET_ALLOW
+    assert verdict(11, arch=bpf.AUDIT_ARCH_I386) == bpf.RET_KILL_PROCESS
+    assert verdict(0x40000001) == bpf.RET_KILL_PROCESS
     harsh = seccomp.build_filter("harsh", "x86_64")
     assert run_bpf(harsh, seccomp_data(272, x86, (0x10000000,))) == eperm
     assert run_bpf(harsh, seccomp_data(56, x86, (0x10000011,))) == eperm
-    assert run_bpf(harsh, seccomp_data(56, x86, (0x01200011,))) == seccomp.RET_ALLOW  # fork
-    assert run_bpf(harsh, seccomp_data(435, x86)) == seccomp.RET_ERRNO | 38
+    assert run_bpf(harsh, seccomp_data(56, x86, (0x01200011,))) == bpf.RET_ALLOW  # fork
+    assert run_bpf(harsh, seccomp_data(435, x86)) == bpf.RET_ERRNO | 38
 
 
 def test_unknown_level_and_arch_are_named_errors() -> None:
@@ -272,3 +273,30 @@ def test_vsock_is_refused_unless_the_operator_allows_it() -> None:
         allowed = seccomp.rules_for(level, ("allow-vsock",))
         assert all(r.unless != "allow-vsock" for r in allowed)
         assert len(allowed) == len(seccomp.rules_for(level)) - 1
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_brokered_agents_own_filter(machine: str) -> None:
+    """memfd_create, the stream protocols Landlock's port rules do not see, and TCP Fast
+    Open's connect-in-send are refused in the agent's own process; plain TCP is not."""
+    from claude_sandbox.inside import agentside
+
+    prog = agentside.agent_filter(machine)
+    arch = bpf.ARCHES[machine]
+    nr = {name: (x86 if machine == "x86_64" else arm)
+          for name, x86, arm, _, _ in agentside.AGENT_RULES}
+
+    def verdict(call: str, *args: int) -> int:
+        return run_bpf(prog, seccomp_data(nr[call], arch, args))
+
+    assert verdict("memfd_create") == bpf.RET_ERRNO | 38
+    for protocol in (262, 132, 33, 262 | (7 << 32)):  # junk in the high word changes nothing
+        assert verdict("socket", 2, 1, protocol) == bpf.RET_ERRNO | 93
+    assert verdict("socket", 2, 1, 6) == bpf.RET_ALLOW
+    assert verdict("socket", 2, 1, 0) == bpf.RET_ALLOW
+    fastopen = 0x20000000
+    assert verdict("sendto", 3, 0, 10, fastopen | 0x40) == bpf.RET_ERRNO | 95
+    assert verdict("sendmsg", 3, 0, fastopen) == bpf.RET_ERRNO | 95
+    assert verdict("sendmmsg", 3, 0, 1, fastopen) == bpf.RET_ERRNO | 95
+    assert verdict("sendto", 3, 0, 10, 0x40) == bpf.RET_ALLOW  # MSG_DONTWAIT alone
+    assert run_bpf(prog, seccomp_data(0, bpf.AUDIT_ARCH_I386)) == bpf.RET_KILL_PROCESS

@@ -1,0 +1,143 @@
+"""The one classic-BPF assembler for seccomp filters: rows in, a `sock_filter[]` out.
+
+Two filters are built with it: the sandbox's (launch/seccomp.py, loaded by bwrap) and,
+under `hardening = brokered`, the agent's own, stacked on it (inside/agentside.py).
+A row refuses one system call with an errno, optionally only when one argument
+matches a mask. Everything not named is allowed, and a foreign ABI is killed: the
+rows are written in the native numbering, so an i386 `int 0x80` or an x32 call
+(nr | 0x40000000) would dodge every row if it were merely allowed through.
+
+No imports beyond the byte packing: the inner stage loads the agent's filter.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from claude_sandbox.core.record import record
+
+# linux/seccomp.h return values.
+RET_KILL_PROCESS = 0x80000000
+RET_ERRNO = 0x00050000
+RET_ALLOW = 0x7FFF0000
+
+# linux/audit.h: EM_* | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE.
+AUDIT_ARCH_X86_64 = 0xC000003E
+AUDIT_ARCH_I386 = 0x40000003
+AUDIT_ARCH_AARCH64 = 0xC00000B7
+AUDIT_ARCH_ARM = 0x40000028
+X32_SYSCALL_BIT = 0x40000000
+# The native audit arch of each machine; every other (i386 on x86_64, arm32 on
+# aarch64) is killed.
+ARCHES = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
+
+# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
+_OFF_NR = 0
+_OFF_ARCH = 4
+_OFF_ARGS = 16
+
+# Classic BPF opcodes (linux/bpf_common.h), only those the assembler emits.
+_LD_W_ABS = 0x20
+_ALU_AND_K = 0x54
+_JMP_JEQ_K = 0x15
+_JMP_JGE_K = 0x35
+_RET_K = 0x06
+_MAX_INSNS = 4096  # BPF_MAXINSNS
+
+
+@record
+class ArgTest:
+    """`(low 32 bits of args[index]) & mask == value`.
+
+    Only the low word is compared, on purpose: the kernel truncates an ioctl
+    request to `unsigned int`, clone's flags and send's flags to their lower 32
+    bits, so a caller who sets junk in the high word still gets TIOCSTI. A full
+    64-bit compare (libseccomp's default) would let that junk through (measured).
+    """
+
+    index: int
+    mask: int
+    value: int
+
+
+@record
+class Refusal:
+    """One row of a filter, in one machine's numbering: refuse `nr` with `errno`
+    (when `arg` matches, if it is given)."""
+
+    nr: int
+    errno: int
+    arg: ArgTest | None = None
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("<HBBI", code, jt, jf, k)
+
+
+def _syscall_block(nr: int, rows: list[Refusal]) -> list[bytes]:
+    """Instructions for one syscall; A holds the syscall number on entry.
+
+    A plain row returns at once. Argument rows load their argument (which
+    clobbers A), so once the number has matched the block ends in ALLOW: no
+    other row can name the same number, `assemble` groups them.
+    """
+    plain = [r for r in rows if r.arg is None]
+    if plain:
+        return [_insn(_JMP_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, RET_ERRNO | plain[0].errno)]
+    body: list[bytes] = []
+    for row in rows:
+        assert row.arg is not None
+        body.append(_insn(_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * row.arg.index))
+        if row.arg.mask != 0xFFFFFFFF:
+            body.append(_insn(_ALU_AND_K, 0, 0, row.arg.mask))
+        body.append(_insn(_JMP_JEQ_K, 0, 1, row.arg.value))
+        body.append(_insn(_RET_K, 0, 0, RET_ERRNO | row.errno))
+    body.append(_insn(_RET_K, 0, 0, RET_ALLOW))
+    return [_insn(_JMP_JEQ_K, 0, len(body), nr), *body]
+
+
+def assemble(rows: tuple[Refusal, ...], machine: str) -> bytes:
+    """The program for `rows` on `machine` (a key of ARCHES)."""
+    groups: dict[int, list[Refusal]] = {}
+    for row in rows:
+        groups.setdefault(row.nr, []).append(row)
+    prog = [
+        _insn(_LD_W_ABS, 0, 0, _OFF_ARCH),
+        _insn(_JMP_JEQ_K, 1, 0, ARCHES[machine]),
+        _insn(_RET_K, 0, 0, RET_KILL_PROCESS),  # i386, arm32, anything else
+        _insn(_LD_W_ABS, 0, 0, _OFF_NR),
+    ]
+    if machine == "x86_64":
+        # x32 shares the x86_64 audit arch and is told apart only by bit 30
+        # of the number. nr -1 (0xffffffff) is let through as libseccomp
+        # does: the kernel answers it with ENOSYS and nothing runs.
+        prog += [
+            _insn(_JMP_JGE_K, 0, 2, X32_SYSCALL_BIT),
+            _insn(_JMP_JEQ_K, 1, 0, 0xFFFFFFFF),
+            _insn(_RET_K, 0, 0, RET_KILL_PROCESS),
+        ]
+    for nr, group in groups.items():
+        prog += _syscall_block(nr, group)
+    prog.append(_insn(_RET_K, 0, 0, RET_ALLOW))
+    if len(prog) > _MAX_INSNS:
+        raise AssertionError("seccomp program too long")
+    return b"".join(prog)
+
+
+def load(program: bytes) -> bool:
+    """Stack `program` on this thread's filters (no_new_privs must be set already, as
+    bwrap leaves it); whether the kernel took it. Every thread started after it and
+    every child inherits it."""
+    import ctypes
+
+    from claude_sandbox.core.process import load_libc
+
+    buffer = ctypes.create_string_buffer(program, len(program))
+
+    class _Prog(ctypes.Structure):
+        _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+    prog = _Prog(len(program) // 8, ctypes.addressof(buffer))
+    pr_set_seccomp, seccomp_mode_filter = 22, 2
+    return bool(load_libc().prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(prog), 0,
+                                  0) == 0)
