@@ -1,20 +1,25 @@
-"""Root is not a skeleton key: on a root launch, find what the owner keeps from others.
+"""Root is not a skeleton key: on a root launch, find what only root's own modes let it read.
 
-Launched as root, the agent is uid 0, the owner of /etc/shadow, host keys,
-other users' 0700 homes and every root-only file, and dropping capabilities
-does not change ownership. An identity inside that cannot read them would also
-lose the root-owned workspace, so they are hidden instead (ADR 0006): every
-entry outside the workspace without the other-read bit (a directory: without
-other-read or other-search) is covered with an empty one before the agent
-starts (the late-mount helper, procmask.py).
+Launched as root, the agent is uid 0, the owner of /etc/shadow, host keys and every
+root-only file, and dropping capabilities does not change ownership. An identity
+inside that cannot read them would also lose the root-owned workspace, so they are
+hidden instead (ADR 0006): an entry outside the workspace is covered with an empty
+one before the agent starts (the late-mount helper, procmask.py) when uid 0 *without
+capabilities* may read it and others may not. That is decided by the owner's modes:
+the owner class for a root-owned entry, the group class for one of root's groups, the
+other class for the rest. So another user's 0600 files need no cover (DAC keeps them
+out already), and the walk does not descend where root without capabilities could not
+search: what an unprivileged user can make costs no mount, however much of it there
+is, and only the listing of a directory it changed (docs/adr/0006).
 
-Finding them takes a walk of the whole tree, about a second on a dev
-container's image, so the result is cached in root's state store with the
-modification time of every directory walked. A launch re-lists only the
-directories whose time changed (a file created, renamed or removed there), so
-a new secret is found at the next launch. A mode changed in place (chmod) does
-not change the directory's time: the cache is rebuilt in full when it is more
-than a day old. All of it runs in the late-mount helper while bwrap sets up.
+Finding them takes a walk of the whole tree, about a second on a dev container's
+image, so the result is cached in root's state store with the modification time of
+every directory walked. A launch re-lists only the directories whose time changed (a
+file created, renamed or removed there), so a new secret is found at the next launch;
+a directory changed below another changed one is re-listed once, with it. A mode
+changed in place (chmod) does not change the directory's time: the cache is rebuilt
+in full when it is more than a day old. All of it runs in the late-mount helper while
+bwrap sets up.
 """
 
 from __future__ import annotations
@@ -33,26 +38,46 @@ if TYPE_CHECKING:
     from claude_sandbox.launch.hostfacts import HostFacts
     from claude_sandbox.launch.mounts import Writable
 
-CACHE_NAME = "root-only.json"
+CACHE_NAME = "root-only-2.json"  # -2: decided by the owner's modes (the first: other-read)
 MAX_AGE = 24 * 3600
 # Pseudo and per-boot file systems: not files an administrator keeps.
 PSEUDO_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "devtmpfs",
                        "debugfs", "tracefs", "securityfs", "pstore", "bpf", "configfs",
                        "fusectl", "hugetlbfs", "binfmt_misc", "autofs", "nsfs", "efivarfs",
                        "selinuxfs", "rpc_pipefs"})
+HIDE, DESCEND, SKIP = "hide", "descend", "skip"
 
 
-def _private(mode: int) -> bool:
-    if stat.S_ISDIR(mode):
-        return mode & 0o005 != 0o005
+def _roots_bits(info: os.stat_result, groups: frozenset[int]) -> int:
+    """The rwx bits uid 0 without capabilities gets on `info`: the owner's when it owns it,
+    the group's when it is in its group, the others' otherwise (the kernel's order)."""
+    if info.st_uid == 0:
+        return (info.st_mode >> 6) & 7
+    if info.st_gid in groups:
+        return (info.st_mode >> 3) & 7
+    return info.st_mode & 7
+
+
+def judge(info: os.stat_result, groups: frozenset[int]) -> str:
+    """HIDE an entry root may read (a directory: read or search) and others may not;
+    DESCEND into a directory root may search and others may list and search; SKIP the
+    rest (a link, what others may read, what DAC keeps from root already)."""
+    mode = info.st_mode
     if stat.S_ISLNK(mode):
-        return False
-    return not mode & 0o004
+        return SKIP
+    root, others = _roots_bits(info, groups), mode & 7
+    if stat.S_ISDIR(mode):
+        if not root & 0o5:
+            return SKIP  # root cannot list or enter it: nor can anything inside
+        if others & 0o5 != 0o5:
+            return HIDE
+        return DESCEND if root & 0o1 else SKIP
+    return HIDE if root & 0o4 and not others & 0o4 else SKIP
 
 
 def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
-          dirs: dict[str, int]) -> None:
-    """Walk `directory`: record private entries (not descending into them) and dir times."""
+          dirs: dict[str, int], groups: frozenset[int]) -> None:
+    """Walk `directory`: record what to hide (not descending into it) and dir times."""
     stack = [directory]
     while stack:
         current = stack.pop()
@@ -66,29 +91,45 @@ def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
             if path in skip:
                 continue
             try:
-                mode = entry.stat(follow_symlinks=False).st_mode
+                verdict = judge(entry.stat(follow_symlinks=False), groups)
             except OSError:
                 continue
-            if _private(mode):
-                hidden[path] = stat.S_ISDIR(mode)
-            elif stat.S_ISDIR(mode):
+            if verdict == HIDE:
+                hidden[path] = entry.is_dir(follow_symlinks=False)
+            elif verdict == DESCEND:
                 stack.append(path)
 
 
-def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str]) -> bool:
-    """Re-list, in place, the directories whose time changed; whether any did."""
+def _below(path: str, roots: set[str]) -> bool:
+    """Whether `path` is one of `roots` or lies beneath one: one set lookup per ancestor."""
+    while True:
+        if path in roots:
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+
+
+def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
+            groups: frozenset[int]) -> bool:
+    """Re-list, in place, the directories whose time changed; whether any did.
+
+    Linear in what is cached: a directory changed beneath another changed one (an
+    `rm -rf node_modules` changes thousands) is dropped and re-listed with it, once."""
+    changed = {d for d, mtime in dirs.items() if _mtime(d) != mtime}
+    if not changed:
+        return False
+    roots = {d for d in changed if not _below(os.path.dirname(d), changed) or d == "/"}
+    for path in [p for p in hidden if _below(os.path.dirname(p), roots)]:
+        del hidden[path]
+    for path in [d for d in dirs if _below(d, roots)]:
+        del dirs[path]
     skipped = frozenset(skip)
-    changed = [d for d, mtime in dirs.items() if _mtime(d) != mtime]
-    for directory in changed:
-        prefix = directory.rstrip("/") + "/"
-        for path in [p for p in hidden if p.startswith(prefix)]:
-            del hidden[path]
-        for path in [d for d in dirs if d.startswith(prefix) or d == directory]:
-            del dirs[path]
-    for directory in changed:
+    for directory in sorted(roots):
         if os.path.isdir(directory) and not os.path.islink(directory):
-            _scan(directory, skipped, hidden, dirs)
-    return bool(changed)
+            _scan(directory, skipped, hidden, dirs, groups)
+    return True
 
 
 def _mtime(path: str) -> int:
@@ -120,19 +161,32 @@ def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) 
     os.replace(temporary, path)
 
 
-def private_paths(cache: str, skip: list[str]) -> dict[str, bool]:
+def _groups() -> frozenset[int]:
+    """The groups a root launch's agent keeps: its gid and supplementary groups (bwrap's
+    user namespace forbids setgroups, so they stay)."""
+    return frozenset([os.getgid(), *os.getgroups()])
+
+
+def private_paths(cache: str, skip: list[str], extra: Iterable[str] = ()) -> dict[str, bool]:
     """What to hide on this root launch: the cache, brought up to date, or a new walk of
-    the whole tree from /, minus `skip` (and below)."""
+    the whole tree from /, minus `skip` (and below). `extra`: trees the sandbox shows
+    directly (allow-read), whatever their parents' modes; walked too."""
+    groups = _groups()
     loaded = load(cache)
     now = time.time()
     if loaded is None or now - loaded[2] > MAX_AGE:
         hidden: dict[str, bool] = {}
         dirs: dict[str, int] = {}
-        _scan("/", frozenset(skip), hidden, dirs)
-        save(cache, hidden, dirs, now)
-        return hidden
-    hidden, dirs, made = loaded
-    if refresh(hidden, dirs, skip):
+        made = now
+    else:
+        hidden, dirs, made = loaded
+    changed = refresh(hidden, dirs, skip, groups) if loaded is not None and dirs else False
+    for root in ["/", *extra]:
+        if root not in dirs and not any(root.startswith(h.rstrip("/") + "/") or root == h
+                                        for h in hidden):
+            _scan(root, frozenset(skip), hidden, dirs, groups)
+            changed = True
+    if changed or loaded is None:
         save(cache, hidden, dirs, made)
     return hidden
 
@@ -146,7 +200,7 @@ def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable) -> dic
     # The workspace is walked too (and only filtered below): a cache made from another
     # workspace must know the root-only files of this one.
     skip = [*masked, *pseudo]
-    private = private_paths(os.path.join(store, CACHE_NAME), skip)
+    private = private_paths(os.path.join(store, CACHE_NAME), skip, layout.allow_read)
     shown = [*masked, layout.workspace, *layout.allow_write]
     return {path: is_dir for path, is_dir in private.items()
             if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in shown)}

@@ -1,0 +1,82 @@
+"""What a root launch hides, decided by the owner's modes; the cache's refresh."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+import pytest
+
+from claude_sandbox.launch import rootonly
+
+ROOT_GROUPS = frozenset({0})
+
+
+def _info(mode: int, uid: int = 0, gid: int = 0) -> os.stat_result:
+    return os.stat_result((mode, 0, 0, 1, uid, gid, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize("mode, uid, gid, verdict", [
+    (stat.S_IFREG | 0o600, 0, 0, rootonly.HIDE),  # /etc/shadow's kind
+    (stat.S_IFREG | 0o640, 0, 42, rootonly.HIDE),  # root reads as the owner
+    (stat.S_IFREG | 0o644, 0, 0, rootonly.SKIP),  # others read it too
+    (stat.S_IFREG | 0o044, 0, 0, rootonly.SKIP),  # the owner class applies: root cannot
+    (stat.S_IFREG | 0o600, 1000, 1000, rootonly.SKIP),  # a user's: DAC keeps root out
+    (stat.S_IFREG | 0o640, 1000, 0, rootonly.HIDE),  # root's group may read it
+    (stat.S_IFREG | 0o604, 1000, 0, rootonly.SKIP),
+    (stat.S_IFDIR | 0o700, 0, 0, rootonly.HIDE),
+    (stat.S_IFDIR | 0o711, 0, 0, rootonly.HIDE),  # others may not list it
+    (stat.S_IFDIR | 0o755, 0, 0, rootonly.DESCEND),
+    (stat.S_IFDIR | 0o700, 1000, 1000, rootonly.SKIP),  # a user's home: root cannot enter
+    (stat.S_IFDIR | 0o755, 1000, 1000, rootonly.DESCEND),
+    (stat.S_IFDIR | 0o750, 1000, 0, rootonly.HIDE),  # root's group enters, others not
+    (stat.S_IFLNK | 0o777, 0, 0, rootonly.SKIP),
+])
+def test_judged_by_the_class_that_applies_to_root(mode: int, uid: int, gid: int,
+                                                 verdict: str) -> None:
+    assert rootonly.judge(_info(mode, uid, gid), ROOT_GROUPS) == verdict
+
+
+def test_a_users_flood_costs_no_cover_and_a_new_root_file_is_found_at_refresh(
+        tmp_path: os.PathLike[str]) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to make files another user owns")
+    base = str(tmp_path)
+    os.chmod(base, 0o755)
+    flood = os.path.join(base, "flood")
+    os.mkdir(flood, 0o755)
+    os.chown(flood, 1000, 1000)
+    for i in range(2000):
+        path = os.path.join(flood, f"f{i}")
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        os.chown(path, 1000, 1000)
+    secret = os.path.join(base, "secret")
+    os.close(os.open(secret, os.O_CREAT | os.O_WRONLY, 0o600))
+    hidden: dict[str, bool] = {}
+    dirs: dict[str, int] = {}
+    rootonly._scan(base, frozenset(), hidden, dirs, ROOT_GROUPS)
+    assert hidden == {secret: False}
+    later = os.path.join(flood, "root-made")
+    os.close(os.open(later, os.O_CREAT | os.O_WRONLY, 0o600))  # root's own, in a user's dir
+    assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS)
+    assert hidden == {secret: False, later: False}
+    assert not rootonly.refresh(hidden, dirs, (), ROOT_GROUPS)
+
+
+def test_a_removed_tree_is_refreshed_once_from_its_top(tmp_path: os.PathLike[str]) -> None:
+    """An `rm -rf node_modules`: every removed directory changed; the refresh re-lists
+    from their top changed directory once, and forgets the rest."""
+    base = str(tmp_path)
+    modules = os.path.join(base, "node_modules")
+    for i in range(300):
+        os.makedirs(os.path.join(modules, f"p{i}", "lib"))
+    keep = os.path.join(base, "keep")
+    os.mkdir(keep, 0o700)
+    hidden: dict[str, bool] = {}
+    dirs: dict[str, int] = {}
+    rootonly._scan(base, frozenset(), hidden, dirs, ROOT_GROUPS)
+    assert len(dirs) == 1 + 1 + 600 and hidden == {keep: True}
+    shutil.rmtree(modules)
+    assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS)
+    assert set(dirs) == {base} and hidden == {keep: True}
