@@ -19,6 +19,7 @@ from claude_sandbox.launch import (
     config,
     controlfiles,
     credentials,
+    environment,
     gitconfig,
     gitrepo,
     hostfacts,
@@ -64,14 +65,14 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
     if request.command is None:
         command: tuple[str, ...] = (facts.real_binary, *profiles.agent_args(profile, request.args))
     else:
-        inner = mounts.inner_path(facts)
+        inner = environment.inner_path(facts)
         hidden = (*facts.runtime_dirs, "/tmp", "/dev")  # fresh inside: nothing of outside
         command = (resolve_command(request.command, inner,
                                    hostfacts.inside_view(facts.home, facts.store_home, hidden)),
                    *request.command[1:])
     brokered_now = credentials.broker(cfg.credential, environ,
                                       {} if cfg.no_forge else credentials.read_forge(facts.home))
-    passed = {name: environ[name] for name in mounts.passed_names(cfg, environ)}
+    passed = {name: environ[name] for name in environment.passed_names(cfg, environ)}
     passed.update(brokered_now.env)  # each brokered variable holds its sentinel instead
     return Gathered(
         facts=facts,

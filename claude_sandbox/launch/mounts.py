@@ -15,7 +15,7 @@ import os
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
-from claude_sandbox.launch import keys, reads
+from claude_sandbox.launch import reads
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.controlfiles import ControlPlan
 from claude_sandbox.launch.gitrepo import Repository
@@ -24,7 +24,7 @@ from claude_sandbox.launch.profiles import Profile
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
 # Container-engine and system-bus sockets, for the checks' and probes' reference:
 # none of them is reached inside, by the mechanisms below, not by this list.
@@ -38,12 +38,6 @@ NULLED_DOTFILES = (".netrc", ".Xauthority", ".ICEauthority")
 # can run shell commands, so the agent must not be able to rewrite them.
 FORGE_CONFIG = (".config/gh", ".config/glab-cli")
 LOCAL_BIN_TOOLS = (".local/bin/uv", ".local/bin/uvx")
-AGENT_SHELL = "/bin/bash"
-# Passed through from the launching environment when set: terminal and locale.
-PASSED_THROUGH = (
-    "TERM", "COLORTERM", "LANG", "LANGUAGE", "TZ", "NO_COLOR", "FORCE_COLOR",
-    "COLUMNS", "LINES", "EDITOR", "VISUAL",
-)  # fmt: skip
 
 
 # The descriptors a launch binds as data, by name: the run step gives them numbers.
@@ -219,6 +213,17 @@ def _runtime_mounts(config: Config, facts: HostFacts) -> list[Mount]:
     return found
 
 
+def _store_mounts(config: Config, facts: HostFacts) -> list[Mount]:
+    """A `state-dir` in a tree the sandbox shows is covered: every user's and every
+    agent's store is there, and an agent's login is another agent's to read (check 89).
+    This agent's own home comes back at $HOME (_home_mounts)."""
+    if config.state_dir is None or not under(config.state_dir, reads.shown_roots(
+            facts.root_entries)):
+        return []
+    return [Mount("tmpfs", config.state_dir, "state-dir: the stores of other agents and "
+                  "users are not here; this agent's own is $HOME (check 89)", size=1 << 20)]
+
+
 def restored(facts: HostFacts) -> list[str]:
     """What comes back from under the masked runtime trees: resolv.conf's target and
     PATH directories, resolved, never a tree itself (a PATH of `/run/.` would bring
@@ -305,6 +310,7 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
               "(checks 11, 58)", size=size),
     ]
     found += _runtime_mounts(config, facts)
+    found += _store_mounts(config, facts)
     on_path = reads.path_outside(facts, layout)  # PATH directories elsewhere, shown
     shown_again = [*layout.allow_read, *on_path]  # read-only binds made further down
     masks = _socket_mounts(config, facts, layout, on_path)
@@ -355,46 +361,3 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
     found.append(Mount("remount-ro", "/", "the sandbox's own root: read-only once every "
                        "mount point is made (check 72)"))
     return tuple(found)
-
-
-def inner_path(facts: HostFacts) -> str:
-    """PATH inside: the caller's, with ~/.local/bin last, after system directories."""
-    local_bin = os.path.join(facts.home, ".local/bin")
-    entries = [entry for entry in facts.path if entry != local_bin] or list(paths.SYSTEM_DIRS)
-    return ":".join([*entries, local_bin])
-
-
-def passed_names(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The launching variables the environment below may take: terminal, locale, pass-env."""
-    return tuple(name for name in environ if name in PASSED_THROUGH
-                 or name in keys.LOCALE or name in config.pass_env)
-
-
-def environment(
-    profile: Profile,
-    config: Config,
-    facts: HostFacts,
-    environ: Mapping[str, str],
-) -> tuple[tuple[str, str], ...]:
-    """The sandbox's whole environment: an allow-list, never the caller's copy."""
-    env: dict[str, str] = {
-        "HOME": facts.home,
-        "USER": facts.user,
-        "LOGNAME": facts.user,
-        "PATH": inner_path(facts),
-        "SHELL": AGENT_SHELL,
-        "IS_SANDBOX": "1",
-        "IS_SANDBOX_AGENT": profile.name,
-        "GIT_CONFIG_GLOBAL": paths.GITCONFIG_INSIDE,
-        "GIT_CONFIG_SYSTEM": "/dev/null",
-        # The sandbox's mounts are boundaries git would stop at: a launch from a
-        # subdirectory has its repository's top on another mount (check 70).
-        "GIT_DISCOVERY_ACROSS_FILESYSTEM": "1",
-    }
-    env.update(profile.env)
-    if profile.tmp_variable and facts.agent_tmp:
-        env[profile.tmp_variable] = facts.agent_tmp
-    # Last: pass-env may override a profile's variable; terminal and locale names
-    # (PASSED_THROUGH, LC_*) collide with none of the above.
-    env.update((name, environ[name]) for name in passed_names(config, environ))
-    return tuple(sorted(env.items()))

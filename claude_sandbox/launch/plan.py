@@ -21,7 +21,7 @@ from claude_sandbox.core.record import record
 from claude_sandbox.inside.spec import Inner
 from claude_sandbox.jail import egresspolicy
 from claude_sandbox.jail.spec import JailSpec
-from claude_sandbox.launch import brokered, mounts, overlays
+from claude_sandbox.launch import brokered, environment, mounts, overlays
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.credentials import TRUST_VARIABLES, Credential
 from claude_sandbox.launch.gather import Gathered
@@ -58,6 +58,9 @@ class Plan:
     # outer /proc is bound, and on a root launch what root keeps from others (rootonly.py).
     hide_outer_proc: bool
     root_only: bool
+    # harsh: every writable mount becomes noexec, so a file written there cannot be
+    # mapped executable either (LD_PRELOAD, `ld.so ./prog`; check 90).
+    noexec: tuple[str, ...] = ()
     credentials: tuple[Credential, ...] = ()  # brokered: a sentinel inside (credentials.py)
     seccomp_allowed: tuple[str, ...] = ()  # flag keys that drop filter rows (seccomp.py)
 
@@ -78,23 +81,28 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
     # Only what a mount binds: a descriptor nothing consumes would reach the agent.
     used = [m.source for m in mount_list if m.kind == "data"]
     data = tuple((name, contents[name]) for name in dict.fromkeys(used))
-    env = mounts.environment(profile, cfg, facts, dict(gathered.environ))
+    env = environment.environment(profile, cfg, facts, dict(gathered.environ))
     if gathered.credentials.env or gathered.trust is not None:
         # Each brokered variable holds its sentinel, and every tool's trust is the bundle
         # with the broker's CA.
         trust = dict.fromkeys(TRUST_VARIABLES, gathered.trust[0]) if gathered.trust else {}
         env = tuple(sorted({**dict(env), **dict(gathered.credentials.env), **trust}.items()))
     rlimits = dict(limits.rlimits)  # what no cgroup enforces, `_enter` sets
+    writable = tuple(dict.fromkeys(m.dest for m in mount_list if m.kind in ("bind", "tmpfs")))
+    # With them bwrap's /dev, which a root agent owns and could write. /proc is writable
+    # only for brokered's uid maps (never harsh).
+    noexec = (*(w for w in writable if w != "/proc"), "/dev") if cfg.hardening == "harsh" \
+        else ()
     inner = Inner(
         level=cfg.hardening,
         max_pids=rlimits.get(resource.RLIMIT_NPROC),
         max_memory=rlimits.get(resource.RLIMIT_DATA),
         # Writable inside: read-write binds and tmpfs mounts.
-        writable=tuple(dict.fromkeys(m.dest for m in mount_list if m.kind in ("bind", "tmpfs"))),
+        writable=writable,
         # Programs bound read-only, perhaps inside writable trees: harsh keeps them runnable.
         exec_files=tuple(dict.fromkeys(m.dest for m in mount_list if m.runs)),
         keep_ignored=gathered.keep_ignored,
-        late_masks=not facts.proc_mountable or facts.uid == 0,
+        late_masks=not facts.proc_mountable or facts.uid == 0 or bool(noexec),
         command=gathered.command,
         **(brokered.fields(gathered.runners, gathered.layout, mount_list, facts.uid, dict(env),
                            gathered.command, cfg.local_ports, cfg.callback_ports)
@@ -121,6 +129,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         workspace_store=store,
         hide_outer_proc=not facts.proc_mountable,
         root_only=facts.uid == 0,
+        noexec=noexec,
         credentials=gathered.credentials.credentials,
         seccomp_allowed=("allow-vsock",) if cfg.allow_vsock else (),
     )

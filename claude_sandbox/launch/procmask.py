@@ -43,12 +43,14 @@ from claude_sandbox.core.process import load_libc, tie_to_parent
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
 _MS_BIND = 0x1000
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
+# mount_setattr(2): the same number on x86_64 and aarch64 (the unified table).
+_SYS_MOUNT_SETATTR, _AT_FDCWD, _MOUNT_ATTR_NOEXEC = 442, -100, 0x8
 TIMEOUT = 10.0
 
 
@@ -112,7 +114,20 @@ def hide(binds: Iterable[tuple[str, str, str]]) -> None:
             raise OSError(ctypes.get_errno(), f"mount over {target}")
 
 
-def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | None) -> int:
+def no_exec(targets: Iterable[str]) -> None:
+    """In the sandbox's mount namespace: each target's own mount (not those beneath it)
+    noexec, every other flag kept: mount_setattr, not a remount, which a user namespace
+    refuses where it would drop a flag the parent's mount has locked."""
+    libc = load_libc()
+    for target in targets:
+        attr = (ctypes.c_uint64 * 4)(_MOUNT_ATTR_NOEXEC, 0, 0, 0)
+        if libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, target.encode(), 0, ctypes.byref(attr),
+                        ctypes.sizeof(attr)) != 0:
+            raise OSError(ctypes.get_errno(), f"noexec {target}")
+
+
+def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | None,
+          noexec: Sequence[str] = ()) -> int:
     """The helper's whole life (a forked child of the launcher): one request, one answer.
 
     Only `_enter` holds the other end (it closes it before the agent runs); the
@@ -142,6 +157,7 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
         hide([*((paths.EMPTY_DIR, f"/proc/{tid}", f"/proc/{tid}/status") for tid in tasks),
               *((paths.EMPTY_DIR if is_dir else paths.EMPTY_FILE, path, path)
                 for path, is_dir in private.items())])
+        no_exec(noexec)
         os.write(fd, b"ok\n")
         return 0
     except OSError as error:
@@ -152,9 +168,10 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
         return 1
 
 
-def start_helper(outer_proc: bool,
-                 root_only: Callable[[], dict[str, bool]] | None) -> tuple[int, int]:
-    """Fork the helper, to hide the outer processes and what `root_only()` finds (rootonly.py);
+def start_helper(outer_proc: bool, root_only: Callable[[], dict[str, bool]] | None,
+                 noexec: Sequence[str] = ()) -> tuple[int, int]:
+    """Fork the helper, to hide the outer processes and what `root_only()` finds (rootonly.py),
+    and to make each mount at `noexec` noexec;
     (its pid, the end `_enter` gets: close-on-exec, as every descriptor of the launch's,
     until the child meant to inherit it is started)."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -170,7 +187,7 @@ def start_helper(outer_proc: bool,
             os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
             # Ends with the launcher, even SIGKILLed: nothing else would end it.
             if tie_to_parent(parent):
-                status = serve(ours.detach(), outer_proc, root_only)
+                status = serve(ours.detach(), outer_proc, root_only, noexec)
         finally:
             os._exit(status)
     ours.close()

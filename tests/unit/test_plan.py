@@ -9,7 +9,7 @@ import pytest
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import replace
-from claude_sandbox.launch import controlfiles, mounts, plan, profiles, render
+from claude_sandbox.launch import controlfiles, environment, mounts, plan, profiles, render
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.gather import Gathered
 from claude_sandbox.launch.gitrepo import Repository
@@ -85,7 +85,8 @@ def build(
         facts=host, layout=layout(allow_write, repo=repo), command=("/real/agent",),
         gitconfig="[user]\n", codex_config="" if profile_name == "codex" else None,
         resolv_conf="search example.test\nnameserver 10.0.0.2\n", host_addresses=(),
-        keep_ignored=(), environ=tuple((n, environ[n]) for n in mounts.passed_names(cfg, environ)),
+        keep_ignored=(),
+        environ=tuple((n, environ[n]) for n in environment.passed_names(cfg, environ)),
     )
     return plan.make(profile, cfg, gathered, LimitPlan((), (), ()))
 
@@ -187,6 +188,18 @@ def test_home_is_the_agents_own_store_and_nothing_of_the_outer_home() -> None:
                                  [HOME_USER]]
         for rel in (".claude", ".claude.json", ".codex", ".pi", ".local/share", ".cache"):
             assert f"{HOME_USER}/{rel}" not in argv, (profile.name, rel)
+
+
+def test_a_state_dir_in_a_shown_tree_is_covered_before_the_agents_own_home() -> None:
+    """With state-dir under /var, every user's and agent's store would be read by
+    inversion: covered, and only this agent's home comes back, at $HOME (check 89)."""
+    for state_dir, covered in (("/var/lib/claude-sandbox", True), ("/srv/stores", False),
+                               (None, False)):
+        argv = flat(build(cfg=Config(egress_jail=False, state_dir=state_dir)))
+        masks = [i for i, a in enumerate(argv) if a == "--tmpfs" and argv[i + 1] == state_dir]
+        assert bool(masks) == covered, (state_dir, argv)
+        if covered:
+            assert masks[0] < index_of(argv, "--bind", facts().store_home)
 
 
 def test_missing_optional_dirs_are_not_bound() -> None:

@@ -1,0 +1,71 @@
+"""The sandbox's whole environment, as pure functions: an allow-list, never the caller's copy.
+
+What passes from the launching environment: the terminal and the locale
+(PASSED_THROUGH and the locale's own LC_ categories, keys.LOCALE), and what the
+operator names with pass-env. Everything else stays out, whatever its name
+(checks 04, 05, 37).
+"""
+
+from __future__ import annotations
+
+import os
+
+from claude_sandbox.core import paths
+from claude_sandbox.launch import keys
+from claude_sandbox.launch.config import Config
+from claude_sandbox.launch.hostfacts import HostFacts
+from claude_sandbox.launch.profiles import Profile
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+AGENT_SHELL = "/bin/bash"
+# Passed through from the launching environment when set: terminal and locale.
+PASSED_THROUGH = (
+    "TERM", "COLORTERM", "LANG", "LANGUAGE", "TZ", "NO_COLOR", "FORCE_COLOR",
+    "COLUMNS", "LINES", "EDITOR", "VISUAL",
+)  # fmt: skip
+
+
+def inner_path(facts: HostFacts) -> str:
+    """PATH inside: the caller's, with ~/.local/bin last, after system directories."""
+    local_bin = os.path.join(facts.home, ".local/bin")
+    entries = [entry for entry in facts.path if entry != local_bin] or list(paths.SYSTEM_DIRS)
+    return ":".join([*entries, local_bin])
+
+
+def passed_names(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The launching variables the environment below may take: terminal, locale, pass-env."""
+    return tuple(name for name in environ if name in PASSED_THROUGH
+                 or name in keys.LOCALE or name in config.pass_env)
+
+
+def environment(
+    profile: Profile,
+    config: Config,
+    facts: HostFacts,
+    environ: Mapping[str, str],
+) -> tuple[tuple[str, str], ...]:
+    """The sandbox's whole environment: an allow-list, never the caller's copy."""
+    env: dict[str, str] = {
+        "HOME": facts.home,
+        "USER": facts.user,
+        "LOGNAME": facts.user,
+        "PATH": inner_path(facts),
+        "SHELL": AGENT_SHELL,
+        "IS_SANDBOX": "1",
+        "IS_SANDBOX_AGENT": profile.name,
+        "GIT_CONFIG_GLOBAL": paths.GITCONFIG_INSIDE,
+        "GIT_CONFIG_SYSTEM": "/dev/null",
+        # The sandbox's mounts are boundaries git would stop at: a launch from a
+        # subdirectory has its repository's top on another mount (check 70).
+        "GIT_DISCOVERY_ACROSS_FILESYSTEM": "1",
+    }
+    env.update(profile.env)
+    if profile.tmp_variable and facts.agent_tmp:
+        env[profile.tmp_variable] = facts.agent_tmp
+    # Last: pass-env may override a profile's variable; terminal and locale names
+    # (PASSED_THROUGH, LC_*) collide with none of the above.
+    env.update((name, environ[name]) for name in passed_names(config, environ))
+    return tuple(sorted(env.items()))
