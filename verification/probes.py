@@ -9,6 +9,7 @@ the tests that prove each check can fail.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -420,3 +421,45 @@ def comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "?"
+
+
+def map_written_code(directory: str) -> dict[str, str]:
+    """Copy a shared library and /bin/true into `directory`, then map them executable the
+    two ways execve's rules do not see: loading the library (what LD_PRELOAD does) and
+    running the program through the dynamic loader. What happened to each: "ran" or
+    the failure, and the copies removed."""
+    import ctypes
+    import glob
+    import shutil
+    import subprocess
+
+    library = next(iter(sorted(glob.glob("/lib/*/libanl.so.1") + glob.glob("/lib*/libanl.so.1")
+                                + glob.glob("/usr/lib/*/libanl.so.1"))), "")
+    loader = next(iter(sorted(glob.glob("/lib*/ld-linux*.so*")
+                              + glob.glob("/lib/*/ld-linux*.so*"))), "")
+    outcome: dict[str, str] = {}
+    made = []
+    try:
+        if library:
+            copy = os.path.join(directory, f".csbx-lib-{os.getpid()}.so")
+            shutil.copyfile(library, copy)
+            made.append(copy)
+            try:
+                ctypes.CDLL(copy)
+                outcome["a library loaded (LD_PRELOAD's way)"] = "ran"
+            except OSError as error:
+                outcome["a library loaded (LD_PRELOAD's way)"] = str(error).rsplit(": ", 1)[-1]
+        if loader:
+            program = os.path.join(directory, f".csbx-true-{os.getpid()}")
+            shutil.copyfile("/bin/true", program)
+            os.chmod(program, 0o755)
+            made.append(program)
+            ran = subprocess.run([loader, program], capture_output=True, text=True,
+                                 timeout=30, check=False)
+            outcome["ld.so ./program"] = "ran" if ran.returncode == 0 else (
+                ran.stderr.strip().rsplit(": ", 1)[-1] or f"exit {ran.returncode}")
+    finally:
+        for path in made:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    return outcome

@@ -33,6 +33,7 @@ from probes import (
     iproute,
     later_fact,
     layer_absent,
+    map_written_code,
     note,
     outer_pids,
     persists_outside,
@@ -881,3 +882,71 @@ def test_a57_vsock(request: Req) -> None:
             except OSError:
                 continue
     pytest.fail(f"an AF_VSOCK socket was made ({', '.join(reached) or 'no transport here'})")
+
+
+def test_a58_multicast_and_broadcast(request: Req) -> None:
+    _jail_exposed()
+    port = int(FACTS.get("udp_echo_port") or 0)
+    if not port:
+        pytest.fail("the runner started no UDP echo outside")
+    targets = ["224.0.0.1", "239.255.255.250", "255.255.255.255"]
+    with iproute() as ipr:
+        for addr in ipr.get_addr(family=socket.AF_INET):
+            if addr.get_attr("IFA_LABEL") != "lo" and addr.get_attr("IFA_BROADCAST"):
+                targets.append(str(addr.get_attr("IFA_BROADCAST")))
+                interface = str(addr.get_attr("IFA_ADDRESS"))
+                break
+        else:
+            interface = ""
+    sent, echoed = [], []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        if interface:  # out of the jail's own interface, past the route lookup
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                            socket.inet_aton(interface))
+        sock.settimeout(1.0)
+        for target in targets:
+            try:
+                sock.sendto(b"csbx-a58", (target, port))
+                sent.append(target)
+            except OSError:
+                continue
+        for _ in targets:
+            try:
+                _, peer = sock.recvfrom(2048)
+                echoed.append(peer[0])
+            except OSError:
+                break
+    if echoed:
+        pytest.fail(f"the host's UDP echo answered from {', '.join(echoed)}")
+    _blocked(request, f"no echo for {', '.join(targets)}"
+             + (f" ({len(sent)} sent and refused on the way)" if sent else
+                ": every send refused at once"))
+
+
+def test_a60_another_agents_store(request: Req) -> None:
+    canary = str(FACTS.get("store_canary", ""))
+    if not canary:
+        pytest.fail("the runner planted no other store home")
+    found = []
+    for path in (canary, os.path.join(_home(), os.path.relpath(canary, str(
+            FACTS.get("store_root", "/"))))):
+        try:
+            found.append(f"{path}: {Path(path).read_text().strip()}")
+        except OSError:
+            continue
+    if found:
+        pytest.fail(f"read another agent's login: {'; '.join(found)}")
+    _blocked(request, f"{canary} is not there")
+
+
+def test_a61_ld_preload_and_the_loader(request: Req) -> None:
+    level = FACTS.get("hardening")
+    if level != "harsh":
+        pytest.skip(f"hardening = {level}: only harsh (and brokered's agent, A62) forbid "
+                    "running what the sandbox wrote")
+    outcome = map_written_code(str(FACTS.get("workspace") or os.getcwd()))
+    ran = [way for way, word in outcome.items() if word == "ran"]
+    if ran:
+        pytest.fail(f"code written to the workspace ran: {', '.join(ran)}")
+    _blocked(request, "; ".join(f"{way}: {word}" for way, word in outcome.items()))

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from probes import FACTS, errname, fresh_procfs, note
+from probes import FACTS, errname, fresh_procfs, map_written_code, note
 
 from claude_sandbox.core import paths
 
@@ -271,3 +271,50 @@ def test_a45_write_workspace_from_the_agent(request: Req) -> None:
         pytest.fail("the agent wrote the workspace itself")
     except OSError as error:
         _blocked(request, errname(error.errno or 0))
+
+
+def test_a59_transports_past_the_port_rule(request: Req) -> None:
+    """MPTCP, SCTP and TCP Fast Open reach a port outside the agent's list past Landlock's
+    TCP rules; UDP goes anywhere unless something limits it."""
+    port = next(p for p in range(2200, 2300) if p not in FACTS.get("agent_connect", []))
+    words = {}
+    for name, protocol in (("MPTCP", 262), ("SCTP", 132)):
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM, protocol) as sock:
+                sock.settimeout(5)
+                sock.connect(("127.0.0.1", port))
+            words[name] = "connected"
+        except OSError as error:
+            words[name] = errname(error.errno or 0)
+    try:
+        with socket.socket() as sock:
+            sock.settimeout(5)
+            sock.sendto(b"x", 0x20000000, ("127.0.0.1", port))  # MSG_FASTOPEN
+        words["TCP Fast Open"] = "sent"
+    except OSError as error:
+        words["TCP Fast Open"] = errname(error.errno or 0)
+    if FACTS.get("egress_jail", True):
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.sendto(b"x", ("198.51.100.1", 443))
+            words["UDP"] = "sent"
+        except OSError as error:
+            words["UDP"] = errname(error.errno or 0)
+    # A socket the protocol refuses (EPROTONOSUPPORT, EOPNOTSUPP) or Landlock (EACCES), or
+    # a UDP datagram the jail's filter refuses at the sender (EPERM), went nowhere.
+    escaped = {k: v for k, v in words.items()
+               if v not in ("EPROTONOSUPPORT", "EOPNOTSUPP", "EACCES", "EPERM")}
+    if escaped:
+        pytest.fail(f"past the agent's port rule: {escaped}")
+    _blocked(request, ", ".join(f"{k}: {v}" for k, v in words.items()))
+
+
+def test_a62_ld_preload_and_the_loader_from_the_agent(request: Req) -> None:
+    outcome = {}
+    for place in ("/tmp", os.path.expanduser("~")):
+        outcome.update({f"{place}: {way}": word
+                        for way, word in map_written_code(place).items()})
+    ran = [way for way, word in outcome.items() if word == "ran"]
+    if ran:
+        pytest.fail(f"code the agent wrote ran in its own process: {', '.join(ran)}")
+    _blocked(request, "; ".join(f"{way}: {word}" for way, word in outcome.items()))

@@ -36,6 +36,7 @@ from probes import (
     landlock_abi,
     later_fact,
     layer_absent,
+    map_written_code,
     mount_at,
     mount_of,
     note,
@@ -53,11 +54,12 @@ from probes import (
     walk,
     writable,
 )
+from probes import mounts as probe_mounts
 
 from claude_sandbox.core import paths
 from claude_sandbox.install import installer
 from claude_sandbox.jail import netfilter
-from claude_sandbox.launch import credentials, keys, mounts, profiles
+from claude_sandbox.launch import credentials, environment, keys, mounts, profiles
 
 LIBEXEC = paths.LIBEXEC
 CORE_PYTHON = f"{paths.CORE_VENV}/bin/python"
@@ -284,7 +286,10 @@ def test_20_jail_behaviour(request: pytest.FixtureRequest) -> None:
     import ipaddress
 
     with iproute() as ipr:
-        targets = ["10.0.0.1", "10.255.255.53", "172.16.0.1", "192.168.1.1", "100.64.0.1"]
+        targets = ["10.0.0.1", "10.255.255.53", "172.16.0.1", "192.168.1.1", "100.64.0.1",
+                   # One address of each other special-purpose class: global unicast only.
+                   "0.1.2.3", "192.0.0.9", "198.18.0.1", "192.88.99.1", "224.0.0.251",
+                   "239.255.255.250", "240.0.0.1", "255.255.255.255"]
         for addr in ipr.get_addr(family=socket.AF_INET):
             if addr.get_attr("IFA_LABEL") != "lo":
                 net = ipaddress.ip_network(f"{addr.get_attr('IFA_ADDRESS')}/{addr['prefixlen']}",
@@ -640,7 +645,7 @@ def test_37_environment_allow_list() -> None:
     profile = _agent()
     allowed = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "IS_SANDBOX", "IS_SANDBOX_AGENT",
                "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-               *mounts.PASSED_THROUGH,
+               *environment.PASSED_THROUGH,
                *(name for name, _ in profile.env), *FACTS.get("pass_env", []),
                # brokered credentials hold sentinels (check 83), and tools trust the broker
                *FACTS.get("brokered_variables", []),
@@ -1302,3 +1307,40 @@ def test_88_vsock_refused(request: pytest.FixtureRequest) -> None:
     # nothing about the sandbox.
     assert made == "EPERM", f"an AF_VSOCK socket: {made}"
     note(request, "socket(AF_VSOCK) is refused by the seccomp filter (EPERM)")
+
+
+# ---------------------------------------------------------- 89 (one store per sandbox)
+def test_89_only_this_agents_store(request: pytest.FixtureRequest) -> None:
+    root, canary = str(FACTS.get("store_root", "")), str(FACTS.get("store_canary", ""))
+    assert root and canary, "the runner planted no other store home"
+    try:
+        Path(canary).read_bytes()
+        read = "read"
+    except OSError as error:
+        read = errno.errorcode.get(error.errno or 0, str(error))
+    assert read == "ENOENT", f"another agent's login in the store: {read}"
+    try:
+        seen = [name for name in os.listdir(root) if not name.startswith(".")]
+    except OSError:
+        seen = []
+    assert not seen, f"the store's other homes are listed: {', '.join(seen)}"
+    note(request, f"{root}: only this agent's home, at $HOME")
+
+
+# ---------------------------------------------------------- 90 (no code from writable places)
+def test_90_writable_places_are_noexec(request: pytest.FixtureRequest) -> None:
+    level = FACTS.get("hardening")
+    if level != "harsh":
+        note(request, f"hardening = {level}: " + (
+            "commands run what they build; the agent's own process is probe A62's"
+            if level == "brokered" else "writable places may run code (harsh closes them)"))
+        return
+    kernel = ("proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue")
+    executable = [m.point for m in probe_mounts() if not m.readonly
+                  and "noexec" not in m.options and m.fstype not in kernel]
+    assert not executable, f"writable and not noexec: {', '.join(executable)}"
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    ran = {way: word for way, word in map_written_code(workspace).items() if word == "ran"}
+    assert not ran, f"code written to the workspace ran: {', '.join(ran)}"
+    note(request, "every writable mount is noexec; a library or program written there "
+         "cannot be mapped executable")

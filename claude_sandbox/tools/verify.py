@@ -185,6 +185,7 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
         "home_canaries": canaries,
         "host_addresses": list(_host_addresses()),
         "host_listener": host_listener,
+        "udp_echo_port": _udp_echo(fixtures),
         "host_sockets": _plant_host_sockets(fixtures, workdir),
         "root_only": _plant_root_only(fixtures),
         "inherited_fd": {"fd": fixtures.inherited_fd, "path": inherited},
@@ -211,6 +212,18 @@ def _plant_host_sockets(fixtures: Fixtures, workdir: str) -> list[str]:
             fixtures.files.append(path)
             made.append(path)
     return made
+
+
+def _plant_store_canary(fixtures: Fixtures, root: str) -> str:
+    """Another agent's home in this user's store, with a login in it: what no agent's
+    sandbox may read (check 89, probe A60)."""
+    other = os.path.join(root, f"csbx-verify-{secrets.token_hex(4)}")
+    os.makedirs(os.path.join(other, "home"), mode=0o700)
+    fixtures.dirs.append(other)
+    canary = os.path.join(other, "home", "auth.json")
+    Path(canary).write_text('{"token": "csbx-store-canary"}\n')
+    os.chmod(canary, 0o600)
+    return canary
 
 
 def _plant_root_only(fixtures: Fixtures) -> list[str]:
@@ -242,10 +255,37 @@ def _cgroup_bases() -> dict[str, list[str]]:
 
 
 def _host_addresses() -> tuple[str, ...]:
+    """Every local address of the host, a range (an AnyIP route) by its first address."""
+    import ipaddress
+
     from claude_sandbox.jail.routes import host_addresses
 
-    return host_addresses(Path("/proc/net/fib_trie").read_text(encoding="ascii"),
-                          Path("/proc/net/route").read_text(encoding="ascii"))
+    found = host_addresses(Path("/proc/net/fib_trie").read_text(encoding="ascii"),
+                           Path("/proc/net/route").read_text(encoding="ascii"))
+    return tuple(dict.fromkeys(
+        str(next(ipaddress.ip_network(a).hosts(), ipaddress.ip_network(a).network_address))
+        if "/" in a else a for a in found))
+
+
+def _udp_echo(fixtures: Fixtures) -> int:
+    """A UDP echo on every address of the host, as a host service bound to 0.0.0.0 is:
+    multicast and broadcast from inside must not reach it (probe A58)."""
+    import threading
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind(("0.0.0.0", 0))
+    fixtures.sockets.append(server)
+
+    def echo() -> None:
+        while True:
+            try:
+                data, peer = server.recvfrom(2048)
+                server.sendto(data, peer)
+            except OSError:  # closed by Fixtures.close
+                return
+
+    threading.Thread(target=echo, daemon=True).start()
+    return int(server.getsockname()[1])
 
 
 def _host_listener(fixtures: Fixtures) -> list[object] | None:
@@ -354,6 +394,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "uid": os.getuid(),
         "home": home,
         "store_home": store_home,
+        "store_root": root,
         "workspace": os.path.realpath(workdir),
         "workdir": workdir,
         "path": path_entries,
@@ -555,6 +596,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
         fixtures, planted_facts, planted_env = plant(workdir)
         try:
             facts = {**gather(agent, workdir, base_env), **planted_facts}
+            facts["store_canary"] = _plant_store_canary(fixtures, facts["store_root"])
             facts.update(brokered_facts(facts, {**base_env, **planted_env}))
             Path(workdir, "facts.json").write_text(json.dumps(facts, indent=1))
             results = []

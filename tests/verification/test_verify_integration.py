@@ -86,7 +86,8 @@ def test_verify_passes_with_harsh_and_check_50_sees_it(tmp_path: Path) -> None:
 def test_verify_passes_with_brokered_and_its_side_doors_are_closed(tmp_path: Path,
                                                                    agent: str) -> None:
     """`hardening = brokered` as the unprivileged user: the catalogue passes as a command
-    through the server, and checks 62-68 and probes A41-A45 from the agent's own process."""
+    through the server, and checks 62-68 and probes A41-A45 and A59 from the agent's own
+    process."""
     if os.getuid() != 0:
         pytest.skip("needs root to bind a config over /etc and act as sbxuser")
     conf = tmp_path / "claude-sandbox.conf"
@@ -106,7 +107,7 @@ def test_verify_passes_with_brokered_and_its_side_doors_are_closed(tmp_path: Pat
     rows = {r["id"]: r for r in report["rows"]}
     for number in ("62", "63", "64", "65", "66", "67", "68"):
         assert rows[number]["outcome"] == "PASS", rows[number]
-    for probe in ("A41", "A42", "A43", "A44", "A45"):
+    for probe in ("A41", "A42", "A43", "A44", "A45", "A59"):
         assert rows[probe]["outcome"] == "BLOCKED", rows[probe]
 
 
