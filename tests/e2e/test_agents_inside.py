@@ -150,6 +150,28 @@ def test_the_agent_runs_a_command_inside(agent: str, user: pwd.struct_passwd, wo
                                     result.stderr[-2000:])
 
 
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_the_agent_runs_a_command_under_harsh(agent: str, user: pwd.struct_passwd,
+                                              workspace: str) -> None:
+    """harsh: no exec and no executable mapping where the sandbox writes (check 90); the
+    real agent, its tools and its command still work."""
+    if not agentrun.is_installed(agent):
+        pytest.skip(f"{agent} is not installed")
+    directory = tempfile.mkdtemp(prefix="csbx-conf-")
+    conf = os.path.join(directory, "claude-sandbox.conf")
+    with open(conf, "w") as handle:
+        handle.write(CONFIG + "hardening = harsh\n")
+    os.chmod(directory, 0o755)
+    os.chmod(conf, 0o644)
+    marker = os.path.join(workspace, f"ran-{agent}")
+    try:
+        result = _run_inside(agent, user, workspace, conf, f"touch {marker}")
+        assert os.path.exists(marker), (result.returncode, result.stdout[-2000:],
+                                        result.stderr[-2000:])
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _git(user: pwd.struct_passwd, workspace: str, *argv: str) -> str:
     env = {"PATH": "/usr/bin:/bin", "HOME": user.pw_dir, "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u",
