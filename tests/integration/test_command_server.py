@@ -186,7 +186,8 @@ def test_offline_commands_and_the_agent_have_nowhere_to_meet(setup) -> None:  # 
     listener.listen(8)
     port = listener.getsockname()[1]
     with open(setup[2], "a") as handle:
-        handle.write("offline-commands\n")
+        # local-port: the agent's own process may connect there (brokered's port rule).
+        handle.write(f"offline-commands\nlocal-port = {port}\n")
     script = f"""
 import os, socket, subprocess
 for kind in ("socket", "fifo"):
