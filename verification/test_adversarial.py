@@ -10,6 +10,7 @@ without a byte written, a traced process is detached at once, signals are 0.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -950,3 +951,35 @@ def test_a61_ld_preload_and_the_loader(request: Req) -> None:
     if ran:
         pytest.fail(f"code written to the workspace ran: {', '.join(ran)}")
     _blocked(request, "; ".join(f"{way}: {word}" for way, word in outcome.items()))
+
+
+def test_a63_memory_past_max_memory(request: Req) -> None:
+    memory = int(FACTS.get("max_memory") or 0)
+    if not memory or FACTS.get("cgroup_bases", {}).get("memory"):
+        pytest.skip("max-memory is unset, or a memory cgroup caps the whole sandbox")
+    held, chunk, notes = 0, b"\0" * (1 << 20), []
+    try:
+        os.close(os.memfd_create("csbx-a63"))
+        pytest.fail("memfd_create made a memfd, which no per-process cap counts")
+    except OSError as error:
+        notes.append(f"memfd_create: {errname(error.errno or 0)}")
+    made = []
+    try:
+        for tree in ("/dev/shm", "/tmp"):
+            path = os.path.join(tree, f".csbx-a63-{os.getpid()}")
+            made.append(path)
+            with open(path, "wb") as handle:
+                try:
+                    while held <= memory:
+                        handle.write(chunk)
+                        handle.flush()
+                        held += len(chunk)
+                except OSError as error:
+                    notes.append(f"{tree}: {errname(error.errno or 0)} at {held >> 20} MiB")
+        if held > memory:
+            pytest.fail(f"held {held >> 20} MiB in files in memory, past max-memory")
+    finally:
+        for path in made:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    _blocked(request, "; ".join(notes))

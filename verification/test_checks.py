@@ -1344,3 +1344,32 @@ def test_90_writable_places_are_noexec(request: pytest.FixtureRequest) -> None:
     assert not ran, f"code written to the workspace ran: {', '.join(ran)}"
     note(request, "every writable mount is noexec; a library or program written there "
          "cannot be mapped executable")
+
+
+# ---------------------------------------------------------- 91 (max-memory, per process)
+def _memory_per_process() -> int:
+    """max-memory when the operator set it and no memory cgroup holds it: 0 otherwise."""
+    memory = FACTS.get("max_memory")
+    if not memory or _cgroup_value("memory", "memory.max", "memory.limit_in_bytes"):
+        return 0
+    return int(memory)
+
+
+def test_91_max_memory_without_a_cgroup(request: pytest.FixtureRequest) -> None:
+    memory = _memory_per_process()
+    if not memory:
+        note(request, "max-memory is unset, or a memory cgroup caps the whole sandbox")
+        return
+    assert _rlimit(resource.RLIMIT_DATA) == memory, "RLIMIT_DATA is not max-memory"
+    total = 0
+    for tree in ("/tmp", "/dev/shm", "/run", "/var/tmp"):
+        stats = os.statvfs(tree)
+        total += stats.f_blocks * stats.f_frsize
+    assert total <= memory, f"the tmpfs mounts hold {total} bytes, more than max-memory"
+    try:
+        os.close(os.memfd_create("csbx-91"))
+        made = "a memfd"
+    except OSError as error:
+        made = errname(error.errno or 0)
+    assert made == "ENOSYS", f"memfd_create gave {made}, not the filter's ENOSYS"
+    note(request, f"RLIMIT_DATA {memory}; tmpfs together {total}; memfd_create refused")

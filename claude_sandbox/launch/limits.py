@@ -14,7 +14,9 @@ Two mechanisms, chosen per launch by `plan_limits` from probed host facts:
   used: V8 reserves tens of GiB of address space and dies under it.
 
 Whatever cannot be enforced is refused (pids for root with no cgroup) or
-warned about in one stderr line (memory as a per-process cap only).
+warned about in one stderr line (memory as a per-process cap only: then the plan
+also keeps the sandbox's tmpfs mounts within it and the seccomp filter refuses
+memfd_create, whose pages no per-process cap counts; check 91).
 """
 
 from __future__ import annotations
@@ -103,8 +105,9 @@ def plan_limits(
             rlimits.append((resource.RLIMIT_DATA, max_memory))
             if explicit_memory:
                 warnings.append(
-                    "max-memory is enforced per process (RLIMIT_DATA), not for the whole "
-                    "sandbox: no writable memory cgroup"
+                    "max-memory holds per process (RLIMIT_DATA), with the sandbox's tmpfs "
+                    "mounts within it together and memfd_create refused, not for all its "
+                    "processes together: no writable memory cgroup"
                 )
     defaults = tuple(name for name, explicit in (("max-pids", explicit_pids),
                                                  ("max-memory", explicit_memory)) if not explicit)

@@ -17,11 +17,11 @@ import os
 import resource
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.record import record
+from claude_sandbox.core.record import record, replace
 from claude_sandbox.inside.spec import Inner
 from claude_sandbox.jail import egresspolicy
 from claude_sandbox.jail.spec import JailSpec
-from claude_sandbox.launch import brokered, environment, mounts, overlays
+from claude_sandbox.launch import brokered, environment, mounts, overlays, seccomp
 from claude_sandbox.launch.config import Config
 from claude_sandbox.launch.credentials import TRUST_VARIABLES, Credential
 from claude_sandbox.launch.gather import Gathered
@@ -62,7 +62,7 @@ class Plan:
     # mapped executable either (LD_PRELOAD, `ld.so ./prog`; check 90).
     noexec: tuple[str, ...] = ()
     credentials: tuple[Credential, ...] = ()  # brokered: a sentinel inside (credentials.py)
-    seccomp_allowed: tuple[str, ...] = ()  # flag keys that drop filter rows (seccomp.py)
+    seccomp_flags: tuple[str, ...] = ()  # flag keys that drop filter rows (seccomp.py)
 
 
 def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -> Plan:
@@ -88,6 +88,9 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         trust = dict.fromkeys(TRUST_VARIABLES, gathered.trust[0]) if gathered.trust else {}
         env = tuple(sorted({**dict(env), **dict(gathered.credentials.env), **trust}.items()))
     rlimits = dict(limits.rlimits)  # what no cgroup enforces, `_enter` sets
+    per_process = "max-memory" not in limits.defaults and resource.RLIMIT_DATA in rlimits
+    if per_process:
+        mount_list = _tmpfs_within(mount_list, rlimits[resource.RLIMIT_DATA])
     writable = tuple(dict.fromkeys(m.dest for m in mount_list if m.kind in ("bind", "tmpfs")))
     # With them bwrap's /dev, which a root agent owns and could write. /proc is writable
     # only for brokered's uid maps (never harsh).
@@ -131,8 +134,19 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         root_only=facts.uid == 0,
         noexec=noexec,
         credentials=gathered.credentials.credentials,
-        seccomp_allowed=("allow-vsock",) if cfg.allow_vsock else (),
+        seccomp_flags=(*(("allow-vsock",) if cfg.allow_vsock else ()),
+                       *((seccomp.MEMORY_PER_PROCESS,) if per_process else ())),
     )
+
+
+def _tmpfs_within(mount_list: tuple[Mount, ...], memory: int) -> tuple[Mount, ...]:
+    """max-memory held per process only (no memory cgroup): every tmpfs of the sandbox
+    together within it, an equal share each, so files in memory (/tmp, /dev/shm) cannot
+    go past what the operator set (check 91)."""
+    sized = [m for m in mount_list if m.kind == "tmpfs" and m.size is not None]
+    share = max(memory // max(len(sized), 1), 1 << 20)
+    return tuple(replace(m, size=min(m.size, share)) if m in sized and m.size is not None
+                 else m for m in mount_list)
 
 
 TRUST_BUNDLE = "trust-bundle"  # the data descriptor of the bundle bound inside

@@ -129,7 +129,7 @@ def explain_lines(plan: Plan) -> list[str]:
         lines += [f"  {line}" for line in content.splitlines()]
     level = plan.inner.level  # the seccomp filter's and Landlock's
     lines.append(f"# kernel layers (hardening = {level}):")
-    lines += [f"  {line}" for line in seccomp.describe(level, plan.seccomp_allowed)]
+    lines += [f"  {line}" for line in seccomp.describe(level, plan.seccomp_flags)]
     lines += [f"  {line}" for line in landlock.describe(level)]
     lines += [f"  {line}" for line in limits.describe(plan.limits)]
     if plan.jail is None:

@@ -25,6 +25,8 @@ AF_VSOCK = 40  # linux/socket.h
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 CLONE_NEWUSER = 0x10000000
+# The launch flag under which max-memory holds per process only (limits.py).
+MEMORY_PER_PROCESS = "max-memory-per-process"
 
 
 @record
@@ -36,7 +38,8 @@ class Rule:
     arg: ArgTest | None = None
     errno: int = EPERM
     level: str = "standard"  # "standard": every level; "harsh": harsh only
-    unless: str = ""  # a flag key of the configuration that drops the row (allow-vsock)
+    unless: str = ""  # a launch flag that drops the row (allow-vsock)
+    when: str = ""  # a launch flag without which the row is dropped
 
 
 _NEWUSER = ArgTest(0, CLONE_NEWUSER, CLONE_NEWUSER)
@@ -77,6 +80,11 @@ RULES: tuple[Rule, ...] = (
     # VM's vsock space, and a connect reaches the hypervisor's services (check 88).
     Rule("socket", 41, 198, "AF_VSOCK reaches the VM's host, past every network namespace",
          ArgTest(0, 0xFFFFFFFF, AF_VSOCK), unless="allow-vsock"),
+    # max-memory with no memory cgroup is RLIMIT_DATA per process, which a memfd's
+    # pages escape: refused as a kernel without it would (programs fall back to a file
+    # on a tmpfs, which the plan then caps; check 91).
+    Rule("memfd_create", 319, 279, "its pages escape a per-process memory cap",
+         errno=ENOSYS, when=MEMORY_PER_PROCESS),
     # Harsh: no nested user namespaces. Standard keeps them because codex and
     # Anthropic's sandbox runtime build their own sandbox inside (measured).
     Rule("unshare", 272, 97, "a new user namespace regains capabilities", _NEWUSER, level="harsh"),
@@ -89,8 +97,9 @@ RULES: tuple[Rule, ...] = (
 # fmt: on
 
 
-def rules_for(level: str, allowed: tuple[str, ...] = ()) -> tuple[Rule, ...]:
-    """The rows for `level`, less those the operator's flags in `allowed` drop."""
+def rules_for(level: str, flags: tuple[str, ...] = ()) -> tuple[Rule, ...]:
+    """The rows for `level` under this launch's `flags`: a row's `unless` flag drops it,
+    its `when` flag, if it has one, must be there."""
     if level not in LEVELS:
         raise SandboxError(
             f"hardening must be one of {', '.join(LEVELS)}, not {level!r}", EXIT_CONFIG
@@ -98,7 +107,7 @@ def rules_for(level: str, allowed: tuple[str, ...] = ()) -> tuple[Rule, ...]:
     # brokered keeps the standard filter: its command server makes a user namespace
     # per command, which harsh's filter refuses (the agent's own domain forbids mounts).
     return tuple(r for r in RULES if (r.level == "standard" or level == "harsh")
-                 and r.unless not in allowed)
+                 and r.unless not in flags and (not r.when or r.when in flags))
 
 
 def _compile(rows: tuple[Rule, ...], machine: str) -> bytes:
@@ -107,7 +116,7 @@ def _compile(rows: tuple[Rule, ...], machine: str) -> bytes:
 
 
 def build_filter(level: str, machine: str | None = None,
-                 allowed: tuple[str, ...] = ()) -> bytes:
+                 flags: tuple[str, ...] = ()) -> bytes:
     """The BPF program (struct sock_filter[]) for `level` on `machine` (default: this host)."""
     machine = machine or os.uname().machine
     if machine not in ARCHES:
@@ -116,18 +125,18 @@ def build_filter(level: str, machine: str | None = None,
             "supported: " + ", ".join(ARCHES),
             EXIT_UNAVAILABLE,
         )
-    return _compile(rules_for(level, allowed), machine)
+    return _compile(rules_for(level, flags), machine)
 
 
-def filter_fd(level: str, allowed: tuple[str, ...] = ()) -> int:
+def filter_fd(level: str, flags: tuple[str, ...] = ()) -> int:
     """A memfd holding the program, for `bwrap --seccomp FD` (bwrap reads it to EOF)."""
-    return data_descriptor("seccomp", build_filter(level, allowed=allowed))
+    return data_descriptor("seccomp", build_filter(level, flags=flags))
 
 
-def describe(level: str, allowed: tuple[str, ...] = ()) -> list[str]:
+def describe(level: str, flags: tuple[str, ...] = ()) -> list[str]:
     """Lines for `claude-sandbox explain` / `doctor`."""
     lines = [f"seccomp ({level}): foreign ABIs (i386, x32, arm32) kill the process"]
-    for row in rules_for(level, allowed):
+    for row in rules_for(level, flags):
         test = "" if row.arg is None else (
             f" when arg{row.arg.index}&{row.arg.mask:#x}=={row.arg.value:#x}")
         lines.append(f"  {row.name}{test} -> {errorcode[row.errno]}: {row.why}")

@@ -212,7 +212,7 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
         opened.update({name: data_descriptor(name, content.encode("utf-8", "surrogateescape"))
                        for name, content in the_plan.data})
         opened[render.SECCOMP] = seccomp.filter_fd(the_plan.inner.level,
-                                                   the_plan.seccomp_allowed)
+                                                   the_plan.seccomp_flags)
         helper_fd = None
         if the_plan.inner.late_masks:
             from claude_sandbox.launch import procmask, rootonly

@@ -76,6 +76,7 @@ def build(
     allow_write: tuple[str, ...] = (),
     environ: dict[str, str] | None = None,
     repo: bool = False,
+    limits: LimitPlan | None = None,
 ) -> plan.Plan:
     profile = profiles.get(profile_name)
     host = host or facts(agent=profile_name)
@@ -88,7 +89,7 @@ def build(
         keep_ignored=(),
         environ=tuple((n, environ[n]) for n in environment.passed_names(cfg, environ)),
     )
-    return plan.make(profile, cfg, gathered, LimitPlan((), (), ()))
+    return plan.make(profile, cfg, gathered, limits or LimitPlan((), (), ()))
 
 
 def flat(made: plan.Plan) -> list[str]:
@@ -200,6 +201,27 @@ def test_a_state_dir_in_a_shown_tree_is_covered_before_the_agents_own_home() -> 
         assert bool(masks) == covered, (state_dir, argv)
         if covered:
             assert masks[0] < index_of(argv, "--bind", facts().store_home)
+
+
+def test_max_memory_per_process_keeps_the_tmpfs_mounts_within_it_and_refuses_memfd() -> None:
+    """No memory cgroup: RLIMIT_DATA per process, and what it does not count (files in
+    memory, memfds) is held within max-memory another way (check 91)."""
+    import resource
+
+    from claude_sandbox.launch import seccomp
+
+    memory = 512 << 20
+    per_process = LimitPlan((), ((resource.RLIMIT_DATA, memory),), ())
+    made = build(cfg=Config(egress_jail=False), limits=per_process)
+    sizes = [m.size for m in made.mounts if m.kind == "tmpfs" and m.size is not None]
+    assert sizes and sum(sizes) <= memory, sizes
+    assert seccomp.MEMORY_PER_PROCESS in made.seccomp_flags
+    default = LimitPlan((), ((resource.RLIMIT_DATA, memory),), (), ("max-memory",))
+    for loose in (build(cfg=Config(egress_jail=False)),
+                  build(cfg=Config(egress_jail=False), limits=default)):
+        assert seccomp.MEMORY_PER_PROCESS not in loose.seccomp_flags
+        assert all(m.size in (None, 1 << 30, 1 << 20) for m in loose.mounts
+                   if m.kind == "tmpfs"), loose.mounts
 
 
 def test_missing_optional_dirs_are_not_bound() -> None:
@@ -400,5 +422,5 @@ def test_the_whole_plan_renders_as_json_for_explain_and_the_trace() -> None:
         made = build(cfg=cfg)
         assert json.loads(render.as_json(made))["agent"] == "claude"
         assert len(render.digest(made)) == 16
-    assert build(cfg=Config(egress_jail=False, allow_vsock=True)).seccomp_allowed == (
+    assert build(cfg=Config(egress_jail=False, allow_vsock=True)).seccomp_flags == (
         "allow-vsock",)

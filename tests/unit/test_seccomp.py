@@ -261,7 +261,7 @@ def test_filter_fd_holds_the_program() -> None:
 
 
 def test_describe_names_every_row() -> None:
-    text = "\n".join(seccomp.describe("harsh"))
+    text = "\n".join(seccomp.describe("harsh", (seccomp.MEMORY_PER_PROCESS,)))
     for row in seccomp.RULES:
         assert row.name in text
 
@@ -300,3 +300,13 @@ def test_the_brokered_agents_own_filter(machine: str) -> None:
     assert verdict("sendmmsg", 3, 0, 1, fastopen) == bpf.RET_ERRNO | 95
     assert verdict("sendto", 3, 0, 10, 0x40) == bpf.RET_ALLOW  # MSG_DONTWAIT alone
     assert run_bpf(prog, seccomp_data(0, bpf.AUDIT_ARCH_I386)) == bpf.RET_KILL_PROCESS
+
+
+def test_memfd_is_refused_only_where_max_memory_holds_per_process() -> None:
+    def names(flags: tuple[str, ...]) -> list[str]:
+        return [r.name for r in seccomp.rules_for("standard", flags)]
+
+    assert "memfd_create" not in names(())
+    assert "memfd_create" in names((seccomp.MEMORY_PER_PROCESS,))
+    prog = seccomp.build_filter("standard", "x86_64", (seccomp.MEMORY_PER_PROCESS,))
+    assert run_bpf(prog, seccomp_data(319, bpf.AUDIT_ARCH_X86_64)) == bpf.RET_ERRNO | 38
