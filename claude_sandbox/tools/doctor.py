@@ -183,9 +183,13 @@ def cgroup_row() -> Finding:
     facts = cgroups.probe_cgroups()
     usable = [name for name in ("v2", "v1_pids", "v1_memory") if getattr(facts, name, "")]
     if not usable:
-        return Finding(False, "no delegated cgroup: max-pids/max-memory fall back to rlimits",
+        return Finding(False, "no delegated cgroup: max-pids falls back to RLIMIT_NPROC, "
+                       "max-memory to RLIMIT_DATA per process (the tmpfs mounts together "
+                       "within it, memfd_create refused; all processes together uncapped)",
                        "delegate a cgroup v2 subtree with the pids and memory controllers")
-    return Finding(True, f"delegated: {', '.join(usable)}")
+    memory = "" if facts.v2 or facts.v1_memory else (
+        "; max-memory: RLIMIT_DATA per process, the tmpfs mounts within it, memfd refused")
+    return Finding(True, f"delegated: {', '.join(usable)}{memory}")
 
 
 def proc_row() -> Finding:
