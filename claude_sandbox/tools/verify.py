@@ -68,12 +68,20 @@ class Row:
     kind: str = "check"
 
 
+# A process that starts a short-lived thread every 20 ms for an hour.
+THREADING_DECOY = ("import threading, time\n"
+                   "for _ in range(180000):\n"
+                   "    threading.Thread(target=time.sleep, args=(0.2,)).start()\n"
+                   "    time.sleep(0.02)\n")
+
+
 @dataclass(slots=True)
 class Fixtures:
     """What the runner plants outside for one run; `close` removes all of it."""
 
     workdir: str
     decoy: subprocess.Popen[bytes] | None = None
+    threads: subprocess.Popen[bytes] | None = None
     sockets: list[socket.socket] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
@@ -83,9 +91,10 @@ class Fixtures:
     def close(self) -> None:
         if self.inherited_fd >= 0:
             os.close(self.inherited_fd)
-        if self.decoy is not None:
-            self.decoy.kill()
-            self.decoy.wait()
+        for process in (self.decoy, self.threads):
+            if process is not None:
+                process.kill()
+                process.wait()
         for sock in self.sockets:
             sock.close()
         for path in self.files:
@@ -146,6 +155,11 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
     fixtures.decoy = subprocess.Popen([f"csbx-decoy --token={canary}", "3600"], executable=sleep,
                                       env={"PATH": "/usr/bin:/bin", **planted},
                                       stdin=subprocess.DEVNULL)
+    # And one that keeps starting threads after the launch, each a /proc/TID of its own
+    # that the late masks could not know (probe A64).
+    fixtures.threads = subprocess.Popen(
+        [f"csbx-threads --token={canary}", "-I", "-S", "-c", THREADING_DECOY],
+        executable=sys.executable, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
@@ -175,6 +189,7 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
     fixtures.shm_id = shm_id if shm_id >= 0 else None
     facts = {
         "decoy_pid": fixtures.decoy.pid,
+        "threads_pid": fixtures.threads.pid,
         "runner_pid": os.getpid(),
         "canary_prefix": CANARY_PREFIX,
         "canary_sha256": hashlib.sha256(canary.encode()).hexdigest(),
