@@ -58,9 +58,10 @@ class Plan:
     # outer /proc is bound, and on a root launch what root keeps from others (rootonly.py).
     hide_outer_proc: bool
     root_only: bool
-    # harsh: every writable mount becomes noexec, so a file written there cannot be
-    # mapped executable either (LD_PRELOAD, `ld.so ./prog`; check 90).
-    noexec: tuple[str, ...] = ()
+    # harsh: the helper makes every writable mount of the sandbox noexec, by class, so a
+    # file written there cannot be mapped executable either (LD_PRELOAD, `ld.so ./prog`;
+    # check 90).
+    noexec: bool = False
     credentials: tuple[Credential, ...] = ()  # brokered: a sentinel inside (credentials.py)
     seccomp_flags: tuple[str, ...] = ()  # flag keys that drop filter rows (seccomp.py)
 
@@ -92,10 +93,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
     if per_process:
         mount_list = _tmpfs_within(mount_list, rlimits[resource.RLIMIT_DATA])
     writable = tuple(dict.fromkeys(m.dest for m in mount_list if m.kind in ("bind", "tmpfs")))
-    # With them bwrap's /dev, which a root agent owns and could write. /proc is writable
-    # only for brokered's uid maps (never harsh).
-    noexec = (*(w for w in writable if w != "/proc"), "/dev") if cfg.hardening == "harsh" \
-        else ()
+    noexec = cfg.hardening == "harsh"
     inner = Inner(
         level=cfg.hardening,
         max_pids=rlimits.get(resource.RLIMIT_NPROC),
@@ -105,7 +103,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         # Programs bound read-only, perhaps inside writable trees: harsh keeps them runnable.
         exec_files=tuple(dict.fromkeys(m.dest for m in mount_list if m.runs)),
         keep_ignored=gathered.keep_ignored,
-        late_masks=not facts.proc_mountable or facts.uid == 0 or bool(noexec),
+        late_masks=not facts.proc_mountable or facts.uid == 0 or noexec,
         command=gathered.command,
         **(brokered.fields(gathered.runners, gathered.layout, mount_list, facts.uid, dict(env),
                            gathered.command, cfg.local_ports, cfg.callback_ports)

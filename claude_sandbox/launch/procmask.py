@@ -3,7 +3,9 @@
 Two things need more mounts than bwrap can make in reasonable time (it
 re-reads the whole mount table for every bind: hundreds of binds cost
 seconds): the outer processes in /proc, and, on a root launch, the files and
-directories root keeps from others (rootonly.py).
+directories root keeps from others (rootonly.py). Under `hardening = harsh` the same
+helper also makes every writable mount noexec: bwrap has no option for it, and
+Landlock's EXECUTE rule covers execve only, not a file mapped executable (check 90).
 
 Container engines mask parts of /proc (Docker's and podman's default), and the
 kernel then refuses the sandbox a procfs of its own, so bwrap binds the outer
@@ -43,7 +45,7 @@ from claude_sandbox.core.process import load_libc, tie_to_parent
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable
 
 _MS_BIND = 0x1000
 _CLONE_NEWNS = 0x00020000
@@ -114,6 +116,19 @@ def hide(binds: Iterable[tuple[str, str, str]]) -> None:
             raise OSError(ctypes.get_errno(), f"mount over {target}")
 
 
+# Kernel file systems whose writable mounts hold no files a program could be mapped from.
+_KERNEL_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue"})
+
+
+def writable_mounts() -> list[str]:
+    """Every writable mount of this mount namespace, by class: what bwrap binds read-write,
+    each tmpfs, the views carried in below the workspace, the device nodes bound in."""
+    from claude_sandbox.core import mountinfo
+
+    return list(dict.fromkeys(m.mountpoint for m in mountinfo.parse(mountinfo.read())
+                              if not m.readonly and m.fstype not in _KERNEL_FS))
+
+
 def no_exec(targets: Iterable[str]) -> None:
     """In the sandbox's mount namespace: each target's own mount (not those beneath it)
     noexec, every other flag kept: mount_setattr, not a remount, which a user namespace
@@ -127,7 +142,7 @@ def no_exec(targets: Iterable[str]) -> None:
 
 
 def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | None,
-          noexec: Sequence[str] = ()) -> int:
+          noexec: bool = False) -> int:
     """The helper's whole life (a forked child of the launcher): one request, one answer.
 
     Only `_enter` holds the other end (it closes it before the agent runs); the
@@ -157,7 +172,8 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
         hide([*((paths.EMPTY_DIR, f"/proc/{tid}", f"/proc/{tid}/status") for tid in tasks),
               *((paths.EMPTY_DIR if is_dir else paths.EMPTY_FILE, path, path)
                 for path, is_dir in private.items())])
-        no_exec(noexec)
+        if noexec:
+            no_exec(writable_mounts())
         os.write(fd, b"ok\n")
         return 0
     except OSError as error:
@@ -169,9 +185,9 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
 
 
 def start_helper(outer_proc: bool, root_only: Callable[[], dict[str, bool]] | None,
-                 noexec: Sequence[str] = ()) -> tuple[int, int]:
+                 noexec: bool = False) -> tuple[int, int]:
     """Fork the helper, to hide the outer processes and what `root_only()` finds (rootonly.py),
-    and to make each mount at `noexec` noexec;
+    and with `noexec` to make every writable mount of the sandbox noexec;
     (its pid, the end `_enter` gets: close-on-exec, as every descriptor of the launch's,
     until the child meant to inherit it is started)."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)

@@ -131,6 +131,10 @@ def explain_lines(plan: Plan) -> list[str]:
     lines.append(f"# kernel layers (hardening = {level}):")
     lines += [f"  {line}" for line in seccomp.describe(level, plan.seccomp_flags)]
     lines += [f"  {line}" for line in landlock.describe(level)]
+    if plan.noexec:
+        lines.append("  every writable mount noexec, set by the late-mount helper: nothing "
+                     "written here is mapped executable, LD_PRELOAD and ld.so included "
+                     "(check 90)")
     lines += [f"  {line}" for line in limits.describe(plan.limits)]
     if plan.jail is None:
         lines.append("# egress jail: OFF (egress-jail = 0): the container's network is shared")
