@@ -120,12 +120,15 @@ def hide(binds: Iterable[tuple[str, str, str]]) -> None:
 _KERNEL_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue"})
 
 
-def writable_mounts() -> list[str]:
-    """Every writable mount of this mount namespace, by class: what bwrap binds read-write,
-    each tmpfs, the views carried in below the workspace, the device nodes bound in."""
+def writable_mounts(pid: int) -> list[str]:
+    """Every writable mount of `pid`'s mount namespace, by class, as that process sees
+    them: what bwrap binds read-write, each tmpfs, the views carried in below the
+    workspace, the device nodes bound in. Read before joining: inside, /proc is the
+    sandbox's own, where this helper has no /proc/self."""
     from claude_sandbox.core import mountinfo
 
-    return list(dict.fromkeys(m.mountpoint for m in mountinfo.parse(mountinfo.read())
+    table = mountinfo.parse(mountinfo.read(f"/proc/{pid}/mountinfo"))
+    return list(dict.fromkeys(m.mountpoint for m in table
                               if not m.readonly and m.fstype not in _KERNEL_FS))
 
 
@@ -167,13 +170,13 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
         if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
             os.write(fd, b"the request came from outside the sandbox\n")
             return 1
+        writable = writable_mounts(pid) if noexec else []
         _join(pid)
         tasks = outer_tasks() if outer_proc else []
         hide([*((paths.EMPTY_DIR, f"/proc/{tid}", f"/proc/{tid}/status") for tid in tasks),
               *((paths.EMPTY_DIR if is_dir else paths.EMPTY_FILE, path, path)
                 for path, is_dir in private.items())])
-        if noexec:
-            no_exec(writable_mounts())
+        no_exec(writable)
         os.write(fd, b"ok\n")
         return 0
     except OSError as error:

@@ -64,22 +64,35 @@ def test_verify_passes_as_sbxuser(agent: str) -> None:
     assert status == 0 and not _failures(report), _failures(report)
 
 
-def test_verify_passes_with_harsh_and_check_50_sees_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("user", "agent"), [("root", "claude"), ("root", "codex"),
+                                           ("root", "pi"), ("sbxuser", "claude")])
+def test_verify_passes_with_harsh_and_check_50_sees_it(tmp_path: Path, user: str,
+                                                       agent: str) -> None:
     """The operator's `hardening = harsh`, bound over /etc/claude-sandbox.conf in a
-    private mount namespace, as the launch tests do."""
+    private mount namespace, as the launch tests do: the checks pass, the probes of
+    what the sandbox wrote running (A61) are blocked; as the user, whom no memory cgroup
+    caps here, with max-memory set too (check 91, probe A63)."""
     if os.getuid() != 0:
         pytest.skip("needs root to bind a config over /etc")
     conf = tmp_path / "claude-sandbox.conf"
-    conf.write_text("hardening = harsh\n")
+    conf.write_text("hardening = harsh\n" + ("max-memory = 2G\n" if user != "root" else ""))
+    conf.chmod(0o644)
+    tmp_path.chmod(0o755)
+    as_user = f"runuser -u {user} -- " if user != "root" else ""
     script = (f"mount --bind {conf} /etc/claude-sandbox.conf && "
-              f"exec {SHIM} verify --json --agent claude")
+              f"exec {as_user}{SHIM} verify --json --adversarial --agent {agent}")
     result = subprocess.run(["flock", LOCK, "unshare", "-m", "--propagation", "private",
                              "sh", "-c", script], capture_output=True, text=True,
-                            check=False, cwd="/tmp", timeout=600)
+                            check=False, cwd="/tmp", timeout=900)
     report = json.loads(result.stdout or "{}")
     assert result.returncode == 0 and not _failures(report), (_failures(report), result.stderr)
-    row = next(r for r in report["rows"] if r["id"] == "50")
-    assert row["outcome"] == "PASS" and "EACCES" in row["detail"], row
+    rows = {r["id"]: r for r in report["rows"]}
+    assert rows["50"]["outcome"] == "PASS" and "EACCES" in rows["50"]["detail"], rows["50"]
+    assert rows["90"]["outcome"] == "PASS" and "noexec" in rows["90"]["detail"], rows["90"]
+    assert rows["A61"]["outcome"] == "BLOCKED", rows["A61"]
+    if user != "root":
+        assert rows["91"]["outcome"] == "PASS" and "refused" in rows["91"]["detail"], rows["91"]
+        assert rows["A63"]["outcome"] == "BLOCKED", rows["A63"]
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
