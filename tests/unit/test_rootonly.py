@@ -82,3 +82,33 @@ def test_a_removed_tree_is_refreshed_once_from_its_top(tmp_path: os.PathLike[str
     shutil.rmtree(modules)
     assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS)
     assert set(dirs) == {base} and hidden == {keep: True}
+
+
+def test_a_large_directory_is_listed_again_without_a_stat_per_entry(
+        tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """After one change in a directory of many entries, only the new entry is judged: the
+    rest are known by name and inode (a user touching one file of 20,000 cost each root
+    launch a stat of them all)."""
+    base = os.path.join(str(tmp_path), "tree")
+    flood = os.path.join(base, "flood")
+    os.makedirs(flood)
+    for i in range(rootonly.LARGE + 200):
+        os.close(os.open(os.path.join(flood, f"f{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
+    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    hidden: dict[str, bool] = {}
+    dirs: dict[str, int] = {}
+    rootonly._scan(base, frozenset(), hidden, dirs, ROOT_GROUPS, listings)
+    judged: list[int] = []
+    real = rootonly.judge
+
+    def counting(info: os.stat_result, groups: frozenset[int]) -> str:
+        judged.append(info.st_ino)
+        return real(info, groups)
+
+    monkeypatch.setattr(rootonly, "judge", counting)
+    secret = os.path.join(flood, "secret")
+    os.close(os.open(secret, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.utime(flood, ns=(1, 1))  # a change the refresh must see, whatever the clock's grain
+    assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS, listings)
+    assert len(judged) == 1, len(judged)
+    assert (secret in hidden) == (os.getuid() == 0)
