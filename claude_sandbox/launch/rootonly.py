@@ -83,7 +83,8 @@ LARGE = 1000
 
 
 class Listings:
-    """The judged entries of large directories, one file each under `directory`."""
+    """The judged entries of large directories, one file each under `directory`: for
+    each entry its inode, verdict and name, NUL-separated (a name holds no NUL)."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
@@ -92,30 +93,38 @@ class Listings:
         import hashlib
 
         return os.path.join(self.directory, hashlib.sha256(
-            listed.encode("utf-8", "surrogateescape")).hexdigest()[:24] + ".json")
+            listed.encode("utf-8", "surrogateescape")).hexdigest()[:24])
 
-    def load(self, listed: str) -> dict[str, list[object]]:
-        import json
-
+    def load(self, listed: str) -> dict[str, tuple[int, str]]:
         try:
-            with open(self._path(listed), encoding="utf-8") as handle:
-                data = json.load(handle)
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
+            with open(self._path(listed), "rb") as handle:
+                fields = handle.read().decode("utf-8", "surrogateescape").split("\0")
+        except OSError:
             return {}
+        found = {}
+        for at in range(0, len(fields) - 2, 3):
+            inode, verdict, name = fields[at : at + 3]
+            if inode.isdigit() and verdict in _VERDICTS:
+                found[name] = (int(inode), verdict)
+        return found
 
-    def save(self, listed: str, memo: dict[str, list[object]]) -> None:
-        import json
-
+    def save(self, listed: str, memo: dict[str, tuple[int, str]]) -> None:
+        text = "".join(f"{inode}\0{verdict}\0{name}\0" for name, (inode, verdict) in
+                       memo.items())
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
             temporary = f"{self._path(listed)}.{os.getpid()}"
-            with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
-                      encoding="utf-8") as handle:
-                json.dump(memo, handle)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(fd, "wb") as handle:
+                handle.write(text.encode("utf-8", "surrogateescape"))
             os.replace(temporary, self._path(listed))
         except OSError:
             pass  # a memo only saves time
+
+
+# A verdict as a memo keeps it: a directory to hide is told from a file to hide.
+_VERDICTS = {"f": (HIDE, False), "D": (HIDE, True), "d": (DESCEND, True), "s": (SKIP, False)}
+_CODES = {value: code for code, value in _VERDICTS.items()}
 
 
 def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
@@ -132,22 +141,22 @@ def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
             continue
         large = listings is not None and len(entries) >= LARGE
         before = listings.load(current) if listings is not None and large else {}
-        memo: dict[str, list[object]] = {}
+        memo: dict[str, tuple[int, str]] = {}
         for entry in entries:
             path = entry.path
             if path in skip:
                 continue
             known = before.get(entry.name)
-            if known and known[0] == entry.inode() and known[1] in (HIDE, DESCEND, SKIP):
-                verdict, is_dir = str(known[1]), bool(known[2])
+            if known and known[0] == entry.inode():
+                verdict, is_dir = _VERDICTS[known[1]]
             else:
                 try:
                     verdict = judge(entry.stat(follow_symlinks=False), groups)
                 except OSError:
                     continue
-                is_dir = entry.is_dir(follow_symlinks=False)
+                is_dir = verdict != SKIP and entry.is_dir(follow_symlinks=False)
             if large:
-                memo[entry.name] = [entry.inode(), verdict, is_dir]
+                memo[entry.name] = (entry.inode(), _CODES[(verdict, is_dir)])
             if verdict == HIDE:
                 hidden[path] = is_dir
             elif verdict == DESCEND:
@@ -177,9 +186,11 @@ def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
     if not changed:
         return False
     roots = {d for d in changed if not _below(os.path.dirname(d), changed) or d == "/"}
-    for path in [p for p in hidden if _below(os.path.dirname(p), roots)]:
+    # Few roots remain, and str.startswith takes them all at once: one C call per path.
+    prefixes = tuple(r.rstrip("/") + "/" for r in roots)
+    for path in [p for p in hidden if p.startswith(prefixes)]:
         del hidden[path]
-    for path in [d for d in dirs if _below(d, roots)]:
+    for path in [d for d in dirs if d in roots or d.startswith(prefixes)]:
         del dirs[path]
     skipped = frozenset(skip)
     for directory in sorted(roots):
@@ -213,14 +224,14 @@ def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) 
     temporary = f"{path}.{os.getpid()}"
     with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
               encoding="utf-8") as handle:
-        json.dump({"hidden": hidden, "dirs": dirs, "made": made}, handle)
+        json.dump({"hidden": hidden, "dirs": dirs, "made": made}, handle, separators=(",", ":"))
     os.replace(temporary, path)
 
 
 class _Rebuild(Listings):
     """A full rebuild: every entry judged again, the memos written anew."""
 
-    def load(self, listed: str) -> dict[str, list[object]]:
+    def load(self, listed: str) -> dict[str, tuple[int, str]]:
         return {}
 
 
