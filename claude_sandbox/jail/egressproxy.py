@@ -203,7 +203,9 @@ def _decide(proxy: Proxy, conn: _socket.socket, entry: dict[str, object], addres
     if address.startswith("127."):
         # Only a connection made to the listener itself has no redirect behind it.
         return Verdict(False, "a connection to the proxy itself", ""), b"", []
-    refusal = address_refusal(policy, address, proxy.host)
+    # By class and the host's addresses at launch; the host's routing table is asked once,
+    # for the address actually connected to (egressupstream.connect).
+    refusal = address_refusal(policy, address)
     if refusal:  # the private network, metadata, the host: refused at once, by class
         return Verdict(False, refusal, f"allow-ip = {address}"), b"", []
     if address in policy.allow_ip:
