@@ -9,7 +9,13 @@ from collections.abc import Sequence
 
 from claude_sandbox import __version__
 from claude_sandbox.core import paths
-from claude_sandbox.core.errors import EXIT_STATUSES, EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
+from claude_sandbox.core.errors import (
+    EXIT_REFUSED,
+    EXIT_STATUSES,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    SandboxError,
+)
 from claude_sandbox.launch import profiles, run
 from claude_sandbox.launch.gather import load_config
 
@@ -253,6 +259,9 @@ def main(argv: Sequence[str]) -> int:
     if options.command == "version":
         print(f"claude-sandbox {__version__}")
         return 0
+    refusal = _inside_refusal(options.command)
+    if refusal:
+        raise SandboxError(refusal, EXIT_REFUSED)
     if options.command == "shell":
         return _shell(options.agent or _agent_default(), options.cmd)
     if options.command == "state":
@@ -273,6 +282,20 @@ def main(argv: Sequence[str]) -> int:
         print(explain(agent, _command(options.cmd), as_json=options.json))
         return 0
     return _operator_tool(options.command, list(argv[1:]))
+
+
+def _inside_refusal(command: str) -> str | None:
+    """Why `command` cannot run here, when this process is inside a sandbox already: the
+    operator's commands read the host (doctor's fixes, verify's launches, the plan, the
+    stores), and inside they would read the sandbox instead (ADR 0000 §7)."""
+    from claude_sandbox.core.guard import inside_sandbox
+
+    if not inside_sandbox():
+        return None
+    agent = os.environ.get("IS_SANDBOX_AGENT") or "an agent"
+    return (f"{command}: this shell is inside {agent}'s sandbox already, where the host's "
+            f"facts are not to be seen; run `claude-sandbox {command}` in the container's own "
+            "shell, outside")
 
 
 def _command(cmd: list[str]) -> tuple[str, ...] | None:

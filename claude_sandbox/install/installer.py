@@ -538,7 +538,8 @@ def _integrity_state() -> dict[str, list[str] | bool]:
 def install_hooks(report: Report) -> None:
     for hook in (*integrity.HOOKS, integrity.REFUSE_HELPER, integrity.KEY_HELPER):
         path, text = integrity.hook_path(hook), integrity.hook_text(hook)
-        report.step(f"{hook.event} hook {path}", _differs(path, text, 0o755),
+        what = f"{hook.event} hook" if hook.event else f"{hook.name} (a helper setting's stand-in)"
+        report.step(f"{what} {path}", _differs(path, text, 0o755),
                     functools.partial(_write, path, text, 0o755))
 
 

@@ -62,13 +62,19 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
                             wanted=mounts.optional_paths(home),
                             tmp_base=profile.tmp_dir,
                             store_home=state.agent_home(store, profile.name))
+    layout = resolve_writable(cfg, facts, store)
     if request.command is None:
         command: tuple[str, ...] = (facts.real_binary, *profiles.agent_args(profile, request.args))
     else:
         inner = environment.inner_path(facts)
         hidden = (*facts.runtime_dirs, "/tmp", "/dev")  # fresh inside: nothing of outside
-        command = (resolve_command(request.command, inner,
-                                   hostfacts.inside_view(facts.home, facts.store_home, hidden)),
+        seen_as = hostfacts.inside_view(facts.home, facts.store_home, hidden)
+        shown = (layout.workspace, *layout.allow_write, *layout.allow_read)
+
+        def inside(directory: str) -> str | None:  # what is bound in shows through
+            return directory if mounts.under(directory, shown) else seen_as(directory)
+
+        command = (resolve_command(request.command, inner, inside, facts.cwd),
                    *request.command[1:])
     brokered_now = credentials.broker(cfg.credential, environ,
                                       {} if cfg.no_forge else credentials.read_forge(facts.home))
@@ -76,7 +82,7 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
     passed.update(brokered_now.env)  # each brokered variable holds its sentinel instead
     return Gathered(
         facts=facts,
-        layout=resolve_writable(cfg, facts, store),
+        layout=layout,
         command=command,
         gitconfig=gitconfig.render(gitconfig.identity(facts.user, facts.home),
                                    gitconfig.forge_helpers(cfg.no_forge)),
@@ -177,8 +183,9 @@ def _host_addresses() -> tuple[str, ...]:
 
 
 def resolve_command(command: Sequence[str], path: str,
-                     seen_as: Callable[[str], str | None] = lambda d: d) -> str:
-    """argv[0] of a `shell` command, found on the inner PATH as the inside sees it.
+                     seen_as: Callable[[str], str | None] = lambda d: d, cwd: str = "/") -> str:
+    """argv[0] of a `shell` command, found on the inner PATH as the inside sees it; a
+    path (`./script.sh`) from `cwd`, the directory the session starts in.
 
     `seen_as(directory)` is where the launcher can look at what the sandbox will
     show at that directory, or None where the sandbox shows nothing there (a
@@ -186,7 +193,12 @@ def resolve_command(command: Sequence[str], path: str,
     """
     name = command[0]
     if "/" in name:
-        return name
+        absolute = os.path.normpath(os.path.join(cwd, name))
+        if seen_as(os.path.dirname(absolute)) is None:
+            raise SandboxError(f"{name}: {os.path.dirname(absolute)} is private inside the "
+                               "sandbox (a fresh, empty tmpfs): the program is not there; "
+                               "put it in the workspace", 127)
+        return absolute
 
     def inside(directory: str) -> str | None:
         # What comes back read-only from the outer ~/.local/bin is seen where it is.

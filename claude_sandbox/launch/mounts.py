@@ -208,7 +208,9 @@ def _runtime_mounts(config: Config, facts: HostFacts) -> list[Mount]:
         why = ("/etc/resolv.conf leads here" if path == facts.resolv_target
                else "a PATH directory under a runtime tree")
         found.append(_same("ro-bind-try", path, f"{why}: back, read-only"))
-    found += [_same("ro-bind", path, "allow-socket: the operator lets the sandbox connect "
+    # -try: a socket whose service is not running now has nothing to connect to, and a
+    # launch need not fail for it (the launch says so in one line).
+    found += [_same("ro-bind-try", path, "allow-socket: the operator lets the sandbox connect "
                     "here (check 57)") for path in config.allow_socket]
     return found
 

@@ -25,7 +25,7 @@ import os
 import stat
 import sys
 
-from claude_sandbox.core.errors import EXIT_REFUSED, EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_REFUSED, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.launch.profiles import Import
 
 TYPE_CHECKING = False
@@ -81,7 +81,7 @@ def ensure_home(
         raise SandboxError(
             f"state-dir {os.path.dirname(root)} does not exist; create it (for several users: "
             "mode 1777, each user's store is a 0700 subdirectory named by uid)",
-            EXIT_REFUSED,
+            EXIT_CONFIG,
         )
     for directory in (root, os.path.join(root, agent)):
         try:

@@ -60,6 +60,12 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     )
     for warning in limit_plan.warnings:
         sys.stderr.write(f"claude-sandbox: warning: {warning}\n")
+    for path in cfg.allow_socket:
+        if not os.path.lexists(path):
+            where = cfg.path_origins.get(path, "allow-socket")
+            sys.stderr.write(f"claude-sandbox: warning: allow-socket {path} ({where}) is not "
+                             "there now: nothing to connect to inside until it is, and the "
+                             "next launch shows it\n")
     trace.phase("config")
 
     cgroup = cgroups.create(limit_plan.cgroup)  # None unless a cap needs one

@@ -81,3 +81,21 @@ def test_a_squatted_scratch_directory_falls_back_to_the_store(tmp_path: object) 
     os.rmdir(f"{base}-{other}")
     os.symlink("/etc", f"{base}-{other}")  # or a link anywhere
     assert agent_tmp_dir(base, other, fallback) == fallback
+
+
+def test_a_shell_commands_path_is_made_absolute_and_a_private_one_is_named() -> None:
+    import pytest
+
+    from claude_sandbox.core.errors import SandboxError
+    from claude_sandbox.launch.gather import resolve_command
+
+    def seen_as(directory: str) -> str | None:
+        return None if directory == "/tmp" or directory.startswith("/tmp/") else directory
+
+    assert resolve_command(["./script.sh"], "/usr/bin", seen_as, "/work/project") == \
+        "/work/project/script.sh"
+    assert resolve_command(["tools/../run"], "/usr/bin", seen_as, "/work/project") == \
+        "/work/project/run"
+    with pytest.raises(SandboxError) as refused:
+        resolve_command(["/tmp/x.sh"], "/usr/bin", seen_as, "/work/project")
+    assert refused.value.status == 127 and "private inside the sandbox" in str(refused.value)
