@@ -644,7 +644,8 @@ def test_37_environment_allow_list() -> None:
     profile = _agent()
     allowed = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "IS_SANDBOX", "IS_SANDBOX_AGENT",
                "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-               *environment.PASSED_THROUGH,
+               *environment.PASSED_THROUGH, *environment.CONNECTION,
+               *(environment.PROXIES if not FACTS.get("egress_jail", True) else ()),
                *(name for name, _ in profile.env), *FACTS.get("pass_env", []),
                # brokered credentials hold sentinels (check 83), and tools trust the broker
                *FACTS.get("brokered_variables", []),

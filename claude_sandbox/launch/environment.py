@@ -1,7 +1,8 @@
 """The sandbox's whole environment, as pure functions: an allow-list, never the caller's copy.
 
 What passes from the launching environment: the terminal and the locale
-(PASSED_THROUGH and the locale's own LC_ categories, keys.LOCALE), and what the
+(PASSED_THROUGH and the locale's own LC_ categories, keys.LOCALE), the connection
+settings that hold no secret (CONNECTION; PROXIES with the jail off), and what the
 operator names with pass-env. Everything else stays out, whatever its name
 (checks 04, 05, 37).
 """
@@ -26,6 +27,24 @@ PASSED_THROUGH = (
     "TERM", "COLORTERM", "LANG", "LANGUAGE", "TZ", "NO_COLOR", "FORCE_COLOR",
     "COLUMNS", "LINES", "EDITOR", "VISUAL",
 )  # fmt: skip
+# Connection settings: where tools find the trusted CAs, and which provider, region and
+# model an agent routes to. None holds a secret (the keys and tokens that go with them
+# stay out, and are named at launch: profiles.Profile.credentials); without them uv fails
+# on a corporate CA and claude on a gateway says only "Not logged in".
+CONNECTION = (
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "PIP_CERT", "UV_NATIVE_TLS",
+    "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL",
+    "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX",
+    "ANTHROPIC_VERTEX_PROJECT_ID", "CLOUD_ML_REGION", "AWS_REGION", "AWS_DEFAULT_REGION",
+    "OPENAI_BASE_URL",
+)  # fmt: skip
+# Proxy settings: with the egress jail the agent's traffic goes to the egress proxy
+# whatever the tool asks, and a tool that also asked a proxy address would be judged by
+# the wrong name; they pass only with the jail off (and are named at launch otherwise).
+PROXIES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY",
+           "https_proxy", "http_proxy", "all_proxy", "no_proxy")
 
 
 def inner_path(facts: HostFacts) -> str:
@@ -36,9 +55,11 @@ def inner_path(facts: HostFacts) -> str:
 
 
 def passed_names(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The launching variables the environment below may take: terminal, locale, pass-env."""
+    """The launching variables the environment below may take: terminal, locale,
+    connection settings (proxies only with the jail off), pass-env."""
     return tuple(name for name in environ if name in PASSED_THROUGH
-                 or name in keys.LOCALE or name in config.pass_env)
+                 or name in keys.LOCALE or name in CONNECTION
+                 or (name in PROXIES and not config.egress_jail) or name in config.pass_env)
 
 
 def environment(

@@ -31,6 +31,7 @@ from claude_sandbox.launch import (
     gitsession,
     hostfacts,
     limits,
+    notices,
     plan,
     profiles,
     render,
@@ -52,20 +53,11 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     """The launch after the janitor: configuration, caps, jail, facts, plan, session."""
     profile = profiles.get(request.agent)
     cfg = gather.load_config(profile.name, environ)
-    if request.command is None:
-        _say_held_back(profile, cfg, environ)
     limits.prefer_for_oom()
     limit_plan = limits.plan_limits(
         cfg.max_pids, cfg.max_memory, cgroups.probe_cgroups(), os.getuid()
     )
-    for warning in limit_plan.warnings:
-        sys.stderr.write(f"claude-sandbox: warning: {warning}\n")
-    for path in cfg.allow_socket:
-        if not os.path.lexists(path):
-            where = cfg.path_origins.get(path, "allow-socket")
-            sys.stderr.write(f"claude-sandbox: warning: allow-socket {path} ({where}) is not "
-                             "there now: nothing to connect to inside until it is, and the "
-                             "next launch shows it\n")
+    notices.at_start(profile, cfg, environ, limit_plan, agent=request.command is None)
     trace.phase("config")
 
     cgroup = cgroups.create(limit_plan.cgroup)  # None unless a cap needs one
@@ -124,7 +116,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         trace.phase("session ended")
         _workspace_exit(cfg, the_plan, prepared, started)
         if record is not None and the_plan.jail is not None:
-            _say_egress(record[0], the_plan.jail.egress_policy)
+            notices.egress(record[0], the_plan.jail.egress_policy)
         trace.phase("workspace applied and reported")
         return status
     finally:
@@ -278,24 +270,6 @@ def _restore_terminal(modes: list[Any] | None) -> None:
         pass
 
 
-def _say_held_back(profile: profiles.Profile, cfg: config.Config,
-                   environ: Mapping[str, str]) -> None:
-    """One line when a credential variable is set here and the sandbox holds it back."""
-    declared = {line.split()[0] for line in cfg.credential}
-    names = [name for name in profiles.held_back(profile, environ, cfg.pass_env)
-             if name not in declared]
-    if names:
-        from claude_sandbox.launch.credentials import DEFAULTS
-
-        lines = "; ".join(f"credential = {name}" if name in DEFAULTS else f"pass-env = {name}"
-                          for name in names)
-        sys.stderr.write(
-            f"claude-sandbox: {', '.join(names)} {'is' if len(names) == 1 else 'are'} set "
-            f"here but not passed into the sandbox; to pass {'it' if len(names) == 1 else 'them'}"
-            f", add to {paths.CONFIG_FILE}: {lines} "
-            f"(or log in inside: the login stays in the agent's state store)\n")
-
-
 def _egress_record(store: str, the_plan: plan.Plan, cfg: config.Config) -> tuple[str, int]:
     """The session's egress record, made before the agent runs (jail/egressrecord.py)."""
     from claude_sandbox.jail import egressrecord
@@ -308,26 +282,6 @@ def _egress_record(store: str, the_plan: plan.Plan, cfg: config.Config) -> tuple
               "policy": cfg.egress_policy, "workspace": the_plan.layout.workspace,
               "time": egressrecord.utc()}
     return egressrecord.create(where, header)
-
-
-def _say_egress(path: str, policy: str) -> None:
-    """One line on what the proxy refused (nothing when it refused nothing); under learn,
-    the allow-domain lines that would have allowed the session."""
-    from claude_sandbox.jail import egressrecord
-
-    try:
-        entries = egressrecord.read(path)
-    except OSError:
-        return
-    line = egressrecord.summary(entries)
-    if line:
-        sys.stderr.write(f"claude-sandbox: {line}\n")
-    if policy == "learn":
-        lines = egressrecord.learned(entries)
-        sys.stderr.write("claude-sandbox: egress-policy = learn: the lines that would allow "
-                         f"this session, for {paths.CONFIG_FILE}:\n")
-        for learned in lines or ["(no connection was made)"]:
-            sys.stderr.write(f"  {learned}\n")
 
 
 def _say(quarantine: gitcheck.Quarantine) -> None:

@@ -302,6 +302,23 @@ def test_environment_is_an_allow_list() -> None:
     assert env["PATH"].endswith(f":{HOME_USER}/.local/bin")  # appended, never first
 
 
+def test_connection_settings_pass_and_proxies_only_without_the_jail() -> None:
+    """A CA bundle and a provider's routing reach the sandbox unasked; their keys do not;
+    a proxy only where the egress proxy is not the way out."""
+    environ = {"SSL_CERT_FILE": "/etc/ssl/corp.pem", "NODE_EXTRA_CA_CERTS": "/etc/corp.pem",
+               "ANTHROPIC_BASE_URL": "https://gw.example", "CLAUDE_CODE_USE_BEDROCK": "1",
+               "AWS_REGION": "eu-west-1", "AWS_SECRET_ACCESS_KEY": "s",
+               "ANTHROPIC_AUTH_TOKEN": "t", "HTTPS_PROXY": "http://proxy.corp:3128",
+               "no_proxy": "localhost"}
+    for jailed in (False, True):
+        env = dict(build(cfg=Config(egress_jail=jailed), environ=environ).env)
+        for name in ("SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "ANTHROPIC_BASE_URL",
+                     "CLAUDE_CODE_USE_BEDROCK", "AWS_REGION"):
+            assert env[name] == environ[name], name
+        assert "AWS_SECRET_ACCESS_KEY" not in env and "ANTHROPIC_AUTH_TOKEN" not in env
+        assert ("HTTPS_PROXY" in env and "no_proxy" in env) == (not jailed)
+
+
 def test_the_agent_gets_bash_as_its_shell_and_no_setenv() -> None:
     made = build()
     assert dict(made.env)["SHELL"] == "/bin/bash"

@@ -1,0 +1,81 @@
+"""What a launch says on stderr, before the session and after it: one line a subject.
+
+Before: a cap that holds less than its name says (limits.py), an allow-socket that is
+not there, a credential or proxy variable set here and held back, with the line that
+passes it. After: what the egress proxy refused, and under `egress-policy = learn` the
+lines that would have allowed the session. Never a secret's value.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from claude_sandbox.core import paths
+from claude_sandbox.launch import config, environment, profiles
+from claude_sandbox.launch.limits import LimitPlan
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def at_start(profile: profiles.Profile, cfg: config.Config, environ: Mapping[str, str],
+             limit_plan: LimitPlan, *, agent: bool) -> None:
+    """The lines before the session; `agent`: the agent itself is launched (not `shell`)."""
+    if agent:
+        _held_back(profile, cfg, environ)
+    for warning in limit_plan.warnings:
+        sys.stderr.write(f"claude-sandbox: warning: {warning}\n")
+    for path in cfg.allow_socket:
+        if not os.path.lexists(path):
+            where = cfg.path_origins.get(path, "allow-socket")
+            sys.stderr.write(f"claude-sandbox: warning: allow-socket {path} ({where}) is not "
+                             "there now: nothing to connect to inside until it is, and the "
+                             "next launch shows it\n")
+
+
+def _held_back(profile: profiles.Profile, cfg: config.Config,
+               environ: Mapping[str, str]) -> None:
+    """One line when a credential variable is set here and the sandbox holds it back, and
+    one when a proxy variable is (with the jail, the egress proxy is the way out)."""
+    proxies = [name for name in environment.PROXIES if environ.get(name)]
+    if proxies and cfg.egress_jail:
+        sys.stderr.write(
+            f"claude-sandbox: {', '.join(proxies)} {'is' if len(proxies) == 1 else 'are'} set "
+            "here but not passed in: the egress jail sends every connection through its own "
+            "proxy, which connects directly and does not chain to another proxy yet; where "
+            "the network has no direct way out, set egress-jail = 0\n")
+    declared = {line.split()[0] for line in cfg.credential}
+    names = [name for name in profiles.held_back(profile, environ, cfg.pass_env)
+             if name not in declared]
+    if names:
+        from claude_sandbox.launch.credentials import DEFAULTS
+
+        lines = "; ".join(f"credential = {name}" if name in DEFAULTS else f"pass-env = {name}"
+                          for name in names)
+        sys.stderr.write(
+            f"claude-sandbox: {', '.join(names)} {'is' if len(names) == 1 else 'are'} set "
+            f"here but not passed into the sandbox; to pass {'it' if len(names) == 1 else 'them'}"
+            f", add to {paths.CONFIG_FILE}: {lines} "
+            f"(or log in inside: the login stays in the agent's state store)\n")
+
+
+def egress(path: str, policy: str) -> None:
+    """One line on what the proxy refused (nothing when it refused nothing); under learn,
+    the allow-domain lines that would have allowed the session."""
+    from claude_sandbox.jail import egressrecord
+
+    try:
+        entries = egressrecord.read(path)
+    except OSError:
+        return
+    line = egressrecord.summary(entries)
+    if line:
+        sys.stderr.write(f"claude-sandbox: {line}\n")
+    if policy == "learn":
+        lines = egressrecord.learned(entries)
+        sys.stderr.write("claude-sandbox: egress-policy = learn: the lines that would allow "
+                         f"this session, for {paths.CONFIG_FILE}:\n")
+        for learned in lines or ["(no connection was made)"]:
+            sys.stderr.write(f"  {learned}\n")
