@@ -133,17 +133,28 @@ def _memory_exec() -> dict[str, str]:
     return found
 
 
-def test_65_brokered_workspace_read_only_for_agent(request: Req) -> None:
+def test_65_brokered_agent_writes_no_code(request: Req) -> None:
     workspace = str(FACTS["workspace"])
-    with pytest.raises(OSError) as caught:
-        Path(workspace, ".csbx-brokered-write").write_text("x")
-    assert caught.value.errno in (errno.EROFS, errno.EACCES), errname(caught.value.errno or 0)
+    written = Path(workspace, ".csbx-brokered-write")
+    written.write_text("the agent's own Write and Edit\n")  # its file tools work
+    written.unlink()
+    copy = _writable_copy(workspace)
+    try:
+        word = _exec_error(copy, [copy])
+        mapped = map_written_code(workspace)
+    finally:
+        os.unlink(copy)
+    assert word == "EACCES", f"a program the agent wrote to the workspace: {word}"
+    ran = [way for way, outcome in mapped.items() if outcome == "ran"]
+    assert not ran, f"the agent mapped what it wrote executable: {', '.join(ran)}"
     controls = [os.path.join(workspace, rel) for rel in FACTS.get("controls", [])]
     for path in controls[:10]:
         with pytest.raises(OSError):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             Path(path).write_text("{}")
-    note(request, f"the workspace: {errname(caught.value.errno or 0)} for the agent itself")
+    note(request, "the agent writes the workspace; what it writes there does not run "
+         f"(exec {word}; {'; '.join(f'{w}: {o}' for w, o in mapped.items())}); control "
+         "paths refused")
 
 
 def test_66_brokered_commands_through_the_server(request: Req) -> None:
@@ -265,12 +276,17 @@ def test_a44_replace_the_server_socket(request: Req) -> None:
         _blocked(request, errname(error.errno or 0))
 
 
-def test_a45_write_workspace_from_the_agent(request: Req) -> None:
+def test_a45_run_what_the_agent_wrote_to_the_workspace(request: Req) -> None:
+    workspace = str(FACTS["workspace"])
+    copy = _writable_copy(workspace)
     try:
-        Path(str(FACTS["workspace"]), ".csbx-a45").write_text("x")
-        pytest.fail("the agent wrote the workspace itself")
-    except OSError as error:
-        _blocked(request, errname(error.errno or 0))
+        outcome = {"exec": _exec_error(copy, [copy]), **map_written_code(workspace)}
+    finally:
+        os.unlink(copy)
+    ran = [way for way, word in outcome.items() if word == "ran"]
+    if ran:
+        pytest.fail(f"the agent ran what it wrote to the workspace: {', '.join(ran)}")
+    _blocked(request, "; ".join(f"{way}: {word}" for way, word in outcome.items()))
 
 
 def test_a59_transports_past_the_port_rule(request: Req) -> None:

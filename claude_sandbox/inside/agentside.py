@@ -1,8 +1,9 @@
 """`hardening = brokered`: the agent's own view and the limits of its process.
 
 `_enter`'s agent child calls these before it execs the agent (broker.run): a user
-and mount namespace of its own, in which the workspace and every allow-write path
-are read-only and the command client stands in for every shell; and a seccomp filter
+and mount namespace of its own, in which the workspace, every allow-write path and
+every other place the agent writes are noexec and the command client stands in for
+every shell; and a seccomp filter
 of its own against memory-only programs and connections its port rules cannot see.
 Its Landlock domain (landlock.enter_brokered) comes between the two and forbids every
 mount change after it, so nothing the agent runs can undo the view. The command
@@ -51,15 +52,18 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int,
 
 
 def agent_view(settings: Inner) -> None:
-    """In the agent's own namespaces: the writable workspace read-only, the client in
-    place of each shell. Made before its Landlock domain, which then forbids every
-    mount change, so nothing the agent runs can undo them."""
+    """In the agent's own namespaces: the workspace noexec, the client in place of each
+    shell. Made before its Landlock domain, which then forbids every mount change, so
+    nothing the agent runs can undo them."""
     own_namespaces(CLONE_NEWNS)
     mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     for path in settings.commands_only:
-        # Each is a mount of its own (launch/mounts.py binds it); recursive: the pins
-        # and control paths mounted inside it too.
-        read_only(path)
+        # The agent's own file tools write here (its Write and Edit; docs/adr/0009), but
+        # nothing written here runs or is mapped executable by its process: a command run
+        # through the server may build and run it anyway. Each is a mount of its own
+        # (launch/mounts.py binds it); recursive: the views and pins inside it too. The
+        # control paths stay read-only, as bwrap bound them.
+        _set_attr(path, _MOUNT_ATTR_NOEXEC, recursive=True, what="noexec")
     for shell in settings.shells:
         mount(paths.COMMAND_CLIENT, shell, None, _MS_BIND)
         read_only(shell)

@@ -4,11 +4,12 @@
 (docs/adr/0009-the-enforced-process-tree.md):
 
 - The child becomes the agent (agentside.py). In a user and mount namespace of its
-  own it sees the workspace and every allow-write path read-only, and the command
-  client (command-client.c) in place of every shell; then it enters a Landlock domain
-  that lets it execute only its own program, the client and the loader, write only
-  its state, /tmp and /dev, and neither signal nor reach an abstract socket outside
-  it; memfd_create fails for it.
+  own it sees every place it writes noexec (the workspace and allow-write paths
+  included, which its own file tools write), and the command client (command-client.c)
+  in place of every shell; then it enters a Landlock domain that lets it execute only
+  its own program, the client and the loader, write only its state, the workspace,
+  /tmp and /dev, and neither signal nor reach an abstract socket outside it;
+  memfd_create fails for it.
 - The parent stays outside that domain and serves commands: each connection on
   SOCKET is one shell the agent started (its Bash tool, a hook, a `sh -c` anywhere
   in its code). The server runs the real shell in a fresh sandbox: user, mount and
@@ -379,7 +380,8 @@ def run(settings: Inner, tty: bool) -> NoReturn:
         except OSError as exc:
             raise SandboxError(f"brokered: cannot make the agent's view: {exc}",
                                EXIT_UNAVAILABLE) from None
-        landlock.enter_brokered(settings.agent_writable, settings.agent_exec,
+        landlock.enter_brokered((*settings.agent_writable, *settings.commands_only),
+                                settings.agent_exec,
                                 settings.agent_connect, settings.agent_bind,
                                 no_rendezvous=settings.offline_commands)
         limit_agent()

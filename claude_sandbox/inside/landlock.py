@@ -364,8 +364,8 @@ def describe(level: str, abi: int | None = None) -> list[str]:
     if level == "brokered":
         lines.append("  the agent executes only its own program, its loader and the command "
                      "client (every shell);")
-        lines.append("  it writes no workspace, connects over TCP only to its ports; each "
-                     "shell runs through")
+        lines.append("  it writes the workspace but runs nothing written there (noexec), "
+                     "connects over TCP only to its ports; each shell runs through")
         lines.append("  the command server in a sandbox of its own "
                      "(docs/explanation/process-tree.md)")
     if level == "harsh":

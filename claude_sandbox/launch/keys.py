@@ -88,7 +88,7 @@ KEYS: tuple[Key, ...] = (
     Key("hardening",        None, Kind.LEVEL,    "standard",
         "kernel layers: standard; harsh (no nested user namespaces, no exec where writable); "
         "brokered (the agent's commands run through a command server, each in a sandbox "
-        "of its own; the agent itself executes nothing else and writes no workspace)",
+        "of its own; the agent itself executes nothing else, nor anything it writes)",
         per_agent=True),
     Key("agent-exec",       None, Kind.PATHS,    "(none)",
         "under brokered: a program (or a directory of them) the agent itself may execute, "

@@ -49,6 +49,12 @@ _SHELL_ARGS: dict[str, Callable[[str], Any]] = {
     "exec_command": lambda cmd: {"cmd": cmd},
     "shell": lambda cmd: {"command": ["bash", "-lc", cmd]},
 }
+# File tools by name, for a turn that writes a file with the agent's own tool rather
+# than a command: Claude Code's "Write", pi's "write".
+_WRITE_ARGS: dict[str, Callable[[str, str], Any]] = {
+    "Write": lambda path, text: {"file_path": path, "content": text},
+    "write": lambda path, text: {"path": path, "content": text},
+}
 _TOOL_OUTPUT_ITEMS = {
     "function_call_output",
     "custom_tool_call_output",
@@ -63,9 +69,11 @@ class MockAPI:
     order, in ``requests``: (method, path with query, body parsed as JSON, else the raw
     text, else None)."""
 
-    def __init__(self, reply_text: str, tool_command: str | None) -> None:
+    def __init__(self, reply_text: str, tool_command: str | None,
+                 tool_write: tuple[str, str] | None = None) -> None:
         self.reply_text = reply_text
         self.tool_command = tool_command
+        self.tool_write = tool_write  # (path, content): the agent's own file tool instead
         self.host = "127.0.0.1"
         self.port = 0
         self.requests: list[Request] = []
@@ -110,12 +118,19 @@ class MockAPI:
 
     def _shell_call(self, path: str, body: Any) -> tuple[str, Any] | None:
         """(tool name, arguments) the model should call now, or None for a text reply."""
-        if self.tool_command is None or not isinstance(body, dict):
+        if (self.tool_command is None and self.tool_write is None) or not isinstance(body, dict):
             return None
         api = _api_of(path)
         if api is None or _has_tool_result(path, body):
             return None
         names = _tool_names(api, body)
+        if self.tool_write is not None:
+            for name, make_write in _WRITE_ARGS.items():
+                if name in names:
+                    return name, make_write(*self.tool_write)
+            return None
+        if self.tool_command is None:
+            return None
         if api == "responses" and "local_shell" in names and not (names & _SHELL_ARGS.keys()):
             return "local_shell", ["bash", "-lc", self.tool_command]
         for name, make_args in _SHELL_ARGS.items():
@@ -487,6 +502,7 @@ def serve(
     reply_text: str = "MOCK-REPLY",
     tool_command: str | None = None,
     *,
+    tool_write: tuple[str, str] | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
     listener: socket.socket | None = None,
@@ -498,7 +514,7 @@ def serve(
     `listener`: a bound, listening socket to serve instead (one made in another network
     namespace); `name`: the host name its url says, instead of the address; `tls`: a
     certificate and its key, to serve HTTPS."""
-    api = MockAPI(reply_text, tool_command)
+    api = MockAPI(reply_text, tool_command, tool_write)
     if listener is None:
         server = _Server((host, port), api)
     else:

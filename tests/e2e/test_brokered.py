@@ -1,9 +1,10 @@
 """`hardening = brokered` with the real agents: their commands run through the server.
 
 One prompt against the local mock API, whose first answer asks the agent to run a
-command. Under brokered the agent's own process may not write the workspace, so the
-command's effect there proves it ran through the command server; its pid 1 being the
-server's per-command init (not bwrap's) proves it ran in a sandbox of its own. As an
+command: its pid 1 being the server's per-command init (not bwrap's) proves it ran
+through the command server, in a sandbox of its own. Another asks the agent to write a
+file with its own file tool (Claude's Write, pi's write): the agent's own process
+writes the workspace, and runs nothing it writes there (docs/adr/0009). As an
 unprivileged user: a root launch is refused with one line (tested below).
 """
 
@@ -90,6 +91,34 @@ def test_the_agents_commands_run_through_the_server(agent: str, user: pwd.struct
     with open(marker) as handle:
         init = handle.read()
     assert "_enter" in init and "bwrap" not in init, init
+
+
+@pytest.mark.parametrize("agent", ["claude", "pi"])
+def test_the_agents_own_file_tool_writes_the_workspace(agent: str, user: pwd.struct_passwd,
+                                                       workspace: str, conf: str) -> None:
+    if not agentrun.is_installed(agent):
+        pytest.skip(f"{agent} is not installed")
+    target = os.path.join(workspace, f"written-by-{agent}.txt")
+    with mockapi.serve("csbx-brokered", tool_write=(target, "from the agent's own tool\n")
+                       ) as api:
+        with open(conf, "a") as handle:
+            handle.write(f"local-port = {api.port}\n")
+        if agent == "pi":
+            root = state.store_root(None, user.pw_dir, user.pw_uid)
+            subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                            "--init-groups", f"{SHIM_DIR}/claude-sandbox", "state", "import",
+                            "--agent", "pi"], check=True, capture_output=True,
+                           env={"HOME": user.pw_dir, "PATH": "/usr/bin:/bin"})
+            agentrun.prepare_home("pi", api, state.agent_home(root, "pi"))
+        result = agentrun.run_agent(
+            agent, "write it", api=api, home=user.pw_dir, cwd=workspace,
+            argv_prefix=_prefix(conf, user), program=f"{SHIM_DIR}/{agent}",
+            env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0"}, timeout=150)
+        assert api.tool_call_requests(), "the mock never asked for the file tool"
+    assert os.path.exists(target), (result.returncode, result.stdout[-2000:],
+                                    result.stderr[-2000:], api.tool_results())
+    with open(target) as handle:
+        assert handle.read() == "from the agent's own tool\n"
 
 
 def test_a_root_launch_is_refused_in_one_line(conf: str, workspace: str) -> None:
