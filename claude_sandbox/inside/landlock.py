@@ -270,8 +270,12 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
         if handled_fs & ACCESS_FS_EXECUTE:
             mounts = mountinfo.parse(mountinfo.read())
             plan = plan_exec(mounts, writable, exec_files, os.listdir)
-            for path in plan.refused:
-                _warn(f"harsh: {path} is also writable through another mount; no EXECUTE there")
+            if plan.refused:  # one line, whatever their number: the details are explain's
+                shown = ", ".join(plan.refused[:3])
+                more = f" and {len(plan.refused) - 3} more" if len(plan.refused) > 3 else ""
+                _warn(f"harsh: {len(plan.refused)} read-only place(s) are also writable "
+                      f"through another mount, so nothing there may run ({shown}{more}); "
+                      "`claude-sandbox explain` lists harsh's rules")
             for path in plan.roots:
                 _add_exec_rule(ruleset, path)
         _restrict_self(ruleset)

@@ -135,6 +135,12 @@ def explain_lines(plan: Plan) -> list[str]:
         lines.append("  every writable mount noexec, set by the late-mount helper: nothing "
                      "written here is mapped executable, LD_PRELOAD and ld.so included "
                      "(check 90)")
+        inside = [path for path in plan.inner.exec_files
+                  if any(path.startswith(w.rstrip("/") + "/") for w in plan.inner.writable)]
+        lines.append("  EXECUTE where nothing is writable, and in these programs bound "
+                     "read-only inside writable trees, unless another mount makes them "
+                     "writable too (then the launch says so in one line):")
+        lines += [f"    {path}" for path in inside] or ["    (none)"]
     lines += [f"  {line}" for line in limits.describe(plan.limits)]
     if plan.jail is None:
         lines.append("# egress jail: OFF (egress-jail = 0): the container's network is shared")
