@@ -1378,3 +1378,20 @@ def test_91_max_memory_without_a_cgroup(request: pytest.FixtureRequest) -> None:
         made = errname(error.errno or 0)
     assert made == "ENOSYS", f"memfd_create gave {made}, not the filter's ENOSYS"
     note(request, f"RLIMIT_DATA {memory}; tmpfs together {total}; memfd_create refused")
+
+
+# ---------------------------------------------------------- 92 (toolchains of the home)
+def test_92_toolchains_read_only(request: pytest.FixtureRequest) -> None:
+    toolchains = [str(p) for p in FACTS.get("toolchains", [])]
+    secrets = [str(p) for p in FACTS.get("toolchain_secrets", [])]
+    missing = [p for p in toolchains if not os.path.isdir(p)]
+    assert not missing, f"a toolchain of the home is not there: {', '.join(missing)}"
+    writable_ones = [p for p in toolchains if writable(p)[0]]
+    assert not writable_ones, f"writable inside: {', '.join(writable_ones)}"
+    cargo = os.path.join(_home(), ".cargo", "credentials.toml")
+    assert not os.path.exists(cargo) or not persists_outside(cargo), \
+        "cargo's credentials are the outer ones"
+    read = [p for p in secrets if os.path.exists(p) and Path(p).read_bytes()]
+    assert not read, f"a toolchain's credential file reads: {', '.join(read)}"
+    note(request, f"read-only: {', '.join(toolchains) or 'none here'}; "
+         f"{len(secrets)} credential file(s) empty")

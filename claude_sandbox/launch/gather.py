@@ -61,7 +61,10 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
     facts = hostfacts.probe(environ, agent=profile.name,
                             wanted=mounts.optional_paths(home),
                             tmp_base=profile.tmp_dir,
-                            store_home=state.agent_home(store, profile.name))
+                            store_home=state.agent_home(store, profile.name),
+                            toolchains=[os.path.join(home, t) for t in mounts.TOOLCHAINS],
+                            secret_globs=[os.path.join(home, g)
+                                          for g in mounts.TOOLCHAIN_SECRETS])
     layout = resolve_writable(cfg, facts, store)
     if request.command is None:
         command: tuple[str, ...] = (facts.real_binary, *profiles.agent_args(profile, request.args))

@@ -57,6 +57,10 @@ class HostFacts:
     # The entries of /: (name, link target or None). Only the system trees among them
     # are shown inside (reads.py, check 72).
     root_entries: tuple[tuple[str, str | None], ...] = ()
+    # The toolchain homes of the outer home that are real directories (mounts.TOOLCHAINS),
+    # and the files in them that hold a credential (mounts.TOOLCHAIN_SECRETS), found.
+    toolchains: tuple[str, ...] = ()
+    toolchain_secrets: tuple[str, ...] = ()
 
 
 def root_entries() -> tuple[tuple[str, str | None], ...]:
@@ -236,9 +240,12 @@ def probe(
     wanted: Iterable[str],
     tmp_base: str | None,
     store_home: str,
+    toolchains: Iterable[str] = (),
+    secret_globs: Iterable[str] = (),
 ) -> HostFacts:
     """`wanted` names the optional paths whose existence the builder needs;
-    `store_home` is the agent's state store."""
+    `store_home` is the agent's state store; `toolchains` the toolchain homes to look
+    for, `secret_globs` the files in them that would hold a credential."""
     uid, gid = os.getuid(), os.getgid()
     entry = pwd.getpwuid(uid)
     home = login_home()
@@ -273,4 +280,17 @@ def probe(
                            if os.path.isdir(d) and not os.path.islink(d)),
         resolv_target=os.path.realpath("/etc/resolv.conf"),
         root_entries=root_entries(),
+        toolchains=tuple(p for p in toolchains if os.path.isdir(p) and not os.path.islink(p)),
+        toolchain_secrets=probe_secrets(secret_globs),
     )
+
+
+def probe_secrets(patterns: Iterable[str]) -> tuple[str, ...]:
+    """The files the patterns find, in order, none twice; nothing to glob, no import."""
+    patterns = tuple(patterns)
+    if not patterns:
+        return ()
+    import glob
+
+    return tuple(dict.fromkeys(p for pattern in patterns for p in sorted(glob.glob(pattern))
+                               if os.path.isfile(p)))

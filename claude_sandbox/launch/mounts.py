@@ -38,6 +38,15 @@ NULLED_DOTFILES = (".netrc", ".Xauthority", ".ICEauthority")
 # can run shell commands, so the agent must not be able to rewrite them.
 FORGE_CONFIG = (".config/gh", ".config/glab-cli")
 LOCAL_BIN_TOOLS = (".local/bin/uv", ".local/bin/uvx")
+# Toolchain homes of the outer home shown read-only at the same place in the agent's
+# home: compilers, interpreters and their installed versions, no credential among them
+# (cargo keeps its login in ~/.cargo/credentials.toml: only its bin comes back). A
+# PATH entry into them then works inside as outside; nothing written inside reaches them.
+TOOLCHAINS = (".cargo/bin", ".rustup", ".pyenv", ".nvm", ".bun/bin", ".deno/bin")
+# Files in those homes that may hold a credential (an npm token in a node version's
+# global npmrc, an index password in a Python's pip.conf): covered with an empty file.
+TOOLCHAIN_SECRETS = (".nvm/versions/node/*/etc/npmrc", ".pyenv/versions/*/pip.conf",
+                     ".pyenv/versions/*/etc/pip.conf", ".pyenv/versions/*/.pypirc")
 
 
 # The descriptors a launch binds as data, by name: the run step gives them numbers.
@@ -162,6 +171,11 @@ def _home_mounts(profile: Profile, config: Config, facts: HostFacts) -> list[Mou
     reason = "only uv and uvx come back from ~/.local/bin, read-only (check 32)"
     found += [_same("ro-bind", p, reason, runs=True)
               for p in _existing(home, exists, LOCAL_BIN_TOOLS)]
+    found += [_same("ro-bind", p, "a toolchain of your home, read-only: no credential in it "
+                    "(check 92)", runs=True) for p in facts.toolchains]
+    found += [Mount("ro-bind", p, "a toolchain's file that may hold a credential reads as "
+                    "empty (check 92)", source=paths.EMPTY_FILE)
+              for p in facts.toolchain_secrets]
     return found
 
 

@@ -13,6 +13,7 @@ import sys
 
 from claude_sandbox.core import paths
 from claude_sandbox.launch import config, environment, profiles
+from claude_sandbox.launch.hostfacts import HostFacts
 from claude_sandbox.launch.limits import LimitPlan
 
 TYPE_CHECKING = False
@@ -33,6 +34,27 @@ def at_start(profile: profiles.Profile, cfg: config.Config, environ: Mapping[str
             sys.stderr.write(f"claude-sandbox: warning: allow-socket {path} ({where}) is not "
                              "there now: nothing to connect to inside until it is, and the "
                              "next launch shows it\n")
+
+
+def hidden_path(facts: HostFacts) -> None:
+    """One line naming the launching PATH's entries in the outer home that the sandbox
+    does not show (its $HOME is the agent's store): a tool found there outside is not
+    found inside, and the user is told how to show it."""
+    home = facts.home.rstrip("/") + "/"
+    shown = [*facts.toolchains, *(os.path.join(facts.home, rel) for rel in (".local/bin",))]
+    hidden = [entry for entry in dict.fromkeys(facts.path)
+              if entry.startswith(home) and not any(
+                  entry == s or entry.startswith(s.rstrip("/") + "/") for s in shown)]
+    if not hidden:
+        return
+    lines = []
+    for entry in hidden:
+        rel = entry[len(home):]
+        lines.append(f"~/{rel} (a home's dot-directory stays out; known toolchains come "
+                     "back read-only)" if rel.startswith(".") else
+                     f"~/{rel} (allow-read = {entry} shows it read-only)")
+    sys.stderr.write(f"claude-sandbox: PATH entries in your home that the sandbox does not "
+                     f"show: {'; '.join(lines)}\n")
 
 
 def _held_back(profile: profiles.Profile, cfg: config.Config,

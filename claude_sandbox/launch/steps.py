@@ -85,6 +85,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
                              "the agent shares this container's network, including private "
                              "networks, cloud metadata and services on 127.0.0.1\n")
         gathered = gather.gather(profile, cfg, request, environ, keep_ignored)
+        if request.command is None:
+            notices.hidden_path(gathered.facts)
         gathered, broker = _broker(gathered, cfg, store)
         the_plan = plan.make(profile, cfg, gathered, limit_plan)
         if trace.enabled:

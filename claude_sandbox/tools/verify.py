@@ -34,7 +34,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from claude_sandbox.core import paths
-from claude_sandbox.launch import controlfiles, profiles, state
+from claude_sandbox.launch import controlfiles, hostfacts, profiles, state
 from claude_sandbox.launch.gather import load_config
 
 INSTALLED_CHECKS = f"{paths.LIBEXEC}/verification"
@@ -410,6 +410,10 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "home": home,
         "store_home": store_home,
         "store_root": root,
+        "toolchains": [p for p in (os.path.join(home, t) for t in mounts.TOOLCHAINS)
+                       if os.path.isdir(p) and not os.path.islink(p)],
+        "toolchain_secrets": list(hostfacts.probe_secrets(
+            [os.path.join(home, g) for g in mounts.TOOLCHAIN_SECRETS])),
         "workspace": os.path.realpath(workdir),
         "workdir": workdir,
         "path": path_entries,

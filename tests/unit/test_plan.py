@@ -441,3 +441,27 @@ def test_the_whole_plan_renders_as_json_for_explain_and_the_trace() -> None:
         assert len(render.digest(made)) == 16
     assert build(cfg=Config(egress_jail=False, allow_vsock=True)).seccomp_flags == (
         "allow-vsock",)
+
+
+def test_toolchains_of_the_home_come_back_read_only_and_their_credentials_empty() -> None:
+    host = replace(facts(), toolchains=(f"{HOME_USER}/.pyenv", f"{HOME_USER}/.cargo/bin"),
+                   toolchain_secrets=(f"{HOME_USER}/.pyenv/versions/3.12.1/pip.conf",))
+    made = build(host=host)
+    argv = flat(made)
+    assert_order(argv, ("--bind", host.store_home, HOME_USER),
+                 ("--ro-bind", f"{HOME_USER}/.pyenv", f"{HOME_USER}/.pyenv"),
+                 ("--ro-bind", paths.EMPTY_FILE, f"{HOME_USER}/.pyenv/versions/3.12.1/pip.conf"))
+    assert f"{HOME_USER}/.cargo/bin" in made.inner.exec_files  # harsh lets them run
+    assert f"{HOME_USER}/.cargo" not in argv  # cargo's login stays out
+
+
+def test_path_entries_the_sandbox_hides_are_named(capsys: pytest.CaptureFixture[str]) -> None:
+    from claude_sandbox.launch import notices
+
+    host = replace(facts(), toolchains=(f"{HOME_USER}/.pyenv",),
+                   path=(f"{HOME_USER}/.pyenv/shims", f"{HOME_USER}/bin", f"{HOME_USER}/.foo/bin",
+                         f"{HOME_USER}/.local/bin", "/usr/bin"))
+    notices.hidden_path(host)
+    said = capsys.readouterr().err
+    assert f"allow-read = {HOME_USER}/bin" in said and "~/.foo/bin" in said
+    assert ".pyenv" not in said and ".local/bin" not in said
