@@ -183,6 +183,25 @@ class Cgroup:
                 finally:
                     os.close(pidfd)
 
+    def events(self) -> dict[str, int]:
+        """What the caps did, read before the directories go: processes the memory cap
+        killed (v2 memory.events, v1 memory.oom_control: oom_kill) and forks the pids cap
+        refused (pids.events: max)."""
+        found = {"oom_kill": 0, "pids_max": 0}
+        for directory in self.dirs:
+            for name, key, field in (("memory.events", "oom_kill", "oom_kill"),
+                                     ("memory.oom_control", "oom_kill", "oom_kill"),
+                                     ("pids.events", "pids_max", "max")):
+                try:
+                    with open(os.path.join(directory, name), encoding="ascii") as handle:
+                        for line in handle:
+                            words = line.split()
+                            if len(words) == 2 and words[0] == field and words[1].isdigit():
+                                found[key] += int(words[1])
+                except OSError:
+                    continue
+        return found
+
     def remove(self, timeout: float = 2.0) -> list[str]:
         """rmdir every directory; retry while exiting tasks drain. Returns leftovers."""
         deadline = time.monotonic() + timeout

@@ -118,7 +118,8 @@ def run_supervised(
     argv: Sequence[str], env: Mapping[str, str], cgroup: Cgroup | None,
     pass_fds: Sequence[int] = (), overlays: Sequence[tuple[str, str, str, str]] = (),
 ) -> int:
-    """For an unjailed launch: fork, cap, exec, wait; the caller then cleans up.
+    """For an unjailed launch: fork, cap, exec, wait; the caller then cleans up (the
+    cgroup too, once it has read what the caps did).
 
     The parent stays in the terminal's foreground process group with the
     child, so ^Z stops both and `fg` continues both; signals sent to it reach
@@ -155,9 +156,7 @@ def run_supervised(
         code = child.wait()
     finally:
         forward.close()
-    if cgroup is not None:
-        cgroup.remove()
-    return forward.status(code)
+    return forward.status(code)  # the caller reads the cgroup's events, then removes it
 
 
 def describe(plan: LimitPlan) -> list[str]:

@@ -9,6 +9,7 @@ lines that would have allowed the session. Never a secret's value.
 from __future__ import annotations
 
 import os
+import resource
 import sys
 
 from claude_sandbox.core import paths
@@ -81,6 +82,23 @@ def _held_back(profile: profiles.Profile, cfg: config.Config,
             f"here but not passed into the sandbox; to pass {'it' if len(names) == 1 else 'them'}"
             f", add to {paths.CONFIG_FILE}: {lines} "
             f"(or log in inside: the login stays in the agent's state store)\n")
+
+
+def caps(events: dict[str, int], status: int, limit_plan: LimitPlan) -> None:
+    """What a cap did to the session, in one line each: a memory cap's kills, a pids
+    cap's refused forks; without a memory cgroup, a session that died of a signal under
+    RLIMIT_DATA is told that a process out of its memory aborts that way."""
+    if events.get("oom_kill"):
+        sys.stderr.write(f"claude-sandbox: the memory cap (max-memory) killed "
+                         f"{events['oom_kill']} process(es) of the session\n")
+    if events.get("pids_max"):
+        sys.stderr.write(f"claude-sandbox: the process cap (max-pids) refused "
+                         f"{events['pids_max']} new process(es) in the session\n")
+    per_process = dict(limit_plan.rlimits).get(resource.RLIMIT_DATA)
+    if per_process and status in (128 + 6, 128 + 11) and not events.get("oom_kill"):
+        sys.stderr.write(f"claude-sandbox: the session ended by signal {status - 128}; "
+                         f"max-memory holds per process here (RLIMIT_DATA {per_process}), "
+                         "and a process that runs out of it may end so\n")
 
 
 def egress(path: str, policy: str) -> None:

@@ -116,6 +116,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds,
                                            overlays=overlays)
         trace.phase("session ended")
+        notices.caps(cgroup.events() if cgroup is not None else {}, status, limit_plan)
         _workspace_exit(cfg, the_plan, prepared, started)
         if record is not None and the_plan.jail is not None:
             notices.egress(record[0], the_plan.jail.egress_policy)

@@ -99,3 +99,20 @@ def test_a_shell_commands_path_is_made_absolute_and_a_private_one_is_named() -> 
     with pytest.raises(SandboxError) as refused:
         resolve_command(["/tmp/x.sh"], "/usr/bin", seen_as, "/work/project")
     assert refused.value.status == 127 and "private inside the sandbox" in str(refused.value)
+
+
+def test_what_a_cap_did_is_said_in_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import resource
+
+    from claude_sandbox.launch import notices
+    from claude_sandbox.launch.limits import LimitPlan
+
+    notices.caps({"oom_kill": 2, "pids_max": 5}, 137, LimitPlan((), (), ()))
+    said = capsys.readouterr().err
+    assert "killed 2 process(es)" in said and "refused 5 new process(es)" in said
+    per_process = LimitPlan((), ((resource.RLIMIT_DATA, 512 << 20),), ())
+    notices.caps({}, 134, per_process)
+    assert "RLIMIT_DATA 536870912" in capsys.readouterr().err
+    notices.caps({}, 0, per_process)
+    notices.caps({}, 137, per_process)  # a kill from outside is not the cap's
+    assert capsys.readouterr().err == ""
