@@ -68,9 +68,11 @@ def private_dir(path: str, uid: int, what: str) -> None:
 
 def ensure_home(
     root: str, agent: str, outer_home: str, imports: Iterable[Import], uid: int,
-    *, default_root: bool,
+    *, default_root: bool, said: list[str] | None = None,
 ) -> str:
-    """The agent's store home, made (with the first import) when it is missing."""
+    """The agent's store home, made (with the first import) when it is missing; what the
+    import did is printed, and added to `said` (a launch says it again at the end: a
+    full-screen agent covers it)."""
     if default_root:
         # ~/.local/state may not exist yet; the parts above the store are the user's.
         try:
@@ -98,6 +100,8 @@ def ensure_home(
     os.mkdir(partial, 0o700)
     for line in import_into(outer_home, partial, imports):
         sys.stderr.write(f"claude-sandbox: {line}\n")
+        if said is not None:
+            said.append(line)
     try:
         os.rename(partial, home)
     except OSError:

@@ -117,6 +117,11 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
                                            overlays=overlays)
         trace.phase("session ended")
         notices.caps(cgroup.events() if cgroup is not None else {}, status, limit_plan)
+        for line in prepared.imported:  # a full-screen agent covered the first telling
+            sys.stderr.write(f"claude-sandbox: first launch: {line}\n")
+        if prepared.imported:
+            sys.stderr.write(f"claude-sandbox: first launch: {the_plan.agent}'s home inside "
+                             f"is {gathered.facts.store_home} (`claude-sandbox state show`)\n")
         _workspace_exit(cfg, the_plan, prepared, started)
         if record is not None and the_plan.jail is not None:
             notices.egress(record[0], the_plan.jail.egress_policy)
@@ -188,14 +193,16 @@ class Prepared:
     layers: tuple[gitsession.Layer, ...]  # the overlays' directories, made in the store
     quarantine: gitcheck.Quarantine  # what the checks moved out, and the lines to say
     helper: int | None  # the /proc helper's pid (procmask.py)
+    imported: tuple[str, ...] = ()  # what a first launch's import did, said again at the end
 
 
 def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
              store: str) -> Prepared:
     """Make what the plan needs: the store, the scratch directory, overlays, descriptors."""
     bwrap_path = paths.tool("bwrap")
+    imported: list[str] = []
     state.ensure_home(store, the_plan.agent, facts.home, profiles.get(the_plan.agent).imports,
-                      facts.uid, default_root=cfg.state_dir is None)
+                      facts.uid, default_root=cfg.state_dir is None, said=imported)
     if facts.agent_tmp:
         state.private_dir(facts.agent_tmp, facts.uid, f"{the_plan.agent}'s scratch directory")
     quarantine = gitcheck.Quarantine(store)
@@ -234,7 +241,7 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
     # terminal allows beyond that, pushing input with TIOCSTI or TIOCLINUX, the
     # seccomp filter refuses (check 45; docs/explanation/terminal.md).
     argv = render.bwrap_argv(the_plan, bwrap_path, {k: str(v) for k, v in opened.items()})
-    return Prepared(argv, tuple(opened.values()), layers, quarantine, helper)
+    return Prepared(argv, tuple(opened.values()), layers, quarantine, helper, tuple(imported))
 
 
 def _undo(prepared: Prepared) -> None:
