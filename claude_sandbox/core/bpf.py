@@ -62,35 +62,47 @@ class ArgTest:
 
 @record
 class Refusal:
-    """One row of a filter, in one machine's numbering: refuse `nr` with `errno`
-    (when `arg` matches, if it is given)."""
+    """One row of a filter, in one machine's numbering: refuse `nr` with `errno` when
+    every test of `args` matches (always, when there is none)."""
 
     nr: int
     errno: int
-    arg: ArgTest | None = None
+    args: tuple[ArgTest, ...] = ()
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
 
 
+def _test(test: ArgTest, skip: int) -> list[bytes]:
+    """Load one argument and compare it; on a mismatch jump `skip` instructions on."""
+    found = [_insn(_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * test.index)]
+    if test.mask != 0xFFFFFFFF:
+        found.append(_insn(_ALU_AND_K, 0, 0, test.mask))
+    found.append(_insn(_JMP_JEQ_K, 0, skip, test.value))
+    return found
+
+
+def _size(test: ArgTest) -> int:
+    return 2 if test.mask == 0xFFFFFFFF else 3
+
+
 def _syscall_block(nr: int, rows: list[Refusal]) -> list[bytes]:
     """Instructions for one syscall; A holds the syscall number on entry.
 
-    A plain row returns at once. Argument rows load their argument (which
-    clobbers A), so once the number has matched the block ends in ALLOW: no
-    other row can name the same number, `assemble` groups them.
+    A plain row returns at once. Argument rows load their arguments (which clobbers
+    A), so once the number has matched the block ends in ALLOW: no other row can name
+    the same number, `assemble` groups them. A row's tests must all match: each
+    mismatch jumps past the rest of that row.
     """
-    plain = [r for r in rows if r.arg is None]
+    plain = [r for r in rows if not r.args]
     if plain:
         return [_insn(_JMP_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, RET_ERRNO | plain[0].errno)]
     body: list[bytes] = []
     for row in rows:
-        assert row.arg is not None
-        body.append(_insn(_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * row.arg.index))
-        if row.arg.mask != 0xFFFFFFFF:
-            body.append(_insn(_ALU_AND_K, 0, 0, row.arg.mask))
-        body.append(_insn(_JMP_JEQ_K, 0, 1, row.arg.value))
+        for at, test in enumerate(row.args):
+            rest = sum(_size(t) for t in row.args[at + 1:]) + 1  # the later tests, the RET
+            body += _test(test, rest)
         body.append(_insn(_RET_K, 0, 0, RET_ERRNO | row.errno))
     body.append(_insn(_RET_K, 0, 0, RET_ALLOW))
     return [_insn(_JMP_JEQ_K, 0, len(body), nr), *body]

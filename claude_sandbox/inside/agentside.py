@@ -92,42 +92,63 @@ def _set_attr(path: str, flag: int, *, recursive: bool, what: str) -> None:
     check(result, f"{what} {path}")
 
 
-# The agent's own filter, stacked on the sandbox's: (name, x86_64, aarch64, errno, arg).
-# Each refusal answers as a kernel without the feature would, so programs fall back.
+# Filters of the agent's own and of offline commands, stacked on the sandbox's: rows of
+# (name, x86_64, aarch64, errno, tests that must all match). Each refusal answers as a
+# kernel without the feature would, so programs fall back.
 _ENOSYS, _EPROTONOSUPPORT, _EOPNOTSUPP = 38, 93, 95
 _MSG_FASTOPEN = 0x20000000
+_INET, _INET6 = bpf.ArgTest(0, 0xFFFFFFFF, 2), bpf.ArgTest(0, 0xFFFFFFFF, 10)
+_SOCK_TYPE = 0xF  # the type without SOCK_NONBLOCK and SOCK_CLOEXEC
+Row = tuple[str, int, int, int, tuple[bpf.ArgTest, ...]]
 # fmt: off
-AGENT_RULES: tuple[tuple[str, int, int, int, bpf.ArgTest | None], ...] = (
-    # Landlock does not govern memfds (they live on an internal mount), so a binary the
-    # agent holds only in memory would run whatever its EXECUTE rules say (measured: the
-    # loader the agent needs runs it). A file anywhere the agent can write is governed.
-    ("memfd_create", 319, 279, _ENOSYS, None),
-    # Landlock's TCP port rules see IPPROTO_TCP sockets only: MPTCP, SCTP and DCCP
-    # connect anywhere past them (measured for MPTCP).
-    ("socket", 41, 198, _EPROTONOSUPPORT, bpf.ArgTest(2, 0xFFFFFFFF, 262)),  # MPTCP
-    ("socket", 41, 198, _EPROTONOSUPPORT, bpf.ArgTest(2, 0xFFFFFFFF, 132)),  # SCTP
-    ("socket", 41, 198, _EPROTONOSUPPORT, bpf.ArgTest(2, 0xFFFFFFFF, 33)),  # DCCP
-    # TCP Fast Open connects inside send*(), where Landlock's connect hook never runs.
-    ("sendto", 44, 206, _EOPNOTSUPP, bpf.ArgTest(3, _MSG_FASTOPEN, _MSG_FASTOPEN)),
-    ("sendmsg", 46, 211, _EOPNOTSUPP, bpf.ArgTest(2, _MSG_FASTOPEN, _MSG_FASTOPEN)),
-    ("sendmmsg", 307, 269, _EOPNOTSUPP, bpf.ArgTest(3, _MSG_FASTOPEN, _MSG_FASTOPEN)),
+# Landlock does not govern memfds (they live on an internal mount), so a binary the
+# agent holds only in memory would run whatever its EXECUTE rules say (measured: the
+# loader the agent needs runs it). A file anywhere the agent can write is governed.
+MEMORY_RULES: tuple[Row, ...] = (("memfd_create", 319, 279, _ENOSYS, ()),)
+# Landlock's TCP port rules see IPPROTO_TCP sockets only: MPTCP, SCTP and DCCP connect
+# past them (measured for MPTCP), whether asked for by protocol or by an IP socket's type
+# (SOCK_SEQPACKET is SCTP's, SOCK_DCCP DCCP's); and TCP Fast Open connects inside send*(),
+# where Landlock's connect hook never runs.
+TRANSPORT_RULES: tuple[Row, ...] = (
+    ("socket", 41, 198, _EPROTONOSUPPORT, (bpf.ArgTest(2, 0xFFFFFFFF, 262),)),  # MPTCP
+    ("socket", 41, 198, _EPROTONOSUPPORT, (bpf.ArgTest(2, 0xFFFFFFFF, 132),)),  # SCTP
+    ("socket", 41, 198, _EPROTONOSUPPORT, (bpf.ArgTest(2, 0xFFFFFFFF, 33),)),  # DCCP
+    *(("socket", 41, 198, _EPROTONOSUPPORT, (family, bpf.ArgTest(1, _SOCK_TYPE, kind)))
+      for family in (_INET, _INET6) for kind in (5, 6)),  # SOCK_SEQPACKET, SOCK_DCCP
+    ("sendto", 44, 206, _EOPNOTSUPP, (bpf.ArgTest(3, _MSG_FASTOPEN, _MSG_FASTOPEN),)),
+    ("sendmsg", 46, 211, _EOPNOTSUPP, (bpf.ArgTest(2, _MSG_FASTOPEN, _MSG_FASTOPEN),)),
+    ("sendmmsg", 307, 269, _EOPNOTSUPP, (bpf.ArgTest(3, _MSG_FASTOPEN, _MSG_FASTOPEN),)),
 )
+AGENT_RULES = (*MEMORY_RULES, *TRANSPORT_RULES)
 # fmt: on
+
+
+def _assembled(rows: tuple[Row, ...], machine: str) -> bytes:
+    return bpf.assemble(tuple(bpf.Refusal(x86 if machine == "x86_64" else arm, errno, tests)
+                              for _, x86, arm, errno, tests in rows), machine)
 
 
 def agent_filter(machine: str) -> bytes:
     """The agent's own filter on `machine`."""
-    return bpf.assemble(tuple(bpf.Refusal(x86 if machine == "x86_64" else arm, errno, arg)
-                              for _, x86, arm, errno, arg in AGENT_RULES), machine)
+    return _assembled(AGENT_RULES, machine)
 
 
 def limit_agent() -> None:
     """Load the agent's own filter: no memory-only programs, and no connection its
     Landlock port rules cannot see (docs/adr/0009-the-enforced-process-tree.md)."""
+    _load(AGENT_RULES, "the agent's own seccomp filter")
+
+
+def limit_transports() -> None:
+    """An offline command's filter: no connection Landlock's TCP rules cannot see, on a
+    socket the agent may hand it."""
+    _load(TRANSPORT_RULES, "an offline command's seccomp filter")
+
+
+def _load(rows: tuple[Row, ...], what: str) -> None:
     machine = os.uname().machine
     if machine not in bpf.ARCHES:
-        raise SandboxError(f"hardening = brokered: the agent's filter has no system-call "
-                           f"table for {machine}", EXIT_UNAVAILABLE)
-    if not bpf.load(agent_filter(machine)):
-        raise SandboxError("hardening = brokered: cannot load the agent's own seccomp "
-                           "filter", EXIT_UNAVAILABLE)
+        raise SandboxError(f"hardening = brokered: {what} has no system-call table for "
+                           f"{machine}", EXIT_UNAVAILABLE)
+    if not bpf.load(_assembled(rows, machine)):
+        raise SandboxError(f"hardening = brokered: cannot load {what}", EXIT_UNAVAILABLE)

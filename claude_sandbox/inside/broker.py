@@ -39,6 +39,7 @@ from claude_sandbox.inside.agentside import (
     agent_view,
     check,
     limit_agent,
+    limit_transports,
     mount,
     own_namespaces,
     read_only,
@@ -311,6 +312,8 @@ def _exec_command(settings: Inner, shell: str,
             raise SandboxError("Landlock cannot scope the command", EXIT_UNAVAILABLE)
         # Offline: no socket file or FIFO to meet the agent at, which has the network.
         landlock.enter("standard", no_rendezvous=settings.offline_commands)
+        if settings.offline_commands:
+            limit_transports()
         os.chdir(cwd)
         os.execve(shell, argv, env)
     except (OSError, SandboxError) as exc:

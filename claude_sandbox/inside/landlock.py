@@ -240,8 +240,9 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
           *, no_rendezvous: bool = False) -> None:
     """Put this process (and so the agent) into its Landlock domain. Irreversible.
 
-    `no_rendezvous`: no socket file and no FIFO may be made anywhere (an offline command
-    of brokered's: a place two processes meet is a way round its missing network)."""
+    `no_rendezvous`: no socket file and no FIFO may be made anywhere, and no TCP socket
+    connected or bound (an offline command of brokered's: a meeting place, or a socket
+    the agent hands it over a stream, is a way round its missing network)."""
     abi = abi_version()
     scoped = SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if abi >= SCOPE_ABI else 0
     handled_fs = (ACCESS_FS_EXECUTE if level == "harsh" else 0) | (
@@ -261,7 +262,8 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
         return
     if no_rendezvous and not scoped:
         raise SandboxError("an offline command needs Landlock ABI 6", EXIT_UNAVAILABLE)
-    attr = _RulesetAttr(handled_fs, 0, scoped)
+    handled_net = _NET_BIND | _NET_CONNECT if no_rendezvous else 0  # no port granted
+    attr = _RulesetAttr(handled_fs, handled_net, scoped)
     size = 24 if abi >= SCOPE_ABI else 16 if abi >= 4 else 8
     ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), size, 0)
     if ruleset < 0:

@@ -111,8 +111,8 @@ def rules_for(level: str, flags: tuple[str, ...] = ()) -> tuple[Rule, ...]:
 
 
 def _compile(rows: tuple[Rule, ...], machine: str) -> bytes:
-    return assemble(tuple(Refusal(getattr(row, machine), row.errno, row.arg) for row in rows),
-                    machine)
+    return assemble(tuple(Refusal(getattr(row, machine), row.errno,
+                                  (row.arg,) if row.arg else ()) for row in rows), machine)
 
 
 def build_filter(level: str, machine: str | None = None,

@@ -214,6 +214,19 @@ tcp = socket.create_connection(("127.0.0.1", {port}))
 handed = subprocess.run(["/bin/sh", "-c", "echo through >&0"], stdin=tcp,
                         capture_output=True, text=True)
 print("handed", handed.returncode, handed.stderr.strip())
+# A Unix stream is allowed; an unconnected TCP socket sent over it must not connect.
+ours, theirs = socket.socketpair()
+receive = ("import socket; s = socket.socket(fileno=0); "
+           "_, fds, _, _ = socket.recv_fds(s, 1, 1); t = socket.socket(fileno=fds[0]); "
+           "t.settimeout(5)\\n"
+           "try:\\n    t.connect(('127.0.0.1', {port})); print('connected')\\n"
+           "except OSError as e:\\n    print('refused', e.errno)")
+command = subprocess.Popen(["/bin/sh", "-c", f'exec python3 -c "{{receive}}"'], stdin=theirs,
+                           stdout=subprocess.PIPE, text=True)
+theirs.close()
+unconnected = socket.socket()
+socket.send_fds(ours, [b"x"], [unconnected.fileno()])
+print("passed", command.communicate(timeout=30)[0].strip())
 """
     try:
         result = _agent(setup, script)
@@ -224,6 +237,7 @@ print("handed", handed.returncode, handed.stderr.strip())
         out, result.stderr)
     assert "'fifo', '1'" in out and "'socket', '1'" in out, (out, result.stderr)
     assert "handed 126" in out and "may not be network sockets" in out, (out, result.stderr)
+    assert "passed refused 13" in out, (out, result.stderr)  # EACCES: Landlock, no port
 
 
 def test_agent_exec_lets_the_agent_run_a_program_itself(setup) -> None:  # type: ignore[no-untyped-def]

@@ -277,8 +277,9 @@ def test_vsock_is_refused_unless_the_operator_allows_it() -> None:
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_the_brokered_agents_own_filter(machine: str) -> None:
-    """memfd_create, the stream protocols Landlock's port rules do not see, and TCP Fast
-    Open's connect-in-send are refused in the agent's own process; plain TCP is not."""
+    """memfd_create, the stream protocols Landlock's port rules do not see (by protocol
+    or by type), and TCP Fast Open's connect-in-send are refused in the agent's own
+    process; plain TCP and a Unix seqpacket socket are not."""
     from claude_sandbox.inside import agentside
 
     prog = agentside.agent_filter(machine)
@@ -294,6 +295,10 @@ def test_the_brokered_agents_own_filter(machine: str) -> None:
         assert verdict("socket", 2, 1, protocol) == bpf.RET_ERRNO | 93
     assert verdict("socket", 2, 1, 6) == bpf.RET_ALLOW
     assert verdict("socket", 2, 1, 0) == bpf.RET_ALLOW
+    for family in (2, 10):  # SCTP and DCCP by an IP socket's type, flags in the high bits
+        assert verdict("socket", family, 5 | 0o2000000, 0) == bpf.RET_ERRNO | 93
+        assert verdict("socket", family, 6, 0) == bpf.RET_ERRNO | 93
+    assert verdict("socket", 1, 5, 0) == bpf.RET_ALLOW  # AF_UNIX SOCK_SEQPACKET
     fastopen = 0x20000000
     assert verdict("sendto", 3, 0, 10, fastopen | 0x40) == bpf.RET_ERRNO | 95
     assert verdict("sendmsg", 3, 0, fastopen) == bpf.RET_ERRNO | 95
