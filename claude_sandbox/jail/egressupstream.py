@@ -41,7 +41,9 @@ _NETS = _nets()
 
 # rtnetlink (linux/rtnetlink.h): one RTM_GETROUTE per address, answered with the route
 # the host would use. These route types mean the host itself (or all of its link).
-_RTM_GETROUTE, _NLMSG_ERROR, _NLM_F_REQUEST, _RTA_DST = 26, 2, 1, 1
+_RTM_GETROUTE, _RTM_NEWROUTE, _NLMSG_ERROR, _NLM_F_REQUEST, _RTA_DST = 26, 24, 2, 1, 1
+# The errors a route lookup answers with when the host has no route it would use.
+_NO_ROUTE = frozenset({101, 113, 13, 22})  # ENETUNREACH, EHOSTUNREACH, EACCES, EINVAL
 _HOST_TYPES = {2: "local", 3: "broadcast", 4: "anycast", 5: "multicast"}
 _NETLINK_TIMEOUT = 2.0
 
@@ -88,9 +90,15 @@ class HostRoutes:
                 if int.from_bytes(reply[8:12], "little") == self.seq:
                     break  # an answer to an earlier question that timed out is skipped
         if kind == _NLMSG_ERROR:
-            return None  # no route at all: not the host's
-        if len(reply) < 28:
-            raise OSError("a short route from the host's routing table")
+            # No route the host would use (none, unreachable, prohibit, blackhole): not the
+            # host's own. Any other answer is not understood, and refuses.
+            error = -int.from_bytes(reply[16:20], "little", signed=True) if len(reply) >= 20 \
+                else 0
+            if error in _NO_ROUTE:
+                return None
+            raise OSError(f"the host's routing table answered error {error}")
+        if kind != _RTM_NEWROUTE or len(reply) < 28:
+            raise OSError("an answer from the host's routing table that is not a route")
         return _HOST_TYPES.get(reply[16 + 7])
 
 

@@ -204,13 +204,21 @@ def host_addresses(fib_trie: str, route: str) -> tuple[str, ...]:
     gateway (/proc/net/route) as an address."""
     found: list[str] = []
     last = ""
+    table = ""
     for line in fib_trie.splitlines():
         text = line.strip()
-        if text.startswith("|--"):
+        if line[:1] not in (" ", "") and text.endswith(":"):
+            table = text[:-1]  # "Main", "Local", or another table's id
+        elif text.startswith("|--"):
             last = text[3:].strip()
-        elif text.startswith("/") and text.endswith(" LOCAL") and last:
+        elif text.startswith("/") and last and table in ("Main", "Local") \
+                and "LOCAL" in text.split():
+            # The host's own addresses and ranges are the local table's (shown under Main
+            # too, where the kernel merged the two). A local route in a policy table ("Id
+            # 100": a transparent proxy's `local 0.0.0.0/0 ... table 100`) is steering,
+            # not an address; and no range as wide as /0 names the host.
             prefix = text[1:].split()[0]
-            if not prefix.isdigit() or int(prefix) > 32:
+            if not prefix.isdigit() or not 0 < int(prefix) <= 32:
                 continue
             entry = last if prefix == "32" else _network(f"{last}/{prefix}")
             if entry not in found:

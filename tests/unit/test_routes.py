@@ -166,12 +166,19 @@ Local:
      /32 link BROADCAST
   |-- 127.0.0.0
      /8 host LOCAL
+  |-- 203.0.113.9
+     /32 host LOCAL tos=4
+Id 100:
+  |-- 0.0.0.0
+     /0 host LOCAL
+  |-- 192.88.99.1
+     /32 host LOCAL
 """
     route = ("Iface\tDestination\tGateway \tFlags\n"
              "eth0\t00000000\t0202000A\t0003\n"
              "eth0\t0002000A\t00000000\t0001\n")
     assert routes.host_addresses(fib_trie, route) == (
-        "10.0.2.100", "198.51.100.7", "198.51.100.128/25", "10.0.2.2")
+        "10.0.2.100", "198.51.100.7", "198.51.100.128/25", "203.0.113.9", "10.0.2.2")
 
 
 def test_local_table_prediction_matches_the_kernel() -> None:
