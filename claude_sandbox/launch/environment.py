@@ -40,6 +40,9 @@ CONNECTION = (
     "ANTHROPIC_VERTEX_PROJECT_ID", "CLOUD_ML_REGION", "AWS_REGION", "AWS_DEFAULT_REGION",
     "OPENAI_BASE_URL",
 )  # fmt: skip
+# Of those, the URLs: one with a user part or a query may carry a key in it
+# (https://user:key@gateway/, ?key=...), and stays out unless pass-env names it.
+URL_SETTINGS = ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL")
 # Proxy settings: with the egress jail the agent's traffic goes to the egress proxy
 # whatever the tool asks, and a tool that also asked a proxy address would be judged by
 # the wrong name; they pass only with the jail off (and are named at launch otherwise).
@@ -54,12 +57,21 @@ def inner_path(facts: HostFacts) -> str:
     return ":".join([*entries, local_bin])
 
 
+def secret_in_url(value: str) -> bool:
+    """Whether a URL setting's value may carry a key: a user part, a query or a fragment."""
+    host = value.partition("://")[2].split("/", 1)[0]
+    return "@" in host or "?" in value or "#" in value
+
+
 def passed_names(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The launching variables the environment below may take: terminal, locale,
-    connection settings (proxies only with the jail off), pass-env."""
+    connection settings (proxies only with the jail off; a URL only without a key in
+    it), pass-env."""
     return tuple(name for name in environ if name in PASSED_THROUGH
-                 or name in keys.LOCALE or name in CONNECTION
-                 or (name in PROXIES and not config.egress_jail) or name in config.pass_env)
+                 or name in keys.LOCALE or name in config.pass_env
+                 or (name in CONNECTION and not (name in URL_SETTINGS
+                                                 and secret_in_url(environ[name])))
+                 or (name in PROXIES and not config.egress_jail))
 
 
 def environment(

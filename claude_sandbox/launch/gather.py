@@ -64,7 +64,8 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
                             store_home=state.agent_home(store, profile.name),
                             toolchains=[os.path.join(home, t) for t in mounts.TOOLCHAINS],
                             secret_globs=[os.path.join(home, g)
-                                          for g in mounts.TOOLCHAIN_SECRETS])
+                                          for g in mounts.TOOLCHAIN_SECRETS],
+                            state_dir=cfg.state_dir)
     layout = resolve_writable(cfg, facts, store)
     if request.command is None:
         command: tuple[str, ...] = (facts.real_binary, *profiles.agent_args(profile, request.args))

@@ -61,6 +61,7 @@ class HostFacts:
     # and the files in them that hold a credential (mounts.TOOLCHAIN_SECRETS), found.
     toolchains: tuple[str, ...] = ()
     toolchain_secrets: tuple[str, ...] = ()
+    state_dir_real: str = ""  # the configured state-dir, resolved (empty: none configured)
 
 
 def root_entries() -> tuple[tuple[str, str | None], ...]:
@@ -242,6 +243,7 @@ def probe(
     store_home: str,
     toolchains: Iterable[str] = (),
     secret_globs: Iterable[str] = (),
+    state_dir: str | None = None,
 ) -> HostFacts:
     """`wanted` names the optional paths whose existence the builder needs;
     `store_home` is the agent's state store; `toolchains` the toolchain homes to look
@@ -282,6 +284,7 @@ def probe(
         root_entries=root_entries(),
         toolchains=tuple(p for p in toolchains if os.path.isdir(p) and not os.path.islink(p)),
         toolchain_secrets=probe_secrets(secret_globs),
+        state_dir_real=os.path.realpath(state_dir) if state_dir else "",
     )
 
 

@@ -233,11 +233,14 @@ def _store_mounts(config: Config, facts: HostFacts) -> list[Mount]:
     """A `state-dir` in a tree the sandbox shows is covered: every user's and every
     agent's store is there, and an agent's login is another agent's to read (check 89).
     This agent's own home comes back at $HOME (_home_mounts)."""
-    if config.state_dir is None or not under(config.state_dir, reads.shown_roots(
-            facts.root_entries)):
+    if config.state_dir is None:
         return []
-    return [Mount("tmpfs", config.state_dir, "state-dir: the stores of other agents and "
-                  "users are not here; this agent's own is $HOME (check 89)", size=1 << 20)]
+    # Where it really is: a link into a shown tree would otherwise show every store.
+    real = facts.state_dir_real or config.state_dir
+    if not under(real, reads.shown_roots(facts.root_entries)):
+        return []
+    return [Mount("tmpfs", real, "state-dir: the stores of other agents and users are not "
+                  "here; this agent's own is $HOME (check 89)", size=1 << 20)]
 
 
 def restored(facts: HostFacts) -> list[str]:

@@ -69,6 +69,13 @@ def _held_back(profile: profiles.Profile, cfg: config.Config,
             "here but not passed in: the egress jail sends every connection through its own "
             "proxy, which connects directly and does not chain to another proxy yet; where "
             "the network has no direct way out, set egress-jail = 0\n")
+    urls = [name for name in environment.URL_SETTINGS if environ.get(name)
+            and environment.secret_in_url(environ[name]) and name not in cfg.pass_env]
+    if urls:
+        sys.stderr.write(f"claude-sandbox: {', '.join(urls)} may carry a key (a user part or "
+                         "a query in the URL), so it is not passed in; to pass it, add to "
+                         f"{paths.CONFIG_FILE}: " + "; ".join(f"pass-env = {u}" for u in urls)
+                         + "\n")
     declared = {line.split()[0] for line in cfg.credential}
     names = [name for name in profiles.held_back(profile, environ, cfg.pass_env)
              if name not in declared]

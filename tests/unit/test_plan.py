@@ -201,6 +201,10 @@ def test_a_state_dir_in_a_shown_tree_is_covered_before_the_agents_own_home() -> 
         assert bool(masks) == covered, (state_dir, argv)
         if covered:
             assert masks[0] < index_of(argv, "--bind", facts().store_home)
+    # A link into a shown tree is covered where it leads.
+    linked = replace(facts(), state_dir_real="/var/lib/stores")
+    argv = flat(build(cfg=Config(egress_jail=False, state_dir="/srv/link"), host=linked))
+    assert any(a == "--tmpfs" and argv[i + 1] == "/var/lib/stores" for i, a in enumerate(argv))
 
 
 def test_max_memory_per_process_keeps_the_tmpfs_mounts_within_it_and_refuses_memfd() -> None:
@@ -317,6 +321,10 @@ def test_connection_settings_pass_and_proxies_only_without_the_jail() -> None:
             assert env[name] == environ[name], name
         assert "AWS_SECRET_ACCESS_KEY" not in env and "ANTHROPIC_AUTH_TOKEN" not in env
         assert ("HTTPS_PROXY" in env and "no_proxy" in env) == (not jailed)
+    for keyed in ("https://user:key@gw.example/", "https://gw.example/v1?key=k"):
+        env = dict(build(cfg=Config(egress_jail=True),
+                         environ={"ANTHROPIC_BASE_URL": keyed}).env)
+        assert "ANTHROPIC_BASE_URL" not in env, keyed
 
 
 def test_the_agent_gets_bash_as_its_shell_and_no_setenv() -> None:
