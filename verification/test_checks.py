@@ -7,6 +7,7 @@ the table prints on FAIL. A check skips only with a stated reason.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import glob
 import hashlib
@@ -1377,7 +1378,12 @@ def test_91_max_memory_without_a_cgroup(request: pytest.FixtureRequest) -> None:
     except OSError as error:
         made = errname(error.errno or 0)
     assert made == "ENOSYS", f"memfd_create gave {made}, not the filter's ENOSYS"
-    note(request, f"RLIMIT_DATA {memory}; tmpfs together {total}; memfd_create refused")
+    shm = ctypes.CDLL(None, use_errno=True).shmget(0, 4096, 0o1000 | 0o600)  # IPC_PRIVATE
+    assert shm == -1 and ctypes.get_errno() == errno.ENOSYS, "shmget made a segment"
+    can, evidence = writable("/dev")
+    assert not can, f"/dev takes files: {evidence}"
+    note(request, f"RLIMIT_DATA {memory}; tmpfs together {total}; memfd_create and shmget "
+         "refused; /dev takes no files")
 
 
 # ---------------------------------------------------------- 92 (toolchains of the home)

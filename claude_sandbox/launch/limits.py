@@ -106,8 +106,9 @@ def plan_limits(
             if explicit_memory:
                 warnings.append(
                     "max-memory holds per process (RLIMIT_DATA), with the sandbox's tmpfs "
-                    "mounts within it together and memfd_create refused, not for all its "
-                    "processes together: no writable memory cgroup"
+                    "mounts within it together and memfd_create and System V shared memory "
+                    "refused; not for all its processes together, nor for memory a process "
+                    "maps shared: no writable memory cgroup"
                 )
     defaults = tuple(name for name, explicit in (("max-pids", explicit_pids),
                                                  ("max-memory", explicit_memory)) if not explicit)

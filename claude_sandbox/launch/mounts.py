@@ -374,6 +374,12 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
     if jailed:
         found.append(Mount("data", "/etc/resolv.conf", "DNS through the jail's forwarder",
                            source=RESOLV_CONF))
+    # bubblewrap's /dev is an unbounded tmpfs a root agent could write: read-only once its
+    # mount points are made (device nodes still open for writing; /dev/shm, /dev/pts and
+    # /dev/mqueue are mounts of their own), so neither a place to keep files nor a way
+    # past the tmpfs caps (check 91).
+    found.append(Mount("remount-ro", "/dev", "bubblewrap's /dev: no files made there, the "
+                       "devices still writable (check 91)"))
     # Last: bubblewrap's own root, where the mount points above were made, becomes
     # read-only (the mounts on it keep their own modes), so it is neither a place to
     # write outside the bounded tmpfs mounts nor a way to fill memory (check 72).

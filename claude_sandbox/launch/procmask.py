@@ -123,13 +123,22 @@ _KERNEL_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue"
 def writable_mounts(pid: int) -> list[str]:
     """Every writable mount of `pid`'s mount namespace, by class, as that process sees
     them: what bwrap binds read-write, each tmpfs, the views carried in below the
-    workspace, the device nodes bound in. Read before joining: inside, /proc is the
-    sandbox's own, where this helper has no /proc/self."""
+    workspace, the device nodes bound in; and every read-only one that shows files one
+    of them shows too. Read before joining: inside, /proc is the sandbox's own, where
+    this helper has no /proc/self."""
     from claude_sandbox.core import mountinfo
 
     table = mountinfo.parse(mountinfo.read(f"/proc/{pid}/mountinfo"))
+    writable = [m for m in table if not m.readonly and m.fstype not in _KERNEL_FS]
+
+    def aliases(m: mountinfo.Mount) -> bool:
+        # A read-only view of files a writable mount shows too (the same device, at or
+        # below its root): a library written through the one maps from the other.
+        return any(m.dev == w.dev and (m.root == w.root or m.root.startswith(
+            w.root.rstrip("/") + "/")) for w in writable)
+
     return list(dict.fromkeys(m.mountpoint for m in table
-                              if not m.readonly and m.fstype not in _KERNEL_FS))
+                              if m.fstype not in _KERNEL_FS and (not m.readonly or aliases(m))))
 
 
 def no_exec(targets: Iterable[str]) -> None:

@@ -75,10 +75,11 @@ def judge(info: os.stat_result, groups: frozenset[int]) -> str:
     return HIDE if root & 0o4 and not others & 0o4 else SKIP
 
 
-# A directory with at least this many entries keeps what each was judged, by name and
-# inode, in a file of its own beside the cache: re-listing it after one change then costs
-# a readdir, not a stat per entry (an unprivileged user's 20,000 files: about 190 ms a
-# launch, measured, while it kept touching one of them).
+# A directory with at least this many entries, owned by another user than root, keeps
+# what each was judged, by name and inode, in a file of its own beside the cache:
+# re-listing it after one change then costs a readdir, not a stat per entry (an
+# unprivileged user's 20,000 files: about 190 ms a launch, measured, while it kept
+# touching one of them).
 LARGE = 1000
 
 
@@ -135,11 +136,15 @@ def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
     while stack:
         current = stack.pop()
         try:
-            dirs[current] = os.lstat(current).st_mtime_ns
+            info = os.lstat(current)
+            dirs[current] = info.st_mtime_ns
             entries = list(os.scandir(current))
         except OSError:
             continue
-        large = listings is not None and len(entries) >= LARGE
+        # Only a directory another user owns keeps a memo: no entry there can become
+        # root's own but by root's hand, whereas a reused inode in root's directory (a file
+        # deleted and made again 0600 under its name) would pass as the entry it was.
+        large = listings is not None and len(entries) >= LARGE and info.st_uid != 0
         before = listings.load(current) if listings is not None and large else {}
         memo: dict[str, tuple[int, str]] = {}
         for entry in entries:
@@ -279,7 +284,14 @@ def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable) -> dic
     # The workspace is walked too (and only filtered below): a cache made from another
     # workspace must know the root-only files of this one.
     skip = [*masked, *pseudo]
-    private = private_paths(os.path.join(store, CACHE_NAME), skip, layout.allow_read)
+    # Trees bound in whatever their parents' modes: allow-read, and the toolchain homes of
+    # root's own home, shown read-only (mounts.TOOLCHAINS) though the home is not.
+    bound = [*layout.allow_read, *facts.toolchains]
+    private = private_paths(os.path.join(store, CACHE_NAME), skip, bound)
     shown = [*masked, layout.workspace, *layout.allow_write]
+
+    def under(path: str, roots: Iterable[str]) -> bool:
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
     return {path: is_dir for path, is_dir in private.items()
-            if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in shown)}
+            if under(path, bound) or not under(path, shown)}

@@ -85,6 +85,8 @@ RULES: tuple[Rule, ...] = (
     # on a tmpfs, which the plan then caps; check 91).
     Rule("memfd_create", 319, 279, "its pages escape a per-process memory cap",
          errno=ENOSYS, when=MEMORY_PER_PROCESS),
+    Rule("shmget", 29, 194, "System V shared memory escapes a per-process memory cap (the "
+         "sandbox's IPC namespace sets no size)", errno=ENOSYS, when=MEMORY_PER_PROCESS),
     # Harsh: no nested user namespaces. Standard keeps them because codex and
     # Anthropic's sandbox runtime build their own sandbox inside (measured).
     Rule("unshare", 272, 97, "a new user namespace regains capabilities", _NEWUSER, level="harsh"),

@@ -185,7 +185,8 @@ def cgroup_row() -> Finding:
     if not usable:
         return Finding(False, "no delegated cgroup: max-pids falls back to RLIMIT_NPROC, "
                        "max-memory to RLIMIT_DATA per process (the tmpfs mounts together "
-                       "within it, memfd_create refused; all processes together uncapped)",
+                       "within it, memfd_create and shmget refused; all processes together "
+                       "and shared mappings uncapped)",
                        "delegate a cgroup v2 subtree with the pids and memory controllers")
     memory = "" if facts.v2 or facts.v1_memory else (
         "; max-memory: RLIMIT_DATA per process, the tmpfs mounts within it, memfd refused")

@@ -94,6 +94,8 @@ def test_a_large_directory_is_listed_again_without_a_stat_per_entry(
     os.makedirs(flood)
     for i in range(rootonly.LARGE + 200):
         os.close(os.open(os.path.join(flood, f"f{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
+    if os.getuid() == 0:
+        os.chown(flood, 1000, 1000)  # a user's directory: only those keep a memo
     listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
     hidden: dict[str, bool] = {}
     dirs: dict[str, int] = {}
@@ -112,3 +114,26 @@ def test_a_large_directory_is_listed_again_without_a_stat_per_entry(
     assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS, listings)
     assert len(judged) == 1, len(judged)
     assert (secret in hidden) == (os.getuid() == 0)
+
+
+def test_an_entry_made_again_in_roots_own_large_directory_is_judged_again(
+        tmp_path: os.PathLike[str]) -> None:
+    """A file deleted and made again 0600 under its name may get its inode back: in a
+    directory root owns, no memo stands in for the stat."""
+    if os.getuid() != 0:
+        pytest.skip("needs root's own directory")
+    base = os.path.join(str(tmp_path), "tree")
+    large = os.path.join(base, "large")
+    os.makedirs(large)
+    for i in range(rootonly.LARGE + 10):
+        os.close(os.open(os.path.join(large, f"f{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
+    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    hidden: dict[str, bool] = {}
+    dirs: dict[str, int] = {}
+    rootonly._scan(base, frozenset(), hidden, dirs, ROOT_GROUPS, listings)
+    again = os.path.join(large, "f7")
+    os.unlink(again)
+    os.close(os.open(again, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.utime(large, ns=(1, 1))
+    assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS, listings)
+    assert hidden.get(again) is False
