@@ -199,7 +199,8 @@ def _guard_mounts(facts: HostFacts, writable: Sequence[str]) -> list[Mount]:
     """Check 22: entry points in writable PATH directories ahead of the shims."""
     found: list[Mount] = []
     for entry in facts.guard:
-        if not under(entry.directory, writable):
+        # A toolchain of the home is read-only inside: nothing can be planted there.
+        if not under(entry.directory, writable) or under(entry.directory, facts.toolchains):
             continue
         path = os.path.join(entry.directory, entry.name)
         if entry.state == "other":

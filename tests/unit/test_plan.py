@@ -461,6 +461,11 @@ def test_toolchains_of_the_home_come_back_read_only_and_their_credentials_empty(
                  ("--ro-bind", paths.EMPTY_FILE, f"{HOME_USER}/.pyenv/versions/3.12.1/pip.conf"))
     assert f"{HOME_USER}/.cargo/bin" in made.inner.exec_files  # harsh lets them run
     assert f"{HOME_USER}/.cargo" not in argv  # cargo's login stays out
+    # A toolchain on PATH ahead of the shims is read-only: no guard bind (none could be
+    # made in it either).
+    guarded = replace(host, guard=(GuardEntry(f"{HOME_USER}/.cargo/bin", "claude",
+                                              "absent"),))
+    assert f"{HOME_USER}/.cargo/bin/claude" not in flat(build(host=guarded))
 
 
 def test_path_entries_the_sandbox_hides_are_named(capsys: pytest.CaptureFixture[str]) -> None:
