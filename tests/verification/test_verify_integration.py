@@ -46,12 +46,24 @@ def _failures(report: dict) -> list[str]:
             if r["outcome"] in ("FAIL", "ESCAPED")]
 
 
+# The probes of the jail's address classes, the stores, the thread of a hidden process
+# and vsock: BLOCKED for every agent, as root and as a user.
+PROBES_EVERYWHERE = ("A57", "A58", "A60", "A64")
+
+
+def _blocked(report: dict) -> list[str]:
+    rows = {r["id"]: r for r in report.get("rows", [])}
+    return [f"{p} {rows.get(p, {}).get('outcome')}" for p in PROBES_EVERYWHERE
+            if rows.get(p, {}).get("outcome") != "BLOCKED"]
+
+
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
 def test_verify_passes_as_root(agent: str) -> None:
     if os.getuid() != 0:
         pytest.skip("needs root")
-    status, report = _verify(agent)
+    status, report = _verify(agent, None, "--adversarial")
     assert status == 0 and not _failures(report), _failures(report)
+    assert not _blocked(report), _blocked(report)
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
@@ -60,8 +72,9 @@ def test_verify_passes_as_sbxuser(agent: str) -> None:
         pytest.skip("needs root to switch to sbxuser")
     subprocess.run(["id", "sbxuser"], check=False, capture_output=True).returncode == 0 or \
         subprocess.run(["useradd", "-m", "sbxuser"], check=True)
-    status, report = _verify(agent, "sbxuser")
+    status, report = _verify(agent, "sbxuser", "--adversarial")
     assert status == 0 and not _failures(report), _failures(report)
+    assert not _blocked(report), _blocked(report)
 
 
 @pytest.mark.parametrize(("user", "agent"), [("root", "claude"), ("root", "codex"),
