@@ -8,6 +8,7 @@ inside, its managed configuration makes this sandbox its sandbox (codexconfig.py
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -45,14 +46,23 @@ def workspace(user: pwd.struct_passwd) -> Iterator[str]:
 
 @pytest.fixture
 def conf() -> Iterator[str]:
+    with _conf_file("") as path:
+        yield path
+
+
+@contextlib.contextmanager
+def _conf_file(extra: str) -> Iterator[str]:
+    """The suite's configuration and `extra` lines, in a file a test user can read."""
     directory = tempfile.mkdtemp(prefix="csbx-conf-")
     path = os.path.join(directory, "claude-sandbox.conf")
     with open(path, "w") as handle:
-        handle.write(CONFIG)
+        handle.write(CONFIG + extra)
     os.chmod(directory, 0o755)
     os.chmod(path, 0o644)
-    yield path
-    shutil.rmtree(directory)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _as(user: pwd.struct_passwd) -> list[str]:
@@ -113,15 +123,9 @@ def test_the_agent_reaches_its_api_through_the_egress_proxy(
     the proxy, and the record says so."""
     if not agentrun.is_installed(agent):
         pytest.skip(f"{agent} is not installed")
-    directory = tempfile.mkdtemp(prefix="csbx-conf-")
-    conf = os.path.join(directory, "claude-sandbox.conf")
-    with open(conf, "w") as handle:
-        handle.write(CONFIG + "allow-domain = mock-api.test\n")
-    os.chmod(directory, 0o755)
-    os.chmod(conf, 0o644)
     os.chmod(test_internet.hosts, 0o644)
     marker = os.path.join(workspace, f"ran-{agent}")
-    try:
+    with _conf_file("allow-domain = mock-api.test\n") as conf:
         result = _run_inside(agent, user, workspace, conf, f"touch {marker}",
                              internet=test_internet)
         assert os.path.exists(marker), (result.returncode, result.stdout[-2000:],
@@ -137,8 +141,6 @@ def test_the_agent_reaches_its_api_through_the_egress_proxy(
         assert any(e["kind"] == "http" and e["name"] == "mock-api.test"
                    and e["verdict"] == "allowed" and (e.get("received", 0) > 0 or e.get("cut"))
                    for e in entries), entries
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
@@ -159,19 +161,11 @@ def test_the_agent_runs_a_command_under_harsh(agent: str, user: pwd.struct_passw
     real agent, its tools and its command still work."""
     if not agentrun.is_installed(agent):
         pytest.skip(f"{agent} is not installed")
-    directory = tempfile.mkdtemp(prefix="csbx-conf-")
-    conf = os.path.join(directory, "claude-sandbox.conf")
-    with open(conf, "w") as handle:
-        handle.write(CONFIG + "hardening = harsh\n")
-    os.chmod(directory, 0o755)
-    os.chmod(conf, 0o644)
     marker = os.path.join(workspace, f"ran-{agent}")
-    try:
+    with _conf_file("hardening = harsh\n") as conf:
         result = _run_inside(agent, user, workspace, conf, f"touch {marker}")
         assert os.path.exists(marker), (result.returncode, result.stdout[-2000:],
                                         result.stderr[-2000:])
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _git(user: pwd.struct_passwd, workspace: str, *argv: str) -> str:
@@ -246,22 +240,14 @@ def test_the_agent_works_with_a_brokered_api_key_over_tls(
     the bundle and NODE_EXTRA_CA_CERTS, and the mock, over TLS, receives the real key."""
     if not agentrun.is_installed(agent):
         pytest.skip(f"{agent} is not installed")
-    directory = tempfile.mkdtemp(prefix="csbx-conf-")
-    conf = os.path.join(directory, "claude-sandbox.conf")
-    with open(conf, "w") as handle:
-        handle.write(CONFIG + f"allow-domain = mock-api.test\ncredential = {variable} "
-                     "mock-api.test\n")
-    os.chmod(directory, 0o755)
-    os.chmod(conf, 0o644)
     os.chmod(test_internet.hosts, 0o644)
     marker = os.path.join(workspace, f"ran-{agent}")
     keys: list[str] = []
-    try:
+    lines = f"allow-domain = mock-api.test\ncredential = {variable} mock-api.test\n"
+    with _conf_file(lines) as conf:
         result = _run_inside(agent, user, workspace, conf, f"touch {marker}",
                              env={"PI_MOCK_API_KEY": "mock-key"}, internet=test_internet,
                              tls=mock_tls, seen=keys, pi_key="PI_MOCK_API_KEY")
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
     detail = (result.returncode, result.stdout[-2000:], result.stderr[-2000:], keys)
     assert os.path.exists(marker), detail
     assert keys and set(filter(None, keys)) == {real}, detail

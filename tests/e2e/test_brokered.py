@@ -63,6 +63,26 @@ def _prefix(conf: str, user: pwd.struct_passwd | None) -> list[str]:
             f'mount --bind {conf} /etc/claude-sandbox.conf && exec "$@"', "sh", *as_user]
 
 
+def _run(agent: str, user: pwd.struct_passwd, workspace: str, conf: str,
+         api: mockapi.MockAPI, prompt: str) -> subprocess.CompletedProcess[str]:
+    """One prompt to the real agent under brokered, against `api`."""
+    # pi names its API in a file of its own, which the launch does not read: a service
+    # the agent itself must reach on another port than 443 is a local-port.
+    with open(conf, "a") as handle:
+        handle.write(f"local-port = {api.port}\n")
+    if agent == "pi":
+        root = state.store_root(None, user.pw_dir, user.pw_uid)
+        subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                        "--init-groups", f"{SHIM_DIR}/claude-sandbox", "state", "import",
+                        "--agent", "pi"], check=True, capture_output=True,
+                       env={"HOME": user.pw_dir, "PATH": "/usr/bin:/bin"})
+        agentrun.prepare_home("pi", api, state.agent_home(root, "pi"))
+    return agentrun.run_agent(
+        agent, prompt, api=api, home=user.pw_dir, cwd=workspace,
+        argv_prefix=_prefix(conf, user), program=f"{SHIM_DIR}/{agent}",
+        env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0"}, timeout=150)
+
+
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
 def test_the_agents_commands_run_through_the_server(agent: str, user: pwd.struct_passwd,
                                                      workspace: str, conf: str) -> None:
@@ -71,21 +91,7 @@ def test_the_agents_commands_run_through_the_server(agent: str, user: pwd.struct
     marker = os.path.join(workspace, f"ran-{agent}")
     command = f"tr '\\0' ' ' < /proc/1/cmdline > {marker}"
     with mockapi.serve("csbx-brokered", tool_command=command) as api:
-        # pi names its API in a file of its own, which the launch does not read: a
-        # service the agent itself must reach on another port than 443 is a local-port.
-        with open(conf, "a") as handle:
-            handle.write(f"local-port = {api.port}\n")
-        if agent == "pi":
-            root = state.store_root(None, user.pw_dir, user.pw_uid)
-            subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
-                            "--init-groups", f"{SHIM_DIR}/claude-sandbox", "state", "import",
-                            "--agent", "pi"], check=True, capture_output=True,
-                           env={"HOME": user.pw_dir, "PATH": "/usr/bin:/bin"})
-            agentrun.prepare_home("pi", api, state.agent_home(root, "pi"))
-        result = agentrun.run_agent(
-            agent, "run it", api=api, home=user.pw_dir, cwd=workspace,
-            argv_prefix=_prefix(conf, user), program=f"{SHIM_DIR}/{agent}",
-            env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0"}, timeout=150)
+        result = _run(agent, user, workspace, conf, api, "run it")
     assert os.path.exists(marker), (result.returncode, result.stdout[-2000:],
                                     result.stderr[-2000:])
     with open(marker) as handle:
@@ -101,19 +107,7 @@ def test_the_agents_own_file_tool_writes_the_workspace(agent: str, user: pwd.str
     target = os.path.join(workspace, f"written-by-{agent}.txt")
     with mockapi.serve("csbx-brokered", tool_write=(target, "from the agent's own tool\n")
                        ) as api:
-        with open(conf, "a") as handle:
-            handle.write(f"local-port = {api.port}\n")
-        if agent == "pi":
-            root = state.store_root(None, user.pw_dir, user.pw_uid)
-            subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
-                            "--init-groups", f"{SHIM_DIR}/claude-sandbox", "state", "import",
-                            "--agent", "pi"], check=True, capture_output=True,
-                           env={"HOME": user.pw_dir, "PATH": "/usr/bin:/bin"})
-            agentrun.prepare_home("pi", api, state.agent_home(root, "pi"))
-        result = agentrun.run_agent(
-            agent, "write it", api=api, home=user.pw_dir, cwd=workspace,
-            argv_prefix=_prefix(conf, user), program=f"{SHIM_DIR}/{agent}",
-            env={"CLAUDE_SANDBOX_EGRESS_JAIL": "0"}, timeout=150)
+        result = _run(agent, user, workspace, conf, api, "write it")
         assert api.tool_call_requests(), "the mock never asked for the file tool"
     assert os.path.exists(target), (result.returncode, result.stdout[-2000:],
                                     result.stderr[-2000:], api.tool_results())
