@@ -12,7 +12,7 @@ LANG=C.UTF-8, TERM=dumb, NO_PROXY/no_proxy=127.0.0.1,localhost and MOCKAPI_RUN_I
 to find stray processes by), and then:
 
 claude (Claude Code, native binary)
-    argv: ``claude -p PROMPT --output-format text --allowedTools Bash``
+    argv: ``claude -p PROMPT --output-format text --allowedTools Bash Write Edit``
     (``--allowedTools Bash`` lets Bash run without a prompt, root included;
     ``--dangerously-skip-permissions`` is refused as root unless IS_SANDBOX=1).
     env: ANTHROPIC_BASE_URL=mock url, ANTHROPIC_API_KEY=sk-ant-mock, DISABLE_TELEMETRY=1,
@@ -116,8 +116,9 @@ def agent_argv(agent: str, prompt: str, api: MockAPI, *,
     """The arguments after the program name, the prompt placed so that no option eats it
     (claude and pi take no prompt that starts with "-"; codex gets it after "--")."""
     if agent == "claude":
+        # Its own file tools too: under brokered they are the agent's own process writing.
         return ["-p", prompt, "--output-format", "text", *extra_args,
-                "--allowedTools", "Bash"]
+                "--allowedTools", "Bash", "Write", "Edit"]
     if agent == "codex":
         provider = (
             f'{{name="mock", base_url={json.dumps(api.url + "/v1")}, '
