@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from probes import FACTS, errname, fresh_procfs, map_written_code, note
+from probes import FACTS, errname, fresh_procfs, map_written_code, note, writable
 
 from claude_sandbox.core import paths
 
@@ -147,14 +147,15 @@ def test_65_brokered_agent_writes_no_code(request: Req) -> None:
     assert word == "EACCES", f"a program the agent wrote to the workspace: {word}"
     ran = [way for way, outcome in mapped.items() if outcome == "ran"]
     assert not ran, f"the agent mapped what it wrote executable: {', '.join(ran)}"
+    # The control paths as check 52 holds them: an existing file read-only; a directory
+    # an overlay of the agent's own; an absent one named at the session's end.
     controls = [os.path.join(workspace, rel) for rel in FACTS.get("controls", [])]
-    for path in controls[:10]:
-        with pytest.raises(OSError):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            Path(path).write_text("{}")
+    held = [p for p in controls if os.path.lexists(p) and not os.path.isdir(p)]
+    open_to_writes = [p for p in held if writable(p)[0]]
+    assert not open_to_writes, f"control files writable: {', '.join(open_to_writes)}"
     note(request, "the agent writes the workspace; what it writes there does not run "
-         f"(exec {word}; {'; '.join(f'{w}: {o}' for w, o in mapped.items())}); control "
-         "paths refused")
+         f"(exec {word}; {'; '.join(f'{w}: {o}' for w, o in mapped.items())}); "
+         f"{len(held)} control file(s) read-only")
 
 
 def test_66_brokered_commands_through_the_server(request: Req) -> None:
