@@ -94,7 +94,40 @@ def relay_stops() -> NoReturn:
             pass_stop_on(pid)
             continue
         code = os.waitstatus_to_exitcode(status)
+        _say_left_behind()
         os._exit(128 - code if code < 0 else code)
+
+
+def _say_left_behind() -> None:
+    """One line naming what the agent started and left running: it ends with the session
+    (the sandbox's pid namespace goes), and would otherwise end silently."""
+    def status(pid: str) -> dict[str, str]:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            return dict(line.split(":", 1) for line in handle if ":" in line)
+
+    try:
+        entries = os.listdir("/proc")
+        depth = len(status("self").get("NSpid", "").split())
+    except OSError:
+        return
+    own, names = str(os.getpid()), []
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            fields = status(pid)
+        except OSError:
+            continue
+        # The sandbox's own pid namespace only, at this process's depth (where the outer
+        # /proc is bound, outer processes sit higher), neither its pid 1 (bwrap's) nor
+        # this process (the last NSpid is the number in the sandbox's own namespace).
+        nspid = fields.get("NSpid", "").split()
+        if len(nspid) == depth and nspid[-1] not in ("1", own):
+            names.append(fields.get("Name", "?").strip())
+    if names:
+        shown = ", ".join(sorted(set(names))[:5])
+        os.write(2, f"claude-sandbox: {len(names)} process(es) the agent left running end "
+                    f"with the session ({shown})\n".encode())
 
 
 def main(argv: list[str]) -> NoReturn:

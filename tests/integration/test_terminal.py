@@ -163,3 +163,22 @@ def test_a_command_resolves_as_the_inside_sees_it(tmp_path: object) -> None:
         shutil.rmtree(shims)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "inner"
+
+
+def test_background_work_the_agent_leaves_is_named_when_it_ends(tmp_path: object) -> None:
+    """On a terminal, what the agent started and left running ends with the session, and
+    the session says so rather than end it silently."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(str(tmp_path))
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "TERM": "xterm",
+               "CLAUDE_SANDBOX_EGRESS_JAIL": "0"}
+        os.execve("/usr/local/bin/claude-sandbox",
+                  ["claude-sandbox", "shell", "--", "/bin/sh", "-c",
+                   "sleep 300 & sleep 301 & echo STARTED"], env)
+    terminal = PtyProcess()
+    terminal.pid, terminal.fd = pid, fd
+    assert terminal.wait_for("left running end with the session", timeout=60), terminal.seen
+    assert terminal.wait_for("(sleep)"), terminal.seen
+    assert b"2 process(es)" in terminal.seen, terminal.seen
+    os.waitpid(pid, 0)
