@@ -21,7 +21,7 @@ from pathlib import Path
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.install import installer
-from claude_sandbox.launch import gather, hostfacts, profiles
+from claude_sandbox.launch import gather, hostfacts, profiles, state
 
 TUN = "/dev/net/tun"
 TUN_RDEV = os.makedev(10, 200)
@@ -284,6 +284,36 @@ def agent_row(name: str) -> Callable[[], Finding]:
     return probe
 
 
+def _size(top: str) -> int:
+    """The bytes of the regular files below `top`, links not followed."""
+    total = 0
+    for directory, _dirs, files in os.walk(top):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
+
+
+def sizes_row() -> Finding:
+    """What the installation and this user's state store take on disk."""
+    try:
+        cfg = gather.load_config("claude", os.environ)
+    except SandboxError:
+        cfg = None
+    store = state.store_root(cfg.state_dir if cfg else None, hostfacts.login_home(),
+                             os.getuid())
+    found = [f"{paths.LIBEXEC} {_size(paths.LIBEXEC) >> 20} MiB"]
+    for name in profiles.AGENT_NAMES:
+        home = state.agent_home(store, name)
+        if os.path.isdir(home):
+            found.append(f"{name}'s store {_size(home) >> 20} MiB")
+    return Finding(True, "; ".join(found))
+
+
 ROWS: tuple[Row, ...] = (
     Row("bubblewrap", True, bwrap_row),
     Row("user namespaces", True, userns_row),
@@ -303,6 +333,7 @@ ROWS: tuple[Row, ...] = (
     Row("entry-point guard", True, guard_row),
     Row("configuration", True, config_row),
     *(Row(f"agent {name}", False, agent_row(name)) for name in profiles.AGENT_NAMES),
+    Row("sizes", False, sizes_row),
 )
 
 
