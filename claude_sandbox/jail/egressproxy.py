@@ -371,14 +371,18 @@ def main(control_fd: int) -> int:
             from claude_sandbox.jail import egressinject  # ssl: only when brokering
 
             broker = egressinject.from_fields(args[size:])
-    except (ValueError, IndexError) as exc:
+    except (ValueError, IndexError, TypeError) as exc:
         send_frame(control, ["err", f"the egress proxy's policy does not parse: {exc}"])
         return 1
     except OSError as exc:  # ssl.SSLError included: the certificate or the trust store
         send_frame(control, ["err", f"the credential broker cannot start: {exc}"])
         return 1
-    proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts(policy.hosts_file)),
-                  broker, HostRoutes(fds[1]))
+    try:
+        proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts(policy.hosts_file)),
+                      broker, HostRoutes(fds[1]))
+    except Exception as exc:  # its streams are /dev/null: the launcher's line is all there is
+        send_frame(control, ["err", f"the egress proxy failed: {type(exc).__name__}: {exc}"])
+        return 1
     send_frame(control, ["ok"])
     serve(proxy, control, sockets)
     return 0
