@@ -15,7 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.netfixtures import echo_hosts, test_internet  # noqa: F401  (fixtures, for every suite)
+from tests.netfixtures import (  # noqa: F401  (fixtures, for every suite)
+    echo_hosts,
+    no_leftovers_from_an_earlier_run,
+    test_internet,
+)
 
 CONFIG = "/etc/claude-sandbox.conf"
 WIDEN = "env-may-widen = egress-jail  # added by the test suite for its run\n"

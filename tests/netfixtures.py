@@ -28,6 +28,36 @@ def _ip(*args: str) -> None:
     subprocess.run([IP, *args], check=True, capture_output=True)
 
 
+# What the network fixtures add to the host beside their own csbx-named namespaces and
+# links: addresses and local routes on lo (test_egress's AnyIP test) and the route to the
+# test internet (gone with its veth, named here in case the veth went first).
+_HOST_LEFTOVERS = (("addr", "del", "198.51.100.130/32", "dev", "lo"),
+                   ("route", "del", "local", "198.51.100.64/26", "dev", "lo"),
+                   ("route", "del", "198.51.100.0/24"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftovers_from_an_earlier_run() -> None:
+    """A run killed before its teardown (a time limit, SIGKILL) leaves its namespaces,
+    veths and routes behind, and the next run's set-up then collides with them
+    (`ip route add`: File exists). One run at a time owns these names (the session also
+    takes over /etc/claude-sandbox.conf), so every csbx-named namespace or link found
+    at the start is an earlier run's."""
+    if os.getuid() != 0:
+        return
+    listed = subprocess.run([IP, "netns", "list"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        if line.startswith("csbx"):
+            subprocess.run([IP, "netns", "del", line.split()[0]], capture_output=True)
+    links = subprocess.run([IP, "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(": ")[1].split("@")[0]
+        if name.startswith("csbx"):
+            subprocess.run([IP, "link", "del", name], capture_output=True)
+    for args in _HOST_LEFTOVERS:
+        subprocess.run([IP, *args], capture_output=True)
+
+
 @dataclass(frozen=True)
 class Internet:
     """The test internet: three named hosts, their names in `hosts` (a hosts file the
