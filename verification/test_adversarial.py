@@ -1018,3 +1018,25 @@ def test_a64_thread_cmdline(request: Req) -> None:
                     "unmasked (podman --security-opt unmask=/proc/*, Docker --security-opt "
                     "systempaths=unconfined)")
     _blocked(request, "no thread of an outer process was reachable by number")
+
+
+def test_a65_replace_a_linked_control_path(request: Req) -> None:
+    """Dotfile managers make .envrc a link: its target inside the workspace is held, but
+    the link is no mount point. Replace it with a file of our own, which direnv outside
+    would run; the launcher must put the link back when the session ends (confirmed
+    outside: the planted text is not what .envrc holds afterwards)."""
+    workspace = str(FACTS.get("workspace") or os.getcwd())
+    path = os.path.join(workspace, ".envrc")
+    if not os.path.islink(path):
+        _blocked(request, ".envrc is not a link in this workspace: nothing to replace")
+        return
+    text = f"echo planted by claude-sandbox verify {os.getpid()}\n"
+    try:
+        os.unlink(path)
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as error:
+        _blocked(request, f"the link could not be replaced ({error.strerror})")
+        return
+    request.node.user_properties.append(("appended", [[path, text]]))
+    _blocked(request, "the link was replaced inside; the launcher must put it back "
+             "(confirmed outside)")

@@ -24,8 +24,13 @@ renders), without making anything in the workspace (ADR 0010):
   shows to git, the agents, the IDE and the user's terminal. What the session
   creates there is moved, when it ends, into the agent's per-workspace store
   and named (steps.py), so no program outside finds it there afterwards;
-- a protected path that is a symbolic link cannot be held (a mount follows
-  the link, and the link itself could be swapped): the launch is refused.
+- a protected path (or a directory above it) that is a symbolic link staying
+  inside the writable root (dotfile managers make these) is held through its
+  target: the target is planned like the path itself. The link is not a mount
+  point and can be replaced during the session, so the session's end puts the
+  same link back and moves what stood there into the store (steps.py), like a
+  path the session made. A link that leaves the root names something the plan
+  cannot hold, and the launch is refused with what the user can do.
 """
 
 from __future__ import annotations
@@ -73,6 +78,15 @@ CONTROL: tuple[Control, ...] = (
 
 
 @record
+class Link:
+    """A symbolic link on the way to a control path, as found at launch."""
+
+    path: str  # absolute, inside the writable root
+    text: str  # what readlink gave: put back at the session's end if replaced
+    target: str  # its realpath at launch
+
+
+@record
 class ControlPlan:
     """What the argv builder binds, in order, and the overlay views the launch mounts."""
 
@@ -82,6 +96,7 @@ class ControlPlan:
     views: tuple[str, ...]  # existing directories: overlays with the agent's copy on top
     absent: tuple[str, ...]  # not there at launch: what the session makes there is moved
     reasons: tuple[tuple[str, str], ...]  # (absolute path, why) for explain
+    links: tuple[Link, ...] = ()  # followed to their targets: put back if replaced
 
 
 def controls(protect: Sequence[str], unprotect: Sequence[str]) -> tuple[Control, ...]:
@@ -130,31 +145,102 @@ def candidates(root: str, table: Sequence[Control], extra: Sequence[str]) -> lis
     return wanted
 
 
+# How many links one control path may pass through; the kernel's own limit is 40, and
+# a chain this long in a workspace is a trap, not a dotfile manager's work.
+MAX_LINKS = 8
+
+
+def read_links(kinds: dict[str, str | None]) -> dict[str, Link]:
+    """readlink and realpath of each link `probe` found: the planner's other facts."""
+    found: dict[str, Link] = {}
+    for path, kind in kinds.items():
+        if kind == "link":
+            try:
+                found[path] = Link(path, os.readlink(path), os.path.realpath(path))
+            except OSError:
+                continue  # gone since the probe: the planner refuses an unresolved link
+    return found
+
+
+def survey(root: str, table: Sequence[Control],
+           extra: Sequence[tuple[str, str]]) -> tuple[dict[str, str | None], dict[str, Link]]:
+    """The kinds and links `plan` needs: every control path, its parents, and the same
+    again through each link met on the way, to a bounded depth."""
+    kinds: dict[str, str | None] = {}
+    links: dict[str, Link] = {}
+    rows = [*((c.path, c.why) for c in table), *extra]
+    for _ in range(MAX_LINKS + 1):
+        wanted = [p for p in candidates(root, (), [r for r, _ in rows]) if p not in kinds]
+        if not wanted:
+            break
+        found = probe(wanted)
+        kinds.update(found)
+        links.update(read_links(found))
+        rows = [*rows, *through_links(root, rows, links)]
+    return kinds, links
+
+
+def through_links(root: str, rows: Sequence[tuple[str, str]],
+                  links: dict[str, Link]) -> list[tuple[str, str]]:
+    """Pure: each row that passes through a link staying inside `root`, rewritten to
+    the link's target, in the rows' order (one step; `plan` and `survey` repeat it)."""
+    followed: list[tuple[str, str]] = []
+    for relative, why in rows:
+        parts = relative.split("/")
+        for depth in range(1, len(parts) + 1):
+            link = links.get(os.path.join(root, *parts[:depth]))
+            if link is None:
+                continue
+            if link.target.startswith(root + "/"):
+                rest = parts[depth:]
+                through = os.path.join(link.target[len(root) + 1 :], *rest)
+                followed.append((through, f"{why} (through the link {relative})"))
+            break
+    return followed
+
+
 def plan(
     root: str,
     table: Sequence[Control],
     extra: Sequence[tuple[str, str]],
     kinds: dict[str, str | None],
+    links: dict[str, Link] | None = None,
 ) -> ControlPlan:
     """Pure: the binds and views that keep `table` (and `extra`) from changing under `root`.
 
     `extra` holds (relative path, why) rows derived at launch (PATH directories
     inside the workspace, which stay read-only: a program planted there would
-    run in the user's shell); `kinds` is `probe` over `candidates`.
+    run in the user's shell); `kinds` and `links` are `survey`'s.
     """
+    links = links or {}
     rows = [*((c, True) for c in table), *((Control(r, why), False) for r, why in extra)]
+    pending = [(c.path, c.why, viewable) for c, viewable in rows]
+    for _ in range(MAX_LINKS):
+        known = {r for r, _, _ in pending}
+        new = []
+        for relative, why, viewable in pending:
+            for through, because in through_links(root, [(relative, why)], links):
+                if through not in known:
+                    known.add(through)
+                    new.append((through, because, viewable))
+        if not new:
+            break
+        pending += new
+    rows = [(Control(r, w), v) for r, w, v in pending]
     pinned: list[str] = []
     read_only: list[str] = []
     views: list[str] = []
     absent: list[str] = []
     reasons: list[tuple[str, str]] = []
+    held_links: list[Link] = []
     for control, viewable in rows:
         parts = control.path.split("/")
         for depth in range(1, len(parts)):
             ancestor = os.path.join(root, *parts[:depth])
             kind = kinds.get(ancestor)
             if kind == "link":
-                _refuse_link(ancestor, control.path)
+                _hold_link(root, ancestor, control.path, links, held_links)
+                break  # the row through the link's target holds what it names
             if kind is None and ancestor not in absent:
                 absent.append(ancestor)
             if kind != "dir":
@@ -165,7 +251,8 @@ def plan(
             path = os.path.join(root, control.path)
             kind = kinds.get(path)
             if kind == "link":
-                _refuse_link(path, control.path)
+                _hold_link(root, path, control.path, links, held_links)
+                continue
             if kind is None and path not in absent:
                 absent.append(path)
             if kind is None or path in read_only or path in views:
@@ -190,6 +277,7 @@ def plan(
         views=tuple(sorted(views, key=_depth)),
         absent=tuple(absent),
         reasons=tuple(reasons),
+        links=tuple(held_links),
     )
 
 
@@ -197,10 +285,21 @@ def _depth(path: str) -> int:
     return path.count("/")
 
 
-def _refuse_link(path: str, relative: str) -> None:
+def _hold_link(root: str, path: str, relative: str, links: dict[str, Link],
+               held: list[Link]) -> None:
+    """A link inside the root is kept (put back at the end); any other is refused."""
+    link = links.get(path)
+    if link is not None and link.target.startswith(root + "/"):
+        if link not in held:
+            held.append(link)
+        return
+    where = (f"to {link.target}, which is not inside {root}" if link is not None
+             else "that cannot be read")
     raise SandboxError(
-        f"{path} is a symbolic link, so the sandbox cannot keep the control path {relative} "
-        "read-only (the link itself could be replaced); make it a real file or directory, "
-        f"or leave it writable with `unprotect = {relative}` in /etc/claude-sandbox.conf",
+        f"{path} is a symbolic link {where}, so the sandbox cannot keep the control path "
+        f"{relative} from changing; replace the link with a copy of what it names "
+        f"(cp -a --remove-destination, or rm and cp -a), or move that into the workspace and "
+        f"link to it there; the operator may leave it writable with `unprotect = {relative}` "
+        "in /etc/claude-sandbox.conf",
         EXIT_REFUSED,
     )

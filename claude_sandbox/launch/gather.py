@@ -148,8 +148,8 @@ def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts, store: str)
         if not os.path.isdir(top):
             continue
         rows = derived_controls(top, facts)
-        candidates = controlfiles.candidates(top, table, [r for r, _ in rows])
-        plans.append(controlfiles.plan(top, table, rows, controlfiles.probe(candidates)))
+        kinds, links = controlfiles.survey(top, table, rows)
+        plans.append(controlfiles.plan(top, table, rows, kinds, links))
     readable = tuple(workspace.check_readable(path, rules,
                                               where=cfg.path_origins.get(path, "allow-read"))
                      for path in cfg.allow_read)

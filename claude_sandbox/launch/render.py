@@ -116,6 +116,11 @@ def explain_lines(plan: Plan) -> list[str]:
         lines.append("# overlays, mounted before bwrap starts; its binds carry them in:")
         lines += [f"  {view.target}  (the agent's writes: {view.store})  # {view.reason}"
                   for view in plan.views]
+    links = [link for control in plan.layout.controls for link in control.links]
+    if links:
+        lines.append("# links on the way to control paths: their targets are held above, "
+                     "and a link the session replaces is put back when it ends (check 52):")
+        lines += [f"  {link.path} -> {link.text}" for link in links]
     lines.append("# inside, `_enter` applies the kernel layers below, then runs:")
     lines.append(f"  {shlex.join(plan.inner.command)}")
     lines.append("# environment (the whole of it; pass-env values hidden):")

@@ -14,10 +14,18 @@ TABLE = controlfiles.controls((), ())
 
 
 def plan(present: dict[str, str], extra: tuple[tuple[str, str], ...] = (),
-         table: tuple[controlfiles.Control, ...] = TABLE) -> controlfiles.ControlPlan:
-    wanted = controlfiles.candidates(ROOT, table, [r for r, _ in extra])
+         table: tuple[controlfiles.Control, ...] = TABLE,
+         links: dict[str, str] | None = None) -> controlfiles.ControlPlan:
+    """`present`: relative path -> kind; `links`: relative link -> its target (absolute,
+    as realpath gives it)."""
+    rows = [*((c.path, c.why) for c in table), *extra]
+    found = {f"{ROOT}/{rel}": controlfiles.Link(f"{ROOT}/{rel}", f"text-of-{rel}", target)
+             for rel, target in (links or {}).items()}
+    for _ in range(3):
+        rows += controlfiles.through_links(ROOT, rows, found)
+    wanted = controlfiles.candidates(ROOT, (), [r for r, _ in rows])
     kinds = {path: present.get(path[len(ROOT) + 1 :]) for path in wanted}
-    return controlfiles.plan(ROOT, table, extra, kinds)
+    return controlfiles.plan(ROOT, table, extra, kinds, found)
 
 
 def test_existing_directories_are_views_and_files_read_only() -> None:
@@ -54,10 +62,51 @@ def test_a_path_inside_a_view_is_not_held_again() -> None:
 
 
 @pytest.mark.parametrize("link", [".claude", "tools"])
-def test_a_symbolic_link_is_refused(link: str) -> None:
+def test_a_symbolic_link_that_cannot_be_read_is_refused(link: str) -> None:
     with pytest.raises(SandboxError) as caught:
         plan({link: "link"}, extra=(("tools/bin", "on PATH"),))
     assert caught.value.status == EXIT_REFUSED and "symbolic link" in caught.value.message
+
+
+@pytest.mark.parametrize("target", ["/home/u/dotfiles/claude", "/ws", "/", "/wsother/x"])
+def test_a_link_that_leaves_the_workspace_is_refused_with_what_the_user_can_do(
+        target: str) -> None:
+    with pytest.raises(SandboxError) as caught:
+        plan({".claude": "link"}, links={".claude": target})
+    message = caught.value.message
+    assert caught.value.status == EXIT_REFUSED and target in message
+    assert "cp -a" in message and "unprotect = .claude" in message
+
+
+def test_a_link_inside_the_workspace_is_followed_and_its_target_held() -> None:
+    result = plan({".claude": "link", "dot": "dir", "dot/claude": "dir", ".envrc": "link",
+                   "dot/envrc": "file"},
+                  links={".claude": "/ws/dot/claude", ".envrc": "/ws/dot/envrc"})
+    assert "/ws/dot/claude" in result.views  # the agent writes its own copy, as for .claude
+    assert "/ws/dot/envrc" in result.read_only
+    assert "/ws/dot" in result.pinned  # the target cannot be renamed away with its parent
+    assert {link.path for link in result.links} == {"/ws/.claude", "/ws/.envrc"}
+    assert "/ws/.claude" not in result.views and "/ws/.envrc" not in result.read_only
+
+
+def test_a_linked_parent_is_followed_for_the_paths_below_it() -> None:
+    result = plan({"tools": "link", "src": "dir", "src/tools": "dir", "src/tools/bin": "dir"},
+                  extra=(("tools/bin", "on PATH"),), links={"tools": "/ws/src/tools"})
+    assert "/ws/src/tools/bin" in result.read_only  # a PATH directory: never a view
+    assert "/ws/src/tools" in result.pinned and "/ws/src" in result.pinned
+    assert [link.path for link in result.links] == ["/ws/tools"]
+
+
+def test_a_link_to_an_absent_target_is_named_absent_and_kept() -> None:
+    result = plan({".envrc": "link"}, links={".envrc": "/ws/dot/envrc"})
+    assert "/ws/dot" in result.absent  # what the session makes there is moved away
+    assert [link.path for link in result.links] == ["/ws/.envrc"]
+
+
+def test_a_chain_of_links_ends() -> None:
+    result = plan({".claude": "link", "a": "link"},
+                  links={".claude": "/ws/a", "a": "/ws/a"})  # a loop: realpath stops
+    assert {link.path for link in result.links} == {"/ws/.claude", "/ws/a"}
 
 
 def test_the_operator_adds_and_removes() -> None:

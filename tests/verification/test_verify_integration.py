@@ -46,9 +46,9 @@ def _failures(report: dict) -> list[str]:
             if r["outcome"] in ("FAIL", "ESCAPED")]
 
 
-# The probes of the jail's address classes, the stores, the thread of a hidden process
-# and vsock: BLOCKED for every agent, as root and as a user.
-PROBES_EVERYWHERE = ("A57", "A58", "A60", "A64")
+# The probes of the jail's address classes, the stores, the thread of a hidden process,
+# vsock and a linked control path: BLOCKED for every agent, as root and as a user.
+PROBES_EVERYWHERE = ("A57", "A58", "A60", "A64", "A65")
 
 
 def _blocked(report: dict) -> list[str]:
