@@ -223,6 +223,12 @@ def start_proxy(sock: _socket.socket, control: int) -> list[str]:
             from claude_sandbox.jail import egressproxy
 
             status = egressproxy.main(control)
+        except BaseException as exc:  # its streams are /dev/null: the launcher's line says it
+            try:
+                send_frame(_socket.socket(fileno=control),
+                           ["err", f"the egress proxy failed: {type(exc).__name__}: {exc}"])
+            except BaseException:  # nothing is left to tell it with
+                pass
         finally:
             os._exit(status)
     os.close(control)

@@ -241,7 +241,7 @@ class Jail:
         """The proxy's policy and record; its answer says it listens and serves."""
         spec = self.settings
         policy = Policy(spec.egress_policy, spec.agent, spec.rules, spec.allow_ip, spec.host,
-                        spec.hosts_file)
+                        spec.hosts_file, spec.upstream)
         record = record_fd if record_fd >= 0 else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         # The host's routing table, from this (the host's) network namespace: the proxy
         # asks it whether an upstream address is the host's own at connect time.
@@ -257,13 +257,16 @@ class Jail:
         try:
             send_frame_fds(self._proxy_ctl, ["policy", *policy.fields(), *broker],
                            [record, routes.fileno()])
-            reply = recv_frame(self._proxy_ctl)
         except OSError:
-            reply = None
+            pass  # a proxy that could not start said why and ended: its line is read below
         finally:
             routes.close()
             if record_fd < 0:
                 os.close(record)
+        try:
+            reply = recv_frame(self._proxy_ctl)
+        except OSError:
+            reply = None
         if reply is None or reply[0] != "ok":
             # A signal that ends the launch during set-up reaches the holder's group,
             # which the proxy is in for the instant before its setsid: that reads
