@@ -1410,3 +1410,17 @@ def test_92_toolchains_read_only(request: pytest.FixtureRequest) -> None:
     assert not read, f"a toolchain's credential file reads: {', '.join(read)}"
     note(request, f"read-only: {', '.join(toolchains) or 'none here'}; "
          f"{len(secrets)} credential file(s) empty")
+
+
+def test_93_upstream_proxy_egress_only(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    upstream = str(FACTS.get("upstream_proxy") or "")
+    if not upstream:
+        note(request, "no proxy variable names an upstream proxy here: the egress proxy "
+             "connects directly")
+        return
+    address, _, port = upstream.rpartition(":")
+    error = connect_error(address, int(port))
+    assert error is not None, f"the agent reached the upstream proxy {upstream} itself"
+    note(request, f"the upstream proxy {upstream} is the egress proxy's alone ({error})")

@@ -132,6 +132,7 @@ class Policy:
     allow_ip: tuple[str, ...] = ()  # addresses the operator allowed by number
     host: tuple[str, ...] = ()  # the host's own addresses and gateways: never upstream
     hosts_file: str = "/etc/hosts"  # the container's names, read first (its resolver's order)
+    upstream: str = ""  # the proxy the network requires (upstreamproxy.Upstream.encode)
 
     def open(self) -> bool:
         return self.mode != "allow-list"
@@ -153,20 +154,26 @@ class Policy:
         rules = [part for r in self.rules
                  for part in (r.pattern, ",".join(map(str, r.ports)), r.origin)]
         return [self.mode, self.agent, str(len(self.rules)), *rules,
-                ",".join(self.allow_ip), ",".join(self.host), self.hosts_file]
+                ",".join(self.allow_ip), ",".join(self.host), self.hosts_file, self.upstream]
 
     @classmethod
     def from_fields(cls, fields: list[str]) -> Policy:
         """The inverse of fields(); ValueError for anything else."""
         mode, agent, count = fields[0], fields[1], int(fields[2])
-        if mode not in MODES or len(fields) != 6 + 3 * count:
+        if mode not in MODES or len(fields) != size(count):
             raise ValueError("not a policy")
         rows = fields[3:3 + 3 * count]
         rules = tuple(Rule(rows[i], tuple(int(p) for p in rows[i + 1].split(",")), rows[i + 2])
                       for i in range(0, len(rows), 3))
-        allow_ip, host, hosts_file = fields[-3:]
+        allow_ip, host, hosts_file, upstream = fields[-4:]
         return cls(mode, agent, rules, tuple(filter(None, allow_ip.split(","))),
-                   tuple(filter(None, host.split(","))), hosts_file)
+                   tuple(filter(None, host.split(","))), hosts_file, upstream)
+
+
+def size(count: int) -> int:
+    """How many frame fields a policy of `count` rules takes (what follows is the
+    broker's)."""
+    return 7 + 3 * count
 
 
 def rules_for(agent: str, lines: tuple[str, ...]) -> tuple[Rule, ...]:

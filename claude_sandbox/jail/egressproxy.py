@@ -18,6 +18,9 @@ the allowed host (checks 77, 78). Whatever the policy, an upstream address of a
 private, metadata, loopback or host class is refused, and the route allow-list
 below refuses it again. A refused TLS client gets an access_denied alert, an HTTP
 client a 403 saying which rule and what line would allow it; other TCP a reset.
+Where the launching environment named a proxy the network requires, an allowed
+connection goes through it with CONNECT (upstreamproxy.py), after the same judgement;
+the agent's own connections to that proxy are refused.
 
 It lives as long as the launcher's end of its control socket: the launcher sends
 the policy and the record's descriptor, and when that socket closes (the session
@@ -41,10 +44,16 @@ from claude_sandbox.jail import (
     egressrecord,
     egressrelay,
     netfilter,
+    upstreamproxy,
 )
 from claude_sandbox.jail.egressclient import read_first, refuse_tcp, tell_refused
 from claude_sandbox.jail.egresspolicy import Policy, Verdict
-from claude_sandbox.jail.egressupstream import HostRoutes, address_refusal, connect
+from claude_sandbox.jail.egressupstream import (
+    CONNECT_TIMEOUT,
+    HostRoutes,
+    address_refusal,
+    connect,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,6 +72,7 @@ class Proxy:
                  broker: Any = None, host: HostRoutes | None = None) -> None:
         self.policy, self.record_fd, self.names = policy, record_fd, names
         self.host = host  # the host's routing table, asked at connect time
+        self.upstream = upstreamproxy.Upstream.decode(policy.upstream)
         self.broker = broker  # egressinject.Broker when the launch brokers credentials
         self.lock = _thread.allocate_lock()
         self.open: dict[int, dict[str, object]] = {}  # id(entry) -> entry, for the end
@@ -156,10 +166,16 @@ def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
         address, port = egressrelay.original_destination(conn)
         entry.update(port=port, address=address)
         dns_name = proxy.names.name_of(address)
-        verdict, first, targets = _decide(proxy, conn, entry, address, port, dns_name)
+        verdict, first, targets, to_name = _decide(proxy, conn, entry, address, port, dns_name)
         entry.update(verdict="allowed" if verdict.allowed else "refused", rule=verdict.rule,
                      fix=verdict.fix)
-        if verdict.allowed:
+        chained = proxy.upstream
+        if chained is not None and (address in policy.allow_ip
+                                    or upstreamproxy.exempt(chained, to_name, address)):
+            chained = None  # by number, or NO_PROXY: direct, as the tools would go
+        if verdict.allowed and chained is not None:
+            upstream, why = _through(proxy, chained, targets, to_name, port)
+        elif verdict.allowed:
             upstream, why = connect(policy, targets, port, proxy.host)
             if upstream is None:
                 entry.update(verdict="refused", rule=f"upstream: {why}", fix="")
@@ -196,13 +212,51 @@ def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
             upstream.close()
 
 
+def _through(proxy: Proxy, chained: upstreamproxy.Upstream, targets: list[str],
+             to_name: str | None, port: int) -> tuple[_socket.socket | None, str]:
+    """An allowed connection through the upstream proxy: CONNECT to the judged name
+    (the proxy resolves it, as the tools would have had it do), or to the address. The
+    address classes hold as for a direct connection: one of the name's addresses here
+    must be one the egress proxy would connect to itself."""
+    usable = [a for a in targets if address_refusal(proxy.policy, a) is None]
+    if not usable:
+        return None, address_refusal(proxy.policy, targets[0]) or "no address" \
+            if targets else "no address"
+    sock = egressdns.marked(_socket.SOCK_STREAM)
+    sock.settimeout(CONNECT_TIMEOUT)
+    try:
+        sock.connect((chained.address, chained.port))
+        upstreamproxy.handshake(sock, chained, to_name or usable[0], port)
+    except OSError as exc:
+        sock.close()
+        return None, f"through {chained.host}:{chained.port}: {exc.strerror or exc}"
+    sock.settimeout(None)
+    return sock, f"{to_name or usable[0]} through {chained.host}:{chained.port}"
+
+
 def _decide(proxy: Proxy, conn: _socket.socket, entry: dict[str, object], address: str,
-            port: int, dns_name: str | None) -> tuple[Verdict, bytes, list[str]]:
-    """The verdict, the client's first bytes, and where an allowed connection goes."""
+            port: int, dns_name: str | None) -> tuple[Verdict, bytes, list[str], str | None]:
+    """The verdict, the client's first bytes, where an allowed connection goes, and the
+    name an upstream proxy's CONNECT asks for: the judged name, or the one this session's
+    DNS gave for the address; never a name the client claimed for an address that name
+    does not have."""
+    verdict, first, targets = _judge(proxy, conn, entry, address, port, dns_name)
+    name = entry.get("name")
+    return verdict, first, targets, name if isinstance(name, str) and not entry.get(
+        "claimed") else None
+
+
+def _judge(proxy: Proxy, conn: _socket.socket, entry: dict[str, object], address: str,
+           port: int, dns_name: str | None) -> tuple[Verdict, bytes, list[str]]:
     policy = proxy.policy
     if address.startswith("127."):
         # Only a connection made to the listener itself has no redirect behind it.
         return Verdict(False, "a connection to the proxy itself", ""), b"", []
+    upstream = proxy.upstream
+    if upstream is not None and address == upstream.address and port == upstream.port:
+        # The agent's own CONNECT there would pass every name through unjudged.
+        return Verdict(False, "the upstream proxy: only the egress proxy talks to it", ""), \
+            b"", []
     # By class and the host's addresses at launch; the host's routing table is asked once,
     # for the address actually connected to (egressupstream.connect).
     refusal = address_refusal(policy, address)
@@ -364,7 +418,7 @@ def main(control_fd: int) -> int:
                              "host's routing table"])
         return 1
     try:
-        size = 6 + 3 * int(args[2])  # the policy's fields; the broker's follow
+        size = egresspolicy.size(int(args[2]))  # the policy's fields; the broker's follow
         policy = Policy.from_fields(args[:size])
         broker = None
         if args[size:]:

@@ -38,8 +38,11 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
     if rc != 0 or len(docs) != 2:
         raise jail_error(f"cannot read the namespace: {err.strip()}")
     facts = readback.parse_facts(docs[0], docs[1])
-    plan = routes.build_plan(facts, paths.DNS_FORWARDER, settings.allow_ip,
-                             settings.host)
+    # The upstream proxy's one address leaves like an allow-ip one; only the egress
+    # proxy's marked sockets reach it (netfilter.py, upstreamproxy.py).
+    upstream = settings.upstream.split(" ", 1)[0] if settings.upstream else ""
+    plan = routes.build_plan(facts, paths.DNS_FORWARDER,
+                             (*settings.allow_ip, *filter(None, [upstream])), settings.host)
     trace("namespace read, plan built")
     v6 = ask(["ipv6off"])
     if v6[0] == "ok" and v6[1]:

@@ -16,3 +16,4 @@ class JailSpec:
     rules: tuple[Rule, ...] = ()  # its allow-list (egresspolicy.rules_for)
     agent: str = ""
     hosts_file: str = "/etc/hosts"  # the names the proxy reads first; a test shows its own
+    upstream: str = ""  # the proxy the network requires (upstreamproxy.Upstream.encode)

@@ -45,7 +45,8 @@ CONNECTION = (
 URL_SETTINGS = ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL")
 # Proxy settings: with the egress jail the agent's traffic goes to the egress proxy
 # whatever the tool asks, and a tool that also asked a proxy address would be judged by
-# the wrong name; they pass only with the jail off (and are named at launch otherwise).
+# the wrong name; they pass only with the jail off. With the jail on, the egress proxy
+# itself goes through the proxy they name (jail/upstreamproxy.py).
 PROXIES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY",
            "https_proxy", "http_proxy", "all_proxy", "no_proxy")
 

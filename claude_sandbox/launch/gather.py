@@ -52,6 +52,9 @@ class Gathered:
     # here, for the proxy; the plan takes only the rest.
     credentials: credentials.Brokered = credentials.Brokered()
     trust: tuple[str, str] | None = None  # the system bundle's path, its text inside
+    # With the jail on: the proxy the network requires (upstreamproxy.Upstream.encode),
+    # and the line that says why a proxy variable set here is not used.
+    upstream: tuple[str, str] = ("", "")
 
 
 def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
@@ -84,6 +87,7 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
                                       {} if cfg.no_forge else credentials.read_forge(facts.home))
     passed = {name: environ[name] for name in environment.passed_names(cfg, environ)}
     passed.update(brokered_now.env)  # each brokered variable holds its sentinel instead
+    host = _host_addresses() if cfg.egress_jail else ()
     return Gathered(
         facts=facts,
         layout=layout,
@@ -92,14 +96,43 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
                                    gitconfig.forge_helpers(cfg.no_forge)),
         codex_config=_codex_config() if profile.name == "codex" else None,
         resolv_conf=_read_text("/etc/resolv.conf"),
-        host_addresses=_host_addresses() if cfg.egress_jail else (),
+        host_addresses=host,
         keep_ignored=keep_ignored,
         environ=tuple(passed.items()),
         runners=(brokered.read(command[0], facts.real_root, environ,
                                (*profile.direct_tools, *cfg.agent_exec))
                  if cfg.hardening == "brokered" else None),
         credentials=brokered_now,
+        upstream=upstream_proxy(environ, host) if cfg.egress_jail else ("", ""),
     )
+
+
+def upstream_proxy(environ: Mapping[str, str], host: tuple[str, ...]) -> tuple[str, str]:
+    """The proxy the launching environment names, for the egress proxy to chain to:
+    (its encoding, "") or ("", why it is not used). Not using one is no loss of
+    defence: the egress proxy then connects directly, as the line says."""
+    from claude_sandbox.jail import upstreamproxy
+
+    direct = "; the egress proxy connects directly"
+    try:
+        found = upstreamproxy.from_environ(environ)
+    except upstreamproxy.UpstreamError as exc:
+        return "", f"{exc}{direct}"
+    if found is None:
+        return "", ""
+    import _socket
+
+    try:
+        address = str(_socket.getaddrinfo(found.host, found.port, _socket.AF_INET,
+                                          _socket.SOCK_STREAM)[0][4][0])
+    except (OSError, UnicodeError) as exc:
+        return "", f"{found.origin}: {found.host} does not resolve here ({exc}){direct}"
+    if address.startswith("127.") or any(
+            upstreamproxy.in_cidr(address, h if "/" in h else f"{h}/32") for h in host):
+        return "", (f"{found.origin}: {found.host} ({address}) is this host's own address, "
+                    f"which the jail does not reach{direct}")
+    return upstreamproxy.Upstream(found.host, found.port, found.auth, found.exempt,
+                                  found.origin, address).encode(), ""
 
 
 def _read_text(path: str) -> str:

@@ -58,17 +58,17 @@ def hidden_path(facts: HostFacts) -> None:
                      f"show: {'; '.join(lines)}\n")
 
 
+def upstream(why: str) -> None:
+    """Why the proxy a variable names is not the egress proxy's way out, if it is not."""
+    if why:
+        sys.stderr.write(f"claude-sandbox: {why}\n")
+
+
 def _held_back(profile: profiles.Profile, cfg: config.Config,
                environ: Mapping[str, str]) -> None:
-    """One line when a credential variable is set here and the sandbox holds it back, and
-    one when a proxy variable is (with the jail, the egress proxy is the way out)."""
-    proxies = [name for name in environment.PROXIES if environ.get(name)]
-    if proxies and cfg.egress_jail:
-        sys.stderr.write(
-            f"claude-sandbox: {', '.join(proxies)} {'is' if len(proxies) == 1 else 'are'} set "
-            "here but not passed in: the egress jail sends every connection through its own "
-            "proxy, which connects directly and does not chain to another proxy yet; where "
-            "the network has no direct way out, set egress-jail = 0\n")
+    """One line when a credential variable is set here and the sandbox holds it back.
+    (A proxy variable is not passed in with the jail on: the egress proxy chains to it,
+    and `upstream` says when it cannot.)"""
     urls = [name for name in environment.URL_SETTINGS if environ.get(name)
             and environment.secret_in_url(environ[name]) and name not in cfg.pass_env]
     if urls:

@@ -113,7 +113,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
     jail = JailSpec(cfg.allow_ip, cfg.local_ports, cfg.callback_ports,
                     gathered.host_addresses, cfg.egress_policy,
                     egresspolicy.rules_for(profile.name, cfg.allow_domain),
-                    profile.name) if cfg.egress_jail else None
+                    profile.name, upstream=gathered.upstream[0]) if cfg.egress_jail else None
     return Plan(
         agent=profile.name,
         options=mounts.options(facts),

@@ -155,6 +155,16 @@ def explain_lines(plan: Plan) -> list[str]:
         lines.append("# egress jail: on (a per-launch network namespace; routes below)")
         lines += [f"  {line}" for line in routes.explain_plan(allow_ip=plan.jail.allow_ip)]
         lines += egress_lines(plan.jail.egress_policy, plan.jail.rules)
+        if plan.jail.upstream:
+            from claude_sandbox.jail import upstreamproxy
+
+            chained = upstreamproxy.Upstream.decode(plan.jail.upstream)
+            assert chained is not None
+            lines.append(f"# upstream proxy ({chained.origin}): what the egress proxy allows "
+                         f"goes through {upstreamproxy.shown(chained)} at {chained.address}, "
+                         "by CONNECT; the agent cannot reach it itself"
+                         + (f"; direct for NO_PROXY's {', '.join(chained.exempt)}"
+                            if chained.exempt else ""))
     lines += credential_lines(plan)
     return lines
 

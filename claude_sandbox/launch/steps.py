@@ -87,6 +87,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         gathered = gather.gather(profile, cfg, request, environ, keep_ignored)
         if request.command is None:
             notices.hidden_path(gathered.facts)
+        notices.upstream(gathered.upstream[1])
         gathered, broker = _broker(gathered, cfg, store)
         the_plan = plan.make(profile, cfg, gathered, limit_plan)
         if trace.enabled:

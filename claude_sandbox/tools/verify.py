@@ -435,6 +435,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "dns_forwarder": paths.DNS_FORWARDER,
         "egress_jail": cfg.egress_jail,
         "egress_policy": cfg.egress_policy,
+        "upstream_proxy": _upstream_proxy(cfg, environ),
         "allowed_name": _allowed_name(agent, cfg.allow_domain),
         "tmpfs_size": cfg.tmpfs_size,
         "cgroup_bases": _cgroup_bases(),
@@ -469,6 +470,17 @@ def _other_homes(home: str) -> list[str]:
                                                             "/nonexistent"]
     return sorted(h for h in found - {home, "/"}
                   if not any(h == t or h.startswith(t + "/") for t in shown))
+
+
+def _upstream_proxy(cfg: Any, environ: Mapping[str, str]) -> str:
+    """ADDRESS:PORT of the proxy the egress proxy chains to here, or "" (check 93)."""
+    from claude_sandbox.jail import upstreamproxy
+    from claude_sandbox.launch.gather import upstream_proxy
+
+    if not cfg.egress_jail:
+        return ""
+    chained = upstreamproxy.Upstream.decode(upstream_proxy(environ, _host_addresses())[0])
+    return f"{chained.address}:{chained.port}" if chained else ""
 
 
 def _agent_programs(level: str, environ: Mapping[str, str]) -> list[str]:

@@ -371,3 +371,115 @@ print(client.recv(100).decode())
     ran = subprocess.run(["unshare", "-rn", sys.executable, "-c", code], capture_output=True,
                          text=True, timeout=60, check=False)
     assert ran.stdout.strip() == "answer", (ran.stdout, ran.stderr)
+
+
+# A corporate proxy on a private address: answers every CONNECT with 200, then serves
+# the tunnel itself, naming the target it was asked for. Logs each request head.
+UPSTREAM_PROXY = r"""
+import socket, sys, threading
+log = sys.argv[1]
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("10.213.88.2", 13128))
+server.listen(16)
+print("up", flush=True)
+
+def serve(conn):
+    with conn:
+        reader = conn.makefile("rb")
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            line = reader.readline()
+            if not line:
+                return
+            head += line
+        with open(log, "a") as f:
+            f.write(head.decode().replace("\r\n", " | ") + "\n")
+        first = head.split(b" ")
+        if first[0] != b"CONNECT":
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            return
+        conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        while not reader.readline() in (b"\r\n", b""):
+            pass
+        body = b"via-proxy " + first[1]
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                     % len(body) + body)
+
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+
+
+@pytest.fixture
+def corporate_proxy(tmp_path: str) -> Any:
+    """The proxy at 10.213.88.2:13128, in a namespace behind a veth pair of its own."""
+    from tests.netfixtures import IP
+
+    tag = os.getpid() % 100000
+    ns, veth = f"csbxup{tag}", f"csbxu{tag}"
+    log = os.path.join(tmp_path, "proxy.log")
+    open(log, "w").close()
+    server = None
+
+    def ip(*args: str) -> None:
+        subprocess.run([IP, *args], check=True, capture_output=True)
+
+    try:
+        ip("netns", "add", ns)
+        ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ip("addr", "add", "10.213.88.1/30", "dev", veth)
+        ip("link", "set", veth, "up")
+        ip("-n", ns, "addr", "add", "10.213.88.2/30", "dev", "eth0")
+        ip("-n", ns, "link", "set", "eth0", "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        server = subprocess.Popen([IP, "netns", "exec", ns, SYSTEM_PY, "-c", UPSTREAM_PROXY,
+                                   log], stdout=subprocess.PIPE)
+        assert server.stdout is not None and server.stdout.readline().strip() == b"up"
+        yield log
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run([IP, "link", "del", veth], capture_output=True)
+        subprocess.run([IP, "netns", "del", ns], capture_output=True)
+
+
+def test_an_upstream_proxy_carries_what_is_allowed_and_nothing_else(
+        test_internet: Internet, corporate_proxy: str, tmp_path: str) -> None:
+    """HTTPS_PROXY names a proxy on a private address: what the egress proxy allowed goes
+    through it by CONNECT to the judged name, with the login; what it refused never
+    reaches it; NO_PROXY's names go direct; and the agent cannot use the proxy itself."""
+    from claude_sandbox.jail import upstreamproxy
+
+    test_internet.clear()
+    chained = upstreamproxy.parse("http://alice:s3cret@10.213.88.2:13128", "HTTPS_PROXY",
+                                  "other.test")
+    chained = upstreamproxy.Upstream(chained.host, chained.port, chained.auth, chained.exempt,
+                                     chained.origin, "10.213.88.2")
+    rules = tuple(r for line in ("allowed.test", "other.test")
+                  for r in egresspolicy.parse_rule(line))
+    spec = JailSpec((), (), (), egress_policy="allow-list", rules=rules, agent="claude",
+                    hosts_file=test_internet.hosts, upstream=chained.encode())
+    args = [f"http|{ALLOWED}|80|allowed.test", f"http|{EVIL}|80|evil.test",
+            f"http|{OTHER}|80|other.test", "http|10.213.88.2|13128|allowed.test"]
+    results, record = run_agent(spec, test_internet, args, str(tmp_path))
+    assert results[args[0]]["body"] == "via-proxy allowed.test:80", results[args[0]]
+    assert results[args[1]]["status"] == "403"
+    assert results[args[2]]["body"] == "allowed host=other.test"  # NO_PROXY: direct
+    assert results[args[3]].get("status") != "200", results[args[3]]
+    with open(corporate_proxy) as f:
+        seen = f.read().splitlines()
+    assert len(seen) == 1 and seen[0].startswith("CONNECT allowed.test:80 HTTP/1.1"), seen
+    import base64
+
+    assert f"Proxy-Authorization: Basic {base64.b64encode(b'alice:s3cret').decode()}" \
+        in seen[0]
+    received = test_internet.received()
+    assert not [line for line in received if line.startswith((ALLOWED, EVIL))], received
+    assert [line for line in received if line.startswith(OTHER)], received
+    upstreams = {e["name"]: e["upstream"] for e in record if e["verdict"] == "allowed"}
+    assert upstreams["allowed.test"] == "allowed.test through 10.213.88.2:13128"
+    refused = [e for e in record if e["address"] == "10.213.88.2"]
+    assert refused and refused[0]["verdict"] == "refused", record
