@@ -467,7 +467,7 @@ def test_an_upstream_proxy_carries_what_is_allowed_and_nothing_else(
     results, record = run_agent(spec, test_internet, args, str(tmp_path))
     assert results[args[0]]["body"] == "via-proxy allowed.test:80", results[args[0]]
     assert results[args[1]]["status"] == "403"
-    assert results[args[2]]["body"] == "allowed host=other.test"  # NO_PROXY: direct
+    assert results[args[2]]["body"] == "other host=other.test"  # NO_PROXY: direct
     assert results[args[3]].get("status") != "200", results[args[3]]
     with open(corporate_proxy) as f:
         seen = f.read().splitlines()
