@@ -40,19 +40,19 @@ import time
 
 from claude_sandbox.jail import (
     egressdns,
+    egresslisten,
     egresspolicy,
     egressrecord,
     egressrelay,
-    netfilter,
     upstreamproxy,
 )
 from claude_sandbox.jail.egressclient import read_first, refuse_tcp, tell_refused
 from claude_sandbox.jail.egresspolicy import Policy, Verdict
 from claude_sandbox.jail.egressupstream import (
-    CONNECT_TIMEOUT,
     HostRoutes,
     address_refusal,
     connect,
+    connect_through,
 )
 
 TYPE_CHECKING = False
@@ -174,7 +174,7 @@ def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
                                     or upstreamproxy.exempt(chained, to_name, address)):
             chained = None  # by number, or NO_PROXY: direct, as the tools would go
         if verdict.allowed and chained is not None:
-            upstream, why = _through(proxy, chained, targets, to_name, port)
+            upstream, why = connect_through(policy, chained, targets, to_name, port)
         elif verdict.allowed:
             upstream, why = connect(policy, targets, port, proxy.host)
             if upstream is None:
@@ -210,28 +210,6 @@ def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
         conn.close()
         if upstream is not None:
             upstream.close()
-
-
-def _through(proxy: Proxy, chained: upstreamproxy.Upstream, targets: list[str],
-             to_name: str | None, port: int) -> tuple[_socket.socket | None, str]:
-    """An allowed connection through the upstream proxy: CONNECT to the judged name
-    (the proxy resolves it, as the tools would have had it do), or to the address. The
-    address classes hold as for a direct connection: one of the name's addresses here
-    must be one the egress proxy would connect to itself."""
-    usable = [a for a in targets if address_refusal(proxy.policy, a) is None]
-    if not usable:
-        return None, address_refusal(proxy.policy, targets[0]) or "no address" \
-            if targets else "no address"
-    sock = egressdns.marked(_socket.SOCK_STREAM)
-    sock.settimeout(CONNECT_TIMEOUT)
-    try:
-        sock.connect((chained.address, chained.port))
-        upstreamproxy.handshake(sock, chained, to_name or usable[0], port)
-    except OSError as exc:
-        sock.close()
-        return None, f"through {chained.host}:{chained.port}: {exc.strerror or exc}"
-    sock.settimeout(None)
-    return sock, f"{to_name or usable[0]} through {chained.host}:{chained.port}"
 
 
 def _decide(proxy: Proxy, conn: _socket.socket, entry: dict[str, object], address: str,
@@ -304,51 +282,6 @@ def _judge(proxy: Proxy, conn: _socket.socket, entry: dict[str, object], address
     return verdict, first, targets
 
 
-def listeners() -> tuple[_socket.socket, _socket.socket, _socket.socket]:
-    """The proxy's TCP listener and the resolver's UDP and TCP sockets, on 127.0.0.1.
-
-    The loopback comes up first: the proxy starts before pasta has configured the
-    namespace, and a UDP socket bound to 127.0.0.1 while `lo` is down keeps no source
-    address of its own. Its answers then left from whatever address the route chose,
-    the redirected query's translation did not apply to them, and the agent's resolver
-    dropped every one (measured: one launch in five, all its lookups failed)."""
-    loopback_up()
-    made = []
-    try:
-        for kind, port in ((_socket.SOCK_STREAM, netfilter.PROXY_PORT),
-                           (_socket.SOCK_DGRAM, netfilter.RESOLVER_PORT),
-                           (_socket.SOCK_STREAM, netfilter.RESOLVER_PORT)):
-            sock = _socket.socket(_socket.AF_INET, kind | _socket.SOCK_CLOEXEC)
-            made.append(sock)
-            sock.bind(("127.0.0.1", port))
-            if kind == _socket.SOCK_STREAM:
-                sock.listen(1024)
-    except OSError:
-        for sock in made:
-            sock.close()
-        raise
-    return made[0], made[1], made[2]
-
-
-_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
-
-
-def loopback_up() -> None:
-    """`ip link set lo up`, by ioctl: the proxy holds CAP_NET_ADMIN over the namespace."""
-    import fcntl
-
-    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM | _socket.SOCK_CLOEXEC)
-    try:
-        request = bytearray(b"lo".ljust(16, b"\0") + bytes(24))  # struct ifreq
-        fcntl.ioctl(sock.fileno(), _SIOCGIFFLAGS, request)
-        flags = int.from_bytes(request[16:18], "little")
-        if not flags & _IFF_UP:
-            request[16:18] = (flags | _IFF_UP).to_bytes(2, "little")
-            fcntl.ioctl(sock.fileno(), _SIOCSIFFLAGS, request)
-    finally:
-        sock.close()
-
-
 def serve(proxy: Proxy, control: _socket.socket,
           sockets: tuple[_socket.socket, _socket.socket, _socket.socket]) -> None:
     """Accept until the control socket closes; then record what is open."""
@@ -405,7 +338,7 @@ def main(control_fd: int) -> int:
     _thread.stack_size(_STACK)
     control = _socket.socket(fileno=control_fd)
     try:
-        sockets = listeners()
+        sockets = egresslisten.listeners()
     except OSError as exc:
         send_frame(control, ["err", f"the egress proxy cannot listen: {exc.strerror or exc}"])
         return 1

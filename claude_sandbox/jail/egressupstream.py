@@ -18,6 +18,7 @@ import _thread
 from claude_sandbox.jail import egressdns
 from claude_sandbox.jail.blocked import BLOCKED
 from claude_sandbox.jail.egresspolicy import Policy
+from claude_sandbox.jail.upstreamproxy import Upstream, handshake
 
 CONNECT_TIMEOUT = 10.0
 _CLASSES = tuple((row.cidr, row.why) for row in BLOCKED)
@@ -145,3 +146,25 @@ def connect(policy: Policy, addresses: list[str], port: int,
         sock.settimeout(None)
         return sock, address
     return None, why
+
+
+def connect_through(policy: Policy, chained: Upstream, targets: list[str],
+                    to_name: str | None, port: int) -> tuple[_socket.socket | None, str]:
+    """An allowed connection through the upstream proxy: CONNECT to the judged name
+    (the proxy resolves it, as the tools would have had it do), or to the address. The
+    address classes hold as for a direct connection: one of the name's addresses here
+    must be one the egress proxy would connect to itself."""
+    usable = [a for a in targets if address_refusal(policy, a) is None]
+    if not usable:
+        return None, address_refusal(policy, targets[0]) or "no address" \
+            if targets else "no address"
+    sock = egressdns.marked(_socket.SOCK_STREAM)
+    sock.settimeout(CONNECT_TIMEOUT)
+    try:
+        sock.connect((chained.address, chained.port))
+        handshake(sock, chained, to_name or usable[0], port)
+    except OSError as exc:
+        sock.close()
+        return None, f"through {chained.host}:{chained.port}: {exc.strerror or exc}"
+    sock.settimeout(None)
+    return sock, f"{to_name or usable[0]} through {chained.host}:{chained.port}"

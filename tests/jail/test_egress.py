@@ -358,8 +358,8 @@ def test_the_resolvers_answers_leave_from_its_own_address_whenever_it_starts() -
     code = f"""
 import socket, sys
 sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(__file__)))!r})
-from claude_sandbox.jail import egressproxy, netfilter
-tcp, udp, tcp_dns = egressproxy.listeners()  # in a new namespace: lo is down until now
+from claude_sandbox.jail import egresslisten, netfilter
+tcp, udp, tcp_dns = egresslisten.listeners()  # in a new namespace: lo is down until now
 client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 client.connect(("127.0.0.1", netfilter.RESOLVER_PORT))
 client.settimeout(5)
