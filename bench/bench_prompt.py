@@ -87,7 +87,8 @@ def write_files(home: str, files: dict[str, str], user: pwd.struct_passwd) -> No
             os.lchown(os.path.join(top, name), user.pw_uid, user.pw_gid)
 
 
-def first_prompt(argv: list[str], env: dict[str, str], cwd: str, marker: bytes) -> float:
+def first_prompt(argv: list[str], env: dict[str, str], cwd: str, marker: bytes,
+                 timeout: float = TIMEOUT) -> float:
     """Milliseconds from the start until `marker` shows in the pty; the process group is
     killed after."""
     start = time.perf_counter()
@@ -105,7 +106,7 @@ def first_prompt(argv: list[str], env: dict[str, str], cwd: str, marker: bytes) 
     seen = b""
     pattern = re.compile(marker)
     try:
-        while time.perf_counter() - start < TIMEOUT:
+        while time.perf_counter() - start < timeout:
             if not select.select([fd], [], [], 0.5)[0]:
                 continue
             try:
@@ -120,7 +121,7 @@ def first_prompt(argv: list[str], env: dict[str, str], cwd: str, marker: bytes) 
             seen = (seen + data)[-65536:]
             if pattern.search(_ESCAPES.sub(b"", seen)):
                 return (time.perf_counter() - start) * 1000
-        raise RuntimeError(f"{argv[-1]}: no prompt in {TIMEOUT:.0f} s; it showed: "
+        raise RuntimeError(f"{argv[-1]}: no prompt in {timeout:.0f} s; it showed: "
                            f"{_ESCAPES.sub(b'', seen)[-400:]!r}")
     finally:
         os.close(fd)  # the terminal hangs up, as when a window closes
@@ -149,8 +150,8 @@ def bench_user(user: pwd.struct_passwd, agents: list[str], runs: int, base: str,
                conf: str, state: str) -> list[tuple[str, str, list[float], list[float]]]:
     workspace = os.path.join(base, f"ws-{user.pw_name}")
     home = os.path.join(base, f"home-{user.pw_name}")
-    for path in (workspace, home):
-        os.makedirs(path, exist_ok=True)
+    for path in (workspace, home, os.path.join(state, str(user.pw_uid))):
+        os.makedirs(path, mode=0o700, exist_ok=True)
         os.chown(path, user.pw_uid, user.pw_gid)
     common = {"PATH": "/usr/local/bin:/usr/bin:/bin", "TERM": "xterm-256color",
               "LANG": "C.UTF-8", "USER": user.pw_name, "LOGNAME": user.pw_name}
@@ -164,10 +165,17 @@ def bench_user(user: pwd.struct_passwd, agents: list[str], runs: int, base: str,
             for row, argv, row_env in (
                     ("direct", [os.path.join(AGENTS_BIN, agent)], {**env, "HOME": home}),
                     ("sandboxed", [os.path.join(SHIM_DIR, agent)], {**env, "HOME": user.pw_dir})):
-                took = first_prompt(wrapped(argv, conf, user), row_env, workspace, marker)
                 if run:
+                    took = first_prompt(wrapped(argv, conf, user), row_env, workspace, marker)
                     times.setdefault((agent, row), []).append(took)
-                elif row == "sandboxed":  # the store exists now: the same settings there
+                    continue
+                # The warm-up: the first launch makes the store (its import shows the
+                # onboarding the real home left undone); then the same settings there.
+                try:
+                    first_prompt(wrapped(argv, conf, user), row_env, workspace, marker, 8.0)
+                except RuntimeError:
+                    pass
+                if row == "sandboxed":
                     store_home = os.path.join(state, str(user.pw_uid), agent, "home")
                     write_files(store_home, agent_files(agent, workspace), user)
     return [(agent, user.pw_name, times[(agent, "direct")], times[(agent, "sandboxed")])
