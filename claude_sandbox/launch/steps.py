@@ -25,6 +25,7 @@ from claude_sandbox.inside import spec
 from claude_sandbox.launch import (
     cgroups,
     config,
+    controlexit,
     controlfiles,
     gather,
     gitcheck,
@@ -39,12 +40,11 @@ from claude_sandbox.launch import (
     state,
 )
 from claude_sandbox.launch.janitor import Janitor
-from claude_sandbox.launch.mounts import Writable
 from claude_sandbox.launch.request import Request
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
     from typing import Any
 
 
@@ -305,62 +305,6 @@ def _review(the_plan: plan.Plan) -> bool:
     return any(view.kind == "workspace" for view in the_plan.views)
 
 
-def _move_created_controls(layout: Writable, store: str,
-                           quarantine: gitcheck.Quarantine, review: bool) -> None:
-    """A control path absent at launch that the session made is the agent's own copy:
-    moved into its per-workspace store, named, never left for a program outside."""
-    import shutil
-    from shlex import quote
-
-    def move_away(path: str, what: str) -> str | None:
-        target = os.path.join(store, "created", time.strftime("%Y%m%dT%H%M%S"),
-                              os.path.relpath(path, "/"))
-        try:
-            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-            shutil.move(path, target)
-        except OSError as error:
-            quarantine.lines.append(f"warning: the session made {what} {path}, and it could "
-                                    f"not be moved away ({error.strerror})")
-            return None
-        return target
-
-    for control_plan in layout.controls:
-        if review and control_plan.root == layout.workspace:
-            continue  # in the overlay, pending review
-        for path in control_plan.absent:
-            if os.path.lexists(path) and (target := move_away(path, "the control path")):
-                quarantine.lines.append(
-                    f"the session made the control path {path}: moved to {target} (programs "
-                    f"outside would run it); to keep it: mv {quote(target)} {quote(path)}")
-        for link in control_plan.links:
-            _put_back(link, move_away, quarantine.lines)
-
-
-def _put_back(link: controlfiles.Link, move_away: Callable[[str, str], str | None],
-              lines: list[str]) -> None:
-    """A link on the way to a control path is no mount point: the session could replace
-    it with a file of its own, which a program outside would then run. What stands there
-    at the end, if not the same link, is moved into the store and the link made again."""
-    try:
-        if os.readlink(link.path) == link.text:
-            return
-    except OSError:
-        pass  # gone, or no longer a link
-    moved = None
-    if os.path.lexists(link.path):
-        moved = move_away(link.path, "a replacement for the link")
-        if moved is None:
-            return
-    try:
-        os.symlink(link.text, link.path)
-    except OSError as error:
-        lines.append(f"warning: the link {link.path} -> {link.text} could not be made again "
-                     f"({error.strerror})")
-        return
-    lines.append(f"the session replaced the link {link.path} -> {link.text}: the link is back"
-                 + (f", and what stood there is in {moved}" if moved else ""))
-
-
 def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
                     since_ns: int) -> None:
     """git's changes applied by rule, then what the session made, by class (ADR 0010)."""
@@ -372,7 +316,7 @@ def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
     # In review mode the workspace was not written: what waits there is for
     # `claude-sandbox review`; the allow-write roots outside it were.
     review = _review(the_plan)
-    _move_created_controls(layout, the_plan.workspace_store, quarantine, review)
+    controlexit.move_created(layout, the_plan.workspace_store, quarantine.lines, review)
     names = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
     roots = [r for r in (*(() if review else (layout.workspace,)), *layout.allow_write)
              if os.path.isdir(r)]
