@@ -177,8 +177,8 @@ def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
             upstream, why = connect_through(policy, chained, targets, to_name, port)
         elif verdict.allowed:
             upstream, why = connect(policy, targets, port, proxy.host)
-            if upstream is None:
-                entry.update(verdict="refused", rule=f"upstream: {why}", fix="")
+        if verdict.allowed and upstream is None:
+            entry.update(verdict="refused", rule=f"upstream: {why}", fix="")
         if upstream is None:
             tell_refused(conn, entry)
             return

@@ -18,6 +18,7 @@ import _thread
 from claude_sandbox.jail import egressdns
 from claude_sandbox.jail.blocked import BLOCKED
 from claude_sandbox.jail.egresspolicy import Policy
+from claude_sandbox.jail.tlshello import Malformed, hostname
 from claude_sandbox.jail.upstreamproxy import Upstream, handshake
 
 CONNECT_TIMEOUT = 10.0
@@ -150,21 +151,34 @@ def connect(policy: Policy, addresses: list[str], port: int,
 
 def connect_through(policy: Policy, chained: Upstream, targets: list[str],
                     to_name: str | None, port: int) -> tuple[_socket.socket | None, str]:
-    """An allowed connection through the upstream proxy: CONNECT to the judged name
-    (the proxy resolves it, as the tools would have had it do), or to the address. The
-    address classes hold as for a direct connection: one of the name's addresses here
-    must be one the egress proxy would connect to itself."""
+    """An allowed connection through the upstream proxy, by CONNECT. The address classes
+    hold as for a direct connection: the address asked for is one the egress proxy
+    checked and would connect to itself.
+
+    Under the allow-list the CONNECT names the judged name (a corporate proxy's own
+    rules are by name; the proxy resolves it again, so an allowed name whose owner
+    answers the proxy's resolver with a private address reaches it: documented).
+    Under open and learn, where the agent chooses every name, it names the checked
+    address: a name answered publicly here and privately at the proxy (DNS rebinding)
+    would otherwise reach the network behind the proxy. A name that is not a plain host
+    name never goes into the request line."""
     usable = [a for a in targets if address_refusal(policy, a) is None]
     if not usable:
         return None, address_refusal(policy, targets[0]) or "no address" \
             if targets else "no address"
+    target = usable[0]
+    if to_name and not policy.open():
+        try:
+            target = hostname(to_name.encode("latin-1"))
+        except (Malformed, UnicodeEncodeError):
+            target = usable[0]
     sock = egressdns.marked(_socket.SOCK_STREAM)
     sock.settimeout(CONNECT_TIMEOUT)
     try:
         sock.connect((chained.address, chained.port))
-        handshake(sock, chained, to_name or usable[0], port)
+        handshake(sock, chained, target, port)
     except OSError as exc:
         sock.close()
         return None, f"through {chained.host}:{chained.port}: {exc.strerror or exc}"
     sock.settimeout(None)
-    return sock, f"{to_name or usable[0]} through {chained.host}:{chained.port}"
+    return sock, f"{target} through {chained.host}:{chained.port}"

@@ -71,22 +71,24 @@ def move_away(path: str, store: str, stamp: str, lines: list[str]) -> str | None
 def put_back(link: controlfiles.Link, store: str, stamp: str, lines: list[str]) -> None:
     """A link on the way to a control path is no mount point: the session could replace
     it with a file of its own. What stands there at the end, if not the same link, is
-    moved away and the link made again."""
+    moved away and the link made again. A link that is gone stays gone: another session
+    in this workspace may have moved it away as its own plant, and making it again here
+    would bring back what that session's agent made."""
     try:
         if os.readlink(link.path) == link.text:
             return
     except OSError:
         pass  # gone, or no longer a link
-    moved = None
-    if os.path.lexists(link.path):
-        moved = move_away(link.path, store, stamp, lines)
-        if moved is None:
-            return
+    if not os.path.lexists(link.path):
+        return
+    moved = move_away(link.path, store, stamp, lines)
+    if moved is None:
+        return
     try:
         os.symlink(link.text, link.path)
     except OSError as error:
         lines.append(f"warning: the link {link.path} -> {link.text} could not be made again "
                      f"({error.strerror})")
         return
-    lines.append(f"the session replaced the link {link.path} -> {link.text}: the link is back"
-                 + (f", and what stood there is in {moved}" if moved else ""))
+    lines.append(f"the session replaced the link {link.path} -> {link.text}: the link is "
+                 f"back, and what stood there is in {moved}")

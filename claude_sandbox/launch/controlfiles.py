@@ -176,25 +176,42 @@ def survey(root: str, table: Sequence[Control],
         found = probe(wanted)
         kinds.update(found)
         links.update(read_links(found))
-        rows = [*rows, *through_links(root, rows, links)]
+        rows = [*rows, *((r, w) for r, w, _ in through_links(root, rows, links))]
     return kinds, links
 
 
 def through_links(root: str, rows: Sequence[tuple[str, str]],
-                  links: dict[str, Link]) -> list[tuple[str, str]]:
-    """Pure: each row that passes through a link staying inside `root`, rewritten to
-    the link's target, in the rows' order (one step; `plan` and `survey` repeat it)."""
-    followed: list[tuple[str, str]] = []
+                  links: dict[str, Link]) -> list[tuple[str, str, bool]]:
+    """Pure: for each row that passes through a link staying inside `root`, two rows,
+    in the rows' order (one step; `plan` and `survey` repeat it):
+    - the row rewritten to the link's target (its realpath), to hold (True);
+    - the link's own text, as written, up to any `..`, only for the links and
+      directories met on it (False): realpath skips over a link in the middle of a
+      chain (`.claude -> config/claude`, `config -> dot/config`), which the session
+      could replace as well as the first."""
+    followed: list[tuple[str, str, bool]] = []
     for relative, why in rows:
         parts = relative.split("/")
         for depth in range(1, len(parts) + 1):
-            link = links.get(os.path.join(root, *parts[:depth]))
+            path = os.path.join(root, *parts[:depth])
+            link = links.get(path)
             if link is None:
                 continue
             if link.target.startswith(root + "/"):
                 rest = parts[depth:]
                 through = os.path.join(link.target[len(root) + 1 :], *rest)
-                followed.append((through, f"{why} (through the link {relative})"))
+                because = f"{why} (through the link {relative})"
+                followed.append((through, because, True))
+                written = os.path.join(os.path.dirname(path), link.text)
+                if written.startswith(root + "/"):
+                    steps = []
+                    for step in written[len(root) + 1 :].split("/"):
+                        if step == "..":
+                            break
+                        if step and step != ".":
+                            steps.append(step)
+                    if steps:
+                        followed.append(("/".join(steps), because, False))
             break
     return followed
 
@@ -213,27 +230,32 @@ def plan(
     run in the user's shell); `kinds` and `links` are `survey`'s.
     """
     links = links or {}
-    rows = [*((c, True) for c in table), *((Control(r, why), False) for r, why in extra)]
-    pending = [(c.path, c.why, viewable) for c, viewable in rows]
+    # (relative, why, viewable, hold): a row through a link's text only records the links
+    # and pins the directories it passes (through_links).
+    pending = [*((c.path, c.why, True, True) for c in table),
+               *((r, why, False, True) for r, why in extra)]
     for _ in range(MAX_LINKS):
-        known = {r for r, _, _ in pending}
+        known = {(r, h) for r, _, _, h in pending}
         new = []
-        for relative, why, viewable in pending:
-            for through, because in through_links(root, [(relative, why)], links):
-                if through not in known:
-                    known.add(through)
-                    new.append((through, because, viewable))
+        for relative, why, viewable, _ in pending:
+            for through, because, hold in through_links(root, [(relative, why)], links):
+                if (through, hold) not in known:
+                    known.add((through, hold))
+                    new.append((through, because, viewable, hold))
         if not new:
             break
         pending += new
-    rows = [(Control(r, w), v) for r, w, v in pending]
     pinned: list[str] = []
     read_only: list[str] = []
     views: list[str] = []
     absent: list[str] = []
     reasons: list[tuple[str, str]] = []
     held_links: list[Link] = []
-    for control, viewable in rows:
+    for relative, why, viewable, hold in pending:
+        control = Control(relative, why)
+        if not hold:
+            _walk_link_text(root, relative, kinds, links, pinned, held_links)
+            continue
         parts = control.path.split("/")
         for depth in range(1, len(parts)):
             ancestor = os.path.join(root, *parts[:depth])
@@ -283,6 +305,23 @@ def plan(
 
 def _depth(path: str) -> int:
     return path.count("/")
+
+
+def _walk_link_text(root: str, relative: str, kinds: dict[str, str | None],
+                    links: dict[str, Link], pinned: list[str], held: list[Link]) -> None:
+    """The directories a link's text passes are pinned and its links kept, up to the
+    first that is neither."""
+    parts = relative.split("/")
+    for depth in range(1, len(parts) + 1):
+        path = os.path.join(root, *parts[:depth])
+        kind = kinds.get(path)
+        if kind == "link":
+            _hold_link(root, path, relative, links, held)
+            return
+        if kind != "dir":
+            return
+        if path not in pinned:
+            pinned.append(path)
 
 
 def _hold_link(root: str, path: str, relative: str, links: dict[str, Link],

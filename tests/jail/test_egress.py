@@ -483,3 +483,21 @@ def test_an_upstream_proxy_carries_what_is_allowed_and_nothing_else(
     assert upstreams["allowed.test"] == "allowed.test through 10.213.88.2:13128"
     refused = [e for e in record if e["address"] == "10.213.88.2"]
     assert refused and refused[0]["verdict"] == "refused", record
+
+
+def test_under_open_the_upstream_proxy_is_asked_for_the_checked_address(
+        test_internet: Internet, corporate_proxy: str, tmp_path: str) -> None:
+    """Under open the agent chooses every name: a name answered publicly here and
+    privately at the proxy (DNS rebinding) would reach the network behind it, so the
+    CONNECT names the address the egress proxy checked."""
+    from claude_sandbox.jail import upstreamproxy
+
+    chained = upstreamproxy.Upstream("10.213.88.2", 13128, "", (), "HTTPS_PROXY",
+                                     "10.213.88.2")
+    spec = JailSpec((), (), (), egress_policy="open", agent="claude",
+                    hosts_file=test_internet.hosts, upstream=chained.encode())
+    args = [f"http|{ALLOWED}|80|allowed.test"]
+    results, _ = run_agent(spec, test_internet, args, str(tmp_path))
+    assert results[args[0]]["body"] == f"via-proxy {ALLOWED}:80", results[args[0]]
+    with open(corporate_proxy) as f:
+        assert f.read().startswith(f"CONNECT {ALLOWED}:80 HTTP/1.1")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,14 +17,19 @@ TABLE = controlfiles.controls((), ())
 
 def plan(present: dict[str, str], extra: tuple[tuple[str, str], ...] = (),
          table: tuple[controlfiles.Control, ...] = TABLE,
-         links: dict[str, str] | None = None) -> controlfiles.ControlPlan:
+         links: dict[str, str | tuple[str, str]] | None = None) -> controlfiles.ControlPlan:
     """`present`: relative path -> kind; `links`: relative link -> its target (absolute,
-    as realpath gives it)."""
+    as realpath gives it; the link's text is the target relative to it), or -> (text,
+    target)."""
     rows = [*((c.path, c.why) for c in table), *extra]
-    found = {f"{ROOT}/{rel}": controlfiles.Link(f"{ROOT}/{rel}", f"text-of-{rel}", target)
-             for rel, target in (links or {}).items()}
+    found = {}
+    for rel, value in (links or {}).items():
+        path = f"{ROOT}/{rel}"
+        text, target = value if isinstance(value, tuple) else (
+            os.path.relpath(value, os.path.dirname(path)), value)
+        found[path] = controlfiles.Link(path, text, target)
     for _ in range(3):
-        rows += controlfiles.through_links(ROOT, rows, found)
+        rows += [(r, w) for r, w, _ in controlfiles.through_links(ROOT, rows, found)]
     wanted = controlfiles.candidates(ROOT, (), [r for r, _ in rows])
     kinds = {path: present.get(path[len(ROOT) + 1 :]) for path in wanted}
     return controlfiles.plan(ROOT, table, extra, kinds, found)
@@ -95,6 +102,28 @@ def test_a_linked_parent_is_followed_for_the_paths_below_it() -> None:
     assert "/ws/src/tools/bin" in result.read_only  # a PATH directory: never a view
     assert "/ws/src/tools" in result.pinned and "/ws/src" in result.pinned
     assert [link.path for link in result.links] == ["/ws/tools"]
+
+
+def test_every_link_of_a_chain_is_kept_not_only_the_first() -> None:
+    """realpath skips `config` in .claude -> config/claude, config -> dot/config: the
+    session could replace `config` with a directory of its own, so it is kept too."""
+    result = plan({".claude": "link", "config": "link", "dot": "dir", "dot/config": "dir",
+                   "dot/config/claude": "dir"},
+                  links={".claude": ("config/claude", "/ws/dot/config/claude"),
+                         "config": ("dot/config", "/ws/dot/config")})
+    assert {link.path for link in result.links} == {"/ws/.claude", "/ws/config"}
+    assert "/ws/dot/config/claude" in result.views
+
+
+def test_the_directories_a_link_text_passes_are_pinned() -> None:
+    result = plan({".envrc": "link", "sub": "dir", "sub/cfg": "link", "other": "dir",
+                   "other/envrc": "file"},
+                  links={".envrc": ("sub/cfg/envrc", "/ws/other/envrc"),
+                         "sub/cfg": ("../other", "/ws/other")})
+    # .envrc's text is sub/cfg/envrc: `sub` is pinned, the link in it kept.
+    assert "/ws/sub" in result.pinned
+    assert {link.path for link in result.links} >= {"/ws/.envrc"}
+    assert "/ws/other/envrc" in result.read_only
 
 
 def test_a_link_to_an_absent_target_is_named_absent_and_kept() -> None:
