@@ -894,6 +894,16 @@ def test_52_control_files_readonly(request: pytest.FixtureRequest) -> None:
             assert mount is not None and mount.fstype == "overlay", \
                 f"{path} is not an overlay (the agent would write the real one)"
             held += 1
+            # What a link in it names elsewhere in the workspace is read-only too.
+            for top, dirs, files in os.walk(path):
+                for name in (*dirs, *files):
+                    named = os.path.realpath(os.path.join(top, name))
+                    if (os.path.islink(os.path.join(top, name)) and os.path.exists(named)
+                            and named.startswith(workspace.rstrip("/") + "/")
+                            and not named.startswith(path + "/")):
+                        can, evidence = writable(named)
+                        if can:
+                            open_to_writes.append(f"{evidence} (named by a link in {path})")
             continue
         if not os.path.lexists(path):
             continue  # absent: nothing stands in; the session-end report names it if made

@@ -30,7 +30,9 @@ renders), without making anything in the workspace (ADR 0010):
   point and can be replaced during the session, so the session's end puts the
   same link back and moves what stood there into the store (steps.py), like a
   path the session made. A link that leaves the root names something the plan
-  cannot hold, and the launch is refused with what the user can do.
+  cannot hold, and the launch is refused with what the user can do;
+- what a link inside a held directory names elsewhere in the root is held read-only
+  (`linked_from`): the view keeps the link, not the file it names.
 """
 
 from __future__ import annotations
@@ -178,6 +180,39 @@ def survey(root: str, table: Sequence[Control],
         links.update(read_links(found))
         rows = [*rows, *((r, w) for r, w, _ in through_links(root, rows, links))]
     return kinds, links
+
+
+# How many entries of the held directories `linked_from` reads at most: the directories
+# are the tools' settings, small; a larger one is read this far.
+LINKED_WALK_MAX = 5000
+
+
+def linked_from(root: str, views: Sequence[str],
+                limit: int = LINKED_WALK_MAX) -> list[tuple[str, str]]:
+    """Rows for what the links inside held directories name elsewhere in `root`.
+
+    A view keeps the directory's own entries unchanged, links included, but not what a
+    link names (`.vscode/tasks.json -> ../conf/tasks.json`): the agent would write
+    conf/tasks.json, and VS Code outside would run it. Links to other places outside
+    the root are left: nothing outside the writable roots is writable inside."""
+    found: list[tuple[str, str]] = []
+    seen = 0
+    for view in views:
+        for top, dirs, files in os.walk(view):  # links to directories are not entered
+            for name in (*dirs, *files):
+                seen += 1
+                if seen > limit:
+                    return found
+                path = os.path.join(top, name)
+                if not os.path.islink(path):
+                    continue
+                target = os.path.realpath(path)
+                if target.startswith(root + "/") and not any(
+                        target == v or target.startswith(v + "/") for v in views):
+                    found.append((target[len(root) + 1 :],
+                                  f"named by the link {path[len(root) + 1 :]} in a held "
+                                  "directory: programs outside follow it"))
+    return found
 
 
 def through_links(root: str, rows: Sequence[tuple[str, str]],

@@ -182,7 +182,13 @@ def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts, store: str)
             continue
         rows = derived_controls(top, facts)
         kinds, links = controlfiles.survey(top, table, rows)
-        plans.append(controlfiles.plan(top, table, rows, kinds, links))
+        made = controlfiles.plan(top, table, rows, kinds, links)
+        linked = controlfiles.linked_from(top, made.views)
+        if linked:  # what links in the held directories name is held too, read-only
+            rows = [*rows, *linked]
+            kinds, links = controlfiles.survey(top, table, rows)
+            made = controlfiles.plan(top, table, rows, kinds, links)
+        plans.append(made)
     readable = tuple(workspace.check_readable(path, rules,
                                               where=cfg.path_origins.get(path, "allow-read"))
                      for path in cfg.allow_read)

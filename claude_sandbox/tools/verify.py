@@ -333,8 +333,9 @@ def _plant_home_canaries(fixtures: Fixtures) -> list[str]:
 
 
 def _make_workspace_a_repository(workdir: str) -> None:
-    """A git repository with hooks, .vscode and .claude present, .envrc a link to a file
-    inside (a dotfile manager's), and .mcp.json absent (check 52)."""
+    """A git repository with hooks, .vscode and .claude present, .envrc and
+    .vscode/tasks.json links to files inside (a dotfile manager's), and .mcp.json absent
+    (check 52)."""
     git = paths.which("git", ("/usr/bin", "/bin"))
     if git is None:
         return
@@ -346,8 +347,11 @@ def _make_workspace_a_repository(workdir: str) -> None:
         path.write_text(text, encoding="utf-8")
     Path(workdir, "dotfiles").mkdir(exist_ok=True)
     Path(workdir, "dotfiles", "envrc").write_text("# the user's\n", encoding="utf-8")
+    Path(workdir, "dotfiles", "tasks.json").write_text("{}\n", encoding="utf-8")
     with contextlib.suppress(FileExistsError):
         os.symlink("dotfiles/envrc", os.path.join(workdir, ".envrc"))
+    with contextlib.suppress(FileExistsError):
+        os.symlink("../dotfiles/tasks.json", os.path.join(workdir, ".vscode", "tasks.json"))
 
 
 def outer_devs(paths_: Sequence[str]) -> dict[str, int]:

@@ -175,6 +175,24 @@ def test_linked_control_paths_are_held_through_their_targets(launcher: Launcher)
         assert "evil" in handle.read()  # kept for the user, out of the workspace
 
 
+def test_what_a_link_in_a_held_directory_names_is_read_only(launcher: Launcher) -> None:
+    """.vscode is a view, and its tasks.json a link to conf/tasks.json: the agent must
+    not write conf/tasks.json, which VS Code outside runs through the link."""
+    workspace = launcher.workspace
+    os.makedirs(os.path.join(workspace, ".vscode"))
+    os.makedirs(os.path.join(workspace, "conf"))
+    with open(os.path.join(workspace, "conf", "tasks.json"), "w") as handle:
+        handle.write("{}\n")
+    os.symlink("../conf/tasks.json", os.path.join(workspace, ".vscode", "tasks.json"))
+    subprocess.run(["chown", "-hR", f"{launcher.uid}:{launcher.uid}", workspace], check=True)
+    result = launcher.shell("/bin/sh", "-c", "(echo x >> conf/tasks.json && echo WROTE) ;"
+                            " (echo x >> .vscode/tasks.json && echo THROUGH) ; echo done")
+    assert "done" in result.stdout, result.stderr
+    assert "WROTE" not in result.stdout and "THROUGH" not in result.stdout, result.stdout
+    with open(os.path.join(workspace, "conf", "tasks.json")) as handle:
+        assert handle.read() == "{}\n"
+
+
 def test_a_control_link_leaving_the_workspace_refuses_with_what_to_do(
         launcher: Launcher) -> None:
     os.symlink("/etc", os.path.join(launcher.workspace, ".vscode"))

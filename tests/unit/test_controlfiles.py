@@ -160,3 +160,20 @@ def test_every_existing_control_path_is_held_whatever_the_host(
             assert any(path == h or path.startswith(h + "/") for h in held), (path, kinds)
     for pin in result.pinned:
         assert not any(pin == h or pin.startswith(h + "/") for h in held)
+
+
+def test_what_a_link_in_a_held_directory_names_is_found(tmp_path: str) -> None:
+    root = str(tmp_path)
+    os.makedirs(f"{root}/.vscode")
+    os.makedirs(f"{root}/conf")
+    open(f"{root}/conf/tasks.json", "w").close()
+    os.symlink("../conf/tasks.json", f"{root}/.vscode/tasks.json")
+    os.symlink("/etc/hostname", f"{root}/.vscode/outside")  # not writable inside anyway
+    os.symlink("settings.json", f"{root}/.vscode/same")  # inside the view itself
+    rows = controlfiles.linked_from(root, [f"{root}/.vscode"])
+    assert [r for r, _ in rows] == ["conf/tasks.json"]
+    table = controlfiles.controls((), ())
+    kinds, links = controlfiles.survey(root, table, rows)
+    result = controlfiles.plan(root, table, rows, kinds, links)
+    assert f"{root}/conf/tasks.json" in result.read_only
+    assert f"{root}/conf" in result.pinned
