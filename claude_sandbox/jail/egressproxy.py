@@ -174,7 +174,8 @@ def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
                                     or upstreamproxy.exempt(chained, to_name, address)):
             chained = None  # by number, or NO_PROXY: direct, as the tools would go
         if verdict.allowed and chained is not None:
-            upstream, why = connect_through(policy, chained, targets, to_name, port)
+            upstream, why = connect_through(policy, chained, targets, to_name, port,
+                                            proxy.host)
         elif verdict.allowed:
             upstream, why = connect(policy, targets, port, proxy.host)
         if verdict.allowed and upstream is None:

@@ -150,7 +150,8 @@ def connect(policy: Policy, addresses: list[str], port: int,
 
 
 def connect_through(policy: Policy, chained: Upstream, targets: list[str],
-                    to_name: str | None, port: int) -> tuple[_socket.socket | None, str]:
+                    to_name: str | None, port: int,
+                    host: HostRoutes | None = None) -> tuple[_socket.socket | None, str]:
     """An allowed connection through the upstream proxy, by CONNECT. The address classes
     hold as for a direct connection: the address asked for is one the egress proxy
     checked and would connect to itself.
@@ -162,10 +163,10 @@ def connect_through(policy: Policy, chained: Upstream, targets: list[str],
     address: a name answered publicly here and privately at the proxy (DNS rebinding)
     would otherwise reach the network behind the proxy. A name that is not a plain host
     name never goes into the request line."""
-    usable = [a for a in targets if address_refusal(policy, a) is None]
+    refusals = [address_refusal(policy, a, host) for a in targets]
+    usable = [a for a, why in zip(targets, refusals, strict=True) if why is None]
     if not usable:
-        return None, address_refusal(policy, targets[0]) or "no address" \
-            if targets else "no address"
+        return None, next(filter(None, refusals), "no address")
     target = usable[0]
     if to_name and not policy.open():
         try:

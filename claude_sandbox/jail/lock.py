@@ -11,6 +11,7 @@ from claude_sandbox.core import paths
 from claude_sandbox.core.errors import jail_error
 from claude_sandbox.jail import readback, routes
 from claude_sandbox.jail.spec import JailSpec
+from claude_sandbox.jail.upstreamproxy import Upstream
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,9 +41,10 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
     facts = readback.parse_facts(docs[0], docs[1])
     # The upstream proxy's one address leaves like an allow-ip one; only the egress
     # proxy's marked sockets reach it (netfilter.py, upstreamproxy.py).
-    upstream = settings.upstream.split(" ", 1)[0] if settings.upstream else ""
+    chained = Upstream.decode(settings.upstream)
     plan = routes.build_plan(facts, paths.DNS_FORWARDER,
-                             (*settings.allow_ip, *filter(None, [upstream])), settings.host)
+                             (*settings.allow_ip, *([chained.address] if chained else [])),
+                             settings.host)
     trace("namespace read, plan built")
     v6 = ask(["ipv6off"])
     if v6[0] == "ok" and v6[1]:

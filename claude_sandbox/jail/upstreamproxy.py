@@ -127,11 +127,12 @@ def _exemptions(text: str) -> tuple[str, ...]:
 
 
 def in_cidr(address: str, cidr: str) -> bool:
+    """Whether IPv4 `address` lies in `cidr` (a bare address is a /32)."""
     base, _, bits = cidr.partition("/")
     try:
         number = int.from_bytes(_socket.inet_aton(address), "big")
         net = int.from_bytes(_socket.inet_aton(base), "big")
-        mask = (0xFFFFFFFF << (32 - int(bits))) & 0xFFFFFFFF
+        mask = (0xFFFFFFFF << (32 - int(bits or 32))) & 0xFFFFFFFF
     except (OSError, ValueError):
         return False
     return number & mask == net & mask

@@ -170,7 +170,7 @@ def survey(root: str, table: Sequence[Control],
     again through each link met on the way, to a bounded depth."""
     kinds: dict[str, str | None] = {}
     links: dict[str, Link] = {}
-    rows = [*((c.path, c.why) for c in table), *extra]
+    rows = dict.fromkeys([*((c.path, c.why) for c in table), *extra])
     for _ in range(MAX_LINKS + 1):
         wanted = [p for p in candidates(root, (), [r for r, _ in rows]) if p not in kinds]
         if not wanted:
@@ -178,7 +178,7 @@ def survey(root: str, table: Sequence[Control],
         found = probe(wanted)
         kinds.update(found)
         links.update(read_links(found))
-        rows = [*rows, *((r, w) for r, w, _ in through_links(root, rows, links))]
+        rows.update(dict.fromkeys((r, w) for r, w, _ in through_links(root, list(rows), links)))
     return kinds, links
 
 

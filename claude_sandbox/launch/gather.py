@@ -128,7 +128,7 @@ def upstream_proxy(environ: Mapping[str, str], host: tuple[str, ...]) -> tuple[s
     except (OSError, UnicodeError) as exc:
         return "", f"{found.origin}: {found.host} does not resolve here ({exc}){direct}"
     if address.startswith("127.") or any(
-            upstreamproxy.in_cidr(address, h if "/" in h else f"{h}/32") for h in host):
+            upstreamproxy.in_cidr(address, h) for h in host):
         return "", (f"{found.origin}: {found.host} ({address}) is this host's own address, "
                     f"which the jail does not reach{direct}")
     return upstreamproxy.Upstream(found.host, found.port, found.auth, found.exempt,
