@@ -137,3 +137,76 @@ def test_an_entry_made_again_in_roots_own_large_directory_is_judged_again(
     os.utime(large, ns=(1, 1))
     assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS, listings)
     assert hidden.get(again) is False
+
+
+def _large_user_directory(tmp_path: os.PathLike[str]) -> tuple[str, str]:
+    base = os.path.join(str(tmp_path), "tree")
+    flood = os.path.join(base, "flood")
+    os.makedirs(flood)
+    for i in range(rootonly.LARGE + 5):
+        os.close(os.open(os.path.join(flood, f"f{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
+    if os.getuid() == 0:
+        os.chown(flood, 1000, 1000)
+    return base, flood
+
+
+def test_what_a_large_directory_hid_stays_hidden_when_it_changes_again(
+        tmp_path: os.PathLike[str]) -> None:
+    """The memo keeps what was hidden: a later change there does not lose it, and an
+    entry made again under its name (a new inode) is judged again."""
+    if os.getuid() != 0:
+        pytest.skip("a root-only file in a user's directory is made by root")
+    base, flood = _large_user_directory(tmp_path)
+    secret = os.path.join(flood, "secret")
+    os.close(os.open(secret, os.O_CREAT | os.O_WRONLY, 0o600))
+    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    hidden: dict[str, bool] = {}
+    dirs: dict[str, int] = {}
+    rootonly._scan(base, frozenset(), hidden, dirs, ROOT_GROUPS, listings)
+    assert hidden == {secret: False}
+    os.close(os.open(os.path.join(flood, "more"), os.O_CREAT | os.O_WRONLY, 0o600))
+    os.chown(os.path.join(flood, "more"), 1000, 1000)
+    os.utime(flood, ns=(1, 1))
+    assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS, listings)
+    assert hidden == {secret: False}
+    os.unlink(secret)
+    os.mkdir(secret, 0o700)  # the name again, now a directory only root may enter
+    os.utime(flood, ns=(2, 2))
+    assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS, listings)
+    assert hidden == {secret: True}
+    os.rmdir(secret)
+    os.utime(flood, ns=(3, 3))
+    assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS, listings)
+    assert hidden == {}
+
+
+@pytest.mark.parametrize("memo", [b"", b"garbage", b"a\0b\0\0" b"1\0\0", b"a\0\0x\0\0",
+                                  b"a\0\0" b"1\0\0a\0?", b"a\0\0" b"1\0\0b\0f", b"\xff\0\0"])
+def test_a_damaged_memo_is_ignored(tmp_path: os.PathLike[str], memo: bytes) -> None:
+    """A memo that does not parse, or names what is not listed, stands for nothing."""
+    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    listings.save("/x", {"a": 1}, {})
+    with open(listings._path("/x"), "wb") as handle:
+        handle.write(memo)
+    known, codes = listings.load("/x")
+    assert not codes or codes.keys() <= known.keys()
+    assert set(codes.values()) <= {"f", "D", "d", "s"}
+
+
+def test_a_memo_keeps_names_that_look_like_its_own_fields(tmp_path: os.PathLike[str]) -> None:
+    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    known = {"1": 7, "f": 8, "a\nb": 9, "\udcff": 10}
+    listings.save("/x", known, {"a\nb": "D"})
+    assert listings.load("/x") == (known, {"a\nb": "D"})
+
+
+def test_a_skipped_path_in_a_large_directory_stays_unlisted(
+        tmp_path: os.PathLike[str]) -> None:
+    base, flood = _large_user_directory(tmp_path)
+    inner = os.path.join(flood, "masked")
+    os.mkdir(inner, 0o755)
+    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    hidden: dict[str, bool] = {}
+    dirs: dict[str, int] = {}
+    rootonly._scan(base, frozenset({inner}), hidden, dirs, ROOT_GROUPS, listings)
+    assert inner not in dirs and flood in dirs
