@@ -89,7 +89,7 @@ class PlanFloor:
 
     def __init__(self, env: dict[str, str]) -> None:
         from claude_sandbox.core import paths
-        from claude_sandbox.launch import cgroups, gather, limits, placeholders, plan, run, state
+        from claude_sandbox.launch import cgroups, gather, limits, plan, run
 
         profile = gather.profiles.get("claude")
         cfg = gather.load_config("claude", env)
@@ -100,10 +100,6 @@ class PlanFloor:
         self.plan = plan.make(profile, cfg, facts, caps)
         self.env = dict(self.plan.env)
         self.bwrap = paths.tool("bwrap")
-        store = state.store_root(cfg.state_dir, facts.facts.home, facts.facts.uid)
-        controls = self.plan.layout.controls
-        self.made = placeholders.make(store, [p for c in controls for p in c.placeholders],
-                                      [p for c in controls for p in c.read_only])
 
     def once(self, enter: bool) -> float:
         from claude_sandbox.core.process import data_descriptor
@@ -122,10 +118,6 @@ class PlanFloor:
         for fd in opened.values():
             os.close(fd)
         return took
-
-    def close(self) -> None:
-        self.made.remove()
-
 
 def waiting_session(env: dict[str, str]) -> list[tuple[str, int, int]]:
     """The processes a session keeps up while the agent (`sleep`) waits: all but the agent."""
@@ -215,13 +207,10 @@ def main() -> None:
             rows["python -I -c pass"].append(_timed([CORE_PYTHON, "-I", "-c", "pass"], base))
             rows["launch, jail off"].append(_timed(launch, off))
             rows["launch, jailed"].append(_timed(launch, base))
-        floor = PlanFloor(off)  # its placeholders exist only while these rows run
-        try:
-            for _ in range(options.runs):
-                rows["floor: the plan"].append(floor.once(enter=False))
-                rows["floor: plan + _enter"].append(floor.once(enter=True))
-        finally:
-            floor.close()
+        floor = PlanFloor(off)
+        for _ in range(options.runs):
+            rows["floor: the plan"].append(floor.once(enter=False))
+            rows["floor: plan + _enter"].append(floor.once(enter=True))
     rounds = max(1, options.runs // 10)
     loaded = {"8 at once, jail off": concurrent(launch, off, rounds),
               "8 at once, jailed": concurrent(launch, base, rounds)}
