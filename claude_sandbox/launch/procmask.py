@@ -197,10 +197,9 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
 
 
 def start_helper(outer_proc: bool, root_only: Callable[[], dict[str, bool]] | None,
-                 noexec: bool = False, keep: tuple[int, ...] = ()) -> tuple[int, int]:
+                 noexec: bool = False) -> tuple[int, int]:
     """Fork the helper, to hide the outer processes and what `root_only()` finds (rootonly.py),
-    and with `noexec` to make every writable mount of the sandbox noexec; `keep`: the
-    descriptors `root_only` reads (the walk's pipe, rootwalk.py), kept open in it;
+    and with `noexec` to make every writable mount of the sandbox noexec;
     (its pid, the end `_enter` gets: close-on-exec, as every descriptor of the launch's,
     until the child meant to inherit it is started)."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -211,12 +210,9 @@ def start_helper(outer_proc: bool, root_only: Callable[[], dict[str, bool]] | No
         status = 1
         try:
             theirs.close()
-            # The jail's channel and the rest are not its business.
-            low = 3
-            for fd in sorted({ours.fileno(), *keep}):
-                os.closerange(low, fd)
-                low = fd + 1
-            os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+            keep = ours.fileno()
+            os.closerange(3, keep)  # the jail's channel and the rest are not its business
+            os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
             # Ends with the launcher, even SIGKILLed: nothing else would end it.
             if tie_to_parent(parent):
                 status = serve(ours.detach(), outer_proc, root_only, noexec)

@@ -18,8 +18,8 @@ every directory walked. A launch re-lists only the directories whose time change
 file created, renamed or removed there), so a new secret is found at the next launch;
 a directory changed below another changed one is re-listed once, with it. A mode
 changed in place (chmod) does not change the directory's time: the cache is rebuilt
-in full when it is more than a day old. All of it runs in a child forked as soon as
-the plan is made (rootwalk.py), while the jail starts and bwrap sets up.
+in full when it is more than a day old. All of it runs in the late-mount helper while
+bwrap sets up.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from claude_sandbox.launch import state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Iterable
 
     from claude_sandbox.launch.hostfacts import HostFacts
     from claude_sandbox.launch.mounts import Writable
@@ -273,13 +273,10 @@ def _groups() -> frozenset[int]:
     return frozenset([os.getgid(), *os.getgroups()])
 
 
-def private_paths(cache: str, skip: list[str], extra: Iterable[str] = (),
-                  ) -> tuple[dict[str, bool], Callable[[], None] | None]:
+def private_paths(cache: str, skip: list[str], extra: Iterable[str] = ()) -> dict[str, bool]:
     """What to hide on this root launch: the cache, brought up to date, or a new walk of
     the whole tree from /, minus `skip` (and below). `extra`: trees the sandbox shows
-    directly (allow-read), whatever their parents' modes; walked too. With it, what
-    writes the cache again when anything changed (None when nothing did): the caller
-    hands the answer on first, and writes after."""
+    directly (allow-read), whatever their parents' modes; walked too."""
     groups = _groups()
     loaded = load(cache)
     now = time.time()
@@ -300,15 +297,13 @@ def private_paths(cache: str, skip: list[str], extra: Iterable[str] = (),
             _scan(root, frozenset(skip), hidden, dirs, groups, listings if fresh else
                   _Rebuild(listings.directory))
             changed = True
-    if not changed and loaded is not None:
-        return hidden, None
-    return hidden, lambda: save(cache, hidden, dirs, made)
+    if changed or loaded is None:
+        save(cache, hidden, dirs, made)
+    return hidden
 
 
-def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
-               ) -> tuple[dict[str, bool], Callable[[], None] | None]:
-    """On a root launch: the paths outside the workspace root keeps from others, and what
-    writes the cache again (private_paths)."""
+def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable) -> dict[str, bool]:
+    """On a root launch: the paths outside the workspace root keeps from others (py)."""
     store = state.store_root(state_dir, facts.home, facts.uid)
     pseudo = [m.mountpoint for m in mountinfo.parse(mountinfo.read())
               if m.fstype in PSEUDO_FS and m.mountpoint != "/"]
@@ -319,11 +314,11 @@ def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
     # Trees bound in whatever their parents' modes: allow-read, and the toolchain homes of
     # root's own home, shown read-only (mounts.TOOLCHAINS) though the home is not.
     bound = [*layout.allow_read, *facts.toolchains]
-    private, write = private_paths(os.path.join(store, CACHE_NAME), skip, bound)
+    private = private_paths(os.path.join(store, CACHE_NAME), skip, bound)
     shown = [*masked, layout.workspace, *layout.allow_write]
 
     def under(path: str, roots: Iterable[str]) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
     return {path: is_dir for path, is_dir in private.items()
-            if under(path, bound) or not under(path, shown)}, write
+            if under(path, bound) or not under(path, shown)}

@@ -47,8 +47,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from claude_sandbox.launch import rootwalk
-
 
 def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Janitor,
         keep_ignored: tuple[str, ...]) -> int:
@@ -67,8 +65,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         janitor.tell("cgroup", directory)
     jail = None
     early = None
-    walk = None
-    ended = False  # the session ran to its end: the walk may finish writing its cache
     prepared: Prepared | None = None
     record: tuple[str, int] | None = None
     modes = _terminal_modes()
@@ -94,12 +90,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         notices.upstream(gathered.upstream[1])
         gathered, broker = _broker(gathered, cfg, store)
         the_plan = plan.make(profile, cfg, gathered, limit_plan)
-        if the_plan.root_only:
-            from claude_sandbox.launch import rootwalk
-
-            # Forked now, to overlap the jail's start and bwrap's set-up: the helper that
-            # covers what it finds reads its answer before the agent may start.
-            walk = rootwalk.Walk(cfg.state_dir, gathered.facts, the_plan.layout)
         if trace.enabled:
             trace.phase(f"plan {render.digest(the_plan)}")
         if the_plan.jail is not None and early is not None:
@@ -111,7 +101,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             jail = session.start(the_plan.jail, handed)
             trace.phase("jail started")
         started = time.time_ns()
-        prepared = _prepare(the_plan, cfg, gathered.facts, store, walk)
+        prepared = _prepare(the_plan, cfg, gathered.facts, store)
         if jail is not None:
             record = _egress_record(store, the_plan, cfg)  # in the store _prepare made
         trace.phase("prepared")
@@ -127,7 +117,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds,
                                            overlays=overlays)
         trace.phase("session ended")
-        ended = True
         notices.caps(cgroup.events() if cgroup is not None else {}, status, limit_plan)
         for line in prepared.imported:  # a full-screen agent covered the first telling
             sys.stderr.write(f"claude-sandbox: first launch: {line}\n")
@@ -148,8 +137,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             early.abandon()
         if prepared is not None:
             _undo(prepared)  # first: the /proc helper is in the cgroup too
-        if walk is not None:
-            walk.end(wait=ended)  # after the helper: no reader left, a write fails
         if cgroup is not None:
             cgroup.leave()
             cgroup.remove()
@@ -211,7 +198,7 @@ class Prepared:
 
 
 def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
-             store: str, walk: rootwalk.Walk | None) -> Prepared:
+             store: str) -> Prepared:
     """Make what the plan needs: the store, the scratch directory, overlays, descriptors."""
     bwrap_path = paths.tool("bwrap")
     imported: list[str] = []
@@ -237,11 +224,12 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
                                                    the_plan.seccomp_flags)
         helper_fd = None
         if the_plan.inner.late_masks:
-            from claude_sandbox.launch import procmask
+            from claude_sandbox.launch import procmask, rootonly
 
-            helper, helper_fd = procmask.start_helper(
-                the_plan.hide_outer_proc, walk.result if walk is not None else None,
-                the_plan.noexec, (walk.fd,) if walk is not None else ())
+            private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, the_plan.layout))
+                       if the_plan.root_only else None)
+            helper, helper_fd = procmask.start_helper(the_plan.hide_outer_proc, private,
+                                                      the_plan.noexec)
             opened["helper"] = helper_fd
         opened[render.INNER] = data_descriptor("inner", spec.encode(the_plan.inner, helper_fd))
     except BaseException:
