@@ -30,8 +30,8 @@ venv=${CLAUDE_SANDBOX_TEST_VENV:-/var/tmp/claude-sandbox-test-venv}
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
 "$venv/bin/pip" install -q -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
 
-"$venv/bin/ruff" check claude_sandbox tests bench verification
-"$venv/bin/mypy"  # the packages pyproject.toml names: claude_sandbox, verification
+"$venv/bin/ruff" check claude_sandbox tests bench verification deploy
+"$venv/bin/mypy"  # what pyproject.toml names: claude_sandbox, verification, the seccomp script
 
 set +e
 export CLAUDE_SANDBOX_SOAK=${CLAUDE_SANDBOX_SOAK:-200}  # the issue asks for 200 jailed launches

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import engine, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
 
 
@@ -44,18 +44,14 @@ def _read_int(path: str) -> int | None:
 
 
 def _check_userns() -> None:
-    """Refuse where the kernel or a sysctl disables unprivileged user namespaces.
-
-    These are the knobs we can read without creating a namespace; anything
-    else that refuses one shows up when the holder cannot start (run()).
-    """
-    fix = "enable unprivileged user namespaces"
-    if _read_int("/proc/sys/user/max_user_namespaces") == 0:
-        raise _refused(f"user namespaces are refused (user.max_user_namespaces = 0); {fix}")
-    if os.geteuid() != 0 and _read_int("/proc/sys/kernel/unprivileged_userns_clone") == 0:
-        raise _refused(f"user namespaces are refused (kernel.unprivileged_userns_clone = 0); {fix}")
+    """Refuse where the kernel, a sysctl or the container engine stops the namespaces
+    (core/engine.py). These are what can be read without creating a namespace; anything
+    else that refuses one shows up when the holder cannot start (start.py)."""
     if not os.path.exists("/proc/self/ns/user"):
         raise _refused("this kernel has no user namespaces")
+    why = engine.blocker(engine.read())
+    if why is not None:
+        raise _refused(why)
 
 
 def preflight(*, needs_socat: bool) -> None:

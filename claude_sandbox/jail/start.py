@@ -16,7 +16,7 @@ import fcntl
 import os
 import time
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import engine, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, jail_error
 from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
 from claude_sandbox.core.record import record
@@ -149,8 +149,10 @@ def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
             pass
         if holder.poll() is not None:
             forward.check()
+            why = engine.blocker(engine.read(), failed=True)
             raise jail_error("cannot create a user and network namespace (unshare failed; "
-                             "are unprivileged user namespaces allowed?)", EXIT_UNAVAILABLE)
+                             + (f"{why})" if why else "are unprivileged user namespaces "
+                                "allowed?)"), EXIT_UNAVAILABLE)
         if time.monotonic() > deadline:
             raise jail_error("the namespace holder did not start")
         time.sleep(0.0002)

@@ -17,7 +17,7 @@ import sys
 import termios
 import time
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import engine, paths
 from claude_sandbox.core.process import data_descriptor
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
@@ -81,6 +81,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             # wait, and the facts and the plan are made meanwhile.
             early = jail_start.begin(Trace(trace.enabled, "jail"))
         else:
+            engine.refuse_if_blocked()  # the jail's preflight asks the same
             sys.stderr.write("claude-sandbox: warning: the egress jail is off (egress-jail = 0): "
                              "the agent shares this container's network, including private "
                              "networks, cloud metadata and services on 127.0.0.1\n")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import engine, paths
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.install import installer
 from claude_sandbox.launch import gather, hostfacts, profiles, state
@@ -47,8 +47,8 @@ def userns_fix() -> str:
                 "type Unconfined (deploy/pod.yaml); the node must allow user namespaces "
                 "(user.max_user_namespaces > 0)")
     return ("sysctl -w kernel.unprivileged_userns_clone=1 and user.max_user_namespaces>0, or "
-            "run the container without a seccomp or AppArmor profile that blocks unshare "
-            "(docker/podman run: --security-opt seccomp=unconfined)")
+            "run the container with a seccomp profile that allows unshare: one made by "
+            "deploy/seccomp/make_profile.py (docs/how-to/docker.md)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +96,19 @@ def bwrap_row() -> Finding:
 def userns_row() -> Finding:
     problem = installer.userns_problem()
     if problem:
-        return Finding(False, problem, userns_fix())
+        return Finding(False, problem, engine.blocker(engine.read(), failed=True) or userns_fix())
     return Finding(True, "unprivileged user + network namespaces work")
+
+
+def engine_row() -> Finding:
+    """What of the engine or the host stops the sandbox even where a namespace can be made
+    (an AppArmor profile that refuses mount), or before (a seccomp profile)."""
+    why = engine.blocker(engine.read())
+    if why is not None:
+        what, _, fix = why.partition("; ")
+        return Finding(False, what, fix)
+    return Finding(True, "no engine setting known to stop the sandbox (seccomp, AppArmor, "
+                   "gVisor, user-namespace sysctls)")
 
 
 def redirect_row() -> Finding:
@@ -317,6 +328,7 @@ def sizes_row() -> Finding:
 ROWS: tuple[Row, ...] = (
     Row("bubblewrap", True, bwrap_row),
     Row("user namespaces", True, userns_row),
+    Row("container engine", True, engine_row),
     Row("/dev/net/tun", True, tun_row),
     Row("pasta", True, pasta_row),
     Row("unshare", True, lambda: _tool("unshare", "util-linux")),
