@@ -175,6 +175,35 @@ def execute(name: str, command: str, *, user: str = "root", env: dict[str, str] 
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
 
 
+# Docker's default seccomp profile, as Debian ships it with the engine's sources (from the
+# package mirror, the only network CI has); deploy/seccomp/make_profile.py extends it.
+DOCKER_SOURCES = "golang-github-docker-docker-dev"
+DOCKER_DEFAULT_IN_PACKAGE = ("usr/share/gocode/src/github.com/docker/docker/profiles/seccomp/"
+                             "default.json")
+MAKE_PROFILE = REPO / "deploy" / "seccomp" / "make_profile.py"
+
+
+def docker_default_profile() -> Path:
+    """Docker's default profile, downloaded once into CACHE_DIR."""
+    where = CACHE_DIR / "docker-seccomp"
+    profile = where / DOCKER_DEFAULT_IN_PACKAGE
+    if not profile.exists():
+        where.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["apt-get", "download", "-q", DOCKER_SOURCES], cwd=where, check=True,
+                       capture_output=True)
+        package = next(where.glob(f"{DOCKER_SOURCES}_*.deb"))
+        subprocess.run(["dpkg-deb", "-x", str(package), str(where)], check=True)
+    return profile
+
+
+def make_profile(dest: Path) -> Path:
+    """The profile the how-to has a user make: Docker's default and the sandbox's rule."""
+    with dest.open("w") as out:
+        subprocess.run([sys.executable, str(MAKE_PROFILE), str(docker_default_profile())],
+                       stdout=out, check=True)
+    return dest
+
+
 if __name__ == "__main__":
     print(ensure_base_image())
     sys.exit(0)

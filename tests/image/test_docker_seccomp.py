@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,32 +22,16 @@ import pytest
 pytestmark = pb.MARKS
 AGENTS = ("claude", "codex", "pi")
 USERS = ("root", "1000")
-MAKE_PROFILE = pb.REPO / "deploy" / "seccomp" / "make_profile.py"
-DOCKER_SOURCES = "golang-github-docker-docker-dev"
-DEFAULT_IN_PACKAGE = "usr/share/gocode/src/github.com/docker/docker/profiles/seccomp/default.json"
 
 
 @pytest.fixture(scope="module")
 def docker_default() -> Path:
-    """Docker's default profile, from the Debian package of the engine's sources."""
-    where = pb.CACHE_DIR / "docker-seccomp"
-    profile = where / DEFAULT_IN_PACKAGE
-    if not profile.exists():
-        where.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["apt-get", "download", "-q", DOCKER_SOURCES], cwd=where, check=True,
-                       capture_output=True)
-        package = next(where.glob(f"{DOCKER_SOURCES}_*.deb"))
-        subprocess.run(["dpkg-deb", "-x", str(package), str(where)], check=True)
-    return profile
+    return pb.docker_default_profile()
 
 
 @pytest.fixture(scope="module")
-def made_profile(docker_default: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    made = tmp_path_factory.mktemp("seccomp") / "claude-sandbox-seccomp.json"
-    with made.open("w") as out:
-        subprocess.run([sys.executable, str(MAKE_PROFILE), str(docker_default)], stdout=out,
-                       check=True)
-    return made
+def made_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pb.make_profile(tmp_path_factory.mktemp("seccomp") / "claude-sandbox-seccomp.json")
 
 
 def test_the_made_profile_is_the_default_and_one_rule(docker_default: Path,

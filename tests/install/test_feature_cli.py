@@ -22,8 +22,13 @@ import pytest
 pytestmark = pb.MARKS
 CLI_VERSION = "0.89.0"
 IMAGE = f"localhost/claude-sandbox-feature-cli-test:{os.getpid()}"
-# The flags docs/how-to/devcontainer-feature.md gives (runArgs).
-RUN_ARGS = ["--device=/dev/net/tun", "--init", "--security-opt=unmask=/proc/*"]
+# The flags docs/how-to/devcontainer-feature.md gives (runArgs), the last one for Docker:
+# the profile deploy/seccomp/make_profile.py makes from Docker's default, so that the
+# container runs under Docker's seccomp semantics here too (podman's own default would
+# allow the namespaces without it).
+PROFILE = "claude-sandbox-seccomp.json"
+RUN_ARGS = ["--device=/dev/net/tun", "--init", "--security-opt=unmask=/proc/*",
+            f"--security-opt=seccomp=${{localWorkspaceFolder}}/.devcontainer/{PROFILE}"]
 
 
 def _cli() -> str:
@@ -52,6 +57,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # A local Feature lives under .devcontainer/ and is named by a relative path.
     subprocess.run([str(source / "feature" / "build.sh"), str(config_dir / "claude-sandbox")],
                    check=True, capture_output=True)
+    pb.make_profile(config_dir / PROFILE)
     config = {
         "image": pb.ensure_base_image(),
         "features": {"./claude-sandbox": {
