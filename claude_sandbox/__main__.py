@@ -22,15 +22,22 @@ def _internal(command: str, argv: list[str]) -> int:
     # `_shadow`: what shims from before the package's folders call. An upgrade replaces
     # the package before the shims, and a launch in between must still work.
     if command in ("_launch", "_shadow"):
-        from claude_sandbox.launch import run
-
         if "--" not in argv:
             raise SandboxError(f"{command}: expected `--` before the program's arguments",
                                EXIT_USAGE)
         index = argv.index("--")
         if index != 1:
             raise SandboxError(f"{command}: expected exactly one agent name", EXIT_USAGE)
-        return run.launch(run.Request(argv[0], None, tuple(argv[2:])), os.environ)
+        args = tuple(argv[2:])
+        if args in (("--version",), ("--help",)):
+            from claude_sandbox.launch import quick  # the root-owned program alone (check 94)
+
+            found = quick.program(argv[0], args)
+            if found is not None:
+                return quick.answer(found, args, os.environ)
+        from claude_sandbox.launch import run
+
+        return run.launch(run.Request(argv[0], None, args), os.environ)
     if command == "_jail_holder":
         from claude_sandbox.jail import holder
 

@@ -56,13 +56,21 @@ def sweep_stale_dirs(dead: int = 0) -> None:
 
 
 def remove_dir(path: str) -> None:
-    """Remove the private directory and the files in it (it has no subdirectories)."""
+    """Remove a private directory and what is in it, following no link (a quick
+    question's HOME holds the directories its program made: launch/quick.py)."""
     try:
-        for entry in os.scandir(path):
-            try:
-                os.unlink(entry.path)
-            except FileNotFoundError:
-                pass
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            remove_dir(entry.path)
+            continue
+        try:
+            os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+    try:
         os.rmdir(path)
     except FileNotFoundError:
         pass
