@@ -223,6 +223,82 @@ def check_48_not_redirectable(shim: str, agent: str, workdir: str,
     return Result("48", "PASS", "no planted program, module, .pth or shell start-up file ran")
 
 
+QUICK_QUESTIONS = ("--version", "--help")
+REAL_PROGRAMS = "/usr/libexec/claude-sandbox/real"
+
+
+def _quick_reference(program: str, question: str) -> tuple[int, str, str]:
+    """The root-owned program's own answer: run in /, with only the environment the
+    launcher gives it (launch/quick.py), from a fresh home and temporary directory."""
+    scratch = tempfile.mkdtemp(prefix="csbx-quick-reference-")
+    try:
+        home, tmp = os.path.join(scratch, "home"), os.path.join(scratch, "tmp")
+        os.mkdir(home)
+        os.mkdir(tmp)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp,
+               "LANG": "C.UTF-8"}
+        ran = subprocess.run([program, question], cwd="/", env=env, capture_output=True,
+                             text=True, check=False, stdin=subprocess.DEVNULL, timeout=120)
+        return ran.returncode, ran.stdout, ran.stderr
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def check_94_quick_questions_unsteerable(agent: str, workdir: str,
+                                          environ: Mapping[str, str],
+                                          shim_dir: str = "/usr/local/bin") -> Result:
+    """`AGENT --version` and `--help` through the agent's shim, from a workspace and an
+    environment planted with everything that would steer a Node or Bun program or the
+    dynamic loader: nothing planted runs, and the answer is the root-owned program's."""
+    trap = tempfile.mkdtemp(prefix="csbx-quick-")
+    try:
+        planted = _plant_redirections(trap)
+        fired = os.path.join(trap, "fired")
+        steer = os.path.join(trap, "steer.js")
+        with open(steer, "w") as handle:
+            handle.write(f"require('fs').writeFileSync({os.path.join(fired, 'node')!r}, '')\n")
+        node_bin = os.path.join(trap, "bin", "node")
+        with open(node_bin, "w") as handle:
+            handle.write(f"#!/bin/sh\ntouch {fired}/bin-node\nexit 99\n")
+        os.chmod(node_bin, 0o755)
+        home = os.path.join(trap, "home")
+        os.makedirs(os.path.join(home, ".codex"))
+        with open(os.path.join(home, ".codex", "config.toml"), "w") as handle:
+            handle.write("this is = not [toml\n")
+        os.chmod(trap, 0o755)  # the user the shim runs as reads the plants
+        for name, text in (("bunfig.toml", f'preload = ["{steer}"]\n'),
+                           ("package.json", '{"type": "module", "imports": {}}\n'),
+                           (".npmrc", f"node-options=--require {steer}\n")):
+            with open(os.path.join(workdir, name), "w") as handle:
+                handle.write(text)
+        planted.update(NODE_OPTIONS=f"--require {steer}", NODE_PATH=trap,
+                       BUN_OPTIONS=f"--preload {steer}", LD_PRELOAD=f"{trap}/preload.so",
+                       LD_LIBRARY_PATH=trap, HOME=home, XDG_CONFIG_HOME=home,
+                       CODEX_HOME=os.path.join(home, ".codex"))
+        program = os.path.realpath(os.path.join(REAL_PROGRAMS, agent))
+        for question in QUICK_QUESTIONS:
+            ran = subprocess.run([os.path.join(shim_dir, agent), question], cwd=workdir,
+                                 env={**environ, **planted}, capture_output=True, text=True,
+                                 check=False, stdin=subprocess.DEVNULL, timeout=120)
+            went = sorted(os.listdir(fired))
+            if went:
+                return Result("94", "FAIL", f"{agent} {question}: planted code ran: "
+                              f"{', '.join(went)}")
+            if trap in ran.stderr:
+                return Result("94", "FAIL", f"{agent} {question}: a planted path was used: "
+                              f"{ran.stderr.strip()[:200]}")
+            if (ran.returncode, ran.stdout, ran.stderr) != _quick_reference(program, question):
+                return Result("94", "FAIL", f"{agent} {question}: the answer (exit "
+                              f"{ran.returncode}) is not the root-owned program's own")
+    finally:
+        shutil.rmtree(trap, ignore_errors=True)
+        for name in ("bunfig.toml", "package.json", ".npmrc"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(workdir, name))
+    return Result("94", "PASS", f"{agent} --version and --help: the root-owned program's own "
+                  "answer; no planted program, module, preload or config took part")
+
+
 _PR_SET_CHILD_SUBREAPER = 36
 
 

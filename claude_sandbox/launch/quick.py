@@ -9,9 +9,9 @@ the installed program's alone, as long as nothing else can take part:
   directory above each, belong to root and are writable by no one else; anything else
   (a user's own install, a group-writable directory) takes the sandboxed path instead;
 - the environment is five fixed variables: a fixed PATH of root's directories, HOME and
-  TMPDIR a new empty directory of its own (removed after, or swept by the next launch if
-  this one is killed: jail/dirs.py), LANG, and TERM when it is a plain terminal name. No
-  NODE_OPTIONS, LD_PRELOAD, BUN_* or config path reaches it;
+  TMPDIR two new empty directories of its own (removed after, or swept by the next launch
+  if this one is killed: jail/dirs.py), LANG, and TERM when it is a plain terminal name.
+  No NODE_OPTIONS, LD_PRELOAD, BUN_* or config path reaches it;
 - it runs in `/`, not the workspace, with only the three standard descriptors.
 
 Any other argument, or any word added to these, launches the sandbox as always.
@@ -86,9 +86,9 @@ def program(agent: str, args: tuple[str, ...]) -> str | None:
     return found
 
 
-def environment(home: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """Pure but for the arguments: the whole environment the program gets."""
-    env = {"PATH": FIXED_PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
+def environment(home: str, tmp: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment the program gets (pure)."""
+    env = {"PATH": FIXED_PATH, "HOME": home, "TMPDIR": tmp, "LANG": "C.UTF-8"}
     term = environ.get("TERM", "")
     if term and len(term) < 64 and term.replace("-", "").replace(".", "").replace(
             "+", "").isalnum():
@@ -101,9 +101,14 @@ def answer(found: str, args: tuple[str, ...], environ: Mapping[str, str]) -> int
     from claude_sandbox.core.process import fork_exec
 
     dirs.sweep_stale_dirs()
-    home = dirs.make_private_dir()
+    private = dirs.make_private_dir()
     try:
-        child = fork_exec([found, *args], environment(home, environ), {0: 0, 1: 1, 2: 2},
+        # Apart: codex will not make its helpers in a HOME under the temporary directory,
+        # and says so on every start.
+        home, tmp = os.path.join(private, "home"), os.path.join(private, "tmp")
+        os.mkdir(home, 0o700)
+        os.mkdir(tmp, 0o700)
+        child = fork_exec([found, *args], environment(home, tmp, environ), {0: 0, 1: 1, 2: 2},
                           setsid=False, before_exec=lambda: os.chdir("/"))
         try:
             status = child.wait()
@@ -112,5 +117,5 @@ def answer(found: str, args: tuple[str, ...], environ: Mapping[str, str]) -> int
             child.wait()
             raise
     finally:
-        dirs.remove_dir(home)
+        dirs.remove_dir(private)
     return status if status >= 0 else 128 - status

@@ -647,6 +647,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, facts["home"], workdir, base_env, facts["jail_may_widen"]))
                 results.append(outside_module.check_48_not_redirectable(
                     SHIM, agent, workdir, base_env))
+                results.append(outside_module.check_94_quick_questions_unsteerable(
+                    agent, workdir, base_env))
                 results.append(outside_module.check_49_killed_launcher(
                     SHIM, agent, workdir, base_env))
                 results.append(outside_module.check_60_hang_up_ends_the_session(
@@ -689,7 +691,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
             else:
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
                             for number in ("27", "48", "49", "60", "35", "53", "70", "71",
-                                           "73", "74", "77", "78", "82", "85", "86", "87")]
+                                           "73", "74", "77", "78", "82", "85", "86", "87",
+                                           "94")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()
