@@ -271,9 +271,10 @@ def check_94_quick_questions_unsteerable(agent: str, workdir: str,
                            (".npmrc", f"node-options=--require {steer}\n")):
             with open(os.path.join(workdir, name), "w") as handle:
                 handle.write(text)
+        # Not LD_PRELOAD: the loader applies it to the shim's own bash and python before
+        # any code of ours runs, as to every program the user starts (check 48's scope).
         planted.update(NODE_OPTIONS=f"--require {steer}", NODE_PATH=trap,
-                       BUN_OPTIONS=f"--preload {steer}", LD_PRELOAD=f"{trap}/preload.so",
-                       LD_LIBRARY_PATH=trap, HOME=home, XDG_CONFIG_HOME=home,
+                       BUN_OPTIONS=f"--preload {steer}", HOME=home, XDG_CONFIG_HOME=home,
                        CODEX_HOME=os.path.join(home, ".codex"))
         program = os.path.realpath(os.path.join(REAL_PROGRAMS, agent))
         for question in QUICK_QUESTIONS:

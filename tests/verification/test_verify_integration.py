@@ -362,3 +362,37 @@ def test_verify_sees_a_brokered_credential_through_checks_83_to_87(
         [rows[n] for n in ("83", "84", "85", "86", "87")]
     probes = ("A53", "A54", "A55", "A56")
     assert all(rows[n]["outcome"] == "BLOCKED" for n in probes), [rows[n] for n in probes]
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_check_94_passes_through_the_installed_shims(tmp_path: Path, agent: str) -> None:
+    sys.path.insert(0, str(REPO / "verification"))
+    import outside  # type: ignore[import-not-found]
+
+    result = outside.check_94_quick_questions_unsteerable(agent, str(tmp_path),
+                                                          dict(os.environ))
+    assert result.outcome == "PASS", result
+
+
+@pytest.mark.parametrize(("runs", "fired"), [
+    ('exec /usr/libexec/claude-sandbox/real/codex "$@"', "bin-node"),  # the caller's PATH
+    ('PATH=/usr/bin:/bin exec /usr/libexec/claude-sandbox/real/codex "$@"', "node"),
+])
+def test_a_quick_path_that_passes_the_environment_fails_check_94(tmp_path: Path, runs: str,
+                                                                  fired: str) -> None:
+    """A "shim" that answers --version from the real program but keeps the caller's
+    environment: the planted node, or the planted NODE_OPTIONS, runs, and the check
+    says so."""
+    sys.path.insert(0, str(REPO / "verification"))
+    import outside
+
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "codex").write_text(f"#!/bin/sh\n{runs}\n")
+    (shims / "codex").chmod(0o755)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    result = outside.check_94_quick_questions_unsteerable(
+        "codex", str(workdir), dict(os.environ), shim_dir=str(shims))
+    assert result.outcome == "FAIL", result
+    assert result.detail.endswith(f"planted code ran: {fired}"), result
