@@ -13,6 +13,9 @@ machine's drift falls on all of them alike.
                         defences cost before any launcher work
   launch, jail off      claude-sandbox shell -- /bin/true, egress-jail = 0
   launch, jailed        claude-sandbox shell -- /bin/true (the default)
+  claude --version      the root-owned program run directly, and through the shim (which
+                        answers it without the sandbox: launch/quick.py, check 94);
+                        target: the shim adds at most 60 ms
 
 Targets: jailed at most 1.5 x the jailed floor; jail off at most the bare bwrap floor
 + 20 ms. As root, `--as USER` measures as that user (the figures that matter are a
@@ -39,6 +42,8 @@ CORE_PYTHON = "/usr/libexec/claude-sandbox/venv/bin/python"
 SHIM = "/usr/local/bin/claude-sandbox"
 BWRAP_FLOOR = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "/bin/true"]
 TARGET_RATIO, TARGET_EXTRA = 1.5, 20.0
+TARGET_VERSION_EXTRA = 60.0
+REAL_CLAUDE = "/usr/libexec/claude-sandbox/real/claude"
 CONCURRENT = 8
 
 
@@ -195,7 +200,8 @@ def main() -> None:
     launch = [SHIM, "shell", "--", "/bin/true"]
     rows: dict[str, list[float]] = {name: [] for name in (
         "floor: bare bwrap", "floor: jailed", "python -I -c pass", "floor: the plan",
-        "floor: plan + _enter", "launch, jail off", "launch, jailed")}
+        "floor: plan + _enter", "launch, jail off", "launch, jailed",
+        "--version, direct", "--version, shim")}
     workspace = tempfile.mkdtemp(prefix="cs-bench-")
     os.chdir(workspace)
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,6 +213,8 @@ def main() -> None:
             rows["python -I -c pass"].append(_timed([CORE_PYTHON, "-I", "-c", "pass"], base))
             rows["launch, jail off"].append(_timed(launch, off))
             rows["launch, jailed"].append(_timed(launch, base))
+            rows["--version, direct"].append(_timed([REAL_CLAUDE, "--version"], base))
+            rows["--version, shim"].append(_timed(["/usr/local/bin/claude", "--version"], base))
         floor = PlanFloor(off)
         for _ in range(options.runs):
             rows["floor: the plan"].append(floor.once(enter=False))
@@ -234,6 +242,9 @@ def main() -> None:
           f"{'met' if extra <= TARGET_EXTRA else 'NOT met'}")
     print(f"jailed: {ratio:.2f} x the jailed floor (target {TARGET_RATIO}): "
           f"{'met' if ratio <= TARGET_RATIO else 'NOT met'}")
+    added = median["--version, shim"] - median["--version, direct"]
+    print(f"claude --version: the shim adds {added:.1f} ms (target + {TARGET_VERSION_EXTRA:.0f} "
+          f"ms): {'met' if added <= TARGET_VERSION_EXTRA else 'NOT met'}")
     for kind, processes in memory.items():
         parts = ", ".join(f"{name} {rss // 1024}" for name, rss, _ in processes)
         rss = sum(r for _, r, _ in processes) / 1024
