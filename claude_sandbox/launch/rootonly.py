@@ -86,8 +86,9 @@ LARGE = 1000
 
 class Listings:
     """The judged entries of large directories, one file each under `directory`: the
-    names, then their inodes, then `name, code` for each entry not skipped; NUL between
-    fields, two NULs between the three parts (a name is never empty and holds no NUL)."""
+    names, then their keys (the inode, and `/` after it for a directory), then `name,
+    code` for each entry not skipped; NUL between fields, two NULs between the three
+    parts (a name is never empty and holds no NUL)."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
@@ -98,13 +99,13 @@ class Listings:
         return os.path.join(self.directory, hashlib.sha256(
             listed.encode("utf-8", "surrogateescape")).hexdigest()[:24])
 
-    def load(self, listed: str) -> tuple[dict[str, int], dict[str, str]]:
-        """Every entry's inode by name, and the code of each not skipped ({} when none)."""
+    def load(self, listed: str) -> tuple[dict[str, str], dict[str, str]]:
+        """Every entry's key by name, and the code of each not skipped ({} when none)."""
         try:
             with open(self._path(listed), "rb") as handle:
                 parts = handle.read().decode("utf-8", "surrogateescape").split("\0\0")
-            names, inodes, marks = (part.split("\0") for part in parts)
-            known = dict(zip(names, map(int, inodes), strict=True))
+            names, keys, marks = (part.split("\0") for part in parts)
+            known = dict(zip(names, keys, strict=True))
             codes = dict(zip(marks[0::2], marks[1::2], strict=True)) if marks != [""] else {}
         except (OSError, ValueError):
             return {}, {}
@@ -112,8 +113,8 @@ class Listings:
             return {}, {}
         return known, codes
 
-    def save(self, listed: str, known: dict[str, int], codes: dict[str, str]) -> None:
-        text = "\0\0".join(["\0".join(known), "\0".join(map(str, known.values())),
+    def save(self, listed: str, known: dict[str, str], codes: dict[str, str]) -> None:
+        text = "\0\0".join(["\0".join(known), "\0".join(known.values()),
                             "\0".join(f"{name}\0{code}" for name, code in codes.items())])
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
@@ -151,7 +152,10 @@ def _verdicts(directory: str, owner: int, entries: list[os.DirEntry[str]],
             if verdict != SKIP:
                 yield entry.path, verdict, entry.is_dir(follow_symlinks=False)
         return
-    now = {entry.name: entry.inode() for entry in entries}
+    # The type is in the key too (readdir's d_type, no stat): a name made again as the
+    # other kind may get the freed inode back.
+    now = {entry.name: f"{entry.inode()}/" if entry.is_dir(follow_symlinks=False)
+           else str(entry.inode()) for entry in entries}
     for path in skip:
         if os.path.dirname(path) == directory:
             now.pop(os.path.basename(path), None)
@@ -263,7 +267,7 @@ def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) 
 class _Rebuild(Listings):
     """A full rebuild: every entry judged again, the memos written anew."""
 
-    def load(self, listed: str) -> tuple[dict[str, int], dict[str, str]]:
+    def load(self, listed: str) -> tuple[dict[str, str], dict[str, str]]:
         return {}, {}
 
 

@@ -186,11 +186,21 @@ def test_allow_write_is_writable_and_nothing_beside_it(launcher: Launcher) -> No
 @pytest.mark.parametrize("where", ["/", "HOME", "/etc"])
 def test_launching_from_a_forbidden_directory_refuses(launcher: Launcher, where: str) -> None:
     cwd = launcher.home if where == "HOME" else where
-    result = launcher.run(["/usr/local/bin/claude", "--version"], cwd=cwd)
+    # Not `--version` alone: that makes nothing writable, and is answered (check 94).
+    result = launcher.run(["/usr/local/bin/claude", "--version", "--verbose"], cwd=cwd)
     assert result.returncode == 78
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("claude-sandbox: refusing to make ")
     assert "Traceback" not in result.stderr
+
+
+def test_the_quick_questions_answer_from_anywhere(launcher: Launcher) -> None:
+    """`claude --version` makes nothing writable, so it answers from $HOME and /, where a
+    launch is refused, and it needs no sandbox (launch/quick.py, check 94)."""
+    for cwd in (launcher.home, "/"):
+        result = launcher.run(["/usr/local/bin/claude", "--version"], cwd=cwd)
+        assert result.returncode == 0 and "Claude Code" in result.stdout, result
+        assert "egress jail" not in result.stderr
 
 
 def test_shell_exit_status_is_the_commands(launcher: Launcher) -> None:

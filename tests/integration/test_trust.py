@@ -160,7 +160,9 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
             "_launch",
             "claude",
             "--",
+            # Not `--version` alone: that is answered without a launch (check 94).
             "--version",
+            "--verbose",
         ],
         env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1", "PYTHONPROFILEIMPORTTIME": "1"},
     )
@@ -205,7 +207,8 @@ def test_forged_is_sandbox_outside_still_wraps(launcher: Launcher) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "1"  # the marker mount: it ran inside bwrap
-    agent = launcher.run(["claude", "--version"], env={"IS_SANDBOX": "1"})
+    # `--version --verbose`: `--version` alone is answered without a launch (check 94).
+    agent = launcher.run(["claude", "--version", "--verbose"], env={"IS_SANDBOX": "1"})
     assert (
         agent.returncode == 0 and "the egress jail is off" in agent.stderr
     )  # went through the launch

@@ -185,7 +185,7 @@ def test_what_a_large_directory_hid_stays_hidden_when_it_changes_again(
 def test_a_damaged_memo_is_ignored(tmp_path: os.PathLike[str], memo: bytes) -> None:
     """A memo that does not parse, or names what is not listed, stands for nothing."""
     listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
-    listings.save("/x", {"a": 1}, {})
+    listings.save("/x", {"a": "1"}, {})
     with open(listings._path("/x"), "wb") as handle:
         handle.write(memo)
     known, codes = listings.load("/x")
@@ -195,7 +195,7 @@ def test_a_damaged_memo_is_ignored(tmp_path: os.PathLike[str], memo: bytes) -> N
 
 def test_a_memo_keeps_names_that_look_like_its_own_fields(tmp_path: os.PathLike[str]) -> None:
     listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
-    known = {"1": 7, "f": 8, "a\nb": 9, "\udcff": 10}
+    known = {"1": "7", "f": "8/", "a\nb": "9", "\udcff": "10"}
     listings.save("/x", known, {"a\nb": "D"})
     assert listings.load("/x") == (known, {"a\nb": "D"})
 
