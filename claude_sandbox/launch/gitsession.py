@@ -25,6 +25,7 @@ import os
 import stat
 import time
 
+from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch import gitapply, gitcheck, gitrepo
@@ -74,9 +75,7 @@ _SHM = "/dev/shm"
 def upper_base(store: str) -> str:
     if _fstype(store) != "overlay":
         return store
-    import hashlib
-
-    key = hashlib.sha256(store.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    key = paths.sha256_hex(store.encode("utf-8", "surrogateescape"))[:16]
     base = os.path.join(_SHM, f"claude-sandbox-{os.getuid()}")
     os.makedirs(base, mode=0o700, exist_ok=True)
     info = os.lstat(base)

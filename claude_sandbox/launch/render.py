@@ -65,9 +65,7 @@ def as_json(plan: Plan) -> str:
 
 def digest(plan: Plan) -> str:
     """A short name for the plan: equal digests, identical plans (a launch traces it)."""
-    import hashlib
-
-    return hashlib.sha256(as_json(plan).encode()).hexdigest()[:16]
+    return paths.sha256_hex(as_json(plan).encode())[:16]
 
 
 def _plain(value: object) -> object:

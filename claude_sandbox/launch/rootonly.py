@@ -28,7 +28,7 @@ import os
 import stat
 import time
 
-from claude_sandbox.core import mountinfo
+from claude_sandbox.core import mountinfo, paths
 from claude_sandbox.launch import state
 
 TYPE_CHECKING = False
@@ -94,10 +94,8 @@ class Listings:
         self.directory = directory
 
     def _path(self, listed: str) -> str:
-        import hashlib
-
-        return os.path.join(self.directory, hashlib.sha256(
-            listed.encode("utf-8", "surrogateescape")).hexdigest()[:24])
+        return os.path.join(self.directory, paths.sha256_hex(
+            listed.encode("utf-8", "surrogateescape"))[:24])
 
     def load(self, listed: str) -> tuple[dict[str, str], dict[str, str]]:
         """Every entry's key by name, and the code of each not skipped ({} when none)."""
