@@ -84,18 +84,23 @@ def test_a_removed_tree_is_refreshed_once_from_its_top(tmp_path: os.PathLike[str
     assert set(dirs) == {base} and hidden == {keep: True}
 
 
+def _large_user_directory(tmp_path: os.PathLike[str]) -> tuple[str, str]:
+    base = os.path.join(str(tmp_path), "tree")
+    flood = os.path.join(base, "flood")
+    os.makedirs(flood)
+    for i in range(rootonly.LARGE + 5):
+        os.close(os.open(os.path.join(flood, f"f{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
+    if os.getuid() == 0:
+        os.chown(flood, 1000, 1000)  # a user's directory: only those keep a memo
+    return base, flood
+
+
 def test_a_large_directory_is_listed_again_without_a_stat_per_entry(
         tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """After one change in a directory of many entries, only the new entry is judged: the
     rest are known by name and inode (a user touching one file of 20,000 cost each root
     launch a stat of them all)."""
-    base = os.path.join(str(tmp_path), "tree")
-    flood = os.path.join(base, "flood")
-    os.makedirs(flood)
-    for i in range(rootonly.LARGE + 200):
-        os.close(os.open(os.path.join(flood, f"f{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
-    if os.getuid() == 0:
-        os.chown(flood, 1000, 1000)  # a user's directory: only those keep a memo
+    base, flood = _large_user_directory(tmp_path)
     listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
     hidden: dict[str, bool] = {}
     dirs: dict[str, int] = {}
@@ -137,17 +142,6 @@ def test_an_entry_made_again_in_roots_own_large_directory_is_judged_again(
     os.utime(large, ns=(1, 1))
     assert rootonly.refresh(hidden, dirs, (), ROOT_GROUPS, listings)
     assert hidden.get(again) is False
-
-
-def _large_user_directory(tmp_path: os.PathLike[str]) -> tuple[str, str]:
-    base = os.path.join(str(tmp_path), "tree")
-    flood = os.path.join(base, "flood")
-    os.makedirs(flood)
-    for i in range(rootonly.LARGE + 5):
-        os.close(os.open(os.path.join(flood, f"f{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
-    if os.getuid() == 0:
-        os.chown(flood, 1000, 1000)
-    return base, flood
 
 
 def test_what_a_large_directory_hid_stays_hidden_when_it_changes_again(
