@@ -104,3 +104,19 @@ def test_the_mount_probe_leaves_no_process_and_agrees_with_this_host() -> None:
     before = _children()
     assert engine._mount_refused() is False
     assert _children() <= before
+
+
+def test_what_the_how_to_quotes_is_what_the_refusals_say() -> None:
+    """docs/how-to/docker.md quotes doctor's lines for the engines the tests cannot run."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "docker.md").read_text()
+    said = [
+        engine.blocker(replace(CLEAR, seccomp_refuses_unshare=True)),
+        engine.blocker(replace(CLEAR, apparmor="docker-default (enforce)",
+                               apparmor_refuses_mount=True)),
+        engine.blocker(replace(CLEAR, gvisor=True)),
+    ]
+    quoted = [line.split('says "', 1)[1].split('"', 1)[0] for line in text.splitlines()
+              if line.startswith("| ") and 'says "' in line]
+    assert len(quoted) == 3, quoted
+    for quote in quoted:
+        assert any(line is not None and quote in line for line in said), quote
