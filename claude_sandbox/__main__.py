@@ -29,12 +29,11 @@ def _internal(command: str, argv: list[str]) -> int:
         if index != 1:
             raise SandboxError(f"{command}: expected exactly one agent name", EXIT_USAGE)
         args = tuple(argv[2:])
-        if args in (("--version",), ("--help",)):
-            from claude_sandbox.launch import quick  # the root-owned program alone (check 94)
+        from claude_sandbox.launch import quick  # the root-owned program alone (check 94)
 
-            found = quick.program(argv[0], args)
-            if found is not None:
-                return quick.answer(found, args, os.environ)
+        found = quick.program(argv[0], args)
+        if found is not None:
+            return quick.answer(found, args, os.environ)
         from claude_sandbox.launch import run
 
         return run.launch(run.Request(argv[0], None, args), os.environ)

@@ -64,6 +64,10 @@ def remove_dir(path: str) -> None:
         return
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
+            try:
+                os.chmod(entry.path, 0o700)  # one the program left read-only is emptied too
+            except OSError:
+                pass
             remove_dir(entry.path)
             continue
         try:

@@ -5,6 +5,7 @@ redirects the agent's TCP and DNS to them)."""
 from __future__ import annotations
 
 import _socket
+import errno
 
 from claude_sandbox.jail import netfilter
 
@@ -35,7 +36,6 @@ def listeners() -> tuple[_socket.socket, _socket.socket, _socket.socket]:
     return made[0], made[1], made[2]
 
 
-_EADDRNOTAVAIL = 99
 _BIND_TRIES = 200  # 5 ms apart: a second at most, for the kernel to finish lo's start
 
 
@@ -49,7 +49,7 @@ def _bind(sock: _socket.socket, port: int) -> None:
             sock.bind(("127.0.0.1", port))
             return
         except OSError as exc:
-            if exc.errno != _EADDRNOTAVAIL:
+            if exc.errno != errno.EADDRNOTAVAIL:
                 raise
         time.sleep(0.005)
     sock.bind(("127.0.0.1", port))

@@ -35,14 +35,6 @@ def _check_tun() -> None:
         raise _refused(f"/dev/net/tun is not the tun device (10:200); {fix}")
 
 
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            return int(f.read().strip() or "0")
-    except (OSError, ValueError):
-        return None
-
-
 def _check_userns() -> None:
     """Refuse where the kernel, a sysctl or the container engine stops the namespaces
     (core/engine.py). These are what can be read without creating a namespace; anything

@@ -42,11 +42,10 @@ def move_created(layout: Writable, store: str, lines: list[str], review: bool) -
 def move_away(path: str, store: str, stamp: str, lines: list[str]) -> str | None:
     """`path` out of the workspace: where it went, or None (and a warning) when even the
     rename in place failed."""
+    import secrets
     import shutil
 
     target = os.path.join(store, "created", stamp, os.path.relpath(path, "/"))
-    import secrets
-
     # Unguessable: a directory the session made in advance under the name would stop
     # the rename (ENOTEMPTY) and leave the plant in place.
     inert = f"{path}.csbx-moved-{stamp}-{secrets.token_hex(4)}"

@@ -183,7 +183,8 @@ def survey(root: str, table: Sequence[Control],
 
 
 # How many entries of the held directories `linked_from` reads at most: the directories
-# are the tools' settings, small; a larger one is read this far.
+# are the tools' settings, small. Past it the launch is refused: a link left unread there
+# could name a file the agent writes and a program outside runs.
 LINKED_WALK_MAX = 5000
 
 
@@ -202,7 +203,12 @@ def linked_from(root: str, views: Sequence[str],
             for name in (*dirs, *files):
                 seen += 1
                 if seen > limit:
-                    return found
+                    raise SandboxError(
+                        f"refusing to launch: the held directory {view} has more than "
+                        f"{limit} entries, too many to read for links that name files "
+                        "elsewhere in the workspace (programs outside follow them); remove "
+                        "what it does not need, or add `unprotect` for it in "
+                        "/etc/claude-sandbox.conf", EXIT_REFUSED)
                 path = os.path.join(top, name)
                 if not os.path.islink(path):
                     continue

@@ -90,8 +90,8 @@ def environment(home: str, tmp: str, environ: Mapping[str, str]) -> dict[str, st
     """The whole environment the program gets (pure)."""
     env = {"PATH": FIXED_PATH, "HOME": home, "TMPDIR": tmp, "LANG": "C.UTF-8"}
     term = environ.get("TERM", "")
-    if term and len(term) < 64 and term.replace("-", "").replace(".", "").replace(
-            "+", "").isalnum():
+    if term and len(term) < 64 and term.isascii() and term.replace("-", "").replace(
+            ".", "").replace("+", "").isalnum():
         env["TERM"] = term
     return env
 
@@ -108,8 +108,10 @@ def answer(found: str, args: tuple[str, ...], environ: Mapping[str, str]) -> int
         home, tmp = os.path.join(private, "home"), os.path.join(private, "tmp")
         os.mkdir(home, 0o700)
         os.mkdir(tmp, 0o700)
+        # Ends with the launcher, even SIGKILLed: no process outlives a launch.
         child = fork_exec([found, *args], environment(home, tmp, environ), {0: 0, 1: 1, 2: 2},
-                          setsid=False, before_exec=lambda: os.chdir("/"))
+                          setsid=False, die_with_parent=True,
+                          before_exec=lambda: os.chdir("/"))
         try:
             status = child.wait()
         except BaseException:
@@ -117,5 +119,8 @@ def answer(found: str, args: tuple[str, ...], environ: Mapping[str, str]) -> int
             child.wait()
             raise
     finally:
-        dirs.remove_dir(private)
+        try:
+            dirs.remove_dir(private)
+        except OSError:
+            pass  # what is left, the next launch's sweep removes (jail/dirs.py)
     return status if status >= 0 else 128 - status

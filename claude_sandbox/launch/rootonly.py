@@ -135,8 +135,8 @@ def _verdicts(directory: str, owner: int, entries: list[os.DirEntry[str]],
               ) -> Iterable[tuple[str, str, bool]]:
     """(path, verdict, is a directory) of each entry of `directory` not skipped by SKIP.
 
-    In a large directory another user owns, only entries new since its memo (by name and
-    inode) are judged. Only such a directory keeps one: no entry there can become root's
+    In a large directory another user owns, only entries new since its memo (by name,
+    inode and kind) are judged. Only such a directory keeps one: no entry there can become root's
     own but by root's hand, whereas a reused inode in root's directory (a file deleted and
     made again 0600 under its name) would pass as the entry it was."""
     if listings is None or len(entries) < LARGE or owner == 0:

@@ -177,3 +177,20 @@ def test_what_a_link_in_a_held_directory_names_is_found(tmp_path: str) -> None:
     result = controlfiles.plan(root, table, rows, kinds, links)
     assert f"{root}/conf/tasks.json" in result.read_only
     assert f"{root}/conf" in result.pinned
+
+
+def test_a_held_directory_too_large_to_read_refuses(tmp_path: str) -> None:
+    """Past its bound the walk does not stop quietly: a link it left unread could name a
+    file programs outside run. The launch is refused, naming the directory."""
+    root = str(tmp_path)
+    os.makedirs(f"{root}/.vscode")
+    for i in range(12):
+        open(f"{root}/.vscode/f{i}", "w").close()
+    os.makedirs(f"{root}/conf")
+    os.symlink("../conf/tasks.json", f"{root}/.vscode/zz-last")
+    with pytest.raises(SandboxError, match=r"\.vscode has more than 10 entries") as refused:
+        controlfiles.linked_from(root, [f"{root}/.vscode"], limit=10)
+    assert refused.value.status == 77
+    assert controlfiles.linked_from(root, [f"{root}/.vscode"], limit=20) == [
+        ("conf/tasks.json", "named by the link .vscode/zz-last in a held directory: "
+                            "programs outside follow it")]

@@ -62,3 +62,21 @@ def test_the_environment_is_fixed_and_takes_only_a_plain_term() -> None:
         "TERM": "xterm-256color"}
     for odd in ("", "../../x", "a b", "x" * 80, "vt100;touch"):
         assert "TERM" not in quick.environment("/h", "/t", {"TERM": odd})
+
+
+def test_a_term_with_letters_beyond_ascii_is_not_passed() -> None:
+    assert "TERM" not in quick.environment("/h", "/t", {"TERM": "xt\u00e9rm"})
+
+
+def test_what_the_program_left_read_only_is_removed_too(tmp_path: Path) -> None:
+    """The quick question's HOME is emptied after it, even a directory its program made
+    without write permission (jail/dirs.py, remove_dir)."""
+    from claude_sandbox.jail import dirs
+
+    private = tmp_path / "private"
+    (private / "home" / "locked").mkdir(parents=True)
+    (private / "home" / "locked" / "file").write_text("x")
+    (private / "home" / "link").symlink_to("/etc")  # not followed
+    (private / "home" / "locked").chmod(0o500)
+    dirs.remove_dir(str(private))
+    assert not private.exists()
