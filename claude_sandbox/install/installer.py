@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from claude_sandbox import __version__
-from claude_sandbox.core import engine, paths
-from claude_sandbox.core.record import replace
+from claude_sandbox.core import paths
 from claude_sandbox.install import integrity
 from claude_sandbox.launch import config, profiles
 
@@ -138,12 +137,17 @@ def userns_problem() -> str | None:
             continue
         lines = result.stderr.strip().splitlines()
         detail = lines[-1] if lines else "no reason given"
-        # The engine or host setting, named as the launch and doctor name it.
-        facts = engine.read()
-        if who:
-            facts = replace(facts, uid=65534)
-        hint = (engine.blocker(facts, failed=True)
-                or "the container runtime may block them (seccomp or no userns)")
+        hints = []
+        for sysctl, bad in (
+            ("/proc/sys/user/max_user_namespaces", "0"),
+            ("/proc/sys/kernel/unprivileged_userns_clone", "0"),
+        ):
+            try:
+                if Path(sysctl).read_text().strip() == bad:
+                    hints.append(f"{sysctl[10:].replace('/', '.')} is {bad}")
+            except OSError:
+                pass
+        hint = "; ".join(hints) or "the container runtime may block them (seccomp or no userns)"
         return f"user namespaces do not work{who} ({detail}; {hint})"
     return None
 
