@@ -28,7 +28,7 @@ from pathlib import Path
 
 from claude_sandbox import __version__
 from claude_sandbox.core import paths
-from claude_sandbox.install import integrity
+from claude_sandbox.install import hints, integrity
 from claude_sandbox.launch import config, profiles
 
 SOURCE = Path(__file__).resolve().parents[1]  # the package: claude_sandbox/
@@ -470,6 +470,23 @@ def _make_empty_dir(path: str) -> None:
     os.chmod(path, 0o555)
 
 
+def install_hints(report: Report) -> None:
+    """The scripts that put a hint before an install outside the workspace (hints.py)."""
+    wanted = hints.wanted()
+    target = Path(hints.HINTS_DIR)
+    stale = {p.name for p in target.iterdir()} - set(wanted) if target.is_dir() else set()
+    differ = [name for name, text in wanted.items()
+              if _differs(str(target / name), text, 0o755)]
+
+    def action() -> None:
+        for name in stale:
+            (target / name).unlink()
+        for name in differ:
+            _write(str(target / name), wanted[name], 0o755)
+    report.step(f"install hints in {hints.HINTS_DIR} ({len(wanted)} package managers)",
+                bool(stale or differ), action)
+
+
 def install_verification(report: Report) -> None:
     if not VERIFICATION_SOURCE.is_dir():
         print(f"  skipped    {VERIFICATION_DIR} (no verification/ beside the package)")
@@ -662,6 +679,7 @@ def install(options: argparse.Namespace) -> int:
     install_files(report)
     install_command_client(report, apt=not options.no_apt)
     install_verification(report)
+    install_hints(report)
     install_integrity(report)
     agents = [a for a in options.agents.split(",") if a] if options.agents else []
     for name in profiles.AGENT_NAMES:

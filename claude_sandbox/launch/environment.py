@@ -51,11 +51,18 @@ PROXIES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY",
            "https_proxy", "http_proxy", "all_proxy", "no_proxy")
 
 
+# The installer's install hints (install/hints.py), first on PATH inside: one line before
+# an install that would write outside the workspace, then the real program.
+HINTS_DIR = f"{paths.LIBEXEC}/hints"
+
+
 def inner_path(facts: HostFacts) -> str:
-    """PATH inside: the caller's, with ~/.local/bin last, after system directories."""
+    """PATH inside: the install hints, then the caller's, with ~/.local/bin last, after
+    system directories."""
     local_bin = os.path.join(facts.home, ".local/bin")
-    entries = [entry for entry in facts.path if entry != local_bin] or list(paths.SYSTEM_DIRS)
-    return ":".join([*entries, local_bin])
+    entries = [entry for entry in facts.path if entry not in (local_bin, HINTS_DIR)] \
+        or list(paths.SYSTEM_DIRS)
+    return ":".join([HINTS_DIR, *entries, local_bin])
 
 
 def secret_in_url(value: str) -> bool:
