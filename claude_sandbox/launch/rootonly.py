@@ -12,14 +12,18 @@ out already), and the walk does not descend where root without capabilities coul
 search: what an unprivileged user can make costs no mount, however much of it there
 is, and only the listing of a directory it changed (docs/adr/0006).
 
-Finding them takes a walk of the whole tree, about a second on a dev container's
-image, so the result is cached in root's state store with the modification time of
-every directory walked. A launch re-lists only the directories whose time changed (a
-file created, renamed or removed there), so a new secret is found at the next launch;
-a directory changed below another changed one is re-listed once, with it. A mode
-changed in place (chmod) does not change the directory's time: the cache is rebuilt
-in full when it is more than a day old. All of it runs in the late-mount helper while
-bwrap sets up.
+Only what the sandbox shows from the host at its own path, read-only, is walked: the
+system trees, the toolchains of root's home, allow-read (the plan's read-only binds).
+The rest of / is not there inside (reads.py, check 72), so neither its root-only files
+nor what any user makes in it (a home, a project's node_modules, /tmp) costs a root
+launch anything. Finding them takes a walk of those trees, about a second on a dev
+container's image, so the result is cached in root's state store with the modification
+time of every directory walked. A launch re-lists only the directories whose time
+changed (a file created, renamed or removed there), so a new secret is found at the next
+launch; a directory changed below another changed one is re-listed once, with it. A mode
+changed in place (chmod) does not change the directory's time: the cache is rebuilt in
+full when it is more than a day old. All of it runs in the late-mount helper while bwrap
+sets up.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from claude_sandbox.launch.hostfacts import HostFacts
-    from claude_sandbox.launch.mounts import Writable
+    from claude_sandbox.launch.mounts import Mount, Writable
 
-CACHE_NAME = "root-only-2.json"  # -2: decided by the owner's modes (the first: other-read)
+# -3: the trees the sandbox shows (-2 walked all of /; the first judged by other-read).
+CACHE_NAME = "root-only-3.json"
+OLD_CACHES = ("root-only.json", "root-only-2.json")
 MAX_AGE = 24 * 3600
 # Pseudo and per-boot file systems: not files an administrator keeps.
 PSEUDO_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "devtmpfs",
@@ -275,10 +281,10 @@ def _groups() -> frozenset[int]:
     return frozenset([os.getgid(), *os.getgroups()])
 
 
-def private_paths(cache: str, skip: list[str], extra: Iterable[str] = ()) -> dict[str, bool]:
-    """What to hide on this root launch: the cache, brought up to date, or a new walk of
-    the whole tree from /, minus `skip` (and below). `extra`: trees the sandbox shows
-    directly (allow-read), whatever their parents' modes; walked too."""
+def private_paths(cache: str, skip: list[str], roots: Iterable[str]) -> dict[str, bool]:
+    """What to hide on this root launch: the cache, brought up to date, with each of
+    `roots` (the trees the sandbox shows) it does not hold walked anew, whatever their
+    parents' modes, minus `skip` (and below)."""
     groups = _groups()
     loaded = load(cache)
     now = time.time()
@@ -293,7 +299,7 @@ def private_paths(cache: str, skip: list[str], extra: Iterable[str] = ()) -> dic
     else:
         hidden, dirs, made = loaded
     changed = refresh(hidden, dirs, skip, groups, listings) if fresh and dirs else False
-    for root in ["/", *extra]:
+    for root in roots:
         if root not in dirs and not any(root.startswith(h.rstrip("/") + "/") or root == h
                                         for h in hidden):
             _scan(root, frozenset(skip), hidden, dirs, groups, listings if fresh else
@@ -301,26 +307,50 @@ def private_paths(cache: str, skip: list[str], extra: Iterable[str] = ()) -> dic
             changed = True
     if changed or loaded is None:
         save(cache, hidden, dirs, made)
+    if loaded is None:  # the caches of earlier versions, with what they walked
+        _remove_old(os.path.dirname(cache))
     return hidden
 
 
-def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable) -> dict[str, bool]:
-    """On a root launch: the paths outside the workspace root keeps from others (py)."""
+def _remove_old(store: str) -> None:
+    import shutil
+
+    for name in OLD_CACHES:
+        for path in (os.path.join(store, name), os.path.join(store, f"{name}.d")):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.unlink(path)
+
+
+def shown_trees(mounts: Iterable[Mount], skip: Iterable[str]) -> list[str]:
+    """The directories the sandbox shows from the host at their own path, read-only (its
+    ro-bind mounts), outermost only, none in `skip` (and below): what the walk covers.
+    A writable bind (the workspace, allow-write, the store) is the agent's own."""
+    masked = tuple(skip)
+    found = sorted({m.source for m in mounts if m.kind in ("ro-bind", "ro-bind-try")
+                    and m.source == m.dest and not _under(m.source, masked)
+                    and os.path.isdir(m.source) and not os.path.islink(m.source)})
+    return [path for path in found if not _under(os.path.dirname(path), found)]
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
+               mounts: Iterable[Mount]) -> dict[str, bool]:
+    """On a root launch: the paths of the trees the sandbox shows read-only that root keeps
+    from others, outside the workspace and the other writable places (py)."""
     store = state.store_root(state_dir, facts.home, facts.uid)
     pseudo = [m.mountpoint for m in mountinfo.parse(mountinfo.read())
               if m.fstype in PSEUDO_FS and m.mountpoint != "/"]
-    masked = [*facts.runtime_dirs, "/run", "/proc", "/sys", "/dev", "/tmp", facts.home, store]
-    # The workspace is walked too (and only filtered below): a cache made from another
-    # workspace must know the root-only files of this one.
+    masked = [*facts.runtime_dirs, "/run", "/proc", "/sys", "/dev", "/tmp", store]
+    # A writable place inside a shown tree (a workspace under /opt) is walked too, and
+    # only filtered below: the cache serves every launch, whatever its workspace.
     skip = [*masked, *pseudo]
-    # Trees bound in whatever their parents' modes: allow-read, and the toolchain homes of
-    # root's own home, shown read-only (mounts.TOOLCHAINS) though the home is not.
+    private = private_paths(os.path.join(store, CACHE_NAME), skip, shown_trees(mounts, skip))
+    shown = [*masked, facts.home, layout.workspace, *layout.allow_write]
     bound = [*layout.allow_read, *facts.toolchains]
-    private = private_paths(os.path.join(store, CACHE_NAME), skip, bound)
-    shown = [*masked, layout.workspace, *layout.allow_write]
-
-    def under(path: str, roots: Iterable[str]) -> bool:
-        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
     return {path: is_dir for path, is_dir in private.items()
-            if under(path, bound) or not under(path, shown)}
+            if _under(path, bound) or not _under(path, shown)}

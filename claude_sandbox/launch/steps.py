@@ -227,7 +227,8 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
         if the_plan.inner.late_masks:
             from claude_sandbox.launch import procmask, rootonly
 
-            private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, the_plan.layout))
+            private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, the_plan.layout,
+                                                    the_plan.mounts))
                        if the_plan.root_only else None)
             helper, helper_fd = procmask.start_helper(the_plan.hide_outer_proc, private,
                                                       the_plan.noexec)

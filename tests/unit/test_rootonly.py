@@ -204,3 +204,38 @@ def test_a_skipped_path_in_a_large_directory_stays_unlisted(
     dirs: dict[str, int] = {}
     rootonly._scan(base, frozenset({inner}), hidden, dirs, ROOT_GROUPS, listings)
     assert inner not in dirs and flood in dirs
+
+
+def test_only_the_trees_shown_read_only_at_their_own_path_are_walked(
+        tmp_path: os.PathLike[str]) -> None:
+    from claude_sandbox.launch.mounts import Mount
+
+    base = str(tmp_path)
+    for rel in ("usr/lib", "etc", "home/u/.pyenv", "work/ws", "run"):
+        os.makedirs(os.path.join(base, rel))
+    open(os.path.join(base, "etc", "file"), "w").close()
+    os.symlink("usr/lib", os.path.join(base, "lib"))
+    mounts = [Mount("ro-bind", f"{base}/{rel}", "", source=f"{base}/{rel}")
+              for rel in ("usr", "usr/lib", "etc", "etc/file", "lib", "home/u/.pyenv", "run")]
+    mounts += [Mount("bind", f"{base}/work/ws", "", source=f"{base}/work/ws"),  # writable
+               Mount("ro-bind", f"{base}/home/u/x", "", source=f"{base}/usr/lib"),  # moved
+               Mount("ro-bind-try", f"{base}/gone", "", source=f"{base}/gone"),
+               Mount("tmpfs", f"{base}/tmp", "")]
+    assert rootonly.shown_trees(mounts, [f"{base}/run"]) == [
+        f"{base}/etc", f"{base}/home/u/.pyenv", f"{base}/usr"]
+
+
+def test_a_users_tree_outside_the_shown_ones_is_never_listed(
+        tmp_path: os.PathLike[str]) -> None:
+    base = str(tmp_path)
+    shown, elsewhere = os.path.join(base, "opt"), os.path.join(base, "home", "u")
+    for i in range(50):
+        os.makedirs(os.path.join(elsewhere, "node_modules", f"d{i}"))
+    os.makedirs(shown)
+    with open(os.open(os.path.join(shown, "key"), os.O_WRONLY | os.O_CREAT, 0o600), "w"):
+        pass
+    hidden = rootonly.private_paths(os.path.join(base, "cache.json"), [], [shown])
+    # Root's own 0600 file is hidden (as another user, DAC keeps root out already).
+    assert hidden == ({os.path.join(shown, "key"): False} if os.getuid() == 0 else {})
+    cached = rootonly.load(os.path.join(base, "cache.json"))
+    assert cached is not None and list(cached[1]) == [shown]
