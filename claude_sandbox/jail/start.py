@@ -27,6 +27,7 @@ from claude_sandbox.jail.holder import send_frame, send_frame_fds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import NoReturn
 
 # The jail's interface, which make_tap creates and pasta attaches to (-I).
@@ -63,11 +64,14 @@ _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
 _TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
 
 
-def spawn_holder() -> tuple[Child, _socket.socket]:
+def spawn_holder(before_exec: Callable[[], None] | None = None,
+                 ) -> tuple[Child, _socket.socket]:
     """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N` (paths.internal_argv).
 
     The socketpair is the only channel (never a pipe: egress-jail.md). The holder
-    gets its end and the three standard streams only.
+    gets its end and the three standard streams only. `before_exec`: run in the child
+    (joining the launch's cgroup, so that the holder, the egress proxy and the session
+    inherit its caps).
     """
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -77,7 +81,7 @@ def spawn_holder() -> tuple[Child, _socket.socket]:
             *paths.internal_argv("_jail_holder"), "--fd", str(theirs.fileno()),
         ]  # fmt: skip
         holder = fork_exec(argv, dict(os.environ), {}, setsid=False,
-                           pass_fds=(theirs.fileno(),))
+                           pass_fds=(theirs.fileno(),), before_exec=before_exec)
     except BaseException:
         ours.close()
         raise
@@ -299,8 +303,9 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
     forward.restore()
 
 
-def begin(trace: Trace) -> Early:
-    """Spawn the holder, prepare its namespace and start pasta's attach.
+def begin(trace: Trace, join: Callable[[], None] | None = None) -> Early:
+    """Spawn the holder, prepare its namespace and start pasta's attach. `join`: what
+    the holder's process runs before its exec (cgroups.Cgroup.join).
 
     On any failure everything started here is ended before the error leaves.
     """
@@ -310,7 +315,7 @@ def begin(trace: Trace) -> Early:
     # the agent the defaults back (enter.reset_signals).
     ignored = {signum: _signal.signal(signum, _signal.SIG_IGN) for signum in _TERMINAL}
     try:
-        holder, sock = spawn_holder()
+        holder, sock = spawn_holder(join)
     except BaseException:
         for signum, handler in ignored.items():
             _signal.signal(signum, handler)

@@ -147,19 +147,16 @@ class Cgroup:
     dirs: tuple[str, ...]
 
     def join(self) -> None:
-        """Move this process in; its later children follow. Do it before the sandbox forks."""
-        for directory in self.dirs:
-            _write(f"{directory}/cgroup.procs", "0")  # "0": the writing process (v1 and v2)
-
-    def leave(self) -> None:
-        """Move the writing process back to the parent cgroup, so the child can be removed."""
-        for directory in self.dirs:
-            procs = f"{os.path.dirname(directory)}/cgroup.procs"
-            try:
-                with open(procs, "w") as handle:
-                    handle.write("0")
-            except OSError:
-                pass  # already out, or the parent is gone: remove() then reports it
+        """Move this process in; its later children follow. Run in the forked child that
+        execs the sandbox's first process (fork_exec's before_exec): a child whose move
+        fails says why in one line and ends with EXIT_UNAVAILABLE, before it runs
+        anything uncapped."""
+        try:
+            for directory in self.dirs:
+                _write(f"{directory}/cgroup.procs", "0")  # "0": the writing process
+        except SandboxError as error:
+            os.write(2, f"claude-sandbox: {error.message}\n".encode())
+            os._exit(error.status)
 
     def kill_members(self) -> None:
         """SIGKILL every process still in the directories, for a launcher that died: its
@@ -206,6 +203,7 @@ class Cgroup:
         """rmdir every directory; retry while exiting tasks drain. Returns leftovers."""
         deadline = time.monotonic() + timeout
         left = list(self.dirs)
+        pause = 0.0005
         while True:
             for directory in list(left):
                 try:
@@ -217,7 +215,10 @@ class Cgroup:
                 left.remove(directory)
             if not left or time.monotonic() > deadline:
                 return left
-            time.sleep(0.01)
+            # Tasks that just exited leave within a millisecond or two: wait that long
+            # first, then longer (a fixed 10 ms made every root launch 10 ms longer).
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
 
 
 def _members(directory: str) -> list[int]:
