@@ -214,12 +214,21 @@ def _below(path: str, roots: set[str]) -> bool:
 
 
 def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
-            groups: frozenset[int], listings: Listings | None = None) -> bool:
+            groups: frozenset[int], listings: Listings | None = None,
+            own: Iterable[str] = ()) -> bool:
     """Re-list, in place, the directories whose time changed; whether any did.
 
     Linear in what is cached: a directory changed beneath another changed one (an
-    `rm -rf node_modules` changes thousands) is dropped and re-listed with it, once."""
-    changed = {d for d, mtime in dirs.items() if _mtime(d) != mtime}
+    `rm -rf node_modules` changes thousands) is dropped and re-listed with it, once.
+    `own`: this launch's writable places. What lies in them is not covered on this
+    launch, so their directories are not read: their cached times stay, and the next
+    launch that shows them read-only finds what changed there. A workspace inside a
+    system tree (/usr/src/app) then costs its own launches nothing, however many
+    directories the agent makes in it."""
+    ours = tuple(o for o in own if o in dirs)  # only a place the walk went into
+    prefixes = tuple(o.rstrip("/") + "/" for o in ours)
+    changed = {d for d, mtime in dirs.items()
+               if not (ours and (d in ours or d.startswith(prefixes))) and _mtime(d) != mtime}
     if not changed:
         return False
     roots = {d for d in changed if not _below(os.path.dirname(d), changed) or d == "/"}
@@ -281,10 +290,12 @@ def _groups() -> frozenset[int]:
     return frozenset([os.getgid(), *os.getgroups()])
 
 
-def private_paths(cache: str, skip: list[str], roots: Iterable[str]) -> dict[str, bool]:
-    """What to hide on this root launch: the cache, brought up to date, with each of
-    `roots` (the trees the sandbox shows) it does not hold walked anew, whatever their
-    parents' modes, minus `skip` (and below)."""
+def private_paths(cache: str, skip: list[str], roots: Iterable[str],
+                  own: Iterable[str] = ()) -> dict[str, bool]:
+    """What to hide on this root launch: the cache, brought up to date (but in `own`,
+    this launch's writable places: refresh), with each of `roots` (the trees the
+    sandbox shows) it does not hold walked anew, whatever their parents' modes, minus
+    `skip` (and below)."""
     groups = _groups()
     loaded = load(cache)
     now = time.time()
@@ -298,7 +309,7 @@ def private_paths(cache: str, skip: list[str], roots: Iterable[str]) -> dict[str
         made = now
     else:
         hidden, dirs, made = loaded
-    changed = refresh(hidden, dirs, skip, groups, listings) if fresh and dirs else False
+    changed = refresh(hidden, dirs, skip, groups, listings, own) if fresh and dirs else False
     for root in roots:
         if root not in dirs and not any(root.startswith(h.rstrip("/") + "/") or root == h
                                         for h in hidden):
@@ -347,10 +358,13 @@ def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
               if m.fstype in PSEUDO_FS and m.mountpoint != "/"]
     masked = [*facts.runtime_dirs, "/run", "/proc", "/sys", "/dev", "/tmp", store]
     # A writable place inside a shown tree (a workspace under /opt) is walked too, and
-    # only filtered below: the cache serves every launch, whatever its workspace.
+    # only filtered below: the cache serves every launch, whatever its workspace. Its
+    # directories are not read again on a launch that writes it (refresh's `own`).
     skip = [*masked, *pseudo]
-    private = private_paths(os.path.join(store, CACHE_NAME), skip, shown_trees(mounts, skip))
-    shown = [*masked, facts.home, layout.workspace, *layout.allow_write]
+    own = [layout.workspace, *layout.allow_write]
+    private = private_paths(os.path.join(store, CACHE_NAME), skip, shown_trees(mounts, skip),
+                            own)
+    shown = [*masked, facts.home, *own]
     bound = [*layout.allow_read, *facts.toolchains]
     return {path: is_dir for path, is_dir in private.items()
             if _under(path, bound) or not _under(path, shown)}

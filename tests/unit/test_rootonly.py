@@ -239,3 +239,23 @@ def test_a_users_tree_outside_the_shown_ones_is_never_listed(
     assert hidden == ({os.path.join(shown, "key"): False} if os.getuid() == 0 else {})
     cached = rootonly.load(os.path.join(base, "cache.json"))
     assert cached is not None and list(cached[1]) == [shown]
+
+
+def test_this_launchs_own_workspace_is_not_read_again_and_the_next_launch_catches_up(
+        tmp_path: os.PathLike[str]) -> None:
+    base = str(tmp_path)
+    shown = os.path.join(base, "usr")
+    workspace = os.path.join(shown, "src", "app")
+    os.makedirs(os.path.join(workspace, "node_modules"))
+    cache = os.path.join(base, "cache.json")
+    assert rootonly.private_paths(cache, [], [shown], [workspace]) == {}
+    loaded = rootonly.load(cache)
+    assert loaded is not None and workspace in loaded[1]  # walked once, with the tree
+    # The agent makes directories in its workspace; this launch does not look at them.
+    for i in range(20):
+        os.makedirs(os.path.join(workspace, "node_modules", f"d{i}"))
+    hidden, dirs, _ = rootonly.load(cache) or ({}, {}, 0.0)
+    assert not rootonly.refresh(hidden, dirs, [], rootonly._groups(), own=[workspace])
+    # A launch from another workspace, which shows this one read-only, reads them again.
+    assert rootonly.refresh(hidden, dirs, [], rootonly._groups(), own=[base + "/elsewhere"])
+    assert os.path.join(workspace, "node_modules", "d7") in dirs
