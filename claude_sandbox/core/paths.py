@@ -14,7 +14,7 @@ from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 LIBEXEC = "/usr/libexec/claude-sandbox"
 CORE_VENV = f"{LIBEXEC}/venv"
@@ -68,6 +68,17 @@ DNS_FORWARDER = "169.254.1.53"
 INTERPRETER = sys.executable
 # The directory holding this package: the core venv's site-packages.
 PACKAGE_SITE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def under(path: str, top: str) -> bool:
+    """Whether `path` is `top` or lies beneath it, by their text (both absolute and
+    normal, as the launch resolves them): `/a/bc` is not under `/a/b`, and everything
+    is under `/`. The one containment test of the package."""
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def under_any(path: str, tops: Iterable[str]) -> bool:
+    return any(under(path, top) for top in tops)
 
 
 def sha256_hex(data: bytes) -> str:

@@ -26,7 +26,7 @@ import os
 import posixpath
 import sys
 
-from claude_sandbox.core import mountinfo
+from claude_sandbox.core import mountinfo, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.mountinfo import Mount
 from claude_sandbox.core.record import record
@@ -92,8 +92,7 @@ def abi_version() -> int:
 # their parser are in mountinfo.py, shared with the shim's guard.
 
 
-def _within(path: str, top: str) -> bool:
-    return top == "/" or path == top or path.startswith(top + "/")
+_within = paths.under
 
 
 def exec_allowed_roots(

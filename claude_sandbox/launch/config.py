@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from types import MappingProxyType
 
+from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch import values
@@ -200,8 +201,7 @@ def _narrow_scalar(
     elif key.name == "workspace-root" and current is not None:
         # Resolved: a link planted under the file's root must not lead the root elsewhere.
         value, current = os.path.realpath(str(value)), os.path.realpath(str(current))
-        inside = value == current or value.startswith(current.rstrip("/") + "/")
-        if not inside:
+        if not paths.under(value, current):
             _refuse_widening(key, where, f"{value} is outside the file's {current}",
                              may_widen, path)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import stat
 
+from claude_sandbox.core import paths
 from claude_sandbox.core.record import record
 from claude_sandbox.launch import gitrefs, gitrepo
 
@@ -337,5 +338,4 @@ def _apply_index(upper: str, real: str, base: Snapshot, files: set[str],
     return lines
 
 
-def _within(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
+_within = paths.under

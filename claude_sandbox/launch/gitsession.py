@@ -96,8 +96,7 @@ def _fstype(path: str) -> str:
     best = ("", "")
     for mount in mountinfo.parse(mountinfo.read()):
         point = mount.mountpoint
-        if (real == point or real.startswith(point.rstrip("/") + "/")) and \
-                len(point) >= len(best[0]):
+        if paths.under(real, point) and len(point) >= len(best[0]):
             best = (point, mount.fstype)
     return best[1]
 
@@ -339,5 +338,4 @@ def _regular(path: str) -> bool:
         return False
 
 
-def _inside(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
+_inside = paths.under

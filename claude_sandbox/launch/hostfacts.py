@@ -225,9 +225,9 @@ def inside_view(home: str, store_home: str,
     replaced = tuple(hidden)
 
     def seen_as(directory: str) -> str | None:
-        if directory == home or directory.startswith(home + "/"):
+        if paths.under(directory, home):
             return store_home + directory[len(home):]
-        if any(directory == h or directory.startswith(h + "/") for h in replaced):
+        if paths.under_any(directory, replaced):
             return None
         return directory
 

@@ -148,8 +148,7 @@ def _same(kind: str, path: str, reason: str, *, runs: bool = False) -> Mount:
     return Mount(kind, path, reason, source=path, runs=runs)
 
 
-def under(path: str, roots: Sequence[str]) -> bool:
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+under = paths.under_any  # the one containment test (core/paths.py)
 
 
 def _existing(home: str, exists: frozenset[str], relatives: Sequence[str]) -> list[str]:

@@ -44,8 +44,7 @@ def hidden_path(facts: HostFacts) -> None:
     home = facts.home.rstrip("/") + "/"
     shown = [*facts.toolchains, *(os.path.join(facts.home, rel) for rel in (".local/bin",))]
     hidden = [entry for entry in dict.fromkeys(facts.path)
-              if entry.startswith(home) and not any(
-                  entry == s or entry.startswith(s.rstrip("/") + "/") for s in shown)]
+              if entry.startswith(home) and not paths.under_any(entry, shown)]
     if not hidden:
         return
     lines = []

@@ -70,5 +70,4 @@ def views(layout: Writable, base: str, *, review: bool = False) -> tuple[View, .
     return tuple(found)
 
 
-def within(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
+within = paths.under

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 
+from claude_sandbox.core import paths
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
 
     from claude_sandbox.launch.hostfacts import HostFacts
     from claude_sandbox.launch.mounts import Writable
@@ -40,8 +41,7 @@ def shown_roots(root_entries: Entries) -> list[str]:
     return [path for path, link in system_entries(root_entries) if link is None]
 
 
-def _under(path: str, roots: Sequence[str]) -> bool:
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+_under = paths.under_any
 
 
 # The sandbox's own mounts: a PATH directory in one of them is not brought back from

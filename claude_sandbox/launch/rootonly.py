@@ -311,8 +311,7 @@ def private_paths(cache: str, skip: list[str], roots: Iterable[str],
         hidden, dirs, made = loaded
     changed = refresh(hidden, dirs, skip, groups, listings, own) if fresh and dirs else False
     for root in roots:
-        if root not in dirs and not any(root.startswith(h.rstrip("/") + "/") or root == h
-                                        for h in hidden):
+        if root not in dirs and not _under(root, hidden):
             _scan(root, frozenset(skip), hidden, dirs, groups, listings if fresh else
                   _Rebuild(listings.directory))
             changed = True
@@ -345,8 +344,7 @@ def shown_trees(mounts: Iterable[Mount], skip: Iterable[str]) -> list[str]:
     return [path for path in found if not _under(os.path.dirname(path), found)]
 
 
-def _under(path: str, roots: Iterable[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+_under = paths.under_any
 
 
 def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,

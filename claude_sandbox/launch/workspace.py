@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 
+from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
 from claude_sandbox.core.record import record
 
@@ -46,8 +47,7 @@ class PathRules:
     store: str  # the sandbox's state store for this user
 
 
-def _within(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
+_within = paths.under
 
 
 def _dot_entry(path: str, home: str) -> str | None:
