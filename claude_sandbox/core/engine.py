@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.record import record
 
@@ -67,8 +68,6 @@ def _unshare_refused() -> bool:
     return ctypes.get_errno() == 1  # EPERM; anything else is no answer about seccomp
 
 
-_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
-_MS_REC, _MS_PRIVATE = 0x4000, 0x40000
 
 
 def _mount_refused() -> bool:
@@ -83,8 +82,9 @@ def _mount_refused() -> bool:
         status = 2
         try:
             libc = load_libc()
-            if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) == 0:
-                refused = libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0
+            if libc.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS) == 0:
+                private = kernel.MS_REC | kernel.MS_PRIVATE
+                refused = libc.mount(b"none", b"/", None, private, None) != 0
                 status = 13 if refused and ctypes.get_errno() == 13 else 0
         finally:
             os._exit(status)

@@ -12,6 +12,8 @@ import os
 import select
 import time
 
+from claude_sandbox.core import kernel
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -68,7 +70,6 @@ def data_descriptor(name: str, data: bytes) -> int:
     return fd
 
 
-_PR_SET_PDEATHSIG = 1
 _LIBC: Any = None
 
 
@@ -273,7 +274,7 @@ def pid_alive(pid: int) -> bool:
 def tie_to_parent(parent: int) -> bool:
     """SIGKILL this process when its parent ends (kept across exec); False if the
     kernel refused, or if `parent` is no longer the parent (it died before the prctl)."""
-    if load_libc().prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
+    if load_libc().prctl(kernel.PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
         return False
     return os.getppid() == parent
 

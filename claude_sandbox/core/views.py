@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import os
 
+from claude_sandbox.core import kernel
 from claude_sandbox.core.process import load_libc
-
-_MS_REC, _MS_PRIVATE = 0x4000, 0x40000
-_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
 
 
 def _escaped(path: str) -> str:
@@ -64,8 +62,8 @@ def own_mount_namespace(uid: int, gid: int) -> str | None:
     libc = load_libc()
     # The launcher is not dumpable, and a process that is not cannot write its own
     # /proc/self/*_map (the files belong to root then). The exec that follows resets it.
-    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE 1
-    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+    libc.prctl(kernel.PR_SET_DUMPABLE, 1, 0, 0, 0)
+    if libc.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS) != 0:
         return f"unshare: {os.strerror(ctypes.get_errno())}"
     try:
         for name, text in (("uid_map", f"{uid} {uid} 1\n"), ("setgroups", "deny"),
@@ -75,6 +73,6 @@ def own_mount_namespace(uid: int, gid: int) -> str | None:
     except OSError as error:
         return f"cannot write the user namespace's maps: {error.strerror}"
     # A change here must never propagate back to the container's mounts.
-    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+    if libc.mount(b"none", b"/", None, kernel.MS_REC | kernel.MS_PRIVATE, None) != 0:
         return f"cannot make the mounts private: {os.strerror(ctypes.get_errno())}"
     return None

@@ -14,16 +14,10 @@ from __future__ import annotations
 
 import os
 
-from claude_sandbox.core import bpf, paths
+from claude_sandbox.core import bpf, kernel, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import load_libc
 from claude_sandbox.inside.spec import Inner
-
-CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x20000
-_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
-# mount_setattr(2): the same number on x86_64 and aarch64 (the unified table).
-_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
-_MOUNT_ATTR_NOEXEC = 0x8
 
 
 def check(result: int, what: str) -> None:
@@ -38,7 +32,7 @@ def check(result: int, what: str) -> None:
 def own_namespaces(flags: int) -> None:
     """unshare(flags) with a new user namespace that maps this uid and gid to themselves."""
     uid, gid = os.getuid(), os.getgid()
-    check(load_libc().unshare(flags | CLONE_NEWUSER), "unshare")
+    check(load_libc().unshare(flags | kernel.CLONE_NEWUSER), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
                        ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as handle:
@@ -55,28 +49,28 @@ def agent_view(settings: Inner) -> None:
     """In the agent's own namespaces: the workspace noexec, the client in place of each
     shell. Made before its Landlock domain, which then forbids every mount change, so
     nothing the agent runs can undo them."""
-    own_namespaces(CLONE_NEWNS)
-    mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    own_namespaces(kernel.CLONE_NEWNS)
+    mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
     for path in settings.commands_only:
         # The agent's own file tools write here (its Write and Edit; docs/adr/0009), but
         # nothing written here runs or is mapped executable by its process: a command run
         # through the server may build and run it anyway. Each is a mount of its own
         # (launch/mounts.py binds it); recursive: the views and pins inside it too. The
         # control paths stay read-only, as bwrap bound them.
-        _set_attr(path, _MOUNT_ATTR_NOEXEC, recursive=True, what="noexec")
+        _set_attr(path, kernel.MOUNT_ATTR_NOEXEC, recursive=True, what="noexec")
     for shell in settings.shells:
-        mount(paths.COMMAND_CLIENT, shell, None, _MS_BIND)
+        mount(paths.COMMAND_CLIENT, shell, None, kernel.MS_BIND)
         read_only(shell)
     for path in settings.agent_writable:
         # What the agent writes it cannot map executable either (LD_PRELOAD, `ld.so
         # ./prog`): Landlock's EXECUTE covers execve only (check 90). Each is a mount of
         # its own; the programs bound read-only beneath keep theirs.
-        _set_attr(path, _MOUNT_ATTR_NOEXEC, recursive=False, what="noexec")
+        _set_attr(path, kernel.MOUNT_ATTR_NOEXEC, recursive=False, what="noexec")
 
 
 def read_only(path: str) -> None:
     """Read-only, recursively, every other flag kept."""
-    _set_attr(path, _MOUNT_ATTR_RDONLY, recursive=True, what="read-only")
+    _set_attr(path, kernel.MOUNT_ATTR_RDONLY, recursive=True, what="read-only")
 
 
 def _set_attr(path: str, flag: int, *, recursive: bool, what: str) -> None:
@@ -86,8 +80,8 @@ def _set_attr(path: str, flag: int, *, recursive: bool, what: str) -> None:
     import ctypes
 
     attr = (ctypes.c_uint64 * 4)(flag, 0, 0, 0)
-    result = load_libc().syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path.encode(),
-                                 _AT_RECURSIVE if recursive else 0, ctypes.byref(attr),
+    result = load_libc().syscall(kernel.SYS_MOUNT_SETATTR, kernel.AT_FDCWD, path.encode(),
+                                 kernel.AT_RECURSIVE if recursive else 0, ctypes.byref(attr),
                                  ctypes.sizeof(attr))
     check(result, f"{what} {path}")
 

@@ -31,7 +31,7 @@ import os
 import posixpath
 import select
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import kernel, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import load_libc, pass_stop_on
 from claude_sandbox.inside import landlock
@@ -55,9 +55,6 @@ REQUEST_LIMIT = 8 << 20  # command-client.c's limit
 EXIT_CANNOT = 126  # a shell's status for a command it cannot run
 _RELAYED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
             signal.SIGUSR2, signal.SIGWINCH}
-_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x20000, 0x20000000, 0x40000000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 16384, 1 << 18
-_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP = 1, 24
 
 
 # ----------------------------------------------------------------------- the server
@@ -203,14 +200,14 @@ def _handle(settings: Inner, conn: int) -> NoReturn:
                      b"claude-sandbox: command server: a malformed request, refused\n")
             _reply(conn, EXIT_CANNOT)
             os._exit(0)
-        check(load_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        check(load_libc().prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
         # Offline: a network namespace of its own, where not even loopback is up.
-        own_namespaces(_CLONE_NEWNS | _CLONE_NEWPID
-                       | (_CLONE_NEWNET if settings.offline_commands else 0))
-        mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+        own_namespaces(kernel.CLONE_NEWNS | kernel.CLONE_NEWPID
+                       | (kernel.CLONE_NEWNET if settings.offline_commands else 0))
+        mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
         # The server's socket is out of a command's reach: it cannot replace it.
-        mount("none", paths.BROKER_DIR, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-               | _MS_NOEXEC, "size=0")
+        mount("none", paths.BROKER_DIR, "tmpfs", kernel.MS_RDONLY | kernel.MS_NOSUID
+              | kernel.MS_NODEV | kernel.MS_NOEXEC, "size=0")
     except OSError as exc:
         os.write(2, f"claude-sandbox: command server: {exc}\n".encode())
         _reply(conn, EXIT_CANNOT)
@@ -257,9 +254,9 @@ def _init(settings: Inner, shell: str, request: tuple[str, str, list[str], dict[
     Not the shell itself: pid 1 gets only the signals it handles, and a shell
     handles none of TERM, INT or HUP when it runs `-c`."""
     try:
-        check(load_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        check(load_libc().prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
         try:
-            mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+            mount("proc", "/proc", "proc", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC)
         except OSError:
             # The outer /proc, bound with the engine's masks (no procfs may be mounted):
             # kept, read-only for the command (writable only for the uid maps above).
@@ -300,7 +297,7 @@ def _exec_command(settings: Inner, shell: str,
         # No capability in the command's own user namespace survives its exec, even
         # for uid 0 (an exec as root refills them from the bounding set).
         for cap in range(64):
-            load_libc().prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+            load_libc().prctl(kernel.PR_CAPBSET_DROP, cap, 0, 0, 0)
         import resource
 
         cap = settings.max_pids if settings.max_pids is not None else COMMAND_PIDS
@@ -378,7 +375,7 @@ def run(settings: Inner, tty: bool) -> NoReturn:
     if agent == 0:
         listener.close()
         try:
-            check(load_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+            check(load_libc().prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
             agent_view(settings)
         except OSError as exc:
             raise SandboxError(f"brokered: cannot make the agent's view: {exc}",

@@ -26,7 +26,7 @@ import os
 import posixpath
 import sys
 
-from claude_sandbox.core import mountinfo, paths
+from claude_sandbox.core import kernel, mountinfo, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.mountinfo import Mount
 from claude_sandbox.core.record import record
@@ -35,13 +35,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~10 ms
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-# Syscall numbers are the same on x86_64 and aarch64 (the unified table).
-_SYS_CREATE_RULESET = 444
-_SYS_ADD_RULE = 445
-_SYS_RESTRICT_SELF = 446
 _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
-_PR_SET_NO_NEW_PRIVS = 38
 
 ACCESS_FS_EXECUTE = 1 << 0
 SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
@@ -81,7 +76,7 @@ def _syscall(*args: int | None) -> int:
 
 def abi_version() -> int:
     """The Landlock ABI of the running kernel; 0 when Landlock is absent or disabled."""
-    ret = _syscall(_SYS_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
+    ret = _syscall(kernel.SYS_LANDLOCK_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
     return max(ret, 0)
 
 
@@ -219,7 +214,8 @@ def _add_exec_rule(ruleset: int, path: str) -> bool:
         if os.path.islink(path) or not os.fstatvfs(fd).f_flag & _ST_RDONLY:
             return False
         attr = _PathBeneathAttr(ACCESS_FS_EXECUTE, fd)
-        if _syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.addressof(attr), 0) < 0:
+        if _syscall(kernel.SYS_LANDLOCK_ADD_RULE, ruleset, _RULE_PATH_BENEATH,
+                    ctypes.addressof(attr), 0) < 0:
             raise _fail(f"add_rule({path})")
         return True
     finally:
@@ -229,9 +225,9 @@ def _add_exec_rule(ruleset: int, path: str) -> bool:
 def _restrict_self(ruleset: int) -> None:
     """Enter the ruleset's domain. restrict_self needs no_new_privs (bwrap sets it;
     asking again is free)."""
-    if _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0:
+    if _lib().prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0:
         raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
-    if _syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
+    if _syscall(kernel.SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) < 0:
         raise _fail("restrict_self")
 
 
@@ -264,7 +260,7 @@ def enter(level: str, writable: Sequence[str] = (), exec_files: Sequence[str] = 
     handled_net = _NET_BIND | _NET_CONNECT if no_rendezvous else 0  # no port granted
     attr = _RulesetAttr(handled_fs, handled_net, scoped)
     size = 24 if abi >= SCOPE_ABI else 16 if abi >= 4 else 8
-    ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), size, 0)
+    ruleset = _syscall(kernel.SYS_LANDLOCK_CREATE_RULESET, ctypes.addressof(attr), size, 0)
     if ruleset < 0:
         raise _fail("create_ruleset")
     try:
@@ -317,7 +313,8 @@ def enter_brokered(writable: Sequence[str], execute: Sequence[str],
     write = _WRITE_FILE | _CHANGES | _REFER | _TRUNCATE
     attr = _RulesetAttr(ACCESS_FS_EXECUTE | write, _NET_BIND | _NET_CONNECT,
                         SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET)
-    ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), ctypes.sizeof(attr), 0)
+    ruleset = _syscall(kernel.SYS_LANDLOCK_CREATE_RULESET, ctypes.addressof(attr),
+                       ctypes.sizeof(attr), 0)
     if ruleset < 0:
         raise _fail("create_ruleset")
     granted = write & ~RENDEZVOUS if no_rendezvous else write
@@ -331,8 +328,8 @@ def enter_brokered(writable: Sequence[str], execute: Sequence[str],
         for ports, access in ((connect, _NET_CONNECT), (bind, _NET_BIND)):
             for port in ports:
                 rule = _NetPortAttr(access, port)
-                if _syscall(_SYS_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.addressof(rule),
-                            0) < 0:
+                if _syscall(kernel.SYS_LANDLOCK_ADD_RULE, ruleset, _RULE_NET_PORT,
+                            ctypes.addressof(rule), 0) < 0:
                     raise _fail(f"add_rule(port {port})")
         _restrict_self(ruleset)
     finally:
@@ -352,7 +349,8 @@ def _add_rule(ruleset: int, path: str, access: int) -> None:
         if not os.path.isdir(path):
             access &= _FILE_RIGHTS
         attr = _PathBeneathAttr(access, fd)
-        if _syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.addressof(attr), 0) < 0:
+        if _syscall(kernel.SYS_LANDLOCK_ADD_RULE, ruleset, _RULE_PATH_BENEATH,
+                    ctypes.addressof(attr), 0) < 0:
             raise _fail(f"add_rule({path})")
     finally:
         os.close(fd)

@@ -38,6 +38,7 @@ import os
 import select
 import time
 
+from claude_sandbox.core import kernel
 from claude_sandbox.jail import (
     egressdns,
     egresslisten,
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 NAME = "csbx-egress"  # the proxy's process name (comm)
-_PR_SET_NAME = 15
 MAX_OPEN = 4096  # connections and queries served at once; beyond, refused at once
 _IDLE_MAX = 32  # workers kept waiting for the next connection
 _FDS_EACH = 6  # a relayed connection holds two sockets and two pipes
@@ -335,7 +335,7 @@ def main(control_fd: int) -> int:
     set_not_dumpable()  # other processes of this user outside cannot read it either
     # Its own name (a fork of the holder would show as the holder): for ps, and for the
     # checks that nothing of a launch outlives it.
-    load_libc().prctl(_PR_SET_NAME, NAME.encode(), 0, 0, 0)
+    load_libc().prctl(kernel.PR_SET_NAME, NAME.encode(), 0, 0, 0)
     _thread.stack_size(_STACK)
     control = _socket.socket(fileno=control_fd)
     try:

@@ -11,19 +11,17 @@ import os
 import select
 import time
 
+from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import jail_error
 from claude_sandbox.core.process import load_libc
 
 KILL_WAIT = 2.0
-_PR_SET_DUMPABLE = 4
-_PR_SET_CHILD_SUBREAPER = 36
-_PR_GET_CHILD_SUBREAPER = 37
 
 
 def set_not_dumpable() -> None:
     """The waiting parent holds the jail's control socket: keep same-user
     processes (the agent included) out of its memory and descriptors (egress-jail.md, Channels)."""
-    if load_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+    if load_libc().prctl(kernel.PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise jail_error("cannot mark the launcher not dumpable")
 
 
@@ -38,14 +36,14 @@ def become_subreaper() -> bool:
     """
     libc = load_libc()
     before = ctypes.c_int(0)
-    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    libc.prctl(kernel.PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
+    if libc.prctl(kernel.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise jail_error("cannot adopt the launch's orphans (subreaper)")
     return bool(before.value)
 
 
 def stop_being_subreaper() -> None:
-    load_libc().prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    load_libc().prctl(kernel.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
 class HolderGone(Exception):

@@ -16,7 +16,7 @@ import fcntl
 import os
 import time
 
-from claude_sandbox.core import engine, paths
+from claude_sandbox.core import engine, kernel, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, jail_error
 from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
 from claude_sandbox.core.record import record
@@ -51,8 +51,6 @@ PASTA_FLAGS: tuple[str, ...] = (
     "-q",
 )  # fmt: skip
 NETNS_TIMEOUT = 5.0
-_CLONE_NEWUSER = 0x10000000
-_CLONE_NEWNET = 0x40000000
 _TUNSETIFF = 0x400454CA
 _TUNSETPERSIST = 0x400454CB
 _IFF_TAP = 0x0002
@@ -210,7 +208,8 @@ def _tap_child(userns_fd: int, netns_fd: int, report: int) -> NoReturn:
         for signum in _FORWARDED:  # the launcher's handlers are not this child's
             _signal.signal(signum, _signal.SIG_DFL)
         libc = load_libc()
-        joins = ((userns_fd, _CLONE_NEWUSER, "user"), (netns_fd, _CLONE_NEWNET, "network"))
+        joins = ((userns_fd, kernel.CLONE_NEWUSER, "user"),
+                 (netns_fd, kernel.CLONE_NEWNET, "network"))
         for fd, kind, what in joins:
             if libc.setns(fd, kind) != 0:
                 reason = os.strerror(ctypes.get_errno())

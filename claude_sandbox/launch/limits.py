@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import resource
 
+from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import Forward, fork_exec, ignore_session_signals, load_libc
 from claude_sandbox.core.record import record
@@ -127,7 +128,7 @@ def run_supervised(
     the session (process.Forward), and it is not dumpable (egress-jail.md,
     Channels). Returns the child's exit status in shell form.
     """
-    load_libc().prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    load_libc().prctl(kernel.PR_SET_DUMPABLE, 0, 0, 0, 0)
 
     def before_exec() -> None:
         if cgroup is not None:

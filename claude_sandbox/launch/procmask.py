@@ -40,19 +40,14 @@ import os
 import select
 import struct
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import kernel, paths
 from claude_sandbox.core.process import load_libc, tie_to_parent
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-_MS_BIND = 0x1000
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWUSER = 0x10000000
 _NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
-# mount_setattr(2): the same number on x86_64 and aarch64 (the unified table).
-_SYS_MOUNT_SETATTR, _AT_FDCWD, _MOUNT_ATTR_NOEXEC = 442, -100, 0x8
 TIMEOUT = 10.0
 
 
@@ -92,11 +87,11 @@ def _join(pid: int) -> None:
         if owner < 0:
             raise OSError(ctypes.get_errno(), "NS_GET_USERNS")
         try:
-            if libc.setns(owner, _CLONE_NEWUSER) != 0:
+            if libc.setns(owner, kernel.CLONE_NEWUSER) != 0:
                 raise OSError(ctypes.get_errno(), "setns(user)")
         finally:
             os.close(owner)
-        if libc.setns(mnt, _CLONE_NEWNS) != 0:
+        if libc.setns(mnt, kernel.CLONE_NEWNS) != 0:
             raise OSError(ctypes.get_errno(), "setns(mnt)")
     finally:
         os.close(mnt)
@@ -111,7 +106,7 @@ def hide(binds: Iterable[tuple[str, str, str]]) -> None:
     libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
                            ctypes.c_void_p)
     for source, target, witness in binds:
-        if (libc.mount(source.encode(), target.encode(), None, _MS_BIND, None) != 0
+        if (libc.mount(source.encode(), target.encode(), None, kernel.MS_BIND, None) != 0
                 and os.path.lexists(witness)):
             raise OSError(ctypes.get_errno(), f"mount over {target}")
 
@@ -147,9 +142,9 @@ def no_exec(targets: Iterable[str]) -> None:
     refuses where it would drop a flag the parent's mount has locked."""
     libc = load_libc()
     for target in targets:
-        attr = (ctypes.c_uint64 * 4)(_MOUNT_ATTR_NOEXEC, 0, 0, 0)
-        if libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, target.encode(), 0, ctypes.byref(attr),
-                        ctypes.sizeof(attr)) != 0:
+        attr = (ctypes.c_uint64 * 4)(kernel.MOUNT_ATTR_NOEXEC, 0, 0, 0)
+        if libc.syscall(kernel.SYS_MOUNT_SETATTR, kernel.AT_FDCWD, target.encode(), 0,
+                        ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
             raise OSError(ctypes.get_errno(), f"noexec {target}")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from errno import ENOSYS, EPERM, errorcode
 
+from claude_sandbox.core import kernel
 from claude_sandbox.core.bpf import ARCHES, ArgTest, Refusal, assemble
 from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import data_descriptor
@@ -24,7 +25,6 @@ from claude_sandbox.inside.spec import LEVELS
 AF_VSOCK = 40  # linux/socket.h
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
-CLONE_NEWUSER = 0x10000000
 # The launch flag under which max-memory holds per process only (limits.py).
 MEMORY_PER_PROCESS = "max-memory-per-process"
 
@@ -42,7 +42,7 @@ class Rule:
     when: str = ""  # a launch flag without which the row is dropped
 
 
-_NEWUSER = ArgTest(0, CLONE_NEWUSER, CLONE_NEWUSER)
+_NEWUSER = ArgTest(0, kernel.CLONE_NEWUSER, kernel.CLONE_NEWUSER)
 
 # The policy. One row per denial, EPERM at both levels unless it says otherwise; a
 # reviewer reads this and nothing else.
