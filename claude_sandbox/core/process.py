@@ -74,12 +74,14 @@ _LIBC: Any = None
 
 
 def load_libc() -> Any:
-    """libc through ctypes, loaded once (make_tap, fork_exec and jail/session.py need it)."""
+    """libc through ctypes, loaded once, errno kept: the one way the package calls it.
+    syscall(2) returns a long (a Landlock ruleset's descriptor, mount_setattr's status)."""
     global _LIBC
     if _LIBC is None:
         import ctypes
 
         _LIBC = ctypes.CDLL(None, use_errno=True)
+        _LIBC.syscall.restype = ctypes.c_long
     return _LIBC
 
 

@@ -29,6 +29,7 @@ import sys
 from claude_sandbox.core import kernel, mountinfo, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.mountinfo import Mount
+from claude_sandbox.core.process import load_libc
 from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~10 ms per launch
@@ -59,15 +60,7 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
 
 
-_libc: ctypes.CDLL | None = None
-
-
-def _lib() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    return _libc
+_lib = load_libc
 
 
 def _syscall(*args: int | None) -> int:

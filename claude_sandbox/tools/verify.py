@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import hashlib
 import importlib
 import json
@@ -34,6 +33,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from claude_sandbox.core import paths
+from claude_sandbox.core.process import load_libc
 from claude_sandbox.launch import controlfiles, hostfacts, profiles, state
 from claude_sandbox.launch.gather import load_config
 
@@ -101,14 +101,10 @@ class Fixtures:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         if self.shm_id is not None:
-            _libc().shmctl(self.shm_id, 0, None)  # IPC_RMID
+            load_libc().shmctl(self.shm_id, 0, None)  # IPC_RMID
         for directory in self.dirs:
             shutil.rmtree(directory, ignore_errors=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
 
 
 def load_catalogue(directory: str) -> dict[str, Any]:
@@ -185,7 +181,7 @@ def plant(workdir: str) -> tuple[Fixtures, dict[str, Any], dict[str, str]]:
     fixtures.inherited_fd = os.open(inherited, os.O_RDONLY)
     os.set_inheritable(fixtures.inherited_fd, True)
     shm_key = secrets.randbelow(1 << 30) + 1
-    shm_id = _libc().shmget(shm_key, 4096, 0o1000 | 0o600)  # IPC_CREAT
+    shm_id = load_libc().shmget(shm_key, 4096, 0o1000 | 0o600)  # IPC_CREAT
     fixtures.shm_id = shm_id if shm_id >= 0 else None
     facts = {
         "decoy_pid": fixtures.decoy.pid,
