@@ -3,7 +3,7 @@
 `_launch`, `_jail_holder`, `_enter` and `_janitor` are called by the shim, the
 jail, bwrap and the janitor, never by a person; they are dispatched before argparse or any operator
 code is imported. Every SandboxError ends here, as one line and its status
-(the exit statuses in README.md).
+(core/errors.EXIT_STATUSES).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from claude_sandbox.core.errors import (
     EXIT_STATUSES,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    OTHER_STATUS,
     SandboxError,
 )
 from claude_sandbox.launch import profiles, run
@@ -27,7 +28,7 @@ this command inspects and exercises that sandbox."""
 EPILOG = (
     "exit statuses of claude-sandbox itself:\n"
     + "\n".join(f"  {status}  {meaning}" for status, meaning in EXIT_STATUSES)
-    + "\nOtherwise the status is the program's own (128+N when a signal N ended it)."
+    + "\n" + OTHER_STATUS
 )
 
 

@@ -2,7 +2,7 @@
 
 Every condition we can name is raised as SandboxError where it is detected and
 printed once, at the boundary in __main__, as `claude-sandbox: MESSAGE`
-(the exit statuses in README.md). Statuses follow sysexits(3) so scripts can tell a
+(EXIT_STATUSES below). Statuses follow sysexits(3) so scripts can tell a
 refusal from the agent's own failure.
 """
 
@@ -14,13 +14,19 @@ EXIT_JAIL = 70  # the egress jail could not be built or does not match its plan
 EXIT_REFUSED = 77  # a policy refusal: workspace, entry-point guard, nesting
 EXIT_CONFIG = 78  # a configuration error, naming FILE:LINE or the variable
 
+# The one table of them: `--help` (cli.py) and README.md (tools/render.py) render it.
 EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EXIT_USAGE, "bad command-line arguments"),
-    (EXIT_UNAVAILABLE, "a host primitive the sandbox needs is missing"),
+    (EXIT_UNAVAILABLE, "a host primitive the sandbox needs is missing (bwrap, pasta, "
+     "/dev/net/tun, user namespaces, an engine setting)"),
     (EXIT_JAIL, "the egress jail could not be built or its read-back differs from the plan"),
-    (EXIT_REFUSED, "the launch was refused by policy (workspace, entry-point guard, nesting)"),
-    (EXIT_CONFIG, "the configuration is invalid (the message names FILE:LINE or the variable)"),
+    (EXIT_REFUSED, "the launch was refused by policy (entry-point guard, nesting, a control "
+     "path that is a link out of the workspace)"),
+    (EXIT_CONFIG, "the configuration is invalid, or a path may not be writable (the "
+     "workspace, an allow-write path); the message names FILE:LINE or the variable"),
 )
+# What follows the table wherever it is shown.
+OTHER_STATUS = "Otherwise the status is the program's own (128+N when a signal N ended it)."
 
 
 class SandboxError(Exception):

@@ -1,4 +1,5 @@
-"""Render docs/reference/{verification-checks,configuration,mounts}.md from the code.
+"""Render docs/reference/{verification-checks,configuration,mounts}.md from the code, and
+README.md's table of exit statuses (core/errors.EXIT_STATUSES, which `--help` shows too).
 
 The pages are committed; `--check` renders into memory and fails, naming the
 page, when a committed one differs (tests/verification/test_render.py runs it).
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import errors, paths
 from claude_sandbox.launch import (
     config,
     controlfiles,
@@ -110,6 +111,21 @@ def pages() -> dict[str, str]:
     }
 
 
+README = REPO / "README.md"
+_OPEN = ("<!-- exit-statuses: rendered from core/errors.py by python -m "
+         "claude_sandbox.tools.render -->")
+_CLOSE = "<!-- /exit-statuses -->"
+
+
+def readme(text: str) -> str:
+    """README.md with the exit statuses between its two markers rendered anew."""
+    start, end = text.index(_OPEN) + len(_OPEN), text.index(_CLOSE)
+    rows = "\n".join(f"| {status} | {meaning} |" for status, meaning in errors.EXIT_STATUSES)
+    table = (f"\nExit statuses of claude-sandbox itself:\n\n| status | meaning |\n|---|---|\n"
+             f"{rows}\n\n{errors.OTHER_STATUS}\n")
+    return text[:start] + table + text[end:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m claude_sandbox.tools.render")
     parser.add_argument("--check", action="store_true",
@@ -125,6 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             REFERENCE.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
+    current = README.read_text()
+    if readme(current) != current:
+        if options.check:
+            drift.append(str(README.relative_to(REPO)))
+        else:
+            README.write_text(readme(current))
     if drift:
         print(f"render: out of date (run python -m claude_sandbox.tools.render): "
               f"{', '.join(drift)}", file=sys.stderr)
