@@ -57,7 +57,7 @@ from probes import (
 from probes import mounts as probe_mounts
 
 from claude_sandbox.core import paths
-from claude_sandbox.install import installer
+from claude_sandbox.install import placed
 from claude_sandbox.jail import netfilter
 from claude_sandbox.launch import credentials, environment, keys, mounts, profiles
 
@@ -243,7 +243,7 @@ def test_18_shim_and_etc_config(host, tmp_path_factory) -> None:  # type: ignore
     shim = os.path.join(paths.SHIM_DIR, "claude")
     assert found == shim, f"claude on PATH is {found}"
     handle = host.file(shim)
-    assert handle.content_string == installer.shim_text("claude"), f"{shim} is not the shim"
+    assert handle.content_string == placed.shim_text("claude"), f"{shim} is not the shim"
     assert handle.uid in root_uids() and handle.mode == 0o755, f"{shim} is not root-owned 0755"
     # Plant a configuration in the workspace that would refuse every launch if
     # it were read, and ask the installed core which file it reads.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from claude_sandbox.core import engine, paths
 from claude_sandbox.core.errors import SandboxError
-from claude_sandbox.install import installer
+from claude_sandbox.install import installer, placed
 from claude_sandbox.launch import gather, hostfacts, profiles, state
 
 TUN = "/dev/net/tun"
@@ -231,13 +231,13 @@ def shims_row() -> Finding:
         except OSError:
             bad.append(f"{path} missing")
             continue
-        if text != installer.shim_text(name):
+        if text != placed.shim_text(name):
             bad.append(f"{path} differs from the shim")
         elif info.st_uid != 0 or stat.S_IMODE(info.st_mode) != 0o755 or stat.S_ISLNK(info.st_mode):
             bad.append(f"{path} is not a root-owned 0755 file")
     if bad:
         return Finding(False, "; ".join(bad), "re-run the installer (./install.sh) as root")
-    return Finding(True, f"{len(profiles.ENTRY_POINTS)} shims match installer.shim_text")
+    return Finding(True, f"{len(profiles.ENTRY_POINTS)} shims match placed.shim_text")
 
 
 def venv_row() -> Finding:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from claude_sandbox.install.installer import InstallError, _read, read_vendor_record
+from claude_sandbox.install.agents import read_vendor_record
+from claude_sandbox.install.report import InstallError
+from claude_sandbox.install.report import read as _read
 
 GOOD = {"path": "/usr/local/bin/claude", "link": "", "target": "/x/vendor/claude"}
 

@@ -1,0 +1,202 @@
+"""What the installer places under LIBEXEC and on PATH: the shims, the empty files the
+sandbox binds, the command client, the install hints, the numbered checks; all root's."""
+
+from __future__ import annotations
+
+import compileall
+import functools
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+from claude_sandbox.core import paths
+from claude_sandbox.install import hints
+from claude_sandbox.install.report import (
+    Report,
+    differs,
+    dpkg_installed,
+    read,
+    run,
+    write,
+    write_bytes,
+)
+from claude_sandbox.install.venvs import SOURCE
+from claude_sandbox.launch import config, profiles
+
+SHIM_MARK = "# claude-sandbox shim"
+# What the shim's interpreter runs (-I -S -c, as paths.internal_argv): no site module
+# and no runpy, about 5 ms a launch. The one directory site would add, the core venv's
+# site-packages, is named: without site, sys.prefix is the base interpreter's.
+SHIM_CODE = (f"import sys; sys.path.append('{paths.CORE_VENV}/lib/python%d.%d/site-packages' "
+             "% sys.version_info[:2]); from claude_sandbox.__main__ import main; "
+             "sys.exit(main(sys.argv[1:]))")
+
+
+def shim_text(name: str) -> str:
+    """The three-line shim. `bash -p` ignores BASH_ENV, SHELLOPTS and exported functions."""
+    target = "" if name == "claude-sandbox" else f"_launch {name} -- "
+    return (
+        "#!/bin/bash -p\n"
+        f"{SHIM_MARK} for `{name}`: root-owned; runs it through the sandbox. Do not edit.\n"
+        f'exec {paths.CORE_VENV}/bin/python -I -S -c "{SHIM_CODE}" {target}"$@"\n'
+    )
+
+
+# The numbered checks run inside the sandbox from a read-only copy under LIBEXEC.
+VERIFICATION_SOURCE = SOURCE.parent / "verification"
+VERIFICATION_DIR = f"{paths.LIBEXEC}/verification"
+
+
+def install_files(report: Report) -> None:
+    for name in profiles.ENTRY_POINTS:
+        path = os.path.join(paths.SHIM_DIR, name)
+        text = shim_text(name)
+        report.step(f"shim {path}", differs(path, text, 0o755),
+                    functools.partial(write, path, text, 0o755))
+    report.step(f"{paths.CONFIG_FILE} with commented defaults (kept when present)",
+                not os.path.exists(paths.CONFIG_FILE),
+                lambda: write(paths.CONFIG_FILE, config.DEFAULT_FILE, 0o644))
+    # Mount points that bwrap covers inside the read-only root: it cannot create them there.
+    for mount_point in (paths.GITCONFIG_INSIDE, paths.INSIDE_MARKER):
+        report.step(f"mount point {mount_point}", differs(mount_point, "", 0o644),
+                    functools.partial(write, mount_point, "", 0o644))
+    report.step(f"empty file {paths.EMPTY_FILE}", differs(paths.EMPTY_FILE, "", 0o444),
+                lambda: write(paths.EMPTY_FILE, "", 0o444))
+    report.step(f"empty directory {paths.EMPTY_DIR}", not _empty_dir_ok(paths.EMPTY_DIR),
+                functools.partial(_make_empty_dir, paths.EMPTY_DIR))
+
+
+# The command client of hardening = brokered: C, static, built here from source
+# (docs/adr/0009-the-enforced-process-tree.md). A compiler the installer fetched for it
+# is removed again.
+CLIENT_SOURCE = SOURCE / "inside" / "command-client.c"
+BUILD_PACKAGES = ("gcc", "libc6-dev")
+CLIENT_FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror",
+                f'-DBROKER_SOCKET="{paths.BROKER_SOCKET}"')  # one path, named in paths.py
+CLIENT_STAMP = f"{paths.COMMAND_CLIENT}.source-sha256"
+
+
+def install_command_client(report: Report, apt: bool) -> None:
+    report.step(f"broker directory {paths.BROKER_DIR}", not _empty_dir_ok(paths.BROKER_DIR),
+                functools.partial(_make_empty_dir, paths.BROKER_DIR))
+    # The source's digest, kept beside the binary: an install that finds both unchanged
+    # builds nothing, and so fetches no compiler (a second install changes nothing).
+    stamp = hashlib.sha256(CLIENT_SOURCE.read_bytes() + " ".join(CLIENT_FLAGS).encode())
+    current = (os.path.exists(paths.COMMAND_CLIENT)
+               and (read(CLIENT_STAMP) or "") == stamp.hexdigest())
+    what = f"command client {paths.COMMAND_CLIENT}"
+    fetched = [pkg for pkg in BUILD_PACKAGES if not dpkg_installed(pkg)] if not current else []
+    if fetched and not apt:
+        print(f"  skipped    {paths.COMMAND_CLIENT} (needs {' '.join(fetched)}; "
+              "hardening = brokered refuses to launch without it)")
+        return
+
+    def build() -> None:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        before = _installed_packages() if fetched else set()
+        if fetched:
+            run(["apt-get", "update", "-qq"], env=env)
+            run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *fetched],
+                 env=env)
+        try:
+            with tempfile.TemporaryDirectory() as scratch:
+                built = os.path.join(scratch, "command-client")
+                run(["gcc", *CLIENT_FLAGS, "-o", built, str(CLIENT_SOURCE)])
+                with open(built, "rb") as handle:
+                    write_bytes(paths.COMMAND_CLIENT, handle.read(), 0o755)
+            write(CLIENT_STAMP, stamp.hexdigest(), 0o644)
+        finally:
+            # Exactly what the install above added, the compiler's dependencies too.
+            added = sorted(_installed_packages() - before) if fetched else []
+            if added:
+                run(["apt-get", "purge", "-y", "-qq", *added], env=env)
+
+    report.step(what, not current, build)
+
+
+def _installed_packages() -> set[str]:
+    result = subprocess.run(["dpkg-query", "-W", "-f", "${Package}\\n"], capture_output=True,
+                            text=True, check=False)
+    return set(result.stdout.split())
+
+
+def _empty_dir_ok(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == 0
+            and stat.S_IMODE(info.st_mode) == 0o555 and not os.listdir(path))
+
+
+def _make_empty_dir(path: str) -> None:
+    if os.path.lexists(path) and not os.path.isdir(path):
+        os.unlink(path)
+    os.makedirs(path, exist_ok=True)
+    for name in os.listdir(path):
+        shutil.rmtree(os.path.join(path, name), ignore_errors=True)
+    os.chown(path, 0, 0)
+    os.chmod(path, 0o555)
+
+
+def install_hints(report: Report) -> None:
+    """The scripts that put a hint before an install outside the workspace (hints.py)."""
+    wanted = hints.wanted()
+    target = Path(hints.HINTS_DIR)
+    stale = {p.name for p in target.iterdir()} - set(wanted) if target.is_dir() else set()
+    differ = [name for name, text in wanted.items()
+              if differs(str(target / name), text, 0o755)]
+
+    def action() -> None:
+        for name in stale:
+            (target / name).unlink()
+        for name in differ:
+            write(str(target / name), wanted[name], 0o755)
+    report.step(f"install hints in {hints.HINTS_DIR} ({len(wanted)} package managers)",
+                bool(stale or differ), action)
+
+
+def install_verification(report: Report) -> None:
+    if not VERIFICATION_SOURCE.is_dir():
+        print(f"  skipped    {VERIFICATION_DIR} (no verification/ beside the package)")
+        return
+    wanted = {
+        str(p.relative_to(VERIFICATION_SOURCE)): p.read_text()
+        for p in sorted(VERIFICATION_SOURCE.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and ".pytest_cache" not in p.parts
+    }
+    target = Path(VERIFICATION_DIR)
+    present = {str(p.relative_to(target)) for p in target.rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts} if target.exists() else set()
+    stale = present - set(wanted)
+    differ = [rel for rel, text in wanted.items() if differs(str(target / rel), text, 0o644)]
+
+    def action() -> None:
+        for rel in stale:
+            (target / rel).unlink()
+        for rel in differ:
+            write(str(target / rel), wanted[rel], 0o644)
+        # Byte-compiled now, as root: inside the sandbox the tree is read-only.
+        compileall.compile_dir(str(target), quiet=1)
+    report.step(f"verification checks in {VERIFICATION_DIR}", bool(stale or differ), action)
+
+
+def harden_tree(report: Report, root: str) -> None:
+    """Root-owned and not group/world-writable, all the way down."""
+    loose = []
+    for directory, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if not os.path.islink(path) and (info.st_uid != 0 or info.st_mode & 0o022):
+                loose.append(path)
+    def action() -> None:
+        for path in loose:
+            info = os.lstat(path)
+            os.chown(path, 0, 0)
+            os.chmod(path, info.st_mode & ~0o022 & 0o7777)
+    report.step(f"ownership and modes under {root} ({len(loose)} loose)", bool(loose), action)
