@@ -60,7 +60,8 @@ from pathlib import Path
 from typing import IO
 
 from claude_sandbox.launch import profiles
-from claude_sandbox.tools.mockapi import MODEL, MockAPI
+from claude_sandbox.tools.mockapi import MockAPI
+from claude_sandbox.tools.mockwire import MODEL
 
 AGENTS = profiles.AGENT_NAMES
 REAL_DIR = Path("/usr/libexec/claude-sandbox/real")

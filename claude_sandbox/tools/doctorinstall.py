@@ -1,0 +1,120 @@
+"""doctor's rows about the installation itself: the shims, the core venv's purity, what
+shadows the shims on PATH, the configuration, each agent's program, and the sizes on
+disk (the host's rows are in doctor.py)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import SandboxError
+from claude_sandbox.install import placed
+from claude_sandbox.launch import gather, hostfacts, profiles, state
+from claude_sandbox.tools.finding import Finding
+
+
+def shims_row() -> Finding:
+    bad = []
+    for name in profiles.ENTRY_POINTS:
+        path = os.path.join(paths.SHIM_DIR, name)
+        try:
+            info = os.lstat(path)
+            text = Path(path).read_text()
+        except OSError:
+            bad.append(f"{path} missing")
+            continue
+        if text != placed.shim_text(name):
+            bad.append(f"{path} differs from the shim")
+        elif info.st_uid != 0 or stat.S_IMODE(info.st_mode) != 0o755 or stat.S_ISLNK(info.st_mode):
+            bad.append(f"{path} is not a root-owned 0755 file")
+    if bad:
+        return Finding(False, "; ".join(bad), "re-run the installer (./install.sh) as root")
+    return Finding(True, f"{len(profiles.ENTRY_POINTS)} shims match placed.shim_text")
+
+
+def venv_row() -> Finding:
+    sites = list(Path(paths.CORE_VENV).glob("lib/python3*/site-packages"))
+    if len(sites) != 1:
+        return Finding(False, f"no single site-packages in {paths.CORE_VENV}",
+                       "re-run the installer as root")
+    site = sites[0]
+    dists = sorted(p.name for p in site.iterdir() if p.name.endswith((".dist-info", ".egg-info")))
+    problems = []
+    if len(dists) != 1 or not dists[0].startswith("claude_sandbox-"):
+        problems.append(f"distributions: {', '.join(dists) or 'none'}")
+    problems += [f"{p} runs code at start" for p in site.rglob("*.pth")]
+    for path in [Path(paths.CORE_VENV), *Path(paths.CORE_VENV).rglob("*")]:
+        if path.is_symlink():
+            continue
+        info = path.lstat()
+        if info.st_uid != 0 or info.st_mode & 0o022:
+            problems.append(f"{path} is not root-owned or is group/world-writable")
+            break
+    if problems:
+        return Finding(False, "; ".join(problems[:3]),
+                       f"rm -rf {paths.CORE_VENV} and re-run the installer as root")
+    return Finding(True, f"{dists[0]} only, no .pth, root-owned")
+
+
+def guard_row() -> Finding:
+    entries = hostfacts.guard_entries(p for p in os.environ.get("PATH", "").split(":") if p)
+    others = [f"{e.directory}/{e.name}" for e in entries if e.state == "other"]
+    if others:
+        return Finding(False, f"ahead of {paths.SHIM_DIR} on PATH: {', '.join(others)}",
+                       f"remove them, or put {paths.SHIM_DIR} first on PATH")
+    dirs = sorted({e.directory for e in entries})
+    return Finding(True, f"nothing shadows the shims ({len(dirs)} directories ahead checked)")
+
+
+def config_row() -> Finding:
+    try:
+        cfg = gather.load_config("claude", os.environ)
+    except SandboxError as error:
+        return Finding(False, error.message, f"fix the line named in {paths.CONFIG_FILE}")
+    jail = "on" if cfg.egress_jail else "OFF"
+    return Finding(True, f"{paths.CONFIG_FILE} parses (egress jail {jail})")
+
+
+def agent_row(name: str) -> Callable[[], Finding]:
+    def probe() -> Finding:
+        try:
+            binary = hostfacts.real_binary(name)
+        except SandboxError as error:
+            return Finding(False, error.message,
+                           f"./install.sh --agents {name} (or point {paths.REAL_BIN_DIR}/{name} "
+                           "at it)")
+        return Finding(True, binary)
+    return probe
+
+
+def _size(top: str) -> int:
+    """The bytes of the regular files below `top`, links not followed."""
+    total = 0
+    for directory, _dirs, files in os.walk(top):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
+
+
+def sizes_row() -> Finding:
+    """What the installation and this user's state store take on disk."""
+    try:
+        cfg = gather.load_config("claude", os.environ)
+    except SandboxError:
+        cfg = None
+    store = state.store_root(cfg.state_dir if cfg else None, hostfacts.login_home(),
+                             os.getuid())
+    found = [f"{paths.LIBEXEC} {_size(paths.LIBEXEC) >> 20} MiB"]
+    for name in profiles.AGENT_NAMES:
+        home = state.agent_home(store, name)
+        if os.path.isdir(home):
+            found.append(f"{name}'s store {_size(home) >> 20} MiB")
+    return Finding(True, "; ".join(found))
