@@ -83,6 +83,13 @@ def test_no_launch_path_module_is_over_the_reading_length() -> None:
     assert not long, long
 
 
+def test_no_module_of_the_package_is_over_the_reading_length() -> None:
+    # The installer and the operator tools too: each was split by job once it grew.
+    long = [f"{p.relative_to(PACKAGE)}: {n}" for p in _modules()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert not long, long
+
+
 def test_no_comment_cites_a_file_that_is_not_in_the_repository() -> None:
     # The design record is docs/adr and docs/explanation; these names are not in the repo.
     outside = ("DESIGN", "FACTS.md", "STYLE.md", "COMPAT", "seed 0", "seeds/")
