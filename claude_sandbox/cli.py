@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the plan an agent's launch from here would run: the bubblewrap "
         "command line, one mount or setting per line with the reason it is there, the "
         "program `_enter` runs inside, the environment (pass-env values hidden), the "
-        "descriptors' contents, the kernel layers and the egress jail's route plan. The "
+        "descriptors' contents, the kernel layers and the egress jail's route plan; with "
+        "--json also the late masks (on a root launch, the root-only files covered now) and "
+        "the packet filter. The "
         "plan is made the way a launch makes it; its digest is the one a launch with "
         "CLAUDE_SANDBOX_TRACE=1 prints. Starts nothing, creates nothing.",
     )
@@ -369,18 +371,21 @@ def explain(agent: str, command: tuple[str, ...] | None = None, *,
 
     profile = profiles.get(agent)
     cfg = gather.load_config(profile.name, os.environ)
-    limit_plan = limits.plan_limits(
-        cfg.max_pids, cfg.max_memory, cgroups.probe_cgroups(), os.getuid()
-    )
+    limit_plan = limits.plan_limits(cfg.max_pids, cfg.max_memory, cgroups.probe_cgroups(),
+                                    os.getuid())
     request = run.Request(profile.name, command, ())
     gathered = gather.gather(profile, cfg, request, os.environ, run.inherited_ignored())
     the_plan = plan.make(profile, cfg, gathered, limit_plan)
     if as_json:
-        return render.as_json(the_plan)
-    lines = [
-        f"# claude-sandbox {__version__}: the sandbox for {profile.name}",
-        f"# configuration: {paths.CONFIG_FILE}",
-    ]
+        covered = None
+        if the_plan.root_only:  # the covers this host needs now: the launch's own walk
+            from claude_sandbox.launch import rootonly
+
+            covered = rootonly.for_launch(cfg.state_dir, gathered.facts, the_plan.layout,
+                                          the_plan.mounts, save_cache=False)
+        return render.explain_json(the_plan, covered)
+    lines = [f"# claude-sandbox {__version__}: the sandbox for {profile.name}",
+             f"# configuration: {paths.CONFIG_FILE}"]
     for key, where in sorted(cfg.origins.items()):
         lines.append(f"#   {key} from {where}")
     lines.append(f"# plan {render.digest(the_plan)} (a launch with CLAUDE_SANDBOX_TRACE=1 "

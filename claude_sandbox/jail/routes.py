@@ -257,6 +257,11 @@ def expected_local_table(addresses: Iterable[Address]) -> tuple[Route, ...]:
 
 def explain_plan(allow_ip: Sequence[str] = ()) -> list[str]:
     """The plan as `claude-sandbox explain` prints it, for example addresses."""
+    return plan_lines(example_plan(allow_ip))
+
+
+def example_plan(allow_ip: Sequence[str] = ()) -> Plan:
+    """The plan for pasta's usual addresses (192.0.2.2 behind 192.0.2.1): `explain`'s."""
     example = NetFacts(
         iface="eth0",
         address="192.0.2.2",
@@ -264,7 +269,7 @@ def explain_plan(allow_ip: Sequence[str] = ()) -> list[str]:
         addresses=(Address("lo", "127.0.0.1", 8, True), Address("eth0", "192.0.2.2", 24, False)),
         copied=(),
     )
-    return plan_lines(build_plan(example, DNS_FORWARDER, allow_ip))
+    return build_plan(example, DNS_FORWARDER, allow_ip)
 
 
 def plan_lines(plan: Plan) -> list[str]:

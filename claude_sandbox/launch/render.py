@@ -63,6 +63,42 @@ def as_json(plan: Plan) -> str:
     return json.dumps(plain, indent=1)
 
 
+def explain_json(plan: Plan, root_only: Mapping[str, bool] | None = None) -> str:
+    """`explain --json`: the plan, and beside it what is applied outside bwrap's argv, each
+    from the code that applies it: the seccomp and Landlock rules, the late masks (the
+    root-only covers of this host, `root_only`, on a root launch), and the jail's routes
+    (for pasta's usual addresses) and packet filter."""
+    import json
+    from errno import errorcode
+
+    from claude_sandbox.inside import landlock
+    from claude_sandbox.launch import seccomp
+
+    whole = json.loads(as_json(plan))
+    level = plan.inner.level
+    whole["kernel_layers"] = {
+        "seccomp": [{"call": row.name, "errno": errorcode[row.errno], "why": row.why,
+                     "when": None if row.arg is None else
+                     f"arg{row.arg.index}&{row.arg.mask:#x}=={row.arg.value:#x}"}
+                    for row in seccomp.rules_for(level, plan.seccomp_flags)],
+        "landlock": {"writable": list(plan.inner.writable),
+                     "exec_files": list(plan.inner.exec_files),
+                     "rules": landlock.describe(level)},
+    }
+    whole["late_masks"] = {
+        "outer_proc": plan.hide_outer_proc,  # each outer task's /proc/PID, at session start
+        "root_only": sorted(root_only or {}),
+        "noexec": list(plan.inner.writable) if plan.noexec else [],
+    }
+    if plan.jail is not None:
+        from claude_sandbox.jail import netfilter, routes
+
+        whole["routes"] = [{"command": row.command, "why": row.why, "required": row.required}
+                           for row in routes.example_plan(plan.jail.allow_ip).routes]
+        whole["packet_filter"] = {"filter": list(netfilter.FILTER), "nat": list(netfilter.NAT)}
+    return json.dumps(whole, indent=1)
+
+
 def digest(plan: Plan) -> str:
     """A short name for the plan: equal digests, identical plans (a launch traces it)."""
     return paths.sha256_hex(as_json(plan).encode())[:16]

@@ -284,6 +284,13 @@ class _Rebuild(Listings):
         return {}, {}
 
 
+class _ReadOnly(Listings):
+    """The memos read, never written (`explain`)."""
+
+    def save(self, listed: str, known: dict[str, str], codes: dict[str, str]) -> None:
+        pass
+
+
 def _groups() -> frozenset[int]:
     """The groups a root launch's agent keeps: its gid and supplementary groups (bwrap's
     user namespace forbids setgroups, so they stay)."""
@@ -291,7 +298,7 @@ def _groups() -> frozenset[int]:
 
 
 def private_paths(cache: str, skip: list[str], roots: Iterable[str],
-                  own: Iterable[str] = ()) -> dict[str, bool]:
+                  own: Iterable[str] = (), *, save_cache: bool = True) -> dict[str, bool]:
     """What to hide on this root launch: the cache, brought up to date (but in `own`,
     this launch's writable places: refresh), with each of `roots` (the trees the
     sandbox shows) it does not hold walked anew, whatever their parents' modes, minus
@@ -302,7 +309,7 @@ def private_paths(cache: str, skip: list[str], roots: Iterable[str],
     fresh = loaded is not None and now - loaded[2] <= MAX_AGE
     # The full rebuild judges every entry again (a mode changed in place); the memos of
     # large directories serve only refreshes between rebuilds.
-    listings = Listings(f"{cache}.d")
+    listings = Listings(f"{cache}.d") if save_cache else _ReadOnly(f"{cache}.d")
     if loaded is None or not fresh:
         hidden: dict[str, bool] = {}
         dirs: dict[str, int] = {}
@@ -315,6 +322,8 @@ def private_paths(cache: str, skip: list[str], roots: Iterable[str],
             _scan(root, frozenset(skip), hidden, dirs, groups, listings if fresh else
                   _Rebuild(listings.directory))
             changed = True
+    if not save_cache:  # `explain`: it creates nothing
+        return hidden
     if changed or loaded is None:
         save(cache, hidden, dirs, made)
     if loaded is None:  # the caches of earlier versions, with what they walked
@@ -348,7 +357,7 @@ _under = paths.under_any
 
 
 def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
-               mounts: Iterable[Mount]) -> dict[str, bool]:
+               mounts: Iterable[Mount], *, save_cache: bool = True) -> dict[str, bool]:
     """On a root launch: the paths of the trees the sandbox shows read-only that root keeps
     from others, outside the workspace and the other writable places (py)."""
     store = state.store_root(state_dir, facts.home, facts.uid)
@@ -361,7 +370,7 @@ def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
     skip = [*masked, *pseudo]
     own = [layout.workspace, *layout.allow_write]
     private = private_paths(os.path.join(store, CACHE_NAME), skip, shown_trees(mounts, skip),
-                            own)
+                            own, save_cache=save_cache)
     shown = [*masked, facts.home, *own]
     bound = [*layout.allow_read, *facts.toolchains]
     return {path: is_dir for path, is_dir in private.items()

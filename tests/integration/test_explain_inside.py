@@ -1,0 +1,93 @@
+"""`explain --json` lists what the agent gets, checked against what it sees from inside.
+
+Every mount point of the sandbox is either a mount, a late mask (a root-only cover) or an
+overlay `explain --json` lists, or a host mount point carried in with the tree a listed
+bind shows; every mount it lists whose source exists is there inside. The writable places
+it lists for Landlock take a file, and a system tree does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tests.integration.conftest import SHIM_DIR, Launcher
+
+NOT_MOUNTS = ("symlink", "remount-ro")
+WRITE_PROBE = r"""
+import json, os, sys
+result = {}
+for place in json.loads(sys.argv[1]):
+    path = os.path.join(place, f".csbx-explain-{os.getpid()}")
+    try:
+        with open(path, "w") as handle:
+            handle.write("x")
+        os.unlink(path)
+        result[place] = "written"
+    except OSError as error:
+        result[place] = error.strerror
+print(json.dumps(result))
+"""
+
+
+def _explained(launcher: Launcher) -> dict[str, object]:
+    result = launcher.run([f"{SHIM_DIR}/claude-sandbox", "explain", "--json", "--",
+                           "/bin/cat", "/proc/self/mountinfo"])
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def _points(mountinfo: str) -> set[str]:
+    return {line.split()[4].replace("\\040", " ") for line in mountinfo.splitlines() if line}
+
+
+def _host_points() -> set[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        return _points(handle.read())
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def test_every_mount_inside_is_one_explain_lists(launcher: Launcher) -> None:
+    explained = _explained(launcher)
+    inside = launcher.shell("/bin/cat", "/proc/self/mountinfo")
+    assert inside.returncode == 0, inside.stderr
+    points = _points(inside.stdout)
+    mounts = [m for m in explained["mounts"] if m["kind"] not in NOT_MOUNTS]  # type: ignore[index,union-attr]
+    listed = {m["dest"] for m in mounts}
+    late = explained["late_masks"]  # type: ignore[index]
+    listed |= set(late["root_only"])  # type: ignore[index]
+    listed |= {view["target"] for view in explained["views"]}  # type: ignore[index,union-attr]
+    binds = [m["dest"] for m in mounts if m["kind"] in ("ro-bind", "bind", "ro-bind-try")]
+    host = _host_points()
+    unexplained = sorted(
+        point for point in points - listed - {"/"}
+        # a host mount point inside a tree a listed bind shows comes in with it (rbind)
+        if not (point in host and any(_under(point, top) for top in binds))
+        # what bwrap's own /dev and /proc hold (devpts, mqueue), and the outer tasks'
+        # /proc/PID covers where the engine masks /proc
+        and not point.startswith(("/dev/", "/proc/")))
+    assert not unexplained, unexplained
+    absent = sorted(m["dest"] for m in mounts
+                    if m["dest"] not in points
+                    and (m["kind"] in ("tmpfs", "data", "proc", "dev")
+                         or os.path.lexists(m["source"])))
+    assert not absent, absent
+    if launcher.user == "root":
+        assert "/etc/shadow" in late["root_only"]  # type: ignore[index]
+
+
+def test_the_writable_places_explain_lists_take_a_file_and_a_system_tree_does_not(
+        launcher: Launcher) -> None:
+    explained = _explained(launcher)
+    writable = explained["kernel_layers"]["landlock"]["writable"]  # type: ignore[index]
+    probe = launcher.shell("/usr/bin/python3", "-c", WRITE_PROBE,
+                           json.dumps([*writable, "/usr", "/etc"]))
+    assert probe.returncode == 0, probe.stderr
+    result = json.loads(probe.stdout)
+    refused = {place: why for place, why in result.items()
+               if place in writable and why != "written"}
+    assert not refused, refused
+    assert result["/usr"] != "written" and result["/etc"] != "written", result
