@@ -25,6 +25,7 @@ import sys
 
 # The package copy beside this file: the project's own Landlock structures and calls.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from claude_sandbox.core import kernel
 from claude_sandbox.inside import landlock
 
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -44,17 +45,17 @@ def _check(result: int, what: str) -> int:
 def enter_domain(client: str, state: str) -> None:
     """EXECUTE only the client; write only below `state` and to /dev/null; scoped."""
     attr = landlock._RulesetAttr(EXECUTE | WRITE_FILE | CHANGE, 0, SCOPE)
-    ruleset = _check(landlock._syscall(landlock._SYS_CREATE_RULESET, ctypes.addressof(attr),
+    ruleset = _check(landlock._syscall(kernel.SYS_LANDLOCK_CREATE_RULESET, ctypes.addressof(attr),
                                        ctypes.sizeof(attr), 0), "ruleset")
     for path, allowed in ((client, EXECUTE), (state, WRITE_FILE | CHANGE),
                           ("/dev/null", WRITE_FILE)):
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         rule = landlock._PathBeneathAttr(allowed, fd)
-        _check(landlock._syscall(landlock._SYS_ADD_RULE, ruleset, landlock._RULE_PATH_BENEATH,
+        _check(landlock._syscall(kernel.SYS_LANDLOCK_ADD_RULE, ruleset, landlock._RULE_PATH_BENEATH,
                                  ctypes.addressof(rule), 0), path)
         os.close(fd)
     _check(LIBC.prctl(38, 1, 0, 0, 0), "no_new_privs")
-    _check(landlock._syscall(landlock._SYS_RESTRICT_SELF, ruleset, 0), "restrict_self")
+    _check(landlock._syscall(kernel.SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0), "restrict_self")
 
 
 def serve(sock: socket.socket, listener: socket.socket) -> None:
