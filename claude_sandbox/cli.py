@@ -367,7 +367,7 @@ def explain(agent: str, command: tuple[str, ...] | None = None, *,
             as_json: bool = False) -> str:
     """The plan a launch of `agent` (or of `shell -- COMMAND`) from here would run, made
     the way the launch makes it."""
-    from claude_sandbox.launch import cgroups, gather, limits, plan, render
+    from claude_sandbox.launch import cgroups, gather, limits, plan, render, state, steps
 
     profile = profiles.get(agent)
     cfg = gather.load_config(profile.name, os.environ)
@@ -375,6 +375,8 @@ def explain(agent: str, command: tuple[str, ...] | None = None, *,
                                     os.getuid())
     request = run.Request(profile.name, command, ())
     gathered = gather.gather(profile, cfg, request, os.environ, run.inherited_ignored())
+    store = state.store_root(cfg.state_dir, gathered.facts.home, os.getuid())
+    gathered, _ = steps.broker_fields(gathered, cfg, store, make=False)  # as the launch does
     the_plan = plan.make(profile, cfg, gathered, limit_plan)
     if as_json:
         covered = None

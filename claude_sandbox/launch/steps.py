@@ -91,7 +91,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         if request.command is None:
             notices.hidden_path(gathered.facts)
         notices.upstream(gathered.upstream[1])
-        gathered, broker = _broker(gathered, cfg, store)
+        gathered, broker = broker_fields(gathered, cfg, store)
         the_plan = plan.make(profile, cfg, gathered, limit_plan)
         if trace.enabled:
             trace.phase(f"plan {render.digest(the_plan)}")
@@ -145,11 +145,13 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         _restore_terminal(modes)
 
 
-def _broker(gathered: gather.Gathered, cfg: config.Config, store: str
-            ) -> tuple[gather.Gathered, list[str]]:
+def broker_fields(gathered: gather.Gathered, cfg: config.Config, store: str, *,
+                  make: bool = True) -> tuple[gather.Gathered, list[str]]:
     """The credential broker's certificate and the proxy's fields (real values in them:
     they go to the proxy's control socket only). Where the broker cannot work, the
-    credential is not provided, said in one line: never its real value instead."""
+    credential is not provided, said in one line: never its real value instead. `make`:
+    False for `explain`, which makes nothing: the certificate already made is used, or
+    the bundle shown without it until the launch makes one."""
     from claude_sandbox.core.record import replace
 
     brokered = gathered.credentials
@@ -170,7 +172,9 @@ def _broker(gathered: gather.Gathered, cfg: config.Config, store: str
                    f"{', '.join(credentials.SYSTEM_BUNDLES)}; apt-get install ca-certificates)")
         else:
             try:
-                leaf = tlsca.ensure(store, brokered.hosts())
+                leaf = tlsca.ensure(store, brokered.hosts()) if make else (
+                    tlsca.existing(store, brokered.hosts())
+                    or tlsca.Leaf("", "", "# the broker's CA: made at the launch\n"))
                 with open(bundle, encoding="utf-8", errors="replace") as handle:
                     text = handle.read().rstrip("\n") + "\n" + leaf.ca
             except (tlsca.CertificateError, OSError) as exc:

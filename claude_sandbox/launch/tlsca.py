@@ -128,6 +128,20 @@ def ensure(store: str, hosts: tuple[str, ...]) -> Leaf:
     return Leaf(os.path.join(where, "leaf.pem"), os.path.join(where, "leaf.key"), ca)
 
 
+def existing(store: str, hosts: tuple[str, ...]) -> Leaf | None:
+    """The leaf `ensure` would use now, read only (`explain`, which makes nothing); None
+    when the next launch makes it."""
+    where = directory(store, hosts)
+    try:
+        if not _fresh(where):
+            return None
+        with open(os.path.join(where, "ca.pem")) as handle:
+            return Leaf(os.path.join(where, "leaf.pem"), os.path.join(where, "leaf.key"),
+                        handle.read())
+    except OSError:
+        return None
+
+
 def _sweep(parent: str) -> None:
     """What a launch killed while making left: a half-made pair may still hold a CA key."""
     for name in os.listdir(parent):

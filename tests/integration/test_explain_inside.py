@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tests.integration.conftest import SHIM_DIR, Launcher
 
 NOT_MOUNTS = ("symlink", "remount-ro")
@@ -30,9 +32,14 @@ print(json.dumps(result))
 """
 
 
-def _explained(launcher: Launcher) -> dict[str, object]:
+# The jail on, with a brokered credential: the broker's trust bundle is bound too.
+JAILED = {"env": {"CLAUDE_SANDBOX_EGRESS_JAIL": "1", "GH_TOKEN": "ghp_" + "e" * 36},
+          "config": "credential = GH_TOKEN\n"}
+
+
+def _explained(launcher: Launcher, **how: object) -> dict[str, object]:
     result = launcher.run([f"{SHIM_DIR}/claude-sandbox", "explain", "--json", "--",
-                           "/bin/cat", "/proc/self/mountinfo"])
+                           "/bin/cat", "/proc/self/mountinfo"], **how)  # type: ignore[arg-type]
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
@@ -50,9 +57,11 @@ def _under(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def test_every_mount_inside_is_one_explain_lists(launcher: Launcher) -> None:
-    explained = _explained(launcher)
-    inside = launcher.shell("/bin/cat", "/proc/self/mountinfo")
+@pytest.mark.parametrize("jailed", [False, True], ids=["jail-off", "jail-and-broker"])
+def test_every_mount_inside_is_one_explain_lists(launcher: Launcher, jailed: bool) -> None:
+    how = JAILED if jailed else {}
+    explained = _explained(launcher, **how)
+    inside = launcher.shell("/bin/cat", "/proc/self/mountinfo", **how)
     assert inside.returncode == 0, inside.stderr
     points = _points(inside.stdout)
     mounts = [m for m in explained["mounts"] if m["kind"] not in NOT_MOUNTS]  # type: ignore[index,union-attr]
@@ -77,6 +86,8 @@ def test_every_mount_inside_is_one_explain_lists(launcher: Launcher) -> None:
     assert not absent, absent
     if launcher.user == "root":
         assert "/etc/shadow" in late["root_only"]  # type: ignore[index]
+    if jailed:  # the trust bundle with the broker's CA, as the launch binds it
+        assert any(m["kind"] == "data" and "trust" in m["source"] for m in mounts), mounts
 
 
 def test_the_writable_places_explain_lists_take_a_file_and_a_system_tree_does_not(
