@@ -234,10 +234,10 @@ def test_a_users_tree_outside_the_shown_ones_is_never_listed(
     os.makedirs(shown)
     with open(os.open(os.path.join(shown, "key"), os.O_WRONLY | os.O_CREAT, 0o600), "w"):
         pass
-    hidden = rootonly.private_paths(os.path.join(base, "cache.json"), [], [shown])
+    hidden = rootonly.private_paths(os.path.join(base, "cache"), [], [shown])
     # Root's own 0600 file is hidden (as another user, DAC keeps root out already).
     assert hidden == ({os.path.join(shown, "key"): False} if os.getuid() == 0 else {})
-    cached = rootonly.load(os.path.join(base, "cache.json"))
+    cached = rootonly.load(os.path.join(base, "cache"))
     assert cached is not None and list(cached[1]) == [shown]
 
 
@@ -247,7 +247,7 @@ def test_this_launchs_own_workspace_is_not_read_again_and_the_next_launch_catche
     shown = os.path.join(base, "usr")
     workspace = os.path.join(shown, "src", "app")
     os.makedirs(os.path.join(workspace, "node_modules"))
-    cache = os.path.join(base, "cache.json")
+    cache = os.path.join(base, "cache")
     assert rootonly.private_paths(cache, [], [shown], [workspace]) == {}
     loaded = rootonly.load(cache)
     assert loaded is not None and workspace in loaded[1]  # walked once, with the tree
@@ -259,3 +259,18 @@ def test_this_launchs_own_workspace_is_not_read_again_and_the_next_launch_catche
     # A launch from another workspace, which shows this one read-only, reads them again.
     assert rootonly.refresh(hidden, dirs, [], rootonly._groups(), own=[base + "/elsewhere"])
     assert os.path.join(workspace, "node_modules", "d7") in dirs
+
+
+def test_the_cache_keeps_any_name_and_a_damaged_one_is_rebuilt(
+        tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "cache")
+    hidden = {"/etc/shadow": False, "/srv/a\nb \udcff": True}
+    dirs = {"/": 1, "/etc": 1_700_000_000_123_456_789, "/x\udcfe/y z": -1}
+    rootonly.save(path, hidden, dirs, 12.5)
+    assert rootonly.load(path) == (hidden, dirs, 12.5)
+    with open(path, "rb") as handle:
+        whole = handle.read()
+    for damaged in (whole[:-3], whole.replace(b"\0", b"", 1), b"", b"{}", whole + b"\0x"):
+        with open(path, "wb") as handle:
+            handle.write(damaged)
+        assert rootonly.load(path) is None, damaged[:40]
