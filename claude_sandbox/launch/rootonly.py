@@ -254,7 +254,7 @@ def _mtime(path: str) -> int:
 
 
 # The cache is read on every root launch: fields split by NUL (a path holds none) load in
-# about half the time JSON did on 37,000 directories (14 against 22-33 ms, measured), and
+# less time than JSON did on 37,000 directories (16-19 against 21-27 ms, measured), and
 # are written by joins in C. The magic, when it was made, how many covers, then each
 # cover's path and 1 (a directory) or 0, then each directory's path and time.
 
