@@ -40,7 +40,6 @@ from __future__ import annotations
 import os
 import stat
 
-from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
 
@@ -214,7 +213,8 @@ def linked_from(root: str, views: Sequence[str],
                 if not os.path.islink(path):
                     continue
                 target = os.path.realpath(path)
-                if target.startswith(root + "/") and not paths.under_any(target, views):
+                if target.startswith(root + "/") and not any(
+                        target == v or target.startswith(v + "/") for v in views):
                     found.append((target[len(root) + 1 :],
                                   f"named by the link {path[len(root) + 1 :]} in a held "
                                   "directory: programs outside follow it"))

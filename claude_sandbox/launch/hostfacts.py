@@ -225,8 +225,8 @@ def inside_view(home: str, store_home: str,
     replaced = tuple(hidden)
 
     def seen_as(directory: str) -> str | None:
-        if paths.under(directory, home):
-            return store_home + directory[len(home):]
+        if directory == home or directory.startswith(home + "/"):  # as written: home "/"
+            return store_home + directory[len(home):]                # maps "/" alone
         if paths.under_any(directory, replaced):
             return None
         return directory
