@@ -299,6 +299,10 @@ class _ReadOnly(Listings):
         pass
 
 
+class _ReadOnlyRebuild(_ReadOnly, _Rebuild):
+    """A full rebuild for `explain`: every entry judged again, no memo written."""
+
+
 def _groups() -> frozenset[int]:
     """The groups a root launch's agent keeps: its gid and supplementary groups (bwrap's
     user namespace forbids setgroups, so they stay)."""
@@ -318,6 +322,8 @@ def private_paths(cache: str, skip: list[str], roots: Iterable[str],
     # The full rebuild judges every entry again (a mode changed in place); the memos of
     # large directories serve only refreshes between rebuilds.
     listings = Listings(f"{cache}.d") if save_cache else _ReadOnly(f"{cache}.d")
+    rebuild = _Rebuild(listings.directory) if save_cache else _ReadOnlyRebuild(
+        listings.directory)
     if loaded is None or not fresh:
         hidden: dict[str, bool] = {}
         dirs: dict[str, int] = {}
@@ -327,8 +333,7 @@ def private_paths(cache: str, skip: list[str], roots: Iterable[str],
     changed = refresh(hidden, dirs, skip, groups, listings, own) if fresh and dirs else False
     for root in roots:
         if root not in dirs and not _under(root, hidden):
-            _scan(root, frozenset(skip), hidden, dirs, groups, listings if fresh else
-                  _Rebuild(listings.directory))
+            _scan(root, frozenset(skip), hidden, dirs, groups, listings if fresh else rebuild)
             changed = True
     if not save_cache:  # `explain`: it creates nothing
         return hidden
@@ -376,10 +381,18 @@ def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
     # only filtered below: the cache serves every launch, whatever its workspace. Its
     # directories are not read again on a launch that writes it (refresh's `own`).
     skip = [*masked, *pseudo]
-    own = [layout.workspace, *layout.allow_write]
-    private = private_paths(os.path.join(store, CACHE_NAME), skip, shown_trees(mounts, skip),
-                            own, save_cache=save_cache)
-    shown = [*masked, facts.home, *own]
+    # Trees shown whatever their parents' modes are walked however they lie, even under a
+    # private place (an allow-read under /run): the skip list holds only below them.
     bound = [*layout.allow_read, *facts.toolchains]
+    roots = shown_trees(mounts, skip)
+    roots += [b for b in bound if os.path.isdir(b) and not os.path.islink(b)
+              and not _under(b, roots)]
+    # A writable place is not read again unless it holds one of those (covered even
+    # inside the workspace, below).
+    own = [place for place in (layout.workspace, *layout.allow_write)
+           if not any(_under(b, place) for b in bound)]
+    private = private_paths(os.path.join(store, CACHE_NAME), skip, roots, own,
+                            save_cache=save_cache)
+    shown = [*masked, facts.home, layout.workspace, *layout.allow_write]
     return {path: is_dir for path, is_dir in private.items()
             if _under(path, bound) or not _under(path, shown)}

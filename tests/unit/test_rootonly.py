@@ -274,3 +274,17 @@ def test_the_cache_keeps_any_name_and_a_damaged_one_is_rebuilt(
         with open(path, "wb") as handle:
             handle.write(damaged)
         assert rootonly.load(path) is None, damaged[:40]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="a directory another user owns is made by root")
+def test_explain_walks_without_writing_anything(tmp_path: os.PathLike[str]) -> None:
+    base = str(tmp_path)
+    shown, store = os.path.join(base, "opt"), os.path.join(base, "store")
+    large = os.path.join(shown, "users")
+    os.makedirs(large)
+    for i in range(rootonly.LARGE):  # a large directory another user owns: it keeps a memo
+        open(os.path.join(large, f"f{i}"), "w").close()
+    os.chown(large, 65534, 65534)
+    hidden = rootonly.private_paths(os.path.join(store, "cache"), [], [shown],
+                                    save_cache=False)
+    assert hidden == {} and not os.path.exists(store)
