@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from claude_sandbox.core import paths
-from claude_sandbox.install.placed import SHIM_MARK
+from claude_sandbox.install.placed import SEARCH_DIRS, SHIM_MARK
 from claude_sandbox.install.report import (
     InstallError,
     Report,
@@ -24,8 +24,6 @@ NPM_PACKAGES = {
     "pi": "@mariozechner/pi-coding-agent",
 }
 VENDOR_DIR = f"{paths.LIBEXEC}/vendor"
-# Where an agent CLI installed before us may be found on PATH.
-SEARCH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 def is_shim(path: str) -> bool:

@@ -4,7 +4,9 @@ Outside the workspace the sandbox is read-only, and package managers then fail i
 own words, none of which says why: apt-get asks "are you root?" (as root), npm reports a
 directory that does not exist, pip an OSError, cargo a file it cannot replace. So the
 installer places a small script under each package manager's name in HINTS_DIR, which
-the sandbox's PATH puts first (environment.inner_path). The script finds the real
+the sandbox's PATH puts first (environment.inner_path), for each name found on the
+system when the installer runs: a name with no program would make `command -v` say it is
+there (a script choosing pnpm over npm would then fail). The script finds the real
 program (the next of that name on PATH), and when the arguments ask for an install into
 a system or toolchain place, it says once a session (a marker in the session's private
 /tmp) what to do instead; then it execs the real program with the same arguments,
@@ -31,13 +33,15 @@ SCRIPT = r"""#!/bin/sh
 # the installer under each package manager's name; the sandbox's PATH lists this
 # directory first. Do not edit.
 name=${0##*/}
-here=${0%/*}
 real=
 set -f
 saved_ifs=$IFS
 IFS=:
 for dir in $PATH; do
-    if [ -n "$dir" ] && [ "$dir" != "$here" ] && [ -f "$dir/$name" ] && [ -x "$dir/$name" ]; then
+    # Not this script again, however PATH spells its directory (a trailing slash, a
+    # link, `.`): the same file by device and inode.
+    if [ -n "$dir" ] && [ -f "$dir/$name" ] && [ -x "$dir/$name" ] \
+            && ! [ "$dir/$name" -ef "$0" ]; then
         real=$dir/$name
         break
     fi
@@ -86,7 +90,9 @@ pip|pip3) [ -n "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ] && local_target=1 ;;
 gem) [ -n "${GEM_HOME:-}" ] && local_target=1 ;;
 esac
 if [ -n "$outside" ] && [ -z "$local_target" ] && [ ! -e __MARKER__ ]; then
-    : > __MARKER__ 2>/dev/null
+    # In a subshell: a redirection that fails ends a POSIX shell's special built-in, and
+    # with it the script, where /tmp cannot be written (a nested sandbox).
+    (: > __MARKER__) 2>/dev/null
     echo "claude-sandbox: outside the workspace is read-only in this sandbox, so \`$name\`" \
         "cannot install there. Install it outside the sandbox (in the container's own" \
         "shell), or into the workspace (a virtual environment, a project's own" \

@@ -28,6 +28,8 @@ from claude_sandbox.install.venvs import SOURCE
 from claude_sandbox.launch import config, profiles
 
 SHIM_MARK = "# claude-sandbox shim"
+# Where the system's programs are: an agent CLI installed before us, a package manager.
+SEARCH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # What the shim's interpreter runs (-I -S -c, as paths.internal_argv): no site module
 # and no runpy, about 5 ms a launch. The one directory site would add, the core venv's
 # site-packages, is named: without site, sys.prefix is the base interpreter's.
@@ -144,8 +146,10 @@ def _make_empty_dir(path: str) -> None:
 
 
 def install_hints(report: Report) -> None:
-    """The scripts that put a hint before an install outside the workspace (hints.py)."""
-    wanted = hints.wanted()
+    """The scripts that put a hint before an install outside the workspace (hints.py), for
+    each package manager the system has now; a name it no longer has loses its script."""
+    wanted = {name: text for name, text in hints.wanted().items()
+              if paths.which(name, SEARCH_DIRS) is not None}
     target = Path(hints.HINTS_DIR)
     stale = {p.name for p in target.iterdir()} - set(wanted) if target.is_dir() else set()
     differ = [name for name, text in wanted.items()
@@ -156,7 +160,7 @@ def install_hints(report: Report) -> None:
             (target / name).unlink()
         for name in differ:
             write(str(target / name), wanted[name], 0o755)
-    report.step(f"install hints in {hints.HINTS_DIR} ({len(wanted)} package managers)",
+    report.step(f"install hints in {hints.HINTS_DIR} ({', '.join(sorted(wanted)) or 'none'})",
                 bool(stale or differ), action)
 
 

@@ -100,3 +100,25 @@ def test_the_sandbox_lists_the_hints_first_on_path() -> None:
 
     inner = environment.inner_path(Facts())  # type: ignore[arg-type]
     assert inner.split(":") == [hints.HINTS_DIR, "/usr/bin", "/bin", "/home/u/.local/bin"]
+
+
+def test_a_marker_that_cannot_be_written_still_runs_the_real_program(place: Path) -> None:
+    script = place / "hints" / "apt-get"
+    script.write_text(hints.SCRIPT.replace(hints.MARKER, str(place / "absent" / "marker")))
+    for shell in ("/bin/sh", "/bin/bash"):
+        result = subprocess.run([shell, str(script), "install", "x"], capture_output=True,
+                                text=True, check=False,
+                                env={"PATH": f"{place / 'hints'}:{place / 'real'}"})
+        assert result.returncode == 3 and result.stdout == "install\nx\n", result
+        assert result.stderr.startswith(HINT)
+
+
+@pytest.mark.parametrize("spelling", ["{hints}/", "{hints}//.", "{link}", "."])
+def test_the_script_never_runs_itself_however_path_spells_its_directory(
+        place: Path, spelling: str) -> None:
+    (place / "link").symlink_to(place / "hints")
+    first = spelling.format(hints=place / "hints", link=place / "link")
+    env = {"PATH": f"{first}:{place / 'hints'}:{place / 'real'}"}
+    result = subprocess.run([str(place / "hints" / "npm"), "-g", "i", "x"], cwd=place / "hints",
+                            capture_output=True, text=True, check=False, env=env, timeout=10)
+    assert result.returncode == 3 and result.stdout == "-g\ni\nx\n", result
