@@ -27,6 +27,10 @@ from claude_sandbox.core.record import record
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.jail.start import TOOL_ENV
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 @record
 class Relay:
@@ -84,10 +88,13 @@ def port_taken(port: int) -> bool:
     return False
 
 
-def spawn_outside(relay: Relay, socat: str) -> Child:
+def spawn_outside(relay: Relay, socat: str, join: Callable[[], None] | None = None) -> Child:
+    """`join`: run before its exec (the launch's cgroup: socat forks one child a
+    connection the agent opens, and those count against the agent's caps)."""
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     try:
         argv = relay.argv(socat, inside=False)
-        return fork_exec(argv, TOOL_ENV, {0: null, 1: null, 2: null}, True, die_with_parent=True)
+        return fork_exec(argv, TOOL_ENV, {0: null, 1: null, 2: null}, True, die_with_parent=True,
+                         before_exec=join)
     finally:
         os.close(null)

@@ -97,6 +97,7 @@ class Jail:
         self._plan: routes.Plan | None = None
         self._closed = False
         self._trace = early.trace.phase
+        self._join = early.join
         self.warnings: list[str] = []
         # Every process this launch started (holder, pasta, relays),
         # for leak checks and the benchmark's resident-memory figures.
@@ -121,7 +122,7 @@ class Jail:
                     "relay skipped"
                 )
                 continue
-            proc = relays.spawn_outside(relay, socat)
+            proc = relays.spawn_outside(relay, socat, self._join)
             self.started[f"outside-relay-{relay.kind}-{relay.port}"] = proc.pid
             self._outside.append((relay, proc))
         dirs.sweep_stale_dirs()

@@ -227,7 +227,8 @@ def _tap_child(userns_fd: int, netns_fd: int, report: int) -> NoReturn:
         os._exit(status)
 
 
-def spawn_pasta(holder: Child, directory: str) -> Child:
+def spawn_pasta(holder: Child, directory: str,
+                join: Callable[[], None] | None = None) -> Child:
     """Start pasta's attach to the holder, in the foreground, as our child.
 
     With -f pasta neither forks nor daemonises: it writes its pid file once
@@ -236,7 +237,8 @@ def spawn_pasta(holder: Child, directory: str) -> Child:
     the kernel kills it when the launcher dies (die_with_parent), not even a
     SIGKILLed launcher leaves a pasta behind (a daemon would live on). Never
     on the terminal (docs/explanation/egress-jail.md): its streams are /dev/null and a log
-    in `directory`.
+    in `directory`. `join`: run before its exec (the launch's cgroup: pasta carries the
+    agent's traffic, and its memory counts against the agent's cap).
     """
     pidfile = os.path.join(directory, "pasta.pid")
     argv = [paths.tool("pasta"), *PASTA_FLAGS, "-f", "-P", pidfile]
@@ -251,9 +253,8 @@ def spawn_pasta(holder: Child, directory: str) -> Child:
     )
     null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return fork_exec(
-            argv, TOOL_ENV, {0: null, 1: log, 2: log}, setsid=True, die_with_parent=True
-        )
+        return fork_exec(argv, TOOL_ENV, {0: null, 1: log, 2: log}, setsid=True,
+                         die_with_parent=True, before_exec=join)
     finally:
         os.close(log)
         os.close(null)
@@ -271,6 +272,9 @@ class Early:
     pasta: Child
     proxy: _socket.socket  # the launcher's end of the egress proxy's control socket
     trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
+    # What each process started for the session runs before its exec: the launch's cgroup
+    # (the outside relays fork one child a connection the agent opens: capped too).
+    join: Callable[[], None] | None = None
 
     def abandon(self) -> None:
         """End what begin() started when the launch stops before the jail takes it over
@@ -333,7 +337,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None) -> Early:
         os.close(netns_fd)
         netns_fd = -1
         trace.phase("tap device made")
-        pasta = spawn_pasta(holder, directory)
+        pasta = spawn_pasta(holder, directory, join)
         trace.phase("pasta spawned")
         # The holder forks the egress proxy, then programmes the packet filter, while
         # pasta attaches and the launcher plans; Jail.run reads both answers first.
@@ -348,7 +352,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None) -> Early:
             where = f": {exc.filename}" if exc.filename else ""
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise
-    return Early(holder, sock, forward, userns_fd, directory, pasta, proxy, trace)
+    return Early(holder, sock, forward, userns_fd, directory, pasta, proxy, trace, join)
 
 
 def _ask_for_proxy(sock: _socket.socket) -> _socket.socket:

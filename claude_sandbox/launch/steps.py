@@ -172,9 +172,7 @@ def broker_fields(gathered: gather.Gathered, cfg: config.Config, store: str, *,
                    f"{', '.join(credentials.SYSTEM_BUNDLES)}; apt-get install ca-certificates)")
         else:
             try:
-                leaf = tlsca.ensure(store, brokered.hosts()) if make else (
-                    tlsca.existing(store, brokered.hosts())
-                    or tlsca.Leaf("", "", "# the broker's CA: made at the launch\n"))
+                leaf = (tlsca.ensure if make else tlsca.preview)(store, brokered.hosts())
                 with open(bundle, encoding="utf-8", errors="replace") as handle:
                     text = handle.read().rstrip("\n") + "\n" + leaf.ca
             except (tlsca.CertificateError, OSError) as exc:

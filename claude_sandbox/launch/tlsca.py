@@ -142,6 +142,18 @@ def existing(store: str, hosts: tuple[str, ...]) -> Leaf | None:
         return None
 
 
+def preview(store: str, hosts: tuple[str, ...]) -> Leaf:
+    """What `ensure` would give, made of nothing (`explain`): the leaf already made, or
+    one whose CA says it is made at the launch; CertificateError where `ensure` would
+    fail for want of openssl."""
+    leaf = existing(store, hosts)
+    if leaf is not None:
+        return leaf
+    if paths.find_tool("openssl") is None:
+        raise CertificateError("openssl is not installed (apt-get install openssl)")
+    return Leaf("", "", "# the broker's CA: made at the launch\n")
+
+
 def _sweep(parent: str) -> None:
     """What a launch killed while making left: a half-made pair may still hold a CA key."""
     for name in os.listdir(parent):
