@@ -260,8 +260,9 @@ def explain_plan(allow_ip: Sequence[str] = ()) -> list[str]:
     return plan_lines(example_plan(allow_ip))
 
 
-def example_plan(allow_ip: Sequence[str] = ()) -> Plan:
-    """The plan for pasta's usual addresses (192.0.2.2 behind 192.0.2.1): `explain`'s."""
+def example_plan(allow_ip: Sequence[str] = (), host: Sequence[str] = ()) -> Plan:
+    """The plan for pasta's usual addresses (192.0.2.2 behind 192.0.2.1): `explain`'s;
+    `host`: the host's own addresses and ranges, as the launch reads them."""
     example = NetFacts(
         iface="eth0",
         address="192.0.2.2",
@@ -269,7 +270,7 @@ def example_plan(allow_ip: Sequence[str] = ()) -> Plan:
         addresses=(Address("lo", "127.0.0.1", 8, True), Address("eth0", "192.0.2.2", 24, False)),
         copied=(),
     )
-    return build_plan(example, DNS_FORWARDER, allow_ip)
+    return build_plan(example, DNS_FORWARDER, allow_ip, host)
 
 
 def plan_lines(plan: Plan) -> list[str]:

@@ -93,8 +93,10 @@ def explain_json(plan: Plan, root_only: Mapping[str, bool] | None = None) -> str
     if plan.jail is not None:
         from claude_sandbox.jail import netfilter, routes
 
-        whole["routes"] = [{"command": row.command, "why": row.why, "required": row.required}
-                           for row in routes.example_plan(plan.jail.allow_ip).routes]
+        example = routes.example_plan(plan.jail.allow_ip, plan.jail.host)
+        whole["routes"] = [{"type": row.expect.type, "dst": row.expect.dst,
+                            "command": row.command, "why": row.why, "required": row.required}
+                           for row in example.routes]
         whole["packet_filter"] = {"filter": list(netfilter.FILTER), "nat": list(netfilter.NAT)}
     return json.dumps(whole, indent=1)
 

@@ -104,3 +104,38 @@ def test_the_writable_places_explain_lists_take_a_file_and_a_system_tree_does_no
                if place in writable and why != "written"}
     assert not refused, refused
     assert result["/usr"] != "written" and result["/etc"] != "written", result
+
+
+# The rows that depend on the jail's own addresses, which explain shows for pasta's usual
+# ones: compared by class, not by address.
+OWN_LINK = "connected or copied subnet of the outer container"
+IP = "/usr/sbin/ip" if os.path.exists("/usr/sbin/ip") else "/sbin/ip"
+
+
+def _routes(text: str) -> set[tuple[str, str]]:
+    found = set()
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0] in ("blackhole", "unreachable", "prohibit", "throw"):
+            found.add((words[0], words[1]))
+        elif words:
+            found.add(("unicast", "0.0.0.0/0" if words[0] == "default" else words[0]))
+    return found
+
+
+def test_the_jails_routes_are_the_ones_explain_lists(launcher: Launcher) -> None:
+    env = {"CLAUDE_SANDBOX_EGRESS_JAIL": "1"}
+    explained = _explained(launcher, env=env)
+    inside = launcher.shell(IP, "-4", "-o", "route", "show", "table", "main", env=env)
+    assert inside.returncode == 0, inside.stderr
+    seen = _routes(inside.stdout)
+    rows = [(row["type"], row["dst"], row["why"], row["required"])  # type: ignore[index]
+            for row in explained["routes"]]  # type: ignore[union-attr]
+    listed = {(kind, dst) for kind, dst, why, _ in rows if why != OWN_LINK}
+    required = {(kind, dst) for kind, dst, why, needed in rows if needed and why != OWN_LINK}
+    assert required <= seen, sorted(required - seen)
+    # Nothing refused inside that explain does not list, but the jail's own link's rows
+    # (as many as explain lists, for the address pasta chose).
+    refused = {(kind, dst) for kind, dst in seen - listed if kind != "unicast"}
+    own = [row for row in rows if row[2] == OWN_LINK]
+    assert len(refused) <= len(own), sorted(refused)
