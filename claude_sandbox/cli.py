@@ -367,17 +367,14 @@ def explain(agent: str, command: tuple[str, ...] | None = None, *,
             as_json: bool = False) -> str:
     """The plan a launch of `agent` (or of `shell -- COMMAND`) from here would run, made
     the way the launch makes it."""
-    from claude_sandbox.launch import cgroups, gather, limits, plan, render, state, steps
+    from claude_sandbox.launch import decide, hostfacts, render, state
 
-    profile = profiles.get(agent)
-    cfg = gather.load_config(profile.name, os.environ)
-    limit_plan = limits.plan_limits(cfg.max_pids, cfg.max_memory, cgroups.probe_cgroups(),
-                                    os.getuid())
+    configured = decide.configure(agent, os.environ)
+    profile, cfg = configured.profile, configured.cfg
+    store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
     request = run.Request(profile.name, command, ())
-    gathered = gather.gather(profile, cfg, request, os.environ, run.inherited_ignored())
-    store = state.store_root(cfg.state_dir, gathered.facts.home, os.getuid())
-    gathered, _ = steps.broker_fields(gathered, cfg, store, make=False)  # as the launch does
-    the_plan = plan.make(profile, cfg, gathered, limit_plan)
+    gathered, _, the_plan = decide.decide(configured, request, os.environ,
+                                          run.inherited_ignored(), store, make=False)
     if as_json:
         covered = None
         if the_plan.root_only:  # the covers this host needs now: the launch's own walk

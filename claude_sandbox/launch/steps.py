@@ -2,8 +2,9 @@
 
 run.py forks the janitor before this module (and the rest of the launcher) is
 imported, so that the janitor, waiting the whole session, holds little memory.
-The order here: the configuration and the caps; the jail's holder and pasta,
-whose attach the rest overlaps; the facts (gather.py); the plan (plan.py, pure);
+The order here: the configuration and the caps (decide.configure); the jail's holder
+and pasta, whose attach the rest overlaps; the facts, the credential broker's part and
+the plan (decide.decide, as `explain` makes it; plan.py is pure);
 the things the plan needs made (the state store, the workspace's overlays,
 descriptors, the /proc helper); bwrap, waited for; the undoing, and the
 workspace's exit: git's changes applied by rule, and what the session made
@@ -27,7 +28,7 @@ from claude_sandbox.launch import (
     config,
     controlexit,
     controlfiles,
-    gather,
+    decide,
     gitcheck,
     gitsession,
     hostfacts,
@@ -51,12 +52,9 @@ if TYPE_CHECKING:
 def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Janitor,
         keep_ignored: tuple[str, ...]) -> int:
     """The launch after the janitor: configuration, caps, jail, facts, plan, session."""
-    profile = profiles.get(request.agent)
-    cfg = gather.load_config(profile.name, environ)
+    configured = decide.configure(request.agent, environ)
+    profile, cfg, limit_plan = configured.profile, configured.cfg, configured.limit_plan
     limits.prefer_for_oom()
-    limit_plan = limits.plan_limits(
-        cfg.max_pids, cfg.max_memory, cgroups.probe_cgroups(), os.getuid()
-    )
     notices.at_start(profile, cfg, environ, limit_plan, agent=request.command is None)
     trace.phase("config")
 
@@ -76,10 +74,10 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
 
             preflight.preflight(needs_socat=bool(cfg.local_ports or cfg.callback_ports))
             # Started first: the holder's namespace and pasta's attach are the longest
-            # wait, and the facts and the plan are made meanwhile. The holder joins the
-            # cgroup before its exec, so that it, the egress proxy and the session
-            # inherit the caps; the launcher never joins (a move between cgroups waits
-            # for an RCU grace period, 10-25 ms measured each way) and need not leave.
+            # wait, and the facts and the plan are made meanwhile. The holder and pasta
+            # join the cgroup before their exec, so that they, the egress proxy and the
+            # session inherit the caps; the launcher never joins (a move between cgroups
+            # waits for an RCU grace period, 10-25 ms measured each way) nor leaves.
             early = jail_start.begin(Trace(trace.enabled, "jail"),
                                      cgroup.join if cgroup is not None else None)
         else:
@@ -87,12 +85,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             sys.stderr.write("claude-sandbox: warning: the egress jail is off (egress-jail = 0): "
                              "the agent shares this container's network, including private "
                              "networks, cloud metadata and services on 127.0.0.1\n")
-        gathered = gather.gather(profile, cfg, request, environ, keep_ignored)
-        if request.command is None:
-            notices.hidden_path(gathered.facts)
-        notices.upstream(gathered.upstream[1])
-        gathered, broker = broker_fields(gathered, cfg, store)
-        the_plan = plan.make(profile, cfg, gathered, limit_plan)
+        gathered, broker, the_plan = decide.decide(configured, request, environ, keep_ignored,
+                                                   store)
         if trace.enabled:
             trace.phase(f"plan {render.digest(the_plan)}")
         if the_plan.jail is not None and early is not None:
@@ -143,50 +137,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         if cgroup is not None:
             cgroup.remove()
         _restore_terminal(modes)
-
-
-def broker_fields(gathered: gather.Gathered, cfg: config.Config, store: str, *,
-                  make: bool = True) -> tuple[gather.Gathered, list[str]]:
-    """The credential broker's certificate and the proxy's fields (real values in them:
-    they go to the proxy's control socket only). Where the broker cannot work, the
-    credential is not provided, said in one line: never its real value instead. `make`:
-    False for `explain`, which makes nothing: the certificate already made is used, or
-    the bundle shown without it until the launch makes one."""
-    from claude_sandbox.core.record import replace
-
-    brokered = gathered.credentials
-    for line in brokered.unusable:
-        sys.stderr.write(f"claude-sandbox: {line}\n")
-    if not brokered.secrets:
-        return gathered, []
-    why = None
-    bundle = None
-    if not cfg.egress_jail:
-        why = "the egress jail is off (egress-jail = 0), and with it the broker"
-    else:
-        from claude_sandbox.launch import credentials, tlsca
-
-        bundle = tlsca.system_bundle()
-        if bundle is None:
-            why = (f"no system trust bundle to add the broker's CA to (none of "
-                   f"{', '.join(credentials.SYSTEM_BUNDLES)}; apt-get install ca-certificates)")
-        else:
-            try:
-                leaf = (tlsca.ensure if make else tlsca.preview)(store, brokered.hosts())
-                with open(bundle, encoding="utf-8", errors="replace") as handle:
-                    text = handle.read().rstrip("\n") + "\n" + leaf.ca
-            except (tlsca.CertificateError, OSError) as exc:
-                why = f"the broker's certificate cannot be made: {exc}"
-    if why is not None or bundle is None:
-        names = ", ".join(c.variable for c in brokered.credentials)
-        sys.stderr.write(f"claude-sandbox: credentials not provided ({names}): {why}\n")
-        held = {name for name, _ in brokered.env}
-        return replace(gathered, environ=tuple(p for p in gathered.environ if p[0] not in held),
-                       credentials=replace(brokered, env=(), secrets=())), []
-    fields = [leaf.chain, leaf.key, bundle, str(len(brokered.secrets))]
-    for secret in brokered.secrets:
-        fields += [secret.sentinel, secret.real, ",".join(secret.hosts)]
-    return replace(gathered, trust=(bundle, text)), fields
 
 
 @record
