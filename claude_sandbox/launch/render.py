@@ -183,6 +183,15 @@ def explain_lines(plan: Plan) -> list[str]:
                      "writable too (then the launch says so in one line):")
         lines += [f"    {path}" for path in inside] or ["    (none)"]
     lines += [f"  {line}" for line in limits.describe(plan.limits)]
+    if plan.root_only or plan.hide_outer_proc:
+        lines.append("# late masks, mounted by the launcher's helper before the agent runs "
+                     "(`explain --json` lists them):")
+        if plan.root_only:
+            lines.append("  an empty file or directory over each root-only entry of the trees "
+                         "shown read-only (check 59)")
+        if plan.hide_outer_proc:
+            lines.append("  an empty directory over /proc/PID of each process outside "
+                         "(the engine masks /proc)")
     if plan.jail is None:
         lines.append("# egress jail: OFF (egress-jail = 0): the container's network is shared")
     else:
@@ -190,6 +199,13 @@ def explain_lines(plan: Plan) -> list[str]:
 
         lines.append("# egress jail: on (a per-launch network namespace; routes below)")
         lines += [f"  {line}" for line in routes.explain_plan(allow_ip=plan.jail.allow_ip)]
+        from claude_sandbox.jail import netfilter
+
+        lines.append("# packet filter in the jail (iptables-restore, read back before the "
+                     "session): everything to the egress proxy or nowhere")
+        lines += [f"  -t {table} {rule}" for table, rules in (("nat", netfilter.NAT),
+                                                             ("filter", netfilter.FILTER))
+                  for rule in rules]
         lines += egress_lines(plan.jail.egress_policy, plan.jail.rules)
         if plan.jail.upstream:
             from claude_sandbox.jail import upstreamproxy
