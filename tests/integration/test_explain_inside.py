@@ -113,13 +113,18 @@ IP = "/usr/sbin/ip" if os.path.exists("/usr/sbin/ip") else "/sbin/ip"
 
 
 def _routes(text: str) -> set[tuple[str, str]]:
+    """(type, destination) of each route `ip -o route` printed; ip prints a host route
+    without its /32."""
+    def cidr(dst: str) -> str:
+        return "0.0.0.0/0" if dst == "default" else dst if "/" in dst else f"{dst}/32"
+
     found = set()
     for line in text.splitlines():
         words = line.split()
         if words and words[0] in ("blackhole", "unreachable", "prohibit", "throw"):
-            found.add((words[0], words[1]))
+            found.add((words[0], cidr(words[1])))
         elif words:
-            found.add(("unicast", "0.0.0.0/0" if words[0] == "default" else words[0]))
+            found.add(("unicast", cidr(words[0])))
     return found
 
 
