@@ -21,6 +21,7 @@ from claude_sandbox.install.report import (
     dpkg_installed,
     read,
     run,
+    sync,
     write,
     write_bytes,
 )
@@ -151,17 +152,9 @@ def install_hints(report: Report) -> None:
     wanted = {name: text for name, text in hints.wanted().items()
               if paths.which(name, SEARCH_DIRS) is not None}
     target = Path(hints.HINTS_DIR)
-    stale = {p.name for p in target.iterdir()} - set(wanted) if target.is_dir() else set()
-    differ = [name for name, text in wanted.items()
-              if differs(str(target / name), text, 0o755)]
-
-    def action() -> None:
-        for name in stale:
-            (target / name).unlink()
-        for name in differ:
-            write(str(target / name), wanted[name], 0o755)
-    report.step(f"install hints in {hints.HINTS_DIR} ({', '.join(sorted(wanted)) or 'none'})",
-                bool(stale or differ), action)
+    present = [p.name for p in target.iterdir()] if target.is_dir() else []
+    sync(report, f"install hints in {hints.HINTS_DIR} ({', '.join(sorted(wanted)) or 'none'})",
+         target, wanted, present, 0o755)
 
 
 def install_verification(report: Report) -> None:
@@ -176,17 +169,9 @@ def install_verification(report: Report) -> None:
     target = Path(VERIFICATION_DIR)
     present = {str(p.relative_to(target)) for p in target.rglob("*")
                if p.is_file() and "__pycache__" not in p.parts} if target.exists() else set()
-    stale = present - set(wanted)
-    differ = [rel for rel, text in wanted.items() if differs(str(target / rel), text, 0o644)]
-
-    def action() -> None:
-        for rel in stale:
-            (target / rel).unlink()
-        for rel in differ:
-            write(str(target / rel), wanted[rel], 0o644)
-        # Byte-compiled now, as root: inside the sandbox the tree is read-only.
-        compileall.compile_dir(str(target), quiet=1)
-    report.step(f"verification checks in {VERIFICATION_DIR}", bool(stale or differ), action)
+    # Byte-compiled once written, as root: inside the sandbox the tree is read-only.
+    sync(report, f"verification checks in {VERIFICATION_DIR}", target, wanted, present, 0o644,
+         lambda: compileall.compile_dir(str(target), quiet=1))
 
 
 def harden_tree(report: Report, root: str) -> None:

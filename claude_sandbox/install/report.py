@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from claude_sandbox.core import paths
 
@@ -56,6 +57,24 @@ def differs(path: str, text: str, mode: int) -> bool:
     except OSError:
         return True
     return not same or (info.st_mode & 0o7777) != mode or info.st_uid != 0
+
+
+def sync(report: Report, what: str, root: Path, wanted: Mapping[str, str],
+         present: Iterable[str], mode: int, after: Callable[[], object] | None = None) -> None:
+    """One step that makes the files below `root` exactly `wanted` (relative path: text,
+    written with `mode`): what `present` lists but `wanted` does not is removed, what
+    differs is written, and `after` runs once either happened."""
+    stale = set(present) - set(wanted)
+    differ = [rel for rel, text in wanted.items() if differs(str(root / rel), text, mode)]
+
+    def action() -> None:
+        for rel in stale:
+            (root / rel).unlink()
+        for rel in differ:
+            write(str(root / rel), wanted[rel], mode)
+        if after is not None:
+            after()
+    report.step(what, bool(stale or differ), action)
 
 
 def write_bytes(path: str, data: bytes, mode: int) -> None:

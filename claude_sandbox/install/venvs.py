@@ -15,9 +15,8 @@ from claude_sandbox import __version__
 from claude_sandbox.core import paths
 from claude_sandbox.install.report import (
     Report,
-    differs,
     run,
-    write,
+    sync,
 )
 
 SOURCE = Path(__file__).resolve().parents[1]  # the package: claude_sandbox/
@@ -72,17 +71,10 @@ def install_package(report: Report, venv: str, *, include_tools: bool) -> None:
         if p.is_file() and "__pycache__" not in p.parts
         and p.relative_to(site).parts[0].startswith("claude_sandbox")
     } if site.exists() else set()
-    stale = present - set(wanted)
-    differ = [rel for rel, text in wanted.items() if differs(str(site / rel), text, 0o644)]
-
-    def action() -> None:
-        for rel in stale:
-            (site / rel).unlink()
-        for rel in differ:
-            write(str(site / rel), wanted[rel], 0o644)
-        compileall.compile_dir(str(site / "claude_sandbox"), quiet=1,
-                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-    report.step(f"claude_sandbox {__version__} in {venv}", bool(stale or differ), action)
+    sync(report, f"claude_sandbox {__version__} in {venv}", site, wanted, present, 0o644,
+         lambda: compileall.compile_dir(
+             str(site / "claude_sandbox"), quiet=1,
+             invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH))
 
 
 def make_venv(report: Report, venv: str, *, with_pip: bool) -> None:
