@@ -68,8 +68,6 @@ def _unshare_refused() -> bool:
     return ctypes.get_errno() == 1  # EPERM; anything else is no answer about seccomp
 
 
-
-
 def _mount_refused() -> bool:
     """Whether a forked child, in a user and mount namespace of its own, is refused what
     bwrap does first (making / private): EACCES is AppArmor's answer."""

@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from claude_sandbox.launch.hostfacts import HostFacts
     from claude_sandbox.launch.mounts import Mount, Writable
 
-# -3: the trees the sandbox shows (-2 walked all of /; the first judged by other-read).
-CACHE_NAME = "root-only-4"  # -4: NUL-separated (-3 was the same in JSON)
+# -4: the trees the sandbox shows, NUL-separated (-3 was the same in JSON, -2 walked all
+# of /, the first judged by other-read).
+CACHE_NAME = "root-only-4"
 OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json")
 _MAGIC = "claude-sandbox root-only 4"
 MAX_AGE = 24 * 3600

@@ -121,11 +121,15 @@ def ensure(store: str, hosts: tuple[str, ...]) -> Leaf:
             finally:
                 shutil.rmtree(fresh, ignore_errors=True)
                 shutil.rmtree(fresh + ".old", ignore_errors=True)
-        with open(os.path.join(where, "ca.pem")) as handle:
-            ca = handle.read()
+        return _leaf(where)
     finally:
         os.close(lock)  # and with it the lock
-    return Leaf(os.path.join(where, "leaf.pem"), os.path.join(where, "leaf.key"), ca)
+
+
+def _leaf(where: str) -> Leaf:
+    with open(os.path.join(where, "ca.pem")) as handle:
+        return Leaf(os.path.join(where, "leaf.pem"), os.path.join(where, "leaf.key"),
+                    handle.read())
 
 
 def existing(store: str, hosts: tuple[str, ...]) -> Leaf | None:
@@ -133,11 +137,7 @@ def existing(store: str, hosts: tuple[str, ...]) -> Leaf | None:
     when the next launch makes it."""
     where = directory(store, hosts)
     try:
-        if not _fresh(where):
-            return None
-        with open(os.path.join(where, "ca.pem")) as handle:
-            return Leaf(os.path.join(where, "leaf.pem"), os.path.join(where, "leaf.key"),
-                        handle.read())
+        return _leaf(where) if _fresh(where) else None
     except OSError:
         return None
 
