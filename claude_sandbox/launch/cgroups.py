@@ -155,7 +155,8 @@ class Cgroup:
             for directory in self.dirs:
                 _write(f"{directory}/cgroup.procs", "0")  # "0": the writing process
         except SandboxError as error:
-            os.write(2, f"claude-sandbox: {error.message}\n".encode())
+            os.write(2, f"claude-sandbox: the launch stops: its cgroup cannot be joined, so "
+                        f"max-pids and max-memory would not hold ({error.message})\n".encode())
             os._exit(error.status)
 
     def kill_members(self) -> None:
