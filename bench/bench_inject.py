@@ -33,7 +33,8 @@ from bench import bench_egress
 from claude_sandbox.jail import egresspolicy
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.spec import JailSpec
-from claude_sandbox.launch import credentials, tlsca
+from claude_sandbox.launch.facts import credentials
+from claude_sandbox.launch.session import tlsca
 
 SERVER_ADDRESS = bench_egress.SERVER_ADDRESS
 ADDED_TARGET_MS = 5.0

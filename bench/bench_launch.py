@@ -115,7 +115,10 @@ class PlanFloor:
 
     def __init__(self, env: dict[str, str]) -> None:
         from claude_sandbox.core import paths
-        from claude_sandbox.launch import cgroups, gather, limits, plan, run
+        from claude_sandbox.launch import run
+        from claude_sandbox.launch.facts import gather
+        from claude_sandbox.launch.planner import limits, plan
+        from claude_sandbox.launch.session import cgroups
 
         profile = gather.profiles.get("claude")
         cfg = gather.load_config("claude", env)
@@ -130,7 +133,7 @@ class PlanFloor:
     def once(self, enter: bool) -> float:
         from claude_sandbox.core.process import data_descriptor
         from claude_sandbox.inside import spec
-        from claude_sandbox.launch import render, seccomp
+        from claude_sandbox.launch.planner import render, seccomp
 
         opened = {name: data_descriptor(name, text.encode()) for name, text in self.plan.data}
         opened[render.SECCOMP] = seccomp.filter_fd(self.plan.inner.level)

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from claude_sandbox.inside.spec import Inner, encode  # noqa: E402
-from claude_sandbox.launch import seccomp  # noqa: E402
+from claude_sandbox.launch.planner import seccomp  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 BASE = [

@@ -1,6 +1,6 @@
 """What an unprivileged user's files cost a root launch, in the same run (not a test).
 
-A root launch covers what only root's own modes let it read (launch/rootonly.py). An
+A root launch covers what only root's own modes let it read (launch/facts/rootonly.py). An
 unprivileged user must not be able to make every root launch on the machine slow by
 making files: 20,000 empty mode-600 files once cost one mount each (0.5 s became 15 s),
 and removing 50,000 directories stalled the next launch's cache refresh for 106 s.

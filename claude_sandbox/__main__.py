@@ -46,7 +46,7 @@ def _internal(command: str, argv: list[str]) -> int:
 
         return enter.main(argv)
     if command == "_janitor":
-        from claude_sandbox.launch import janitor
+        from claude_sandbox.launch.session import janitor
 
         return janitor.main(argv)
     raise SandboxError(f"unknown internal command {command}", EXIT_USAGE)

@@ -17,8 +17,9 @@ from claude_sandbox.core.errors import (
     OTHER_STATUS,
     SandboxError,
 )
-from claude_sandbox.launch import profiles, run
-from claude_sandbox.launch.gather import load_config
+from claude_sandbox.launch import run
+from claude_sandbox.launch.configure import profiles
+from claude_sandbox.launch.facts.gather import load_config
 
 DESCRIPTION = """\
 A launch-time sandbox for AI coding agents. `claude`, `codex` and `pi` run
@@ -270,19 +271,21 @@ def main(argv: Sequence[str]) -> int:
     if options.command == "state":
         return _state(options.action, options.agent, options.yes)
     if options.command == "review":
-        from claude_sandbox.launch import reviewcmd
+        from claude_sandbox.launch.overlay import reviewcmd
 
         return reviewcmd.run(options.action, options.agent, options.paths,
                              every=options.every, interactive=options.interactive,
                              yes=options.yes, environ=os.environ, force=options.force)
     if options.command == "log":
-        from claude_sandbox.launch import egresslog
+        from claude_sandbox.launch.session import egresslog
 
         return egresslog.run(options.session, agent=options.agent, as_json=options.json,
                              listing=options.listing, environ=os.environ)
     if options.command == "explain":
         agent = options.agent or _agent_default()
-        print(explain(agent, _command(options.cmd), as_json=options.json))
+        from claude_sandbox.launch import explain
+
+        print(explain.explain(agent, _command(options.cmd), as_json=options.json))
         return 0
     return _operator_tool(options.command, list(argv[1:]))
 
@@ -316,7 +319,7 @@ def _shell(agent: str, cmd: list[str]) -> int:
 def _state(action: str, agent: str | None, yes: bool) -> int:
     import pwd
 
-    from claude_sandbox.launch import state
+    from claude_sandbox.launch.session import state
 
     uid = os.getuid()
     home = os.path.realpath(pwd.getpwuid(uid).pw_dir)
@@ -361,36 +364,6 @@ def _operator_tool(command: str, argv: list[str]) -> int:
         )
     os.execv(python, [python, "-I", "-m", f"claude_sandbox.tools.{command}", *argv])
     return 0  # not reached
-
-
-def explain(agent: str, command: tuple[str, ...] | None = None, *,
-            as_json: bool = False) -> str:
-    """The plan a launch of `agent` (or of `shell -- COMMAND`) from here would run, made
-    the way the launch makes it."""
-    from claude_sandbox.launch import decide, hostfacts, render, state
-
-    configured = decide.configure(agent, os.environ)
-    profile, cfg = configured.profile, configured.cfg
-    store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
-    request = run.Request(profile.name, command, ())
-    gathered, _, the_plan = decide.decide(configured, request, os.environ,
-                                          run.inherited_ignored(), store, make=False)
-    if as_json:
-        covered = None
-        if the_plan.root_only:  # the covers this host needs now: the launch's own walk
-            from claude_sandbox.launch import rootonly
-
-            covered = rootonly.for_launch(cfg.state_dir, gathered.facts, the_plan.layout,
-                                          the_plan.mounts, save_cache=False)
-        return render.explain_json(the_plan, covered)
-    lines = [f"# claude-sandbox {__version__}: the sandbox for {profile.name}",
-             f"# configuration: {paths.CONFIG_FILE}"]
-    for key, where in sorted(cfg.origins.items()):
-        lines.append(f"#   {key} from {where}")
-    lines.append(f"# plan {render.digest(the_plan)} (a launch with CLAUDE_SANDBOX_TRACE=1 "
-                 "prints the digest of the plan it runs)")
-    lines += render.explain_lines(the_plan)
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

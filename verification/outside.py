@@ -955,7 +955,7 @@ def echo_variable(echo: Sequence[str] | None, credential_lines: Sequence[str]) -
     """The variable a credential line brokers for the echo host, or ""."""
     if not echo:
         return ""
-    from claude_sandbox.launch import credentials
+    from claude_sandbox.launch.facts import credentials
 
     hosts = credentials.table(credential_lines)
     declared = [line.split()[0] for line in credential_lines]

@@ -59,7 +59,9 @@ from probes import mounts as probe_mounts
 from claude_sandbox.core import paths
 from claude_sandbox.install import placed
 from claude_sandbox.jail import netfilter
-from claude_sandbox.launch import credentials, environment, keys, mounts, profiles
+from claude_sandbox.launch.configure import keys, profiles
+from claude_sandbox.launch.facts import credentials
+from claude_sandbox.launch.planner import environment, mounts
 
 LIBEXEC = paths.LIBEXEC
 CORE_PYTHON = f"{paths.CORE_VENV}/bin/python"
@@ -249,8 +251,8 @@ def test_18_shim_and_etc_config(host, tmp_path_factory) -> None:  # type: ignore
     # it were read, and ask the installed core which file it reads.
     cwd = os.getcwd()
     planted = [os.path.join(cwd, name) for name in ("claude-sandbox.conf", ".claude-sandbox.conf")]
-    probe = ("import os; from claude_sandbox.core import paths; from claude_sandbox.launch import "
-             "gather; gather.load_config('claude', {}); print(paths.CONFIG_FILE)")
+    probe = ("import os; from claude_sandbox.core import paths; from claude_sandbox.launch.facts "
+             "import gather; gather.load_config('claude', {}); print(paths.CONFIG_FILE)")
     try:
         for path in planted:
             Path(path).write_text("this is not a key\n")
@@ -1128,7 +1130,7 @@ def test_61_no_inherited_descriptor_inside(request: pytest.FixtureRequest) -> No
                   "nothing inside leads there")
 
 
-# The trees of / a session is shown (claude_sandbox/launch/reads.py), and the mounts
+# The trees of / a session is shown (claude_sandbox/launch/planner/reads.py), and the mounts
 # every sandbox makes for itself.
 SHOWN_ROOTS = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "var",
                "sys", "nix", "snap", "gnu", ".dockerenv", "proc", "dev", "tmp", "run"}

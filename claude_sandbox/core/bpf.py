@@ -1,6 +1,6 @@
 """The one classic-BPF assembler for seccomp filters: rows in, a `sock_filter[]` out.
 
-Two filters are built with it: the sandbox's (launch/seccomp.py, loaded by bwrap) and,
+Two filters are built with it: the sandbox's (launch/planner/seccomp.py, loaded by bwrap) and,
 under `hardening = brokered`, the agent's own, stacked on it (inside/agentside.py).
 A row refuses one system call with an errno, optionally only when one argument
 matches a mask. Everything not named is allowed, and a foreign ABI is killed: the

@@ -55,7 +55,7 @@ def agent_view(settings: Inner) -> None:
         # The agent's own file tools write here (its Write and Edit; docs/adr/0009), but
         # nothing written here runs or is mapped executable by its process: a command run
         # through the server may build and run it anyway. Each is a mount of its own
-        # (launch/mounts.py binds it); recursive: the views and pins inside it too. The
+        # (launch/planner/mounts.py binds it); recursive: the views and pins inside it too. The
         # control paths stay read-only, as bwrap bound them.
         _set_attr(path, kernel.MOUNT_ATTR_NOEXEC, recursive=True, what="noexec")
     for shell in settings.shells:

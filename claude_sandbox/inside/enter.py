@@ -11,7 +11,7 @@ removable.
 It runs at every launch in a fresh interpreter, so it imports little:
 `landlock` (ctypes), `resource`, `spec`. Not `typing`, not `dataclasses`
 (about 35 ms together on this machine, more than everything else `_enter`
-does). The launcher-side half, the record's making, is launch/plan.py.
+does). The launcher-side half, the record's making, is launch/planner/plan.py.
 """
 
 from __future__ import annotations

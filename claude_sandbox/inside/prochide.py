@@ -1,4 +1,4 @@
-"""Inside: ask the launcher's /proc helper to hide the outer processes (launch/procmask.py).
+"""Inside: ask the launcher's /proc helper to hide the outer processes (launch/session/procmask.py).
 
 `_enter` calls this before anything of the agent runs, where the outer /proc is
 bound (a container engine masked parts of /proc); the helper, outside, makes

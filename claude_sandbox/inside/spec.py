@@ -1,6 +1,6 @@
 """What crosses from the launcher to the inner stage: one record, over a descriptor.
 
-The launcher's plan holds an `Inner` (launch/plan.py); `encode` writes it once,
+The launcher's plan holds an `Inner` (launch/planner/plan.py); `encode` writes it once,
 with the run-time descriptor numbers, into a memfd that bwrap passes into the
 sandbox; `_enter` reads it back with `decode`, which checks every field before
 anything is applied. Nothing else crosses: not the agent's argv on bwrap's

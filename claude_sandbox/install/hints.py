@@ -18,7 +18,7 @@ reached another way (`python3 -m pip`, a full path) fails as it did, with no lin
 
 from __future__ import annotations
 
-from claude_sandbox.launch.environment import HINTS_DIR
+from claude_sandbox.launch.planner.environment import HINTS_DIR
 
 __all__ = ["HINTS_DIR", "MARKER", "NAMES", "SCRIPT", "wanted"]
 MARKER = "/tmp/.claude-sandbox-install-hint"

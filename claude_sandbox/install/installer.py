@@ -52,12 +52,12 @@ from claude_sandbox.install.venvs import (
     install_tools,
     make_venv,
 )
-from claude_sandbox.launch import config, profiles
+from claude_sandbox.launch.configure import config, profiles
 
 APT_PACKAGES = (
     "bubblewrap", "passt", "util-linux", "iproute2", "iptables", "socat", "git",
     "python3", "python3-venv", "ca-certificates",
-    "openssl",  # the credential broker's certificates (launch/tlsca.py)
+    "openssl",  # the credential broker's certificates (launch/session/tlsca.py)
 )
 
 

@@ -26,7 +26,7 @@ from claude_sandbox.install.report import (
     write_bytes,
 )
 from claude_sandbox.install.venvs import SOURCE
-from claude_sandbox.launch import config, profiles
+from claude_sandbox.launch.configure import config, profiles
 
 SHIM_MARK = "# claude-sandbox shim"
 # Where the system's programs are: an agent CLI installed before us, a package manager.

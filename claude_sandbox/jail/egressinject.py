@@ -2,7 +2,7 @@
 
 For a connection whose server name is one of a brokered credential's hosts (on 443),
 the proxy answers the agent's TLS itself, with the leaf certificate made for those
-hosts (launch/tlsca.py), which only the sandbox trusts. It opens its own TLS to the
+hosts (launch/session/tlsca.py), which only the sandbox trusts. It opens its own TLS to the
 real host, verified against the container's trust store, offers only HTTP/1.1 on
 both sides, and passes the requests through httpinject.Requests, which puts the real
 value back for this host's sentinels in the credential headers. The answers come back

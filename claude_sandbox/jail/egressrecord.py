@@ -14,7 +14,7 @@ every other line is one connection or one query:
      "verdict": "allowed" | "refused", "rule": WHY, "fix": LINE, "sent": N,
      "received": N, "seconds": S}
 
-`claude-sandbox log` reads it (launch/egresslog.py); the session's end reads it for
+`claude-sandbox log` reads it (launch/session/egresslog.py); the session's end reads it for
 its one-line summary and, under `egress-policy = learn`, the lines that would have
 allowed the session (docs/explanation/egress-by-name.md).
 """

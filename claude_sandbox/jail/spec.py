@@ -1,4 +1,4 @@
-"""The egress jail's inputs, as the launch plan holds them (launch/plan.py)."""
+"""The egress jail's inputs, as the launch plan holds them (launch/planner/plan.py)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,11 @@ import os
 import sys
 
 from claude_sandbox.core.record import record
-from claude_sandbox.launch import cgroups, config, gather, limits, notices, plan, profiles
-from claude_sandbox.launch.request import Request
+from claude_sandbox.launch.configure import config, profiles
+from claude_sandbox.launch.configure.request import Request
+from claude_sandbox.launch.facts import gather
+from claude_sandbox.launch.planner import limits, plan
+from claude_sandbox.launch.session import cgroups, notices
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,7 +76,8 @@ def broker_fields(gathered: gather.Gathered, cfg: config.Config, store: str, *,
     if not cfg.egress_jail:
         why = "the egress jail is off (egress-jail = 0), and with it the broker"
     else:
-        from claude_sandbox.launch import credentials, tlsca
+        from claude_sandbox.launch.facts import credentials
+        from claude_sandbox.launch.session import tlsca
 
         bundle = tlsca.system_bundle()
         if bundle is None:

@@ -15,8 +15,8 @@ from claude_sandbox.core import guard, paths
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.inside.spec import TERMINAL_SIGNALS
-from claude_sandbox.launch.janitor import Janitor
-from claude_sandbox.launch.request import Request
+from claude_sandbox.launch.configure.request import Request
+from claude_sandbox.launch.session.janitor import Janitor
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,7 +54,8 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
 
 def _exec_nested(request: Request, environ: Mapping[str, str]) -> None:
     """Already inside a sandbox (a kernel fact): run the program as it is, no second jail."""
-    from claude_sandbox.launch import gather, hostfacts, profiles
+    from claude_sandbox.launch.configure import profiles
+    from claude_sandbox.launch.facts import gather, hostfacts
 
     profile = profiles.get(request.agent)
     if request.command is not None:

@@ -23,25 +23,14 @@ from claude_sandbox.core.process import data_descriptor
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.inside import spec
-from claude_sandbox.launch import (
-    cgroups,
-    config,
-    controlexit,
-    controlfiles,
-    decide,
-    gitcheck,
-    gitsession,
-    hostfacts,
-    limits,
-    notices,
-    plan,
-    profiles,
-    render,
-    seccomp,
-    state,
-)
-from claude_sandbox.launch.janitor import Janitor
-from claude_sandbox.launch.request import Request
+from claude_sandbox.launch import decide
+from claude_sandbox.launch.configure import config, profiles
+from claude_sandbox.launch.configure.request import Request
+from claude_sandbox.launch.facts import hostfacts
+from claude_sandbox.launch.overlay import controlexit, controlfiles, gitcheck, gitsession
+from claude_sandbox.launch.planner import limits, plan, render, seccomp
+from claude_sandbox.launch.session import cgroups, notices, state
+from claude_sandbox.launch.session.janitor import Janitor
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -178,7 +167,8 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
                                                    the_plan.seccomp_flags)
         helper_fd = None
         if the_plan.inner.late_masks:
-            from claude_sandbox.launch import procmask, rootonly
+            from claude_sandbox.launch.facts import rootonly
+            from claude_sandbox.launch.session import procmask
 
             private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, the_plan.layout,
                                                     the_plan.mounts))
@@ -263,7 +253,7 @@ def _review(the_plan: plan.Plan) -> bool:
 def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
                     since_ns: int) -> None:
     """git's changes applied by rule, then what the session made, by class (ADR 0010)."""
-    from claude_sandbox.launch import aftermath
+    from claude_sandbox.launch.overlay import aftermath
 
     layout = the_plan.layout
     quarantine = prepared.quarantine

@@ -77,6 +77,6 @@ def _named(row: Mapping[str, Any], paths: Iterable[str], report: str) -> Confirm
 
 def _read(path: str) -> str:
     """The text at `path`, never blocking: the agent may have left a FIFO there."""
-    from claude_sandbox.launch.gitrepo import read_small
+    from claude_sandbox.launch.overlay.gitrepo import read_small
 
     return read_small(path, 1 << 20) or ""

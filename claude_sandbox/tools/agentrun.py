@@ -59,7 +59,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from claude_sandbox.launch import profiles
+from claude_sandbox.launch.configure import profiles
 from claude_sandbox.tools.mockapi import MockAPI
 from claude_sandbox.tools.mockwire import MODEL
 

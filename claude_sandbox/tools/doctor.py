@@ -21,7 +21,8 @@ from pathlib import Path
 from claude_sandbox.core import engine, paths
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.install import installer
-from claude_sandbox.launch import hostfacts, profiles
+from claude_sandbox.launch.configure import profiles
+from claude_sandbox.launch.facts import hostfacts
 from claude_sandbox.tools.doctorinstall import (
     agent_row,
     config_row,
@@ -191,7 +192,7 @@ def seccomp_row() -> Finding:
 
 
 def cgroup_row() -> Finding:
-    from claude_sandbox.launch import cgroups
+    from claude_sandbox.launch.session import cgroups
 
     facts = cgroups.probe_cgroups()
     usable = [name for name in ("v2", "v1_pids", "v1_memory") if getattr(facts, name, "")]

@@ -12,7 +12,9 @@ from pathlib import Path
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.install import placed
-from claude_sandbox.launch import gather, hostfacts, profiles, state
+from claude_sandbox.launch.configure import profiles
+from claude_sandbox.launch.facts import gather, hostfacts
+from claude_sandbox.launch.session import state
 from claude_sandbox.tools.finding import Finding
 
 

@@ -3,7 +3,7 @@ README.md's table of exit statuses (core/errors.EXIT_STATUSES, which `--help` sh
 
 The pages are committed; `--check` renders into memory and fails, naming the
 page, when a committed one differs (tests/verification/test_render.py runs it).
-The mounts page renders the launch plan (launch/plan.py) made from fixed,
+The mounts page renders the launch plan (launch/planner/plan.py) made from fixed,
 representative facts, so it does not depend on the machine that renders it.
 """
 
@@ -16,20 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from claude_sandbox.core import errors, paths
-from claude_sandbox.launch import (
-    config,
-    controlfiles,
-    keys,
-    limits,
-    plan,
-    profiles,
-    render,
-    state,
-)
-from claude_sandbox.launch.gather import Gathered
-from claude_sandbox.launch.gitrepo import Repository
-from claude_sandbox.launch.hostfacts import GuardEntry, HostFacts
-from claude_sandbox.launch.mounts import Writable
+from claude_sandbox.launch.configure import config, keys, profiles
+from claude_sandbox.launch.facts.gather import Gathered
+from claude_sandbox.launch.facts.hostfacts import GuardEntry, HostFacts
+from claude_sandbox.launch.overlay import controlfiles
+from claude_sandbox.launch.overlay.gitrepo import Repository
+from claude_sandbox.launch.planner import limits, plan, render
+from claude_sandbox.launch.planner.mounts import Writable
+from claude_sandbox.launch.session import state
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "docs" / "templates"

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from claude_sandbox.core import paths
-from claude_sandbox.launch import profiles
+from claude_sandbox.launch.configure import profiles
 from claude_sandbox.tools import agentrun, mockapi
 
 AGENTS = profiles.AGENT_NAMES

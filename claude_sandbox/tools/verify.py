@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from claude_sandbox.core import paths
-from claude_sandbox.launch import profiles
+from claude_sandbox.launch.configure import profiles
 from claude_sandbox.tools.verifyfacts import TOOLS_PYTHON, brokered_facts, gather
 from claude_sandbox.tools.verifyplant import plant, plant_store_canary
 from claude_sandbox.tools.verifyshow import FAILING, Row, render_plain, render_rich, write_junit
@@ -241,7 +241,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
 
 def _full_list(facts: Mapping[str, Any]) -> str:
     """The session-end report's full list (aftermath.py), where a class was cut."""
-    from claude_sandbox.launch import gitrepo, overlays
+    from claude_sandbox.launch.overlay import gitrepo
+    from claude_sandbox.launch.planner import overlays
 
     store = os.path.dirname(str(facts["store_home"]))
     path = os.path.join(overlays.workspace_store(store, str(facts["workspace"])),

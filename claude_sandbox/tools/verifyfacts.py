@@ -12,8 +12,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from claude_sandbox.core import paths
-from claude_sandbox.launch import controlfiles, hostfacts, profiles, state
-from claude_sandbox.launch.gather import load_config
+from claude_sandbox.launch.configure import profiles
+from claude_sandbox.launch.facts import hostfacts
+from claude_sandbox.launch.facts.gather import load_config
+from claude_sandbox.launch.overlay import controlfiles
+from claude_sandbox.launch.session import state
 from claude_sandbox.tools.verifyplant import (
     cgroup_bases,
     host_addresses,
@@ -67,7 +70,7 @@ def brokered_facts(facts: Mapping[str, Any], environ: Mapping[str, str]) -> dict
     variables and forge files that must hold sentinels, and each real value's SHA-256
     (never the value: the facts file is in the workspace, readable inside)."""
 
-    from claude_sandbox.launch import credentials
+    from claude_sandbox.launch.facts import credentials
 
     forge = {} if facts["no_forge"] else credentials.read_forge(str(facts["home"]))
     brokered = credentials.broker(facts["credential_lines"], environ, forge)
@@ -90,7 +93,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
     watched = ["/dev", "/tmp", "/var/tmp", "/workspaces", os.path.dirname(workdir), "/etc",
                paths.SHIM_DIR, *path_entries,
                *(os.path.join(home, rel) if rel else home for rel in HOME_PATHS)]
-    from claude_sandbox.launch import mounts
+    from claude_sandbox.launch.planner import mounts
 
     real = os.path.realpath(os.path.join(paths.REAL_BIN_DIR, agent))
     return {
@@ -147,7 +150,7 @@ def _other_homes(home: str) -> list[str]:
     """Every other account's home that exists here: check 72 looks for them inside."""
     found = {os.path.realpath(e.pw_dir) for e in pwd.getpwall()
              if e.pw_dir not in ("", "/") and os.path.isdir(e.pw_dir)}
-    from claude_sandbox.launch import reads
+    from claude_sandbox.launch.planner import reads
 
     # System accounts' homes lie in trees the sandbox shows, or nowhere.
     shown = [f"/{name}" for name in reads.SYSTEM_ROOTS] + ["/dev", "/proc", "/run", "/tmp",
@@ -159,7 +162,7 @@ def _other_homes(home: str) -> list[str]:
 def _upstream_proxy(cfg: Any, environ: Mapping[str, str]) -> str:
     """ADDRESS:PORT of the proxy the egress proxy chains to here, or "" (check 93)."""
     from claude_sandbox.jail import upstreamproxy
-    from claude_sandbox.launch.gather import upstream_proxy
+    from claude_sandbox.launch.facts.gather import upstream_proxy
 
     if not cfg.egress_jail:
         return ""
@@ -168,17 +171,17 @@ def _upstream_proxy(cfg: Any, environ: Mapping[str, str]) -> str:
 
 
 def _agent_programs(level: str, environ: Mapping[str, str]) -> list[str]:
-    """Under brokered: what the checks' own interpreter may execute (launch/brokered.py)."""
+    """Under brokered: what the checks' own interpreter may execute (launch/planner/brokered.py)."""
     if level != "brokered":
         return []
-    from claude_sandbox.launch import brokered
+    from claude_sandbox.launch.planner import brokered
 
     return list(brokered.read(TOOLS_PYTHON, TOOLS_PYTHON, environ).programs)
 
 
 def brokered_connect(cfg: Any, environ: Mapping[str, str]) -> tuple[int, ...]:
     """The ports the agent may connect to under brokered, from what could reach inside."""
-    from claude_sandbox.launch import brokered
+    from claude_sandbox.launch.planner import brokered
 
     passed = {name: environ[name] for name in cfg.pass_env if name in environ}
     return brokered.connect_ports(list(passed.values()), cfg.local_ports)

@@ -209,7 +209,7 @@ def _plant_root_only(fixtures: Fixtures) -> list[str]:
 
 def cgroup_bases() -> dict[str, list[str]]:
     """Where the launch's cgroups will be made, per controller (check 58)."""
-    from claude_sandbox.launch import cgroups
+    from claude_sandbox.launch.session import cgroups
 
     facts = cgroups.probe_cgroups()
     return {"pids": [b for b in (facts.v2, facts.v1_pids) if b],

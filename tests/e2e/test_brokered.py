@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from claude_sandbox.launch import state
+from claude_sandbox.launch.session import state
 from claude_sandbox.tools import agentrun, mockapi
 
 pytestmark = pytest.mark.integration

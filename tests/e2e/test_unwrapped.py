@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from claude_sandbox.launch import gitrepo
+from claude_sandbox.launch.overlay import gitrepo
 from claude_sandbox.tools import agentrun, mockapi
 
 pytestmark = pytest.mark.integration

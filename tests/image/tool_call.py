@@ -12,7 +12,7 @@ import pwd
 import sys
 import tempfile
 
-from claude_sandbox.launch import state
+from claude_sandbox.launch.session import state
 from claude_sandbox.tools import agentrun, mockapi
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from claude_sandbox.launch import controlexit, controlfiles
+from claude_sandbox.launch.overlay import controlexit, controlfiles
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from claude_sandbox.launch import cgroups, janitor
+from claude_sandbox.launch.session import cgroups, janitor
 
 pytestmark = pytest.mark.integration
 

@@ -133,7 +133,9 @@ def test_one_review_session_at_a_time(launcher: Launcher) -> None:
 
 def _locked(launcher: Launcher) -> bool:
     """The review store's lock is held (read from outside, as root)."""
-    from claude_sandbox.launch import gitsession, overlays, state
+    from claude_sandbox.launch.overlay import gitsession
+    from claude_sandbox.launch.planner import overlays
+    from claude_sandbox.launch.session import state
 
     root = state.store_root(None, launcher.home, launcher.uid)
     base = overlays.workspace_store(os.path.join(root, "claude"),

@@ -20,7 +20,8 @@ import pytest
 from claude_sandbox.jail import egresspolicy, egressrecord
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.spec import JailSpec
-from claude_sandbox.launch import credentials, tlsca
+from claude_sandbox.launch.facts import credentials
+from claude_sandbox.launch.session import tlsca
 from tests.netfixtures import ECHO_HOST as HOST
 from tests.netfixtures import ECHO_OTHER as OTHER
 

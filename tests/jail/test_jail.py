@@ -23,7 +23,7 @@ from claude_sandbox.jail import dirs, egresspolicy, lock, routes
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.lock import READBACK
 from claude_sandbox.jail.spec import JailSpec
-from claude_sandbox.launch.plan import resolv_conf
+from claude_sandbox.launch.planner.plan import resolv_conf
 from tests.netfixtures import Internet, listening_in
 
 from .conftest import (

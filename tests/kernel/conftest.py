@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from claude_sandbox.core.record import replace  # noqa: E402
 from claude_sandbox.inside.spec import Inner, encode  # noqa: E402
-from claude_sandbox.launch import seccomp  # noqa: E402
+from claude_sandbox.launch.planner import seccomp  # noqa: E402
 
 PYTHON = "/usr/bin/python3"  # readable by sbxuser, unlike a venv under /root
 USER = "sbxuser"

@@ -18,7 +18,8 @@ from conftest import USER, Sandbox
 
 from claude_sandbox.inside import landlock
 from claude_sandbox.inside.spec import Inner
-from claude_sandbox.launch import cgroups, limits
+from claude_sandbox.launch.planner import limits
+from claude_sandbox.launch.session import cgroups
 
 pytestmark = pytest.mark.kernel
 

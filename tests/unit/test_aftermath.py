@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from claude_sandbox.launch import aftermath
-from claude_sandbox.launch.aftermath import Finding
+from claude_sandbox.launch.overlay import aftermath
+from claude_sandbox.launch.overlay.aftermath import Finding
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -1,4 +1,4 @@
-"""The launcher's half of hardening = brokered: pure parts (launch/brokered.py), and the
+"""The launcher's half of hardening = brokered: pure parts (launch/planner/brokered.py), and the
 command server's request parser (inside/broker.py), fuzzed."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.inside import broker
-from claude_sandbox.launch import brokered
-from claude_sandbox.launch.mounts import Mount, Writable
+from claude_sandbox.launch.planner import brokered
+from claude_sandbox.launch.planner.mounts import Mount, Writable
 
 
 def test_connect_ports_come_from_urls_and_local_ports() -> None:

@@ -7,7 +7,7 @@ import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claude_sandbox.launch import codexconfig
+from claude_sandbox.launch.planner import codexconfig
 
 
 def test_the_operators_settings_stay_and_sandbox_mode_is_ours() -> None:

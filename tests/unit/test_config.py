@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
-from claude_sandbox.launch import config, keys
+from claude_sandbox.launch.configure import config, keys
 
 AGENTS = ("claude", "codex", "pi")
 PATH = "/etc/claude-sandbox.conf"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
-from claude_sandbox.launch import controlfiles
+from claude_sandbox.launch.overlay import controlfiles
 
 ROOT = "/ws"
 TABLE = controlfiles.controls((), ())

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from claude_sandbox.core.errors import SandboxError
-from claude_sandbox.launch import config, credentials
+from claude_sandbox.launch.configure import config
+from claude_sandbox.launch.facts import credentials
 
 REAL = "ghp_" + "A1b2C3d4E5f6G7h8I9j0" * 2
 

@@ -122,7 +122,7 @@ def test_the_filter_read_back_must_match_exactly() -> None:
 
 
 def test_explain_shows_the_policy_and_where_each_name_came_from() -> None:
-    from claude_sandbox.launch import render
+    from claude_sandbox.launch.planner import render
 
     lines = render.egress_lines("allow-list", egresspolicy.rules_for("pi", ("db.example:5432",)))
     assert lines[0].startswith("# egress proxy: egress-policy = allow-list")

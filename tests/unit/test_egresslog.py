@@ -19,7 +19,8 @@ import pytest
 
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
 from claude_sandbox.jail import egressrecord
-from claude_sandbox.launch import egresslog, gather, state
+from claude_sandbox.launch.facts import gather
+from claude_sandbox.launch.session import egresslog, state
 
 REPO = Path(__file__).resolve().parents[2]
 WORKSPACE = "/workspaces/project"

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from claude_sandbox.launch import gitindex
-from claude_sandbox.launch.gitindex import IndexFormat
+from claude_sandbox.launch.overlay import gitindex
+from claude_sandbox.launch.overlay.gitindex import IndexFormat
 
 SKIP, ASSUME = "skip-worktree", "assume-unchanged"
 LONG = "/".join(["d" * 200] * 25) + "/long.txt"  # 5033 bytes: past the 0xFFF cap

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from claude_sandbox.launch import gitcheck, gitsession
-from claude_sandbox.launch.overlays import View
+from claude_sandbox.launch.overlay import gitcheck, gitsession
+from claude_sandbox.launch.planner.overlays import View
 
 
 def _view(tmp_path: Path) -> View:

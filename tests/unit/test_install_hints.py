@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from claude_sandbox.install import hints
-from claude_sandbox.launch import environment
+from claude_sandbox.launch.planner import environment
 
 HINT = "claude-sandbox: outside the workspace is read-only"
 

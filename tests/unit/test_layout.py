@@ -19,10 +19,21 @@ ALLOWED = {
     "core": {"core"},
     "inside": {"core", "inside"},
     "jail": {"core", "jail"},
-    "launch": {"core", "launch", "jail", "inside"},
+    "launch": {"", "core", "launch", "jail", "inside"},  # "": the version explain names
     "install": {"", "core", "install", "launch"},  # "": the package's version
     "tools": {"core", "inside", "jail", "launch", "install", "tools", ""},
     "": {"", "core", "launch", "jail", "inside", "install"},
+}
+# launch/ by stage (docs/explanation/architecture.md, "The launcher's stages"): the
+# modules that order the stages sit at its top, every other module in its stage's folder.
+LAUNCH_TOP = {"__init__", "run", "steps", "decide", "explain", "quick"}
+STAGES = {"configure", "facts", "planner", "session", "overlay"}
+# What a stage may take from another stage beyond the rule: the configuration checks a
+# credential line with the credential table's parser; the planner's caps are rows of
+# the cgroup's records.
+STAGE_EXCEPTIONS = {
+    "configure": {"facts.credentials"},
+    "planner": {"session.cgroups"},
 }
 MAX_LINES = 400  # a module a reviewer reads in one sitting
 CORE = ("core", "launch", "jail", "inside")  # the launch path; tools and the installer are not
@@ -73,6 +84,44 @@ def test_imports_between_folders_follow_the_rules() -> None:
             folder = target if target in folders else ""
             if folder not in ALLOWED[source]:
                 broken.append(f"{relative} imports {name}")
+    assert not broken, broken
+
+
+def _launch_imports() -> list[tuple[str, str, str]]:
+    """(stage or "", module, imported launch module relative to launch/), for launch/."""
+    found = []
+    for path in sorted((PACKAGE / "launch").rglob("*.py")):
+        relative = path.relative_to(PACKAGE / "launch")
+        stage = relative.parts[0] if len(relative.parts) > 1 else ""
+        for name in _imports(path):
+            if name.startswith("claude_sandbox.launch."):
+                found.append((stage, str(relative), name.removeprefix("claude_sandbox.launch.")))
+    return found
+
+
+def test_the_launcher_is_split_by_stage() -> None:
+    launch = PACKAGE / "launch"
+    assert {p.stem for p in launch.glob("*.py")} == LAUNCH_TOP
+    assert {p.name for p in launch.iterdir() if p.is_dir() and p.name != "__pycache__"} \
+        == STAGES
+
+
+def test_a_stage_never_reaches_back_to_the_modules_that_order_the_stages() -> None:
+    broken = [f"{module} imports {name}" for stage, module, name in _launch_imports()
+              if stage and name.split(".")[0] in LAUNCH_TOP]
+    assert not broken, broken
+
+
+def test_the_configuration_and_the_planner_take_only_what_the_rules_name() -> None:
+    # The configuration reads no fact; the planner runs no part of the session (and
+    # tests/unit/test_planner_reads_nothing.py proves it reads nothing of the host).
+    others = {"configure": STAGES - {"configure"}, "planner": {"session"}}
+    broken = []
+    for stage, module, name in _launch_imports():
+        target = ".".join(name.split(".")[:2])
+        if stage in others and name.split(".")[0] in others[stage] \
+                and target not in STAGE_EXCEPTIONS.get(stage, set()):
+            broken.append(f"{module} imports {name}")
     assert not broken, broken
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claude_sandbox.core import guard, mountinfo, paths
-from claude_sandbox.launch import hostfacts
+from claude_sandbox.launch.facts import hostfacts
 
 STATUS_IN = "Name:\tsh\nNoNewPrivs:\t1\nCapEff:\t0000000000000000\n"
 

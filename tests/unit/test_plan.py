@@ -9,13 +9,15 @@ import pytest
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import replace
-from claude_sandbox.launch import controlfiles, environment, mounts, plan, profiles, render
-from claude_sandbox.launch.config import Config
-from claude_sandbox.launch.gather import Gathered
-from claude_sandbox.launch.gitrepo import Repository
-from claude_sandbox.launch.hostfacts import GuardEntry, HostFacts
-from claude_sandbox.launch.limits import LimitPlan
-from claude_sandbox.launch.mounts import Writable
+from claude_sandbox.launch.configure import profiles
+from claude_sandbox.launch.configure.config import Config
+from claude_sandbox.launch.facts.gather import Gathered
+from claude_sandbox.launch.facts.hostfacts import GuardEntry, HostFacts, path_facts
+from claude_sandbox.launch.overlay import controlfiles
+from claude_sandbox.launch.overlay.gitrepo import Repository
+from claude_sandbox.launch.planner import environment, mounts, plan, render
+from claude_sandbox.launch.planner.limits import LimitPlan
+from claude_sandbox.launch.planner.mounts import Writable
 
 HOME_ROOT = "/root"
 HOME_USER = "/home/dev"
@@ -38,7 +40,7 @@ def facts(
         user="root" if uid == 0 else "dev",
         home=home,
         cwd="/work/project",
-        path=("/usr/local/bin", "/usr/bin", "/bin"),
+        **path_facts(("/usr/local/bin", "/usr/bin", "/bin")),
         existing=frozenset(existing),
         real_binary=real,
         real_root=root or real,
@@ -212,7 +214,7 @@ def test_max_memory_per_process_keeps_the_tmpfs_mounts_within_it_and_refuses_mem
     memory, memfds) is held within max-memory another way (check 91)."""
     import resource
 
-    from claude_sandbox.launch import seccomp
+    from claude_sandbox.launch.planner import seccomp
 
     memory = 512 << 20
     per_process = LimitPlan((), ((resource.RLIMIT_DATA, memory),), ())
@@ -247,10 +249,10 @@ def test_allowed_sockets_and_the_resolver_come_back_after_the_runtime_masks() ->
 
 
 def test_a_path_entry_never_brings_a_masked_tree_back() -> None:
-    host = replace(facts(), path=("/run/.", "/run", "/run/../tmp", "/usr/bin"),
+    host = replace(facts(), **path_facts(("/run/.", "/run", "/run/../tmp", "/usr/bin")),
                    sockets=("/run/docker.sock",))
     assert mounts.restored(host) == []
-    nix = replace(facts(), path=("/run/current-system/sw/bin",),
+    nix = replace(facts(), **path_facts(("/run/current-system/sw/bin",)),
                   sockets=("/run/current-system/sw/bin/agent.sock",))
     argv = flat(build(host=nix))
     assert_order(argv, ("--tmpfs", "/run"),
@@ -441,7 +443,7 @@ def test_the_whole_plan_renders_as_json_for_explain_and_the_trace() -> None:
     """explain --json and CLAUDE_SANDBOX_TRACE's digest render every field of the plan."""
     import json
 
-    from claude_sandbox.launch import render
+    from claude_sandbox.launch.planner import render
 
     for cfg in (Config(egress_jail=False), Config(egress_jail=False, allow_vsock=True)):
         made = build(cfg=cfg)
@@ -469,11 +471,11 @@ def test_toolchains_of_the_home_come_back_read_only_and_their_credentials_empty(
 
 
 def test_path_entries_the_sandbox_hides_are_named(capsys: pytest.CaptureFixture[str]) -> None:
-    from claude_sandbox.launch import notices
+    from claude_sandbox.launch.session import notices
 
     host = replace(facts(), toolchains=(f"{HOME_USER}/.pyenv",),
-                   path=(f"{HOME_USER}/.pyenv/shims", f"{HOME_USER}/bin", f"{HOME_USER}/.foo/bin",
-                         f"{HOME_USER}/.local/bin", "/usr/bin"))
+                   **path_facts((f"{HOME_USER}/.pyenv/shims", f"{HOME_USER}/bin",
+                                 f"{HOME_USER}/.foo/bin", f"{HOME_USER}/.local/bin", "/usr/bin")))
     notices.hidden_path(host)
     said = capsys.readouterr().err
     assert f"allow-read = {HOME_USER}/bin" in said and "~/.foo/bin" in said

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from claude_sandbox.core.record import replace
-from claude_sandbox.launch import reads
-from claude_sandbox.launch.mounts import Writable
+from claude_sandbox.launch.facts.hostfacts import path_facts
+from claude_sandbox.launch.planner import reads
+from claude_sandbox.launch.planner.mounts import Writable
 from tests.unit.test_plan import build, facts
 
 ROOT = (("bin", "usr/bin"), ("boot", None), ("etc", None), ("home", None),
@@ -73,7 +74,7 @@ def test_path_directories_elsewhere_come_back_only_as_bin_directories(elsewhere:
         (elsewhere / name).mkdir(parents=True)
     path = (f"{elsewhere}/go/bin", f"{elsewhere}/tools/sbin", f"{elsewhere}/secrets",
             "/tmp/bin", "relative/bin", "/usr/bin")
-    host = replace(facts(), root_entries=NO_VAR, runtime_dirs=("/run",), path=path)
+    host = replace(facts(), root_entries=NO_VAR, runtime_dirs=("/run",), **path_facts(path))
     layout = Writable("/work/project", path_readable=tuple(p for p in path
                                                            if p.startswith("/")))
     assert reads.path_outside(host, layout) == [f"{elsewhere}/go/bin",
@@ -83,13 +84,14 @@ def test_path_directories_elsewhere_come_back_only_as_bin_directories(elsewhere:
 def test_a_path_directory_the_rules_refuse_stays_out(elsewhere: Path) -> None:
     (elsewhere / "bin").mkdir()
     host = replace(facts(), root_entries=NO_VAR, runtime_dirs=("/run",),
-                   path=(f"{elsewhere}/bin",))
+                   **path_facts((f"{elsewhere}/bin",)))
     assert reads.path_outside(host, Writable("/work/project", path_readable=())) == []
 
 
 def test_a_socket_under_allow_read_is_covered_after_the_bind_that_shows_it() -> None:
-    from claude_sandbox.launch import mounts, profiles
-    from claude_sandbox.launch.config import Config
+    from claude_sandbox.launch.configure import profiles
+    from claude_sandbox.launch.configure.config import Config
+    from claude_sandbox.launch.planner import mounts
 
     host = replace(facts(), root_entries=ROOT, sockets=("/srv/shared/app.sock",))
     layout = Writable("/work/project", allow_read=("/srv/shared",))

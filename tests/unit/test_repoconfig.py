@@ -9,9 +9,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from claude_sandbox.launch import gitpolicy as gp
-from claude_sandbox.launch import repoconfig as rc
-from claude_sandbox.launch.repoconfig import Change, ConfigSyntax, Entry
+from claude_sandbox.launch.overlay import gitpolicy as gp
+from claude_sandbox.launch.overlay import repoconfig as rc
+from claude_sandbox.launch.overlay.repoconfig import Change, ConfigSyntax, Entry
 
 Reading = list[tuple[str, str | None]]
 

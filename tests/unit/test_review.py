@@ -16,8 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from claude_sandbox.core.errors import SandboxError
-from claude_sandbox.launch import config, gitcheck, review, reviewapply
-from claude_sandbox.launch.config import Config
+from claude_sandbox.launch.configure import config
+from claude_sandbox.launch.configure.config import Config
+from claude_sandbox.launch.overlay import gitcheck, review, reviewapply
 
 from .test_plan import build
 
@@ -175,7 +176,7 @@ def test_the_lock_refuses_a_second_holder(store: tuple[str, str, str]) -> None:
         import sys
 
         # flock is per open file: another process's attempt is refused.
-        code = ("import sys; from claude_sandbox.launch import review\n"
+        code = ("import sys; from claude_sandbox.launch.overlay import review\n"
                 "try:\n review.lock(sys.argv[1], 'w')\nexcept Exception as e:\n"
                 " print(type(e).__name__, e.status)")
         out = subprocess.run([sys.executable, "-c", code, directory], capture_output=True,

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from claude_sandbox.launch import rootonly
+from claude_sandbox.launch.facts import rootonly
 
 ROOT_GROUPS = frozenset({0})
 
@@ -208,7 +208,7 @@ def test_a_skipped_path_in_a_large_directory_stays_unlisted(
 
 def test_only_the_trees_shown_read_only_at_their_own_path_are_walked(
         tmp_path: os.PathLike[str]) -> None:
-    from claude_sandbox.launch.mounts import Mount
+    from claude_sandbox.launch.planner.mounts import Mount
 
     base = str(tmp_path)
     for rel in ("usr/lib", "etc", "home/u/.pyenv", "work/ws", "run"):

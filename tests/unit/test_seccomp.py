@@ -21,7 +21,7 @@ import pytest
 
 from claude_sandbox.core import bpf
 from claude_sandbox.core.errors import SandboxError
-from claude_sandbox.launch import seccomp
+from claude_sandbox.launch.planner import seccomp
 
 # ---------------------------------------------------------------- interpreter
 # Classic BPF as seccomp accepts it (kernel/seccomp.c seccomp_check_filter).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from claude_sandbox.core import guard, paths
-from claude_sandbox.launch import gitconfig
+from claude_sandbox.launch.facts import gitconfig
 
 MOUNTINFO = (
     "22 1 0:21 / / ro,relatime - overlay overlay rw\n"
@@ -66,7 +66,7 @@ def test_a_squatted_scratch_directory_falls_back_to_the_store(tmp_path: object) 
     the store instead of refusing."""
     import os
 
-    from claude_sandbox.launch.hostfacts import agent_tmp_dir
+    from claude_sandbox.launch.facts.hostfacts import agent_tmp_dir
 
     base = os.path.join(str(tmp_path), "claude-agent")
     me = os.getuid()
@@ -87,7 +87,7 @@ def test_a_shell_commands_path_is_made_absolute_and_a_private_one_is_named() -> 
     import pytest
 
     from claude_sandbox.core.errors import SandboxError
-    from claude_sandbox.launch.gather import resolve_command
+    from claude_sandbox.launch.facts.gather import resolve_command
 
     def seen_as(directory: str) -> str | None:
         return None if directory == "/tmp" or directory.startswith("/tmp/") else directory
@@ -104,8 +104,8 @@ def test_a_shell_commands_path_is_made_absolute_and_a_private_one_is_named() -> 
 def test_what_a_cap_did_is_said_in_a_line(capsys: pytest.CaptureFixture[str]) -> None:
     import resource
 
-    from claude_sandbox.launch import notices
-    from claude_sandbox.launch.limits import LimitPlan
+    from claude_sandbox.launch.planner.limits import LimitPlan
+    from claude_sandbox.launch.session import notices
 
     notices.caps({"oom_kill": 2, "pids_max": 5}, 137, LimitPlan((), (), ()))
     said = capsys.readouterr().err

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from claude_sandbox.core.errors import SandboxError
-from claude_sandbox.launch import profiles, state
+from claude_sandbox.launch.configure import profiles
+from claude_sandbox.launch.session import state
 
 
 def _outer_home(tmp_path: Path) -> Path:

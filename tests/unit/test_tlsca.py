@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from claude_sandbox.launch import tlsca
+from claude_sandbox.launch.session import tlsca
 
 HOSTS = ("api.example.test", "example.test")
 

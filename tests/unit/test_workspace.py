@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
-from claude_sandbox.launch import workspace
+from claude_sandbox.launch.facts import workspace
 
 RULES = workspace.PathRules(
     home="/home/dev",

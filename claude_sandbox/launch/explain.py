@@ -1,0 +1,44 @@
+"""`claude-sandbox explain`: the plan a launch from here would run, made the way it makes it.
+
+One `decide()` for the launch and for this (decide.py); nothing is made: no certificate,
+no cache of the root-only walk, no directory.
+"""
+
+from __future__ import annotations
+
+import os
+
+from claude_sandbox import __version__
+from claude_sandbox.core import paths
+from claude_sandbox.launch import decide, run
+from claude_sandbox.launch.facts import hostfacts
+from claude_sandbox.launch.planner import render
+from claude_sandbox.launch.session import state
+
+
+def explain(agent: str, command: tuple[str, ...] | None = None, *,
+            as_json: bool = False) -> str:
+    """The plan a launch of `agent` (or of `shell -- COMMAND`) from here would run, made
+    the way the launch makes it."""
+    configured = decide.configure(agent, os.environ)
+    profile, cfg = configured.profile, configured.cfg
+    store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
+    request = run.Request(profile.name, command, ())
+    gathered, _, the_plan = decide.decide(configured, request, os.environ,
+                                          run.inherited_ignored(), store, make=False)
+    if as_json:
+        covered = None
+        if the_plan.root_only:  # the covers this host needs now: the launch's own walk
+            from claude_sandbox.launch.facts import rootonly
+
+            covered = rootonly.for_launch(cfg.state_dir, gathered.facts, the_plan.layout,
+                                          the_plan.mounts, save_cache=False)
+        return render.explain_json(the_plan, covered)
+    lines = [f"# claude-sandbox {__version__}: the sandbox for {profile.name}",
+             f"# configuration: {paths.CONFIG_FILE}"]
+    for key, where in sorted(cfg.origins.items()):
+        lines.append(f"#   {key} from {where}")
+    lines.append(f"# plan {render.digest(the_plan)} (a launch with CLAUDE_SANDBOX_TRACE=1 "
+                 "prints the digest of the plan it runs)")
+    lines += render.explain_lines(the_plan, paths.find_tool("bwrap") or "bwrap")
+    return "\n".join(lines)

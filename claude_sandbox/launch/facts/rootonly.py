@@ -1,0 +1,399 @@
+"""Root is not a skeleton key: on a root launch, find what only root's own modes let it read.
+
+Launched as root, the agent is uid 0, the owner of /etc/shadow, host keys and every
+root-only file, and dropping capabilities does not change ownership. An identity
+inside that cannot read them would also lose the root-owned workspace, so they are
+hidden instead (ADR 0006): an entry outside the workspace is covered with an empty
+one before the agent starts (the late-mount helper, procmask.py) when uid 0 *without
+capabilities* may read it and others may not. That is decided by the owner's modes:
+the owner class for a root-owned entry, the group class for one of root's groups, the
+other class for the rest. So another user's 0600 files need no cover (DAC keeps them
+out already), and the walk does not descend where root without capabilities could not
+search: what an unprivileged user can make costs no mount, however much of it there
+is, and only the listing of a directory it changed (docs/adr/0006).
+
+Only what the sandbox shows from the host at its own path, read-only, is walked: the
+system trees, the toolchains of root's home, allow-read (the plan's read-only binds).
+The rest of / is not there inside (reads.py, check 72), so neither its root-only files
+nor what any user makes in it (a home, a project's node_modules, /tmp) costs a root
+launch anything. Finding them takes a walk of those trees, about a second on a dev
+container's image, so the result is cached in root's state store with the modification
+time of every directory walked. A launch re-lists only the directories whose time
+changed (a file created, renamed or removed there), so a new secret is found at the next
+launch; a directory changed below another changed one is re-listed once, with it. A mode
+changed in place (chmod) does not change the directory's time: the cache is rebuilt in
+full when it is more than a day old. All of it runs in the late-mount helper while bwrap
+sets up.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+from claude_sandbox.core import mountinfo, paths
+from claude_sandbox.launch.session import state
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from claude_sandbox.launch.facts.hostfacts import HostFacts
+    from claude_sandbox.launch.planner.mounts import Mount, Writable
+
+# -4: the trees the sandbox shows, NUL-separated (-3 was the same in JSON, -2 walked all
+# of /, the first judged by other-read).
+CACHE_NAME = "root-only-4"
+OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json")
+_MAGIC = "claude-sandbox root-only 4"
+MAX_AGE = 24 * 3600
+# Pseudo and per-boot file systems: not files an administrator keeps.
+PSEUDO_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "devtmpfs",
+                       "debugfs", "tracefs", "securityfs", "pstore", "bpf", "configfs",
+                       "fusectl", "hugetlbfs", "binfmt_misc", "autofs", "nsfs", "efivarfs",
+                       "selinuxfs", "rpc_pipefs"})
+HIDE, DESCEND, SKIP = "hide", "descend", "skip"
+
+
+def _roots_bits(info: os.stat_result, groups: frozenset[int]) -> int:
+    """The rwx bits uid 0 without capabilities gets on `info`: the owner's when it owns it,
+    the group's when it is in its group, the others' otherwise (the kernel's order)."""
+    if info.st_uid == 0:
+        return (info.st_mode >> 6) & 7
+    if info.st_gid in groups:
+        return (info.st_mode >> 3) & 7
+    return info.st_mode & 7
+
+
+def judge(info: os.stat_result, groups: frozenset[int]) -> str:
+    """HIDE an entry root may read (a directory: read or search) and others may not;
+    DESCEND into a directory root may search and others may list and search; SKIP the
+    rest (a link, what others may read, what DAC keeps from root already)."""
+    mode = info.st_mode
+    if stat.S_ISLNK(mode):
+        return SKIP
+    root, others = _roots_bits(info, groups), mode & 7
+    if stat.S_ISDIR(mode):
+        if not root & 0o5:
+            return SKIP  # root cannot list or enter it: nor can anything inside
+        if others & 0o5 != 0o5:
+            return HIDE
+        return DESCEND if root & 0o1 else SKIP
+    return HIDE if root & 0o4 and not others & 0o4 else SKIP
+
+
+# A directory with at least this many entries, owned by another user than root, keeps
+# each entry's inode, and what was judged of those not skipped, in a file of its own
+# beside the cache: listing it again after one change then costs a readdir, a dict of
+# names and inodes and a set difference in C, not a stat per entry (an unprivileged
+# user's 20,000 files: about 190 ms a launch with a stat each, measured, while it kept
+# adding one; 115 ms with a Python verdict each; 10-30 ms now).
+LARGE = 1000
+
+
+class Listings:
+    """The judged entries of large directories, one file each under `directory`: the
+    names, then their keys (the inode, and `/` after it for a directory), then `name,
+    code` for each entry not skipped; NUL between fields, two NULs between the three
+    parts (a name is never empty and holds no NUL)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def _path(self, listed: str) -> str:
+        return os.path.join(self.directory, paths.sha256_hex(
+            listed.encode("utf-8", "surrogateescape"))[:24])
+
+    def load(self, listed: str) -> tuple[dict[str, str], dict[str, str]]:
+        """Every entry's key by name, and the code of each not skipped ({} when none)."""
+        try:
+            with open(self._path(listed), "rb") as handle:
+                parts = handle.read().decode("utf-8", "surrogateescape").split("\0\0")
+            names, keys, marks = (part.split("\0") for part in parts)
+            known = dict(zip(names, keys, strict=True))
+            codes = dict(zip(marks[0::2], marks[1::2], strict=True)) if marks != [""] else {}
+        except (OSError, ValueError):
+            return {}, {}
+        if not set(codes.values()) <= _VERDICTS.keys() or not codes.keys() <= known.keys():
+            return {}, {}
+        return known, codes
+
+    def save(self, listed: str, known: dict[str, str], codes: dict[str, str]) -> None:
+        text = "\0\0".join(["\0".join(known), "\0".join(known.values()),
+                            "\0".join(f"{name}\0{code}" for name, code in codes.items())])
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            temporary = f"{self._path(listed)}.{os.getpid()}"
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(fd, "wb") as handle:
+                handle.write(text.encode("utf-8", "surrogateescape"))
+            os.replace(temporary, self._path(listed))
+        except OSError:
+            pass  # a memo only saves time
+
+
+# A verdict as a memo keeps it: a directory to hide is told from a file to hide.
+_VERDICTS = {"f": (HIDE, False), "D": (HIDE, True), "d": (DESCEND, True), "s": (SKIP, False)}
+_CODES = {value: code for code, value in _VERDICTS.items()}
+
+
+def _verdicts(directory: str, owner: int, entries: list[os.DirEntry[str]],
+              skip: frozenset[str], groups: frozenset[int], listings: Listings | None,
+              ) -> Iterable[tuple[str, str, bool]]:
+    """(path, verdict, is a directory) of each entry of `directory` not skipped by SKIP.
+
+    In a large directory another user owns, only entries new since its memo (by name,
+    inode and kind) are judged. Only such a directory keeps one: no entry there can become root's
+    own but by root's hand, whereas a reused inode in root's directory (a file deleted and
+    made again 0600 under its name) would pass as the entry it was."""
+    if listings is None or len(entries) < LARGE or owner == 0:
+        for entry in entries:
+            if entry.path in skip:
+                continue
+            try:
+                verdict = judge(entry.stat(follow_symlinks=False), groups)
+            except OSError:
+                continue
+            if verdict != SKIP:
+                yield entry.path, verdict, entry.is_dir(follow_symlinks=False)
+        return
+    # The type is in the key too (readdir's d_type, no stat): a name made again as the
+    # other kind may get the freed inode back.
+    now = {entry.name: f"{entry.inode()}/" if entry.is_dir(follow_symlinks=False)
+           else str(entry.inode()) for entry in entries}
+    for path in skip:
+        if os.path.dirname(path) == directory:
+            now.pop(os.path.basename(path), None)
+    known, codes = listings.load(directory)
+    new = dict(now.items() - known.items())  # the set difference runs in C
+    codes = {name: code for name, code in codes.items() if name not in new and name in now}
+    for name in new:
+        try:
+            info = os.lstat(os.path.join(directory, name))
+        except OSError:
+            continue
+        verdict = judge(info, groups)
+        if verdict != SKIP:
+            codes[name] = _CODES[(verdict, stat.S_ISDIR(info.st_mode))]
+    if new or len(now) != len(known):
+        listings.save(directory, now, codes)
+    for name, code in codes.items():
+        verdict, is_dir = _VERDICTS[code]
+        yield os.path.join(directory, name), verdict, is_dir
+
+
+def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
+          dirs: dict[str, int], groups: frozenset[int], listings: Listings | None = None,
+          ) -> None:
+    """Walk `directory`: record what to hide (not descending into it) and dir times."""
+    stack = [directory]
+    while stack:
+        current = stack.pop()
+        try:
+            info = os.lstat(current)
+            dirs[current] = info.st_mtime_ns
+            entries = list(os.scandir(current))
+        except OSError:
+            continue
+        for path, verdict, is_dir in _verdicts(current, info.st_uid, entries, skip, groups,
+                                               listings):
+            if verdict == HIDE:
+                hidden[path] = is_dir
+            elif verdict == DESCEND:
+                stack.append(path)
+
+
+def _below(path: str, roots: set[str]) -> bool:
+    """Whether `path` is one of `roots` or lies beneath one: one set lookup per ancestor."""
+    while True:
+        if path in roots:
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+
+
+def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
+            groups: frozenset[int], listings: Listings | None = None,
+            own: Iterable[str] = ()) -> bool:
+    """Re-list, in place, the directories whose time changed; whether any did.
+
+    Linear in what is cached: a directory changed beneath another changed one (an
+    `rm -rf node_modules` changes thousands) is dropped and re-listed with it, once.
+    `own`: this launch's writable places. What lies in them is not covered on this
+    launch, so their directories are not read: their cached times stay, and the next
+    launch that shows them read-only finds what changed there. A workspace inside a
+    system tree (/usr/src/app) then costs its own launches nothing, however many
+    directories the agent makes in it."""
+    ours = tuple(o for o in own if o in dirs)  # only a place the walk went into
+    prefixes = tuple(o.rstrip("/") + "/" for o in ours)
+    changed = {d for d, mtime in dirs.items()
+               if not (ours and (d in ours or d.startswith(prefixes))) and _mtime(d) != mtime}
+    if not changed:
+        return False
+    roots = {d for d in changed if not _below(os.path.dirname(d), changed) or d == "/"}
+    # Few roots remain, and str.startswith takes them all at once: one C call per path.
+    prefixes = tuple(r.rstrip("/") + "/" for r in roots)
+    for path in [p for p in hidden if p.startswith(prefixes)]:
+        del hidden[path]
+    for path in [d for d in dirs if d in roots or d.startswith(prefixes)]:
+        del dirs[path]
+    skipped = frozenset(skip)
+    for directory in sorted(roots):
+        if os.path.isdir(directory) and not os.path.islink(directory):
+            _scan(directory, skipped, hidden, dirs, groups, listings)
+    return True
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.lstat(path).st_mtime_ns
+    except OSError:
+        return -1
+
+
+# The cache is read on every root launch: fields split by NUL (a path holds none) load in
+# less time than JSON did on 37,000 directories (16-19 against 21-27 ms, measured), and
+# are written by joins in C. The magic, when it was made, how many covers, then each
+# cover's path and 1 (a directory) or 0, then each directory's path and time.
+
+
+def load(path: str) -> tuple[dict[str, bool], dict[str, int], float] | None:
+    try:
+        with open(path, "rb") as handle:
+            parts = handle.read().decode("utf-8", "surrogateescape").split("\0")
+        if parts[0] != _MAGIC:
+            return None
+        made, count = float(parts[1]), int(parts[2])
+        covers, times = parts[3:3 + 2 * count], parts[3 + 2 * count:]
+        if len(covers) != 2 * count or len(times) % 2:
+            return None
+        return (dict(zip(covers[0::2], (flag == "1" for flag in covers[1::2]), strict=True)),
+                dict(zip(times[0::2], map(int, times[1::2]), strict=True)), made)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) -> None:
+    temporary = f"{path}.{os.getpid()}"
+    text = "\0".join([_MAGIC, repr(made), str(len(hidden)),
+                      *(f"{name}\0{1 if is_dir else 0}" for name, is_dir in hidden.items()),
+                      *(f"{name}\0{mtime}" for name, mtime in dirs.items())])
+    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+        handle.write(text.encode("utf-8", "surrogateescape"))
+    os.replace(temporary, path)
+
+
+class _Rebuild(Listings):
+    """A full rebuild: every entry judged again, the memos written anew."""
+
+    def load(self, listed: str) -> tuple[dict[str, str], dict[str, str]]:
+        return {}, {}
+
+
+class _ReadOnly(Listings):
+    """The memos read, never written (`explain`)."""
+
+    def save(self, listed: str, known: dict[str, str], codes: dict[str, str]) -> None:
+        pass
+
+
+class _ReadOnlyRebuild(_ReadOnly, _Rebuild):
+    """A full rebuild for `explain`: every entry judged again, no memo written."""
+
+
+def _groups() -> frozenset[int]:
+    """The groups a root launch's agent keeps: its gid and supplementary groups (bwrap's
+    user namespace forbids setgroups, so they stay)."""
+    return frozenset([os.getgid(), *os.getgroups()])
+
+
+def private_paths(cache: str, skip: list[str], roots: Iterable[str],
+                  own: Iterable[str] = (), *, save_cache: bool = True) -> dict[str, bool]:
+    """What to hide on this root launch: the cache, brought up to date (but in `own`,
+    this launch's writable places: refresh), with each of `roots` (the trees the
+    sandbox shows) it does not hold walked anew, whatever their parents' modes, minus
+    `skip` (and below)."""
+    groups = _groups()
+    loaded = load(cache)
+    now = time.time()
+    fresh = loaded is not None and now - loaded[2] <= MAX_AGE
+    # The full rebuild judges every entry again (a mode changed in place); the memos of
+    # large directories serve only refreshes between rebuilds.
+    listings = Listings(f"{cache}.d") if save_cache else _ReadOnly(f"{cache}.d")
+    rebuild = _Rebuild(listings.directory) if save_cache else _ReadOnlyRebuild(
+        listings.directory)
+    if loaded is None or not fresh:
+        hidden: dict[str, bool] = {}
+        dirs: dict[str, int] = {}
+        made = now
+    else:
+        hidden, dirs, made = loaded
+    changed = refresh(hidden, dirs, skip, groups, listings, own) if fresh and dirs else False
+    for root in roots:
+        if root not in dirs and not _under(root, hidden):
+            _scan(root, frozenset(skip), hidden, dirs, groups, listings if fresh else rebuild)
+            changed = True
+    if not save_cache:  # `explain`: it creates nothing
+        return hidden
+    if changed or loaded is None:
+        save(cache, hidden, dirs, made)
+    if loaded is None:  # the caches of earlier versions, with what they walked
+        _remove_old(os.path.dirname(cache))
+    return hidden
+
+
+def _remove_old(store: str) -> None:
+    import shutil
+
+    for name in OLD_CACHES:
+        for path in (os.path.join(store, name), os.path.join(store, f"{name}.d")):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.unlink(path)
+
+
+def shown_trees(mounts: Iterable[Mount], skip: Iterable[str]) -> list[str]:
+    """The directories the sandbox shows from the host at their own path, read-only (its
+    ro-bind mounts), outermost only, none in `skip` (and below): what the walk covers.
+    A writable bind (the workspace, allow-write, the store) is the agent's own."""
+    masked = tuple(skip)
+    found = sorted({m.source for m in mounts if m.kind in ("ro-bind", "ro-bind-try")
+                    and m.source == m.dest and not _under(m.source, masked)
+                    and os.path.isdir(m.source) and not os.path.islink(m.source)})
+    return [path for path in found if not _under(os.path.dirname(path), found)]
+
+
+_under = paths.under_any
+
+
+def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
+               mounts: Iterable[Mount], *, save_cache: bool = True) -> dict[str, bool]:
+    """On a root launch: the paths of the trees the sandbox shows read-only that root keeps
+    from others, outside the workspace and the other writable places (py)."""
+    store = state.store_root(state_dir, facts.home, facts.uid)
+    pseudo = [m.mountpoint for m in mountinfo.parse(mountinfo.read())
+              if m.fstype in PSEUDO_FS and m.mountpoint != "/"]
+    masked = [*facts.runtime_dirs, "/run", "/proc", "/sys", "/dev", "/tmp", store]
+    # A writable place inside a shown tree (a workspace under /opt) is walked too, and
+    # only filtered below: the cache serves every launch, whatever its workspace. Its
+    # directories are not read again on a launch that writes it (refresh's `own`).
+    skip = [*masked, *pseudo]
+    # Trees shown whatever their parents' modes are walked however they lie, even under a
+    # private place (an allow-read under /run): the skip list holds only below them.
+    bound = [*layout.allow_read, *facts.toolchains]
+    roots = shown_trees(mounts, skip)
+    roots += [b for b in bound if os.path.isdir(b) and not os.path.islink(b)
+              and not _under(b, roots)]
+    # A writable place is not read again unless it holds one of those (covered even
+    # inside the workspace, below).
+    own = [place for place in (layout.workspace, *layout.allow_write)
+           if not any(_under(b, place) for b in bound)]
+    private = private_paths(os.path.join(store, CACHE_NAME), skip, roots, own,
+                            save_cache=save_cache)
+    shown = [*masked, facts.home, layout.workspace, *layout.allow_write]
+    return {path: is_dir for path, is_dir in private.items()
+            if _under(path, bound) or not _under(path, shown)}

@@ -1,0 +1,341 @@
+"""After the session: what the agent's git wrote in its overlay, applied to the real one by rule.
+
+Inside, a repository's git directory is an overlay (core/views.py): every write
+lands in an upper directory in the store, so git works as it does outside
+(`git config`, `remote add`, `push -u`, `submodule add`, worktrees) and nothing
+reaches the real directory while the session runs. When it ends, the launcher
+walks the upper directory and carries over, by the table below, only what git
+makes and nothing git runs or follows (docs/adr/0010-the-workspace-exit.md):
+
+- objects and packs, by their names; refs, HEAD and packed-refs as values
+  that parse, each compared with what it was at launch, so a ref moved outside
+  meanwhile is not overwritten (the agent's value is kept under
+  refs/claude-sandbox/ instead); the index, logs and git's state files;
+- config keys from an allow-list only (repoconfig.py): remotes, upstreams,
+  identity, submodule URLs; never hooks, includes, fsmonitor, filters or helpers;
+- never hooks, alternates, grafts, a rebase's todo list, or anything git does
+  not make, and never a link, FIFO, socket or device: those are named in one
+  line and kept in the store.
+
+What hides changes from `git status` outside and was set in the session (the
+index's skip-worktree and assume-unchanged bits, info/exclude, info/attributes,
+replace refs) is applied and named with the files it hides. The applier writes
+regular files only, each to a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.record import record
+from claude_sandbox.launch.overlay import gitrefs, gitrepo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+@record
+class Snapshot:
+    """A real git directory at launch: what its refs, HEAD, config and index were."""
+
+    head: str | None
+    loose: tuple[tuple[str, str], ...]
+    packed: tuple[tuple[str, str], ...]
+    config: str
+    index: tuple[int, int, int] | None  # inode, size, mtime
+
+
+def snapshot(gitdir: str) -> Snapshot:
+    loose = tuple((n, v) for n, v in gitrepo.loose_refs(gitdir) if v is not None)
+    packed = gitrepo.packed_refs(gitrepo.read_small(os.path.join(gitdir, "packed-refs"),
+                                                    256 << 20))
+    return Snapshot(gitrepo.read_small(os.path.join(gitdir, "HEAD")), loose,
+                    tuple(packed.items()), _config_text(gitdir, "config"),
+                    _index_stat(os.path.join(gitdir, "index")))
+
+
+def _config_text(gitdir: str, name: str) -> str:
+    return gitrepo.read_small(os.path.join(gitdir, name), 4 << 20) or ""
+
+
+def _index_stat(path: str) -> tuple[int, int, int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+# Top-level files git writes while it works, carried over as they are.
+STATE_FILES = frozenset((
+    "ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "MERGE_AUTOSTASH",
+    "CHERRY_PICK_HEAD", "REVERT_HEAD", "COMMIT_EDITMSG", "SQUASH_MSG", "TAG_EDITMSG",
+    "AUTO_MERGE", "BISECT_LOG", "BISECT_START", "BISECT_EXPECTED_REV", "BISECT_ANCESTORS_OK",
+    "BISECT_NAMES", "BISECT_TERMS", "NOTES_EDITMSG", "description", "shallow",
+))  # fmt: skip
+# Files git leaves for itself that mean nothing outside: dropped without a word.
+_TRANSIENT = ("gc.log", "gc.pid", "index.lock", "HEAD.lock", "config.lock", "packed-refs.lock")
+# Never carried over: each line says what it would do outside.
+_REFUSED = (
+    ("hooks/", "git runs hooks"),
+    ("objects/info/alternates", "it makes git read objects from another directory"),
+    ("objects/info/http-alternates", "it makes git read objects from another place"),
+    ("info/grafts", "it rewrites the history git shows"),
+    ("rebase-merge/", "a rebase in progress: its todo list holds commands git runs"),
+    ("rebase-apply/", "a rebase or am in progress: git resumes it with what it holds"),
+    ("sequencer/", "a cherry-pick or revert in progress: its todo list holds commands"),
+)
+# Applied, and named: each hides changes from `git status` and `git diff` outside.
+_HIDING = ("info/exclude", "info/attributes", "info/sparse-checkout")
+
+
+@record
+class Result:
+    lines: tuple[str, ...]  # one line per thing the user should know
+    kept: bool  # something was not applied: the upper directory is worth keeping
+
+
+def _entries(upper: str) -> Iterator[tuple[str, str]]:
+    """(relative path, "dir" | "file" | "whiteout" | "opaque" | "other") under `upper`."""
+    for name, entry in gitrepo.walk(upper, ordered=True):
+        info = entry.stat(follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            yield name, "opaque" if _opaque(entry.path) else "dir"
+        elif stat.S_ISREG(info.st_mode):
+            yield name, "file"
+        elif stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:
+            yield name, "whiteout"  # overlayfs's mark of a deletion
+        else:
+            yield name, "other"
+
+
+def _opaque(path: str) -> bool:
+    try:
+        return os.getxattr(path, "user.overlay.opaque", follow_symlinks=False) == b"y"
+    except OSError:
+        return False
+
+
+def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
+          copy: bool = False) -> Result:
+    """Carry what `upper` holds over to the git directory `real`; `base` is it at launch.
+
+    `base` None: a git directory the launch did not see (a submodule's new one):
+    what it holds now is the base. `copy`: never move a file out of `upper`, which
+    sessions keep writing (review mode): a moved file would stay one inode with
+    whatever in the upper is hard-linked to it.
+    """
+    lines: list[str] = []
+    kept = False
+    entries = list(_entries(upper))
+    if base is None:
+        base = snapshot(real)
+    files = {rel for rel, kind in entries if kind == "file"}
+    gone = {rel for rel, kind in entries if kind == "whiteout"}
+    opaque = {rel for rel, kind in entries if kind == "opaque"}
+    for rel, kind in entries:
+        if kind == "other":
+            lines.append(f"{real}/{rel}: not applied: git makes only regular files and "
+                         "directories (a link or special file)")
+            kept = True
+    modules = sorted({rel.split("/")[1] for rel in files | gone
+                      if rel.startswith("modules/") and rel.count("/") >= 2})
+    for rel in sorted(files | gone):
+        if rel.startswith("modules/") and rel.count("/") >= 2:
+            continue  # a submodule's git directory: applied as one, below
+        action, why = _classify(rel)
+        if action == "refuse":
+            if rel in files:
+                lines.append(f"{real}/{rel}: not applied: {why}")
+                kept = True
+        elif action in ("copy", "hide"):
+            if rel in gone:
+                gitrefs.remove(os.path.join(real, rel))
+            else:
+                _place(os.path.join(upper, rel), os.path.join(real, rel), copy)
+                if action == "hide":
+                    lines.append(f"{real}/{rel} was changed in the session: it hides files "
+                                 "from git status and git diff outside; review it")
+        elif action == "object" and rel in files:
+            target = os.path.join(real, rel)
+            if not os.path.lexists(target):
+                _place(os.path.join(upper, rel), target, copy)
+        elif action == "unknown" and rel in files:
+            lines.append(f"{real}/{rel}: not applied: not something git makes")
+            kept = True
+    lines += gitrefs.apply(upper, real, base, files, gone, opaque)
+    lines += _apply_head(upper, real, base, files)
+    lines += _apply_config(upper, real, base, files, workspace)
+    lines += _apply_index(upper, real, base, files, copy)
+    for name in modules:
+        sub = apply(os.path.join(upper, "modules", name), os.path.join(real, "modules", name),
+                    None, workspace, copy=copy)
+        lines += sub.lines
+        kept = kept or sub.kept
+    return Result(tuple(lines), kept)
+
+
+def ref_changes(upper: str, base: Snapshot) -> list[tuple[str, str | None, str | None]]:
+    """What applying `upper` would do to the refs and HEAD: (name, old, new), None for
+    absent, for `claude-sandbox review` to show before anything is applied."""
+    entries = list(_entries(upper))
+    files = {rel for rel, kind in entries if kind == "file"}
+    gone = {rel for rel, kind in entries if kind == "whiteout"}
+    opaque = {rel for rel, kind in entries if kind == "opaque"}
+    found = gitrefs.planned(upper, base, files, gone, opaque)
+    head = gitrepo.read_small(os.path.join(upper, "HEAD")) if "HEAD" in files else None
+    if head is not None and head != base.head:
+        found.append(("HEAD", (base.head or "").strip() or None, head.strip()))
+    return found
+
+
+def _classify(rel: str) -> tuple[str, str]:
+    """What to do with one path of the upper directory: the table the module docstring reads."""
+    if rel.endswith(_TRANSIENT) or "/tmp_" in rel or rel.endswith(".lock"):
+        return "skip", ""
+    for prefix, why in _REFUSED:
+        if rel == prefix.rstrip("/") or rel.startswith(prefix):
+            return "refuse", why
+    if rel in _HIDING:
+        return "hide", ""
+    if rel in ("HEAD", "config", "index", "packed-refs") or rel.startswith("refs/"):
+        return "special", ""  # each has its own step below
+    if rel in STATE_FILES or rel.startswith(("logs/", "lfs/objects/")):
+        return "copy", ""
+    if rel.startswith("objects/"):
+        return ("object", "") if _object_name(rel) else ("skip", "")
+    if rel.startswith("worktrees/"):
+        return _classify_worktree(rel)
+    if rel.startswith(("info/", "lfs/")):
+        return "skip", ""
+    return "unknown", ""
+
+
+def _object_name(rel: str) -> bool:
+    parts = rel.split("/")
+    if len(parts) == 3 and len(parts[1]) == 2 and gitrepo.is_object_id(parts[1] + parts[2]):
+        return True
+    if len(parts) == 3 and parts[1] == "pack" and parts[2].startswith("pack-"):
+        stem, _, suffix = parts[2][5:].partition(".")
+        return gitrepo.is_object_id(stem) and suffix in (
+            "pack", "idx", "rev", "bitmap", "keep", "promisor", "mtimes")
+    return False
+
+
+def _classify_worktree(rel: str) -> tuple[str, str]:
+    """A linked worktree's metadata: its pointers must say what `git worktree add` writes."""
+    parts = rel.split("/", 2)
+    if len(parts) < 3:
+        return "skip", ""
+    leaf = parts[2]
+    if leaf in ("commondir", "gitdir", "HEAD", "ORIG_HEAD", "index", "locked",
+                "FETCH_HEAD", "MERGE_HEAD", "MERGE_MSG", "COMMIT_EDITMSG", "AUTO_MERGE") or (
+            leaf.startswith("logs/")):
+        return "copy", ""
+    for prefix, why in _REFUSED:
+        if leaf.startswith(prefix):
+            return "refuse", why
+    if leaf == "config.worktree":
+        return "refuse", "per-worktree configuration is not carried over"
+    return "skip", ""
+
+
+def _place(source: str, target: str, copy: bool = False) -> None:
+    """`source` (a regular file of the upper) to `target`, by a rename into place."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    temporary = f"{target}.csbx-{os.getpid()}"
+    moved = False
+    if not copy:
+        try:
+            os.rename(source, temporary)  # the same file system: no copy
+            moved = True
+        except OSError:
+            pass
+    if not moved:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                          | os.O_CLOEXEC, stat.S_IMODE(os.fstat(fd).st_mode) & 0o755)
+            try:
+                while chunk := os.read(fd, 1 << 20):
+                    os.write(out, chunk)
+            finally:
+                os.close(out)
+        finally:
+            os.close(fd)
+    os.replace(temporary, target)
+
+
+def _apply_head(upper: str, real: str, base: Snapshot, files: set[str]) -> list[str]:
+    if "HEAD" not in files:
+        return []
+    text = gitrepo.read_small(os.path.join(upper, "HEAD"))
+    if gitrepo.ref_value(text) is None or text is None:
+        return [f"{real}/HEAD: not applied: not a ref or an object id"]
+    if text == base.head:
+        return []
+    if gitrepo.read_small(os.path.join(real, "HEAD")) != base.head:
+        return [f"{real}/HEAD changed outside during the session; the session's HEAD "
+                f"({text.strip()}) was not applied"]
+    gitrefs.write(os.path.join(real, "HEAD"), text)
+    return []
+
+
+def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],
+                  workspace: str) -> list[str]:
+    if "config" not in files:
+        return []
+    from claude_sandbox.launch.overlay import gitpolicy, repoconfig
+
+    try:
+        old = repoconfig.parse(base.config)
+        new = repoconfig.parse(_config_text(upper, "config"))
+        current = _config_text(real, "config")
+        applicable, refused = gitpolicy.split(repoconfig.changes(old, new))
+        # core.worktree (a submodule's) must name a tree in the workspace: git outside
+        # would otherwise check files out, and read attributes, wherever it points.
+        # Resolved as git resolves it, through every link on the way.
+        outside = [c for c in applicable if c.name == "core.worktree" and not all(
+            _within(os.path.realpath(os.path.join(real, v or "")), workspace) for v in c.new)]
+        applicable = tuple(c for c in applicable if c not in outside)
+        refused = (*refused, *((c, "it names a tree outside the workspace") for c in outside))
+        if applicable:
+            gitrefs.write(os.path.join(real, "config"), repoconfig.rewrite(current, applicable))
+    except repoconfig.ConfigSyntax as error:
+        return [f"{real}/config: the session's changes were not applied ({error})"]
+    return [f"{real}/config: {change.name} not applied: {why}" for change, why in refused]
+
+
+def _apply_index(upper: str, real: str, base: Snapshot, files: set[str],
+                 copy: bool = False) -> list[str]:
+    if "index" not in files:
+        return []
+    from claude_sandbox.launch.overlay import gitindex
+
+    target = os.path.join(real, "index")
+    if _index_stat(target) != base.index:
+        return [f"{target} changed outside during the session; the session's index was not "
+                "applied (git status outside shows its own)"]
+    lines = []
+    try:
+        before = set(gitindex.read_hidden(target))
+        hidden = [pair for pair in gitindex.read_hidden(os.path.join(upper, "index"))
+                  if pair not in before]
+    except gitindex.IndexFormat as error:
+        return [f"{target}: the session's index was not applied ({error})"]
+    for bit in ("skip-worktree", "assume-unchanged"):
+        names = [path for path, kind in hidden if kind == bit]
+        if names:
+            shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10
+                                             else "")
+            lines.append(f"{real}: the session marked {len(names)} file(s) {bit}, so git "
+                         f"status and git diff outside do not show their changes: {shown} "
+                         f"(undo: git update-index --no-{bit} FILE)")
+    _place(os.path.join(upper, "index"), target, copy)
+    return lines
+
+
+_within = paths.under

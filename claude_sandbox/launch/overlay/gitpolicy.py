@@ -1,0 +1,120 @@
+"""Which .git/config variables may go from the agent's copy to the real file: the allow-list.
+
+repoconfig.py reads and writes git's config syntax; this module judges each
+variable. Deny by default: what the allow-list does not name stays behind, and
+what git runs, follows or trusts gets a reason of its own, so the user sees why
+(ADR 0010).
+"""
+
+from __future__ import annotations
+
+from claude_sandbox.launch.overlay.repoconfig import Change, Entry, variable_name
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+# The policy. Deny by default: what _ALLOWED does not name is refused. What git
+# runs, follows or trusts gets a reason of its own, so that the user sees why.
+_RUN = "runs a program"
+_DANGER: dict[str, str] = {  # "section.key" (any subsection) or a whole "section"
+    "core.fsmonitor": _RUN, "core.sshcommand": _RUN, "core.pager": _RUN, "core.editor": _RUN,
+    "core.askpass": _RUN, "core.gitproxy": _RUN, "sequence.editor": _RUN, "pager": _RUN,
+    "core.hookspath": "chooses the hooks git runs",
+    # Drivers: textconv and external diffs, merge drivers; clean, smudge and process filters.
+    "diff.textconv": _RUN, "diff.command": _RUN, "diff.external": _RUN, "merge.driver": _RUN,
+    "filter": "runs programs on checkout and add",
+    # A local fetch or push runs these; vcs names a remote helper; update can be !command.
+    "remote.uploadpack": _RUN, "remote.receivepack": _RUN, "remote.vcs": _RUN,
+    "submodule.update": "runs a command (!command)",
+    "uploadpack": "runs programs (packObjectsHook)", "receivepack": "runs hooks and programs",
+    "alias": "runs commands, shell commands with !", "gpg": "runs a signing program",
+    "credential": "runs helpers that receive passwords",
+    # Another file's variables, past this filter (and /dev/tty would hang git).
+    "include": "reads another config file", "includeif": "reads another config file",
+    # Every URL git fetches or pushes, whichever remote names it.
+    "url": "rewrites the URLs git uses",
+    # Proxies, certificates, cookie files and extra headers: where secrets go.
+    "http": "sets proxies, certificates and headers",
+    # protocol.ext.allow would let an ext:: URL run its command.
+    "protocol": "allows transports that run commands",
+}
+_ALLOWED: dict[tuple[str, bool], tuple[str, ...]] = {  # (section, has a subsection): keys
+    ("remote", True): ("url", "pushurl", "fetch", "push", "tagopt", "prune", "prunetags",
+                       "mirror", "skipdefaultupdate", "skipfetchall"),
+    ("branch", True): ("remote", "pushremote", "merge", "rebase", "description"),
+    ("user", False): ("name", "email"),
+    ("submodule", True): ("url", "active", "branch", "shallow", "fetchrecursesubmodules",
+                          "ignore"),
+    # What git init, clone and worktree write, each with a plain value only.
+    ("core", False): ("repositoryformatversion", "filemode", "bare", "logallrefupdates",
+                      "ignorecase", "precomposeunicode", "symlinks", "worktree"),
+    ("extensions", False): ("objectformat", "worktreeconfig"),
+}
+_BOOLEANS = frozenset({"", "true", "false", "yes", "no", "on", "off"})
+
+
+def _name_refusal(section: str, subsection: str | None, key: str) -> str | None:
+    # A subsection is the agent's text, maybe terminal escapes: a reason never shows it.
+    shown = variable_name(section, None if subsection is None else "*", key)
+    if f"{section}.{key}" in _DANGER:
+        return f"{shown} {_DANGER[section + '.' + key]}"
+    if section in _DANGER:
+        return f"{section}.* {_DANGER[section]}"
+    if key not in _ALLOWED.get((section, subsection is not None), ()):
+        return f"{shown} is not on the allow-list"
+    return None
+
+
+def _plain(key: str, value: str | None) -> bool:
+    if key == "objectformat":
+        return value in ("sha1", "sha256")
+    if value is None or value.lower() in _BOOLEANS:
+        return True
+    if key == "logallrefupdates" and value == "always":
+        return True
+    return key != "worktreeconfig" and value.isascii() and value.isdigit() and len(value) < 10
+
+
+def refusal(entry: Entry) -> str | None:
+    """None when `entry` may go from the agent's config to the real one, else why not."""
+    section, key, value = entry.section, entry.key, entry.value
+    reason = _name_refusal(section, entry.subsection, key)
+    if reason is not None:
+        return reason
+    shown = variable_name(section, None if entry.subsection is None else "*", key)
+    if key in ("url", "pushurl"):
+        url = (value or "").lstrip()
+        if not url:
+            return f"{shown} needs a value"
+        if url.lower().startswith(("ext::", "fd::")):
+            return f"{shown}: ext:: and fd:: URLs run a command or use open descriptors"
+        if url.startswith("-"):
+            return f"{shown} starts with '-', which ssh or git would read as an option"
+        if not url.isprintable():  # a newline once leaked credentials to another host
+            return f"{shown} holds control characters"
+    elif key == "worktree":
+        # The shape only: the caller resolves the path and keeps it in the workspace.
+        if not value or value.startswith(("/", "~")) or "\n" in value or "\0" in value:
+            return "core.worktree must be a relative path"
+    elif section in ("core", "extensions") and not _plain(key, value):
+        return f"{shown} takes only a plain value (an integer, a boolean, sha1 or sha256)"
+    return None
+
+
+def split(found: Sequence[Change]) -> tuple[tuple[Change, ...], tuple[tuple[Change, str], ...]]:
+    """(the changes that may be applied, the refused ones with why)."""
+    applicable: list[Change] = []
+    refused: list[tuple[Change, str]] = []
+    for change in found:
+        # A removal needs only the name: the user's own config keeps what it may not gain.
+        reasons = [refusal(Entry(change.section, change.subsection, change.key, value, 0, 0))
+                   for value in change.new] or [
+                       _name_refusal(change.section, change.subsection, change.key)]
+        reason = next((reason for reason in reasons if reason is not None), None)
+        if reason is None:
+            applicable.append(change)
+        else:
+            refused.append((change, reason))
+    return tuple(applicable), tuple(refused)

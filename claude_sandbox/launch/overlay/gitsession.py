@@ -1,0 +1,341 @@
+"""The workspace's overlays around one session: made before it, applied and checked after.
+
+Before the sandbox starts, each git directory the launch overlays is checked
+(gitcheck.py: nothing but regular files and directories) and its refs, HEAD,
+config and index are noted (gitapply.Snapshot); each overlay gets its upper and
+work directories in the agent's per-workspace store. After the session, each
+git upper is applied by rule (gitapply.py), the real directory is checked
+again, and what was not applied is kept in the store and named. Repositories
+the session made or changed that had no overlay (a nested one the agent
+created) are checked the same way, and their hooks and configuration changed
+in the session are quarantined (ADR 0010, check 70).
+
+A launcher killed before it applied leaves its session's directory behind. Each
+session's directory holds a lock its launcher keeps for its whole life, so the
+next launch in that workspace tells an interrupted session from a live one by
+the lock, not by a process ID a container reuses. An interrupted session that
+wrote nothing is removed; one that wrote is kept aside and named, so nothing the
+agent's git wrote is lost or applied unread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import time
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.core.record import record
+from claude_sandbox.launch.overlay import gitapply, gitcheck, gitrepo
+from claude_sandbox.launch.planner.overlays import View
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+
+@record
+class Layer:
+    """One overlay as mounted: its view, and where its upper and work directories are."""
+
+    view: View
+    upper: str
+    work: str
+    base: gitapply.Snapshot | None  # a git view's real directory at launch
+    lock: int | None  # a git view's session lock, held until it is applied
+    since_ns: int = 0  # when the layer was made: the session's start
+
+
+def _new_session(view: View) -> tuple[str, int]:
+    """A session directory of this launch's, locked for as long as the launcher lives.
+
+    Made under a dot name and renamed once locked: a concurrent launch never takes a
+    directory that is still being made for an interrupted one."""
+    sessions = os.path.join(upper_base(view.store), "sessions")
+    os.makedirs(sessions, mode=0o700, exist_ok=True)
+    name = os.urandom(8).hex()
+    staging = os.path.join(sessions, f".new-{name}")
+    os.mkdir(staging, 0o700)
+    fd = os.open(os.path.join(staging, "lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    directory = os.path.join(sessions, name)
+    os.rename(staging, directory)
+    return directory, fd
+
+
+# overlayfs refuses an upper directory on overlayfs, and a container's root file system
+# (where the store lies unless state-dir names a volume) often is one. Then the uppers
+# go to /dev/shm, a tmpfs every container has, in a directory of this user's, 0700.
+_SHM = "/dev/shm"
+
+
+def upper_base(store: str) -> str:
+    if _fstype(store) != "overlay":
+        return store
+    key = paths.sha256_hex(store.encode("utf-8", "surrogateescape"))[:16]
+    base = os.path.join(_SHM, f"claude-sandbox-{os.getuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise SandboxError(f"{base} is not a directory of yours: the sandbox keeps the "
+                           "session's git changes there; remove it", EXIT_REFUSED)
+    os.chmod(base, 0o700)
+    return os.path.join(base, key)
+
+
+def _fstype(path: str) -> str:
+    """The type of the file system `path` (or its nearest existing parent) lies on."""
+    from claude_sandbox.core import mountinfo
+
+    while not os.path.exists(path) and path != "/":
+        path = os.path.dirname(path)
+    real = os.path.realpath(path)
+    best = ("", "")
+    for mount in mountinfo.parse(mountinfo.read()):
+        point = mount.mountpoint
+        if paths.under(real, point) and len(point) >= len(best[0]):
+            best = (point, mount.fstype)
+    return best[1]
+
+
+def prepare(views: Sequence[View], quarantine: gitcheck.Quarantine) -> tuple[Layer, ...]:
+    """Check each git directory, note it, and make every overlay's directories."""
+    layers = []
+    for view in views:
+        try:
+            layers.append(_prepare_one(view, quarantine))
+        except OSError as error:
+            raise SandboxError(f"{view.store}: the session's overlay for {view.target} could "
+                               f"not be made ({error.strerror or error}); the agent's store "
+                               "must be writable", EXIT_REFUSED) from None
+    return tuple(layers)
+
+
+def _prepare_one(view: View, quarantine: gitcheck.Quarantine) -> Layer:
+    base = lock = None
+    if view.kind == "workspace":
+        from claude_sandbox.launch.overlay import review
+
+        pending = review.open_pending(upper_base(view.store), view.target)
+        if pending.count:
+            quarantine.lines.append(review.pending_line(pending.count, view.target,
+                                                        at_launch=True))
+        return Layer(view, pending.upper, pending.work, None, pending.lock, time.time_ns())
+    if view.kind == "git":
+        _keep_interrupted(view, quarantine)
+        gitcheck.check(view.target, quarantine)
+        base = gitapply.snapshot(view.target)
+        directory, lock = _new_session(view)
+    else:
+        directory = upper_base(view.store)
+    upper, work = os.path.join(directory, "upper"), os.path.join(directory, "work")
+    for path in (upper, work):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    return Layer(view, upper, work, base, lock)
+
+
+def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarantine) -> None:
+    """Apply each git layer to its real directory, check it, keep what was not applied;
+    in review mode, say what waits for review."""
+    for layer in layers:
+        if layer.view.kind == "workspace":
+            from claude_sandbox.launch.overlay import review
+
+            try:
+                count = review.note_seen(os.path.dirname(layer.upper), layer.upper,
+                                         layer.view.target, layer.since_ns)
+            except OSError as error:
+                count = review.count_pending(layer.upper, layer.view.target)
+                quarantine.lines.append(f"warning: what the workspace's files were could not "
+                                        f"be noted ({error.strerror}): review apply asks "
+                                        "for --force before it overwrites them")
+            if count:
+                quarantine.lines.append(review.pending_line(count, layer.view.target,
+                                                            at_launch=False))
+            if layer.lock is not None:
+                os.close(layer.lock)
+            continue
+        if layer.view.kind != "git":
+            continue
+        directory = os.path.dirname(layer.upper)
+        try:
+            result = gitapply.apply(layer.upper, layer.view.target, layer.base, workspace)
+            gitcheck.check(layer.view.target, quarantine)
+        except (OSError, ValueError) as error:
+            # Never half-applied in silence: what is left stays in the store, named.
+            result = gitapply.Result((f"{layer.view.target}: the session's git changes could "
+                                      f"not all be applied ({error})",), True)
+        quarantine.lines += result.lines
+        try:
+            if result.kept:
+                kept = _keep(layer.view, directory)
+                quarantine.lines.append(f"what the session's git wrote and was not applied "
+                                        f"is kept in {kept}")
+            else:
+                remove_tree(directory)
+        except OSError as error:
+            quarantine.lines.append(f"what the session's git wrote stays in {directory} "
+                                    f"({error.strerror or error})")
+        finally:
+            if layer.lock is not None:
+                os.close(layer.lock)
+
+
+def _keep(view: View, directory: str) -> str:
+    """Keep a session's upper directory aside, beside the sessions: a rename on one file
+    system, never a copy (an upper holds overlayfs whiteouts, device files only root
+    could make again). The work directory is overlayfs's scratch: removed first."""
+    remove_tree(os.path.join(directory, "work"))
+    kept = os.path.join(upper_base(view.store), "kept")
+    os.makedirs(kept, mode=0o700, exist_ok=True)
+    target = os.path.join(kept, f"{time.strftime('%Y%m%dT%H%M%S')}-{os.urandom(4).hex()}")
+    os.rename(directory, target)
+    return os.path.join(target, "upper")
+
+
+def _keep_interrupted(view: View, quarantine: gitcheck.Quarantine) -> None:
+    """A dead launcher's session was never applied: keep it aside, and say where."""
+    sessions = os.path.join(upper_base(view.store), "sessions")
+    try:
+        names = os.listdir(sessions)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith("."):
+            continue  # being made, or a launch that died making it: holds nothing
+        directory = os.path.join(sessions, name)
+        lock = _claim(directory)
+        if lock is None:
+            continue  # its launcher is alive
+        try:
+            upper = os.path.join(directory, "upper")
+            if not os.path.isdir(upper) or not os.listdir(upper):
+                remove_tree(directory)  # it wrote nothing: nothing to keep or say
+                continue
+            kept = _keep(view, directory)
+            quarantine.lines.append(
+                f"an interrupted session's git changes to {view.target} were not applied; "
+                f"they are kept in {kept}")
+        finally:
+            if lock >= 0:
+                os.close(lock)
+
+
+def _claim(directory: str) -> int | None:
+    """A dead session's lock, taken (its fd), or -1 when it has no lock to take (made
+    before locks, or broken): both are interrupted. None: its launcher lives, or another
+    launch took the directory meanwhile."""
+    try:
+        fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return -1 if os.path.isdir(directory) else None
+    except OSError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_tree(path: str) -> None:
+    """Remove a directory tree of ours; overlayfs leaves its work directory mode 000.
+
+    Python's own removal recurses, and a tree the agent made may be deeper than the
+    interpreter's stack: then coreutils, which walk iteratively, remove it."""
+    import shutil
+
+    # Top down, iteratively: each directory is opened up before the walk lists it.
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+    for _name, entry in gitrepo.walk(path):
+        if entry.is_dir(follow_symlinks=False):
+            try:
+                os.chmod(entry.path, 0o700)
+            except OSError:
+                pass
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        import subprocess
+
+        from claude_sandbox.core import paths
+
+        subprocess.run([paths.tool("rm"), "-rf", "--one-file-system", "--", path],
+                       check=False, capture_output=True, stdin=subprocess.DEVNULL,
+                       env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+
+
+def check_made(paths: Iterable[str], workspace: str, overlaid: Iterable[str], since_ns: int,
+               quarantine: gitcheck.Quarantine) -> None:
+    """Repositories the session made or changed without an overlay: checked, and their
+    hooks and configuration from the session quarantined (the config is replaced by
+    its allowed keys)."""
+    done = {os.path.realpath(p) for p in overlaid}
+    for path in paths:
+        gitdir = path
+        if os.path.basename(path) == ".git" and _regular(path):
+            target = gitrepo.gitfile_target(path)
+            if target is None or not _inside(os.path.realpath(target), workspace):
+                quarantine.take(path, "a .git file that names a git directory outside the "
+                                "workspace: git outside would use that directory's config")
+                continue
+            gitdir = target
+        # A worktree's or submodule's git directory inside an overlaid one was applied
+        # with it.
+        resolved = os.path.realpath(gitdir)
+        if any(_inside(resolved, d) for d in done) or not os.path.isdir(gitdir):
+            continue
+        gitcheck.check(gitdir, quarantine)
+        strip_made(gitdir, since_ns, quarantine)
+
+
+def strip_made(gitdir: str, since_ns: int, quarantine: gitcheck.Quarantine) -> None:
+    from claude_sandbox.launch.overlay import gitpolicy, repoconfig
+
+    hooks = os.path.join(gitdir, "hooks")
+    try:
+        entries = list(os.scandir(hooks))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not entry.name.endswith(".sample") and _since(entry.path, since_ns):
+            quarantine.take(entry.path, "a git hook made in the session: git outside runs it")
+    config = os.path.join(gitdir, "config")
+    if not _since(config, since_ns):
+        return
+    text = gitrepo.read_small(config, 4 << 20) or ""
+    try:
+        allowed, refused = gitpolicy.split(repoconfig.changes((), repoconfig.parse(text)))
+        names = ", ".join(change.name for change, _ in refused)
+    except repoconfig.ConfigSyntax:
+        allowed, names = (), "it does not parse"
+    if names:
+        quarantine.take(config, f"configuration made in the session that git would run or "
+                        f"follow: {names}")
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+            handle.write(repoconfig.rewrite("", allowed))
+
+
+def _since(path: str, since_ns: int) -> bool:
+    try:
+        return os.lstat(path).st_ctime_ns >= since_ns
+    except OSError:
+        return False
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+_inside = paths.under
