@@ -1436,3 +1436,30 @@ def test_93_upstream_proxy_egress_only(request: pytest.FixtureRequest) -> None:
     error = connect_error(address, int(port))
     assert error is not None, f"the agent reached the upstream proxy {upstream} itself"
     note(request, f"the upstream proxy {upstream} is the egress proxy's alone ({error})")
+
+
+# ---------------------------------------------- 95, 96 (the cgroup view, codex's config)
+def test_95_cgroup_view_private(request: pytest.FixtureRequest) -> None:
+    if not os.path.exists("/proc/self/ns/cgroup"):
+        note(request, "this kernel has no cgroup namespaces")
+        return
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    outside = [line for line in lines if line.split(":", 2)[-1] != "/"]
+    assert not outside, f"the host's cgroup paths show: {'; '.join(outside)}"
+    note(request, f"{len(lines)} hierarchy line(s), each at /")
+
+
+def test_96_codex_managed_config_inside(request: pytest.FixtureRequest) -> None:
+    if _agent().name != "codex":
+        note(request, f"{_agent().name}: codex's managed configuration is not bound")
+        return
+    from claude_sandbox.launch.planner import codexconfig
+
+    path = paths.CODEX_MANAGED_CONFIG
+    can, evidence = writable(path)
+    assert not can, f"writable inside: {evidence}"
+    text = Path(path).read_text()
+    assert codexconfig.SETTING in text.splitlines(), f"{path} does not set {codexconfig.SETTING}"
+    assert text == codexconfig.inside(str(FACTS.get("codex_managed_config", ""))), \
+        f"{path} is not the operator's file with the sandbox's setting"
+    note(request, f"{path}: read-only, {codexconfig.SETTING}, the operator's lines kept")

@@ -31,7 +31,7 @@ import os
 import posixpath
 import select
 
-from claude_sandbox.core import kernel, paths
+from claude_sandbox.core import kernel, paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import load_libc, pass_stop_on
 from claude_sandbox.inside import landlock
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 SOCKET = paths.BROKER_SOCKET
 REQUEST_LIMIT = 8 << 20  # command-client.c's limit
+SIGNAL_LIMIT = 64  # a signal from the client, a status from the command's init
 EXIT_CANNOT = 126  # a shell's status for a command it cannot run
 _RELAYED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
             signal.SIGUSR2, signal.SIGWINCH}
@@ -123,30 +124,15 @@ def _reap(agent: int, handlers: set[int], tty: bool) -> None:
 
 
 # -------------------------------------------------------------- one command, served
-def _receive(conn: int) -> tuple[bytes, list[int]]:
-    """The client's request and its three descriptors; ([], b"") when it is malformed."""
+def _receive(conn: int) -> tuple[list[str], list[int]]:
+    """The client's request (its fields) and its descriptors; ([], []) when malformed."""
     sock = _socket.socket(fileno=os.dup(conn))
     try:
-        head, ancillary, _, _ = sock.recvmsg(4, _socket.CMSG_SPACE(3 * 4))
-        fds: list[int] = []
-        for level, kind, data in ancillary:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                fds += [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
-        if len(head) != 4 or len(fds) != 3:
-            return b"", fds
-        length = int.from_bytes(head, "little")
-        if length > REQUEST_LIMIT:
-            return b"", fds
-        chunks, got = [], 0
-        while got < length:
-            chunk = sock.recv(min(length - got, 1 << 20))
-            if not chunk:
-                return b"", fds
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks), fds
-    finally:
-        sock.close()
+        message = wire.receive(sock, REQUEST_LIMIT)
+    except (OSError, wire.WireError):
+        message = None
+    sock.close()
+    return (list(message.fields), list(message.fds)) if message else ([], [])
 
 
 def _forked(body: Any, *args: Any) -> NoReturn:
@@ -163,13 +149,17 @@ def _forked(body: Any, *args: Any) -> NoReturn:
 
 
 def parse(data: bytes) -> tuple[str, str, list[str], dict[str, str]] | None:
-    """(the executed shell, working directory, argv, environment), or None when malformed.
-
-    The fields are command-client.c's: "1", the shell as executed (AT_EXECFN), the
-    working directory, the count of arguments, the arguments, the environment."""
-    if not data.endswith(b"\0"):
+    """The body of command-client.c's request (core/wire.py's fields), or None."""
+    try:
+        return _request(wire.unpack(data, REQUEST_LIMIT))
+    except wire.WireError:
         return None
-    fields = [f.decode("utf-8", "surrogateescape") for f in data[:-1].split(b"\0")]
+
+
+def _request(fields: list[str]) -> tuple[str, str, list[str], dict[str, str]] | None:
+    """(the executed shell, working directory, argv, environment), or None when malformed:
+    "1", the shell as executed (AT_EXECFN), the working directory, the count of
+    arguments, the arguments, the environment."""
     if len(fields) < 4 or fields[0] != "1" or not fields[3].isascii() \
             or not fields[3].isdigit() or len(fields[3]) > 7:
         return None
@@ -187,8 +177,8 @@ def _handle(settings: Inner, conn: int) -> NoReturn:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the server blocks SIGTSTP
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        data, fds = _receive(conn)
-        request = parse(data) if len(fds) == 3 else None
+        fields, fds = _receive(conn)
+        request = _request(fields) if len(fds) == 3 else None
         if request is not None and settings.offline_commands and _network_streams(fds):
             os.write(fds[2], b"claude-sandbox: command server: offline-commands: a command's "
                      b"standard streams may not be network sockets, refused\n")
@@ -218,8 +208,7 @@ def _handle(settings: Inner, conn: int) -> NoReturn:
         os.close(status_read)
         _forked(_init, settings, shell, request, fds, status_write)
     os.close(status_write)
-    for fd in fds:
-        os.close(fd)
+    wire.close(fds)
     _relay(conn, init, status_read)
 
 
@@ -264,13 +253,12 @@ def _init(settings: Inner, shell: str, request: tuple[str, str, list[str], dict[
         command = os.fork()
         if command == 0:
             _forked(_exec_command, settings, shell, request, fds)
-        for fd in fds:
-            os.close(fd)
+        wire.close(fds)
         for signum in _RELAYED:
             signal.signal(signum, lambda s, _f, g=command: _pass(g, s))
         _, raw = os.waitpid(command, 0)  # EINTR is retried (PEP 475)
         code = os.waitstatus_to_exitcode(raw)
-        os.write(status, (256 - code if code < 0 else code).to_bytes(4, "little"))
+        os.write(status, wire.pack(["status", str(256 - code if code < 0 else code)]))
     except OSError as exc:
         os.write(2, f"claude-sandbox: command server: {exc}\n".encode())
         os.write(status, EXIT_CANNOT.to_bytes(4, "little"))
@@ -329,29 +317,46 @@ def _relay(conn: int, init: int, status_read: int) -> NoReturn:
     poller = select.poll()
     poller.register(conn, select.POLLIN)
     poller.register(pidfd, select.POLLIN)
+    client = _socket.socket(fileno=conn)
     while True:
         ready = {fd for fd, _ in poller.poll()}
         if conn in ready:
             try:
-                data = os.read(conn, 64)
-            except OSError:
-                data = b""
-            if not data:  # the client is gone (SIGKILLed after its timeout): so is the command
-                os.kill(init, signal.SIGKILL)
+                message = wire.receive(client, SIGNAL_LIMIT)
+            except (OSError, wire.WireError):
+                message = None
+            if message is None:  # the client is gone (killed after its timeout), so is the
+                os.kill(init, signal.SIGKILL)  # command
                 poller.unregister(conn)
-            for signum in data:
-                if signum in _RELAYED:
+            else:
+                wire.close(message.fds)  # a signal carries none; one sent anyway is not kept
+                signum = _number(message.fields, "signal")
+                if signum is not None and signum in _RELAYED:
                     os.kill(init, signum)
         if pidfd in ready:
             os.waitpid(init, 0)
-            raw = os.read(status_read, 4)
-            _reply(conn, int.from_bytes(raw, "little") if len(raw) == 4 else 256 + 9)
+            _reply(conn, _status(os.read(status_read, SIGNAL_LIMIT)))
             os._exit(0)
+
+
+def _status(data: bytes) -> int:
+    """What the command's init wrote: "status", N; killed (256 + SIGKILL) otherwise."""
+    fields = wire.unpack(data, SIGNAL_LIMIT) if data.endswith(b"\0") else []
+    status = _number(fields, "status")
+    return 256 + 9 if status is None else status
+
+
+def _number(fields: tuple[str, ...] | list[str], kind: str) -> int | None:
+    """N of a message `kind`, N (a signal, a status: at most 3 digits); None otherwise."""
+    if len(fields) == 2 and fields[0] == kind and fields[1].isascii() \
+            and fields[1].isdigit() and len(fields[1]) <= 3:
+        return int(fields[1])
+    return None
 
 
 def _reply(conn: int, code: int) -> None:
     try:
-        os.write(conn, code.to_bytes(4, "little"))
+        os.write(conn, wire.frame(["status", str(code)]))
     except OSError:
         pass
 

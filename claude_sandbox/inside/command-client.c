@@ -11,12 +11,14 @@
  * interpreter would let the agent run anything through it, and a static program
  * needs no loader or library the agent's domain would also have to let it execute.
  *
- * The wire form (inside/broker.py reads it): a 4-byte little-endian length, then that
- * many bytes of NUL-terminated fields: "1", the path the shell was executed as
+ * The wire form is claude_sandbox/core/wire.py's, as between all of our processes: a
+ * message is a 4-byte big-endian length, then that many bytes of NUL-terminated fields,
+ * the first naming its kind. The request: "1", the path the shell was executed as
  * (AT_EXECFN: the server runs the real shell behind it), the working directory, the
- * count of arguments, the arguments, then the environment. The descriptors ride on the first
- * message (SCM_RIGHTS). Afterwards each byte the client sends is a signal to pass on;
- * the server answers with 4 bytes: the exit status, or 256 + the signal that ended it.
+ * count of arguments, the arguments, then the environment; the descriptors ride on its
+ * first byte (SCM_RIGHTS). Afterwards the client sends "signal", N for each signal to
+ * pass on, and the server answers "status", N: the exit status, or 256 + the signal
+ * that ended the command.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -46,10 +48,28 @@ static int fail(const char *what) {
 }
 
 static void pass_on(int signum) {
-    unsigned char byte = (unsigned char)signum;
+    /* "signal", N as one message, built without stdio: async-signal-safe. */
+    char message[16] = {0, 0, 0, 0, 's', 'i', 'g', 'n', 'a', 'l', 0};
+    size_t used = 11;
+    if (signum >= 10) message[used++] = (char)('0' + signum / 10);
+    message[used++] = (char)('0' + signum % 10);
+    message[used++] = 0;
+    message[3] = (char)(used - 4);
     int saved = errno;
-    (void)!write(server, &byte, 1); /* async-signal-safe; a lost byte ends nothing */
+    (void)!write(server, message, used); /* a lost message ends nothing */
     errno = saved;
+}
+
+/* Read exactly `size` bytes; 0 when the server is gone first. */
+static int read_exactly(unsigned char *buf, size_t size) {
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(server, buf + got, size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return 0;
+        got += (size_t)n;
+    }
+    return 1;
 }
 
 /* Append `text` and its NUL to the request; 0 when the limit is reached. */
@@ -82,7 +102,7 @@ int main(int argc, char **argv) {
         return fail("the command and its environment");
     }
     uint32_t length = (uint32_t)(used - 4);
-    for (int i = 0; i < 4; i++) request[i] = (char)(length >> (8 * i));
+    for (int i = 0; i < 4; i++) request[i] = (char)(length >> (8 * (3 - i)));
 
     server = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (server < 0) return fail("socket");
@@ -119,18 +139,23 @@ int main(int argc, char **argv) {
         sigaction(relayed[i], &relay, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    unsigned char status[4];
-    size_t got = 0;
-    while (got < sizeof status) {
-        ssize_t n = read(server, status + got, sizeof status - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            dprintf(2, "claude-sandbox: command server: no exit status came back\n");
-            return EXIT_CANNOT;
-        }
-        got += (size_t)n;
+    /* The answer: "status", N; anything else is no answer. */
+    unsigned char head[4], body[32];
+    uint32_t size = 0, code = 0;
+    int valid = read_exactly(head, sizeof head);
+    if (valid) {
+        size = (uint32_t)head[0] << 24 | head[1] << 16 | head[2] << 8 | head[3];
+        valid = size >= 9 && size <= sizeof body && read_exactly(body, size)
+                && memcmp(body, "status", 7) == 0 && body[size - 1] == 0;
     }
-    uint32_t code = status[0] | status[1] << 8 | status[2] << 16 | (uint32_t)status[3] << 24;
+    for (uint32_t i = 7; valid && i < size - 1; i++) {
+        valid = body[i] >= '0' && body[i] <= '9' && code < 100000;
+        code = code * 10 + (uint32_t)(body[i] - '0');
+    }
+    if (!valid) {
+        dprintf(2, "claude-sandbox: command server: no exit status came back\n");
+        return EXIT_CANNOT;
+    }
     if (code >= 256) { /* end as the command ended: the caller reads a signal */
         int signum = (int)(code - 256);
         signal(signum, SIG_DFL);

@@ -7,9 +7,9 @@ the mounts and answers.
 
 from __future__ import annotations
 
-import os
-
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+
+ANSWER_LIMIT = 1 << 16  # "ok", or the helper's one line of why not
 
 
 def request_hiding(fd: int) -> None:
@@ -19,15 +19,16 @@ def request_hiding(fd: int) -> None:
     kernel checks them and turns the pid into the helper's pid namespace.
     """
     import _socket
-    import struct
+
+    from claude_sandbox.core import wire
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
     try:
-        creds = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
-        sock.sendmsg([b"mask\n"], [(_socket.SOL_SOCKET, _socket.SCM_CREDENTIALS, creds)])
-        answer = sock.recv(512).decode(errors="replace").strip()
-    except OSError as error:
-        answer = f"the launcher's helper is gone ({error.strerror})"
+        wire.send(sock, ["mask"], credentials=True)
+        reply = wire.receive_fields(sock, ANSWER_LIMIT) or ["err", "no answer"]
+        answer = "ok" if reply == ["ok"] else " ".join(reply[1:]) or "a malformed answer"
+    except (OSError, wire.WireError) as error:
+        answer = f"the launcher's helper is gone ({getattr(error, 'strerror', None) or error})"
     finally:
         sock.close()
     if answer != "ok":

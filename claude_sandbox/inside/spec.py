@@ -6,8 +6,8 @@ sandbox; `_enter` reads it back with `decode`, which checks every field before
 anything is applied. Nothing else crosses: not the agent's argv on bwrap's
 command line, not a flag per writable path.
 
-The wire form is NUL-separated: for each field in order, its name, the count
-of its values, then the values (a path or an argument never holds NUL). Not
+The wire form is core/wire.py's fields: for each field of the record in order, its
+name, the count of its values, then the values (a path or an argument never holds NUL). Not
 JSON: importing `json` costs the inner stage about 6 ms at every launch (it
 pulls in `re` and `enum`); not `marshal`: it allocates what a malformed length
 asks for before reading it. `decode` takes only the fields below, in order,
@@ -22,6 +22,7 @@ from __future__ import annotations
 import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
 
+from claude_sandbox.core import wire
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
 from claude_sandbox.core.record import record
 
@@ -58,31 +59,31 @@ class Inner:
 FIELDS = (*Inner.__annotations__, "helper_fd")
 
 
-def _text(value: object) -> bytes:
+def _text(value: object) -> str:
     if isinstance(value, bool):
-        return b"1" if value else b"0"
-    return str(value).encode("utf-8", "surrogateescape")
+        return "1" if value else "0"
+    return str(value)
 
 
 def encode(inner: Inner, helper_fd: int | None) -> bytes:
     """The wire form: the record's fields and the helper's descriptor number."""
-    tokens: list[bytes] = []
+    tokens: list[str] = []
     for name in FIELDS:
         value = helper_fd if name == "helper_fd" else getattr(inner, name)
         values = list(value) if isinstance(value, tuple) else [] if value is None else [value]
         texts = [_text(item) for item in values]
-        if any(b"\0" in text for text in texts):
+        if any("\0" in text for text in texts):
             raise SandboxError(f"{name}: a value holds a NUL byte", EXIT_USAGE)
-        tokens += [name.encode(), str(len(texts)).encode(), *texts]
-    return b"\0".join(tokens) + b"\0"
+        tokens += [name, str(len(texts)), *texts]
+    return wire.pack(tokens)
 
 
 def _bad(what: str) -> SandboxError:
     return SandboxError(f"_enter: the launcher's plan is malformed: {what}", EXIT_USAGE)
 
 
-def _count(token: bytes, left: int) -> int:
-    if not token.isdigit() or len(token) > 7 or int(token) > left:
+def _count(token: str, left: int) -> int:
+    if not token.isascii() or not token.isdigit() or len(token) > 7 or int(token) > left:
         raise _bad("a count is not a number of values that follow")
     return int(token)
 
@@ -111,17 +112,17 @@ def _ports(values: list[str], name: str) -> tuple[int, ...]:
 
 def decode(data: bytes) -> tuple[Inner, int | None]:
     """Inverse of `encode`, refusing anything the launcher would not have written."""
-    if len(data) > LIMIT or not data.endswith(b"\0"):
-        raise _bad("too long, or cut short")
-    tokens = data[:-1].split(b"\0")
+    try:
+        tokens = wire.unpack(data, LIMIT)
+    except wire.WireError:
+        raise _bad("too long, or cut short") from None
     fields: dict[str, list[str]] = {}
     at = 0
     for name in FIELDS:
-        if tokens[at : at + 1] != [name.encode()] or at + 1 >= len(tokens):
+        if tokens[at : at + 1] != [name] or at + 1 >= len(tokens):
             raise _bad(f"expected the field {name}")
         count = _count(tokens[at + 1], len(tokens) - at - 2)
-        values = tokens[at + 2 : at + 2 + count]
-        fields[name] = [value.decode("utf-8", "surrogateescape") for value in values]
+        fields[name] = tokens[at + 2 : at + 2 + count]
         at += 2 + count
     if at != len(tokens):
         raise _bad("unexpected fields after the record")

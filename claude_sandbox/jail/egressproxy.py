@@ -324,8 +324,9 @@ def serve(proxy: Proxy, control: _socket.socket,
 
 def main(control_fd: int) -> int:
     """The proxy's life, in the holder's forked child: listen, take the policy, serve."""
+    from claude_sandbox.core import wire
     from claude_sandbox.core.process import load_libc
-    from claude_sandbox.jail.holder import recv_frame_fds, send_frame
+    from claude_sandbox.jail.holder import LIMIT
     from claude_sandbox.jail.reaping import set_not_dumpable
 
     null = os.open("/dev/null", os.O_RDWR)
@@ -341,15 +342,19 @@ def main(control_fd: int) -> int:
     try:
         sockets = egresslisten.listeners()
     except OSError as exc:
-        send_frame(control, ["err", f"the egress proxy cannot listen: {exc.strerror or exc}"])
+        wire.send(control, ["err", f"the egress proxy cannot listen: {exc.strerror or exc}"])
         return 1
-    frame = recv_frame_fds(control)
-    if frame is None:
+    try:
+        message = wire.receive(control, LIMIT)
+    except (OSError, wire.WireError):
+        return 1  # the launcher went away mid-message: nothing to serve
+    if message is None:
         return 0
-    (op, *args), fds = frame
+    op = message.fields[0] if message.fields else ""
+    args, fds = list(message.fields[1:]), message.fds
     if op != "policy" or len(fds) != 2:
-        send_frame(control, ["err", "the egress proxy needs its policy, its record and the "
-                             "host's routing table"])
+        wire.send(control, ["err", "the egress proxy needs its policy, its record and the "
+                            "host's routing table"])
         return 1
     try:
         size = egresspolicy.size(int(args[2]))  # the policy's fields; the broker's follow
@@ -360,17 +365,17 @@ def main(control_fd: int) -> int:
 
             broker = egressinject.from_fields(args[size:])
     except (ValueError, IndexError, TypeError) as exc:
-        send_frame(control, ["err", f"the egress proxy's policy does not parse: {exc}"])
+        wire.send(control, ["err", f"the egress proxy's policy does not parse: {exc}"])
         return 1
     except OSError as exc:  # ssl.SSLError included: the certificate or the trust store
-        send_frame(control, ["err", f"the credential broker cannot start: {exc}"])
+        wire.send(control, ["err", f"the credential broker cannot start: {exc}"])
         return 1
     try:
         proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts(policy.hosts_file)),
                       broker, HostRoutes(fds[1]))
     except Exception as exc:  # its streams are /dev/null: the launcher's line is all there is
-        send_frame(control, ["err", f"the egress proxy failed: {type(exc).__name__}: {exc}"])
+        wire.send(control, ["err", f"the egress proxy failed: {type(exc).__name__}: {exc}"])
         return 1
-    send_frame(control, ["ok"])
+    wire.send(control, ["ok"])
     serve(proxy, control, sockets)
     return 0

@@ -20,8 +20,8 @@ and environment arrive on that socket, never on a command line
 Imports are deliberately minimal (`_socket` and `_signal` rather than
 `socket` and `signal`): this interpreter starts while pasta attaches, and on
 our machines their enum set-up alone costs several milliseconds of a ~40 ms
-launch budget. Frames are `length (4 bytes, big endian) + fields joined by
-NUL`; NUL cannot occur in argv, environment or paths, so no escaping.
+launch budget. Messages are core/wire.py's, as every crossing between our
+processes.
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ import os
 import sys
 import time
 
+from claude_sandbox.core import wire
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from claude_sandbox.core.process import Child
+    from claude_sandbox.core.wire import Message
 
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"  # argv and environment are bytes on Linux
@@ -45,74 +48,17 @@ _TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 RELAY_READY_TIMEOUT = 3.0  # for either side's socat
 
 
-def encode_frame(fields: list[str]) -> bytes:
-    payload = "\0".join(fields).encode(ENCODING, ERRORS)
-    return len(payload).to_bytes(4, "big") + payload
+# The largest message the launcher sends: the session's argv and environment, which the
+# kernel itself bounds (ARG_MAX, a quarter of the stack limit) far below this.
+LIMIT = 1 << 24
 
 
-def send_frame(sock: _socket.socket, fields: list[str]) -> None:
-    sock.sendall(encode_frame(fields))
-
-
-def send_frame_fds(sock: _socket.socket, fields: list[str], fds: list[int]) -> None:
-    """send_frame, with `fds` passed as SCM_RIGHTS on the frame's first byte (the one
-    recv_frame_fds reads with recvmsg)."""
-    frame = encode_frame(fields)
-    sent = 0
-    if fds:
-        rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds)
-        sent = sock.sendmsg([frame[:1]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
-    sock.sendall(frame[sent:])
-
-
-def _recv_exact(sock: _socket.socket, size: int) -> bytes | None:
-    chunks = []
-    while size:
-        chunk = sock.recv(min(size, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-def _recv_fields(sock: _socket.socket, head: bytes) -> list[str] | None:
-    body = _recv_exact(sock, int.from_bytes(head, "big"))
-    return None if body is None else body.decode(ENCODING, ERRORS).split("\0")
-
-
-def recv_frame(sock: _socket.socket) -> list[str] | None:
-    """The next frame's fields, or None when the peer closed the socket."""
-    head = _recv_exact(sock, 4)
-    return None if head is None else _recv_fields(sock, head)
-
-
-_MAX_FDS = 16
-
-
-def recv_frame_fds(sock: _socket.socket) -> tuple[list[str], list[int]] | None:
-    """Like recv_frame, also collecting descriptors passed with SCM_RIGHTS.
-
-    Ancillary data rides on the first byte of a frame, so the header is read
-    with recvmsg; received descriptors are close-on-exec until placed.
-    """
-    head = b""
-    fds: list[int] = []
-    while len(head) < 4:
-        data, ancdata, _, _ = sock.recvmsg(
-            4 - len(head), _socket.CMSG_SPACE(4 * _MAX_FDS), _socket.MSG_CMSG_CLOEXEC
-        )
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            return None
-        head += data
-        for level, kind, blob in ancdata:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                usable = len(blob) - len(blob) % 4
-                fds += [int.from_bytes(blob[i : i + 4], sys.byteorder) for i in range(0, usable, 4)]
-    fields = _recv_fields(sock, head)
-    return None if fields is None else (fields, fds)
+def next_request(sock: _socket.socket) -> Message | None:
+    """The launcher's next message; None when it went away, mid-message or not."""
+    try:
+        return wire.receive(sock, LIMIT)
+    except (wire.WireError, OSError):
+        return None
 
 
 def _read_all(sock: _socket.socket) -> str:
@@ -225,8 +171,8 @@ def start_proxy(sock: _socket.socket, control: int) -> list[str]:
             status = egressproxy.main(control)
         except BaseException as exc:  # its streams are /dev/null: the launcher's line says it
             try:
-                send_frame(_socket.socket(fileno=control),
-                           ["err", f"the egress proxy failed: {type(exc).__name__}: {exc}"])
+                wire.send(_socket.socket(fileno=control),
+                          ["err", f"the egress proxy failed: {type(exc).__name__}: {exc}"])
             except BaseException:  # nothing is left to tell it with
                 pass
         finally:
@@ -274,37 +220,36 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
     ignore_session_signals()
     # The session dies with the launcher, even a SIGKILLed one.
     if not tie_to_parent(os.getppid()):
-        send_frame(sock, ["err", "cannot tie the session to the launcher (PR_SET_PDEATHSIG)"])
+        wire.send(sock, ["err", "cannot tie the session to the launcher (PR_SET_PDEATHSIG)"])
         os._exit(127)
     try:
         os.execve(argv[0], argv, environ)
     except OSError as exc:
-        send_frame(sock, ["err", f"cannot run {argv[0]}: {exc.strerror}"])
+        wire.send(sock, ["err", f"cannot run {argv[0]}: {exc.strerror}"])
         os._exit(127)
 
 
 def serve(sock: _socket.socket) -> int:
-    while (frame := recv_frame_fds(sock)) is not None:
-        msg, fds = frame
-        op, args = msg[0], msg[1:]
+    while (message := next_request(sock)) is not None:
+        fds = list(message.fds)
+        op, args = (message.fields or ("",))[0], list(message.fields[1:])
         if op == "proxy" and len(fds) == 1:
-            send_frame(sock, start_proxy(sock, fds[0]))
+            wire.send(sock, start_proxy(sock, fds[0]))
             continue
         if op != "exec":
-            for fd in fds:
-                os.close(fd)
+            wire.close(fds)
         if op == "run":
-            send_frame(sock, run_tool(args[0], args[1:]))
+            wire.send(sock, run_tool(args[0], args[1:]))
         elif op == "ipv6off":
-            send_frame(sock, ipv6_off())
+            wire.send(sock, ipv6_off())
         elif op == "relay":
-            send_frame(sock, start_relay(args[0], args[1], args[2:]))
+            wire.send(sock, start_relay(args[0], args[1], args[2:]))
         elif op == "overlay" and len(args) == 4:
             # In this holder's own mount namespace, which bwrap inherits (core/views.py).
             from claude_sandbox.core.views import mount_overlay
 
             failed = mount_overlay(*args)
-            send_frame(sock, ["ok"] if failed is None else ["err", failed])
+            wire.send(sock, ["ok"] if failed is None else ["err", failed])
         elif op == "exec":
             # exec, argc, argv..., fd count, target fd numbers..., environment...
             argc = int(args[0])
@@ -312,12 +257,12 @@ def serve(sock: _socket.socket) -> int:
             nfds = int(rest[0])
             targets = [int(t) for t in rest[1 : 1 + nfds]]
             if len(targets) != len(fds):
-                send_frame(sock, ["err", "descriptors lost on the way to the jail"])
+                wire.send(sock, ["err", "descriptors lost on the way to the jail"])
                 return 1
             sock = _place_fds(sock, fds, targets)
             exec_session(sock, args[1 : 1 + argc], rest[1 + nfds :])
         else:
-            send_frame(sock, ["err", f"unknown request {op!r}"])
+            wire.send(sock, ["err", f"unknown request {op!r}"])
     # The parent went away before the session started: nothing to hold.
     return 1
 

@@ -37,14 +37,14 @@ import select
 import sys
 import time
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
 from claude_sandbox.core.process import Child
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import dirs, lock, netfilter, reaping, relays, routes
 from claude_sandbox.jail import start as jail_start
 from claude_sandbox.jail.egresspolicy import Policy
-from claude_sandbox.jail.holder import recv_frame, send_frame, send_frame_fds, wait_listening
+from claude_sandbox.jail.holder import wait_listening
 from claude_sandbox.jail.spec import JailSpec
 
 TYPE_CHECKING = False
@@ -57,6 +57,8 @@ PROXY_GRACE = 1.0
 # How long a failed pasta waits for the holder whose exit may have caused it.
 HOLDER_GRACE = 0.2
 PASTA_ATTEMPTS = 3
+# What the holder and the proxy answer: a status and its words, a tool's output at most.
+REPLY_LIMIT = 1 << 24
 
 
 def start(settings: JailSpec, early: jail_start.Early | None = None) -> Jail:
@@ -214,17 +216,17 @@ class Jail:
 
     def _ask(self, fields: list[str]) -> list[str]:
         try:
-            send_frame(self._sock, fields)
+            wire.send(self._sock, fields)
         except OSError:
             raise reaping.HolderGone from None
         return self._receive()
 
     def _receive(self) -> list[str]:
         try:
-            reply = recv_frame(self._sock)
-        except OSError:
+            reply = wire.receive_fields(self._sock, REPLY_LIMIT)
+        except (OSError, wire.WireError):
             reply = None
-        if reply is None:
+        if not reply:
             raise reaping.HolderGone
         return reply
 
@@ -256,8 +258,8 @@ class Jail:
                              f"({exc.strerror or exc}); the egress proxy could not tell the "
                              "host's own addresses") from None
         try:
-            send_frame_fds(self._proxy_ctl, ["policy", *policy.fields(), *broker],
-                           [record, routes.fileno()])
+            wire.send(self._proxy_ctl, ["policy", *policy.fields(), *broker],
+                      [record, routes.fileno()])
         except OSError:
             pass  # a proxy that could not start said why and ended: its line is read below
         finally:
@@ -265,16 +267,16 @@ class Jail:
             if record_fd < 0:
                 os.close(record)
         try:
-            reply = recv_frame(self._proxy_ctl)
-        except OSError:
+            reply = wire.receive_fields(self._proxy_ctl, REPLY_LIMIT)
+        except (OSError, wire.WireError):
             reply = None
-        if reply is None or reply[0] != "ok":
+        if not reply or reply[0] != "ok":
             # A signal that ends the launch during set-up reaches the holder's group,
             # which the proxy is in for the instant before its setsid: that reads
             # as the signal, not as a proxy that failed.
             if select.select([self._forward.forward.pidfd], [], [], HOLDER_GRACE)[0]:
                 raise reaping.HolderGone
-            why = reply[1] if reply else "it ended"
+            why = reply[1] if reply and len(reply) > 1 else "it ended"
             raise jail_error(f"the egress proxy did not start ({why})")
 
     def _start_inside_relays(self) -> None:
@@ -299,13 +301,14 @@ class Jail:
     def _exec(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int]) -> None:
         fields = ["exec", str(len(argv)), *argv, str(len(fds)), *map(str, fds)]
         try:
-            send_frame_fds(self._sock, fields + [f"{k}={v}" for k, v in env.items()], list(fds))
-            reply = recv_frame(self._sock)
-        except OSError:
+            wire.send(self._sock, fields + [f"{k}={v}" for k, v in env.items()], list(fds))
+            reply = wire.receive_fields(self._sock, REPLY_LIMIT)
+        except (OSError, wire.WireError):
             raise reaping.HolderGone from None
         # EOF: the close-on-exec socket closed because the exec succeeded.
         if reply is not None:
-            raise jail_error(reply[1], EXIT_UNAVAILABLE)
+            raise jail_error(reply[1] if len(reply) > 1 else "the jail refused the session",
+                             EXIT_UNAVAILABLE)
         self._session_started = True
         self._forward.session_started()
 

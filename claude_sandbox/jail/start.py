@@ -16,14 +16,13 @@ import fcntl
 import os
 import time
 
-from claude_sandbox.core import engine, kernel, paths
+from claude_sandbox.core import engine, kernel, paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, jail_error
 from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import netfilter
 from claude_sandbox.jail.dirs import make_private_dir, remove_dir
-from claude_sandbox.jail.holder import send_frame, send_frame_fds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -342,7 +341,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None) -> Early:
         # The holder forks the egress proxy, then programmes the packet filter, while
         # pasta attaches and the launcher plans; Jail.run reads both answers first.
         proxy = _ask_for_proxy(sock)
-        send_frame(sock, netfilter.request())
+        wire.send(sock, netfilter.request())
     except BaseException as exc:
         _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
@@ -361,7 +360,7 @@ def _ask_for_proxy(sock: _socket.socket) -> _socket.socket:
     /proc); the other end is returned, for the policy and, when it closes, the end."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        send_frame_fds(sock, ["proxy"], [theirs.fileno()])
+        wire.send(sock, ["proxy"], [theirs.fileno()])
     except BaseException:
         ours.close()
         raise

@@ -12,7 +12,7 @@ from claude_sandbox import __version__
 from claude_sandbox.core import paths
 from claude_sandbox.launch import decide, run
 from claude_sandbox.launch.facts import hostfacts
-from claude_sandbox.launch.planner import render
+from claude_sandbox.launch.planner import plan, render
 from claude_sandbox.launch.session import state
 
 
@@ -28,7 +28,7 @@ def explain(agent: str, command: tuple[str, ...] | None = None, *,
                                           run.inherited_ignored(), store, make=False)
     if as_json:
         covered = None
-        if the_plan.root_only:  # the covers this host needs now: the launch's own walk
+        if plan.masks(the_plan, "root-only"):  # this host's covers now: the launch's own walk
             from claude_sandbox.launch.facts import rootonly
 
             covered = rootonly.for_launch(cfg.state_dir, gathered.facts, the_plan.layout,

@@ -172,9 +172,9 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
 
             private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, the_plan.layout,
                                                     the_plan.mounts))
-                       if the_plan.root_only else None)
-            helper, helper_fd = procmask.start_helper(the_plan.hide_outer_proc, private,
-                                                      the_plan.noexec)
+                       if plan.masks(the_plan, "root-only") else None)
+            helper, helper_fd = procmask.start_helper(plan.masks(the_plan, "outer-proc"),
+                                                      private, plan.masks(the_plan, "noexec"))
             opened["helper"] = helper_fd
         opened[render.INNER] = data_descriptor("inner", spec.encode(the_plan.inner, helper_fd))
     except BaseException:

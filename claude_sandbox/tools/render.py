@@ -101,7 +101,9 @@ def pages() -> dict[str, str]:
         "configuration.md": env.get_template("configuration.md.j2").render(
             keys=keys.KEYS, denied_names=sorted(keys.DENIED_NAMES),
             denied_prefixes=keys.DENIED_PREFIXES, config_file=paths.CONFIG_FILE),
-        "mounts.md": env.get_template("mounts.md.j2").render(plans=plans, facts_note=FACTS_NOTE),
+        "mounts.md": env.get_template("mounts.md.j2").render(
+            plans=plans, facts_note=FACTS_NOTE,
+            late=plan.late_masks(0, proc_mountable=False, noexec=True)),
     }
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from claude_sandbox.core import paths
+from claude_sandbox.launch.configure import config as config_module
 from claude_sandbox.launch.configure import profiles
 from claude_sandbox.launch.facts import hostfacts
 from claude_sandbox.launch.facts.gather import load_config
@@ -143,6 +144,8 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "allow_read": list(cfg.allow_read),
         "outer_root": sorted(os.listdir("/")),
         "other_homes": _other_homes(home),
+        # The operator's file outside, as check 96 compares the copy inside with it.
+        "codex_managed_config": config_module.read_file(paths.CODEX_MANAGED_CONFIG) or "",
     }
 
 

@@ -47,10 +47,11 @@ TOOLCHAINS = (".cargo/bin", ".rustup", ".pyenv", ".nvm", ".bun/bin", ".deno/bin"
 # global npmrc, an index password in a Python's pip.conf): covered with an empty file.
 TOOLCHAIN_SECRETS = (".nvm/versions/node/*/etc/npmrc", ".pyenv/versions/*/pip.conf",
                      ".pyenv/versions/*/etc/pip.conf", ".pyenv/versions/*/.pypirc")
-
-
 # The descriptors a launch binds as data, by name: the run step gives them numbers.
 GITCONFIG, CODEX_CONFIG, RESOLV_CONF = "gitconfig", "codex-config", "resolv-conf"
+# The closed set of mount kinds: bwrap's own, and "data" (a descriptor bound read-only).
+MOUNT_KINDS = ("bind", "ro-bind", "ro-bind-try", "tmpfs", "proc", "dev", "symlink",
+               "remount-ro", "data")
 
 
 @record
@@ -124,11 +125,13 @@ def _proc_mounts(facts: HostFacts, brokered: bool) -> list[Mount]:
     """
     if not facts.proc_mountable and brokered:
         return [Mount("bind", "/proc", "the outer /proc (this host masks parts of /proc: no "
-                      "fresh procfs); writable for brokered's own uid maps", source="/proc")]
+                      "fresh procfs); writable for brokered's own uid maps (check 33)",
+                      source="/proc")]
     if not facts.proc_mountable:
         return [Mount("ro-bind", "/proc", "the outer /proc, read-only (this host masks parts "
-                      "of /proc: no fresh procfs)", source="/proc")]
-    found = [Mount("proc", "/proc", "a fresh procfs: only the sandbox's own processes")]
+                      "of /proc: no fresh procfs; check 33)", source="/proc")]
+    found = [Mount("proc", "/proc", "a fresh procfs: only the sandbox's own processes "
+                   "(check 33)")]
     if facts.uid == 0:
         reason = "kernel knobs read-only for root (check 46)"
         found += [Mount("ro-bind-try", path, reason, source=path) for path in PROC_READ_ONLY]
@@ -137,7 +140,7 @@ def _proc_mounts(facts: HostFacts, brokered: bool) -> list[Mount]:
 
 def _system_mounts(facts: HostFacts) -> list[Mount]:
     """Reads by inversion: only the system trees of / (reads.py, check 72)."""
-    return [Mount("symlink", path, "a system tree's link, as on the host", source=link)
+    return [Mount("symlink", path, "a system tree's link, as on the host (check 72)", source=link)
             if link is not None else
             _same("ro-bind", path, "a system tree, read-only; nothing else of / is shown "
                   "(check 72)")
@@ -161,7 +164,7 @@ def _home_mounts(profile: Profile, config: Config, facts: HostFacts) -> list[Mou
                    "home, its agent directories, caches and start-up files are not here "
                    "(checks 03, 51)", source=facts.store_home)]
     if not config.no_forge:
-        reason = "forge CLI config, read-only: ~/.config is a strict allow-list"
+        reason = "forge CLI config, read-only: ~/.config is a strict allow-list (check 39)"
         found += [_same("ro-bind", p, reason, runs=True)
                   for p in _existing(home, exists, FORGE_CONFIG)]
     for rel in NULLED_DOTFILES:
@@ -182,15 +185,18 @@ def _binary_mounts(profile: Profile, facts: HostFacts) -> list[Mount]:
     found: list[Mount] = []
     if facts.real_root != facts.real_binary:
         found.append(_same("ro-bind", facts.real_root,
-                           f"{profile.name}'s package lives under $HOME: back, read-only",
+                           f"{profile.name}'s package lives under $HOME: back, read-only "
+                           "(check 32)",
                            runs=True))
     found.append(_same("ro-bind", facts.real_binary,
-                       f"the real {profile.name} binary, read-only: it cannot rewrite itself",
+                       f"the real {profile.name} binary, read-only: it cannot rewrite itself "
+                       "(check 32)",
                        runs=True))
     if profile.local_bin_alias:
         alias = os.path.join(facts.home, ".local/bin", profile.name)
         found.append(Mount("ro-bind", alias, f"the real {profile.name} at ~/.local/bin for "
-                           "its native-install checks", source=facts.real_binary, runs=True))
+                           "its native-install checks (check 32)", source=facts.real_binary,
+                           runs=True))
     return found
 
 
@@ -303,14 +309,15 @@ def options(facts: HostFacts) -> tuple[Option, ...]:
         Option(("--unshare-pid",), "own pid namespace (check 07)"),
         Option(("--unshare-ipc",), "own System V IPC (check 08)"),
         Option(("--unshare-uts",), "own hostname namespace (check 09)"),
-        Option(("--unshare-cgroup-try",), "own cgroup view where the kernel allows it"),
+        Option(("--unshare-cgroup-try",), "own cgroup view where the kernel allows it "
+               "(check 95)"),
         Option(
             ("--unshare-user", "--uid", str(facts.uid), "--gid", str(facts.gid)),
             "own user namespace as your own uid, root included: outer processes (bwrap's "
             "monitor, the launcher) sit in another one, so their /proc/PID/root, environ "
             "and fds stay closed even to uid 0 (checks 33, 34)",
         ),
-        Option(("--die-with-parent",), "the sandbox ends when its launcher does"),
+        Option(("--die-with-parent",), "the sandbox ends when its launcher does (check 49)"),
         Option(("--cap-drop", "ALL"), "no capabilities, even as root (check 06)"),
     )
 
@@ -339,20 +346,23 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
     writable = [layout.workspace, *layout.allow_write]
     if facts.agent_tmp:
         found.append(_same("bind", facts.agent_tmp,
-                           f"{profile.name}'s scratch directory, 0700, container-local"))
+                           f"{profile.name}'s scratch directory, 0700, container-local "
+                           "(check 44)"))
         writable.append(facts.agent_tmp)
     # Shallow first: an allow-write path that holds the workspace must not cover its
     # bind, or the workspace could be renamed away with its control files.
     for path in sorted([layout.workspace, *layout.allow_write], key=lambda p: p.count("/")):
-        why = ("allow-write, after the masks it reaches through" if path != layout.workspace
+        why = ("allow-write, after the masks it reaches through (check 17)"
+               if path != layout.workspace
                else "the workspace, writable (check 17)" if config.workspace_mode == "live"
                else "the workspace's overlay, writable; review applies it (checks 17, 73)")
         found.append(_same("bind", path, why))
     found += _control_mounts(layout, config.workspace_mode == "review")
-    found += [_same("ro-bind", path, "allow-read: visible, never writable", runs=True)
+    found += [_same("ro-bind", path, "allow-read: visible, never writable (check 72)",
+                    runs=True)
               for path in layout.allow_read]
     found += [_same("ro-bind", path, "a directory on the launching PATH outside the system "
-                    "trees: its programs, read-only", runs=True)
+                    "trees: its programs, read-only (check 72)", runs=True)
               for path in on_path]
     # A socket under those binds is covered after them: before, the bind would show the
     # host's socket again over its cover.
@@ -364,16 +374,16 @@ def build(profile: Profile, config: Config, facts: HostFacts, layout: Writable, 
                            "Code policy is empty inside: your own hooks and MCP servers run "
                            "here, sandboxed (check 54)", source=paths.EMPTY_SETTINGS))
     found.append(Mount("ro-bind", paths.INSIDE_MARKER, "the nesting fact: a mount only the "
-                       "sandbox has (architecture.md, step 2)", source="/dev/null"))
+                       "sandbox has (architecture.md, step 2; check 41)", source="/dev/null"))
     found.append(Mount("data", paths.GITCONFIG_INSIDE, "the curated gitconfig, read-only "
                        "(check 16)", source=GITCONFIG))
     if codex_config and paths.CODEX_MANAGED_CONFIG in facts.existing:
         found.append(Mount("data", paths.CODEX_MANAGED_CONFIG, "codex runs its commands in "
                            "this sandbox, not in one of its own, which cannot start here as "
-                           "root (codexconfig.py)", source=CODEX_CONFIG))
+                           "root (codexconfig.py, check 96)", source=CODEX_CONFIG))
     if jailed:
-        found.append(Mount("data", "/etc/resolv.conf", "DNS through the jail's forwarder",
-                           source=RESOLV_CONF))
+        found.append(Mount("data", "/etc/resolv.conf",
+                           "DNS through the jail's forwarder (check 31)", source=RESOLV_CONF))
     # bubblewrap's /dev is an unbounded tmpfs a root agent could write: read-only once its
     # mount points are made (device nodes still open for writing; /dev/shm, /dev/pts and
     # /dev/mqueue are mounts of their own), so neither a place to keep files nor a way

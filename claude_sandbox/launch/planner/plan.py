@@ -37,6 +37,18 @@ from claude_sandbox.launch.planner.mounts import (
 )
 from claude_sandbox.launch.planner.overlays import View
 
+# The kinds of late mask, each what bwrap cannot make cheaply or at all.
+LATE_KINDS = ("root-only", "outer-proc", "noexec")
+
+
+@record
+class LateMask:
+    kind: str  # one of LATE_KINDS
+    when: str
+    what: str
+    reason: str
+    check: str  # the numbered check that proves it
+
 
 @record
 class Plan:
@@ -54,14 +66,9 @@ class Plan:
     # Overlays mounted before bwrap, which its binds carry in (core/views.py, ADR 0010).
     views: tuple[View, ...]
     workspace_store: str  # the agent's per-workspace directory in its store
-    # A helper outside makes late masks (procmask.py): the outer processes where the
-    # outer /proc is bound, and on a root launch what root keeps from others (rootonly.py).
-    hide_outer_proc: bool
-    root_only: bool
-    # harsh: the helper makes every writable mount of the sandbox noexec, by class, so a
-    # file written there cannot be mapped executable either (LD_PRELOAD, `ld.so ./prog`;
-    # check 90).
-    noexec: bool = False
+    # What the launcher's helper masks once bwrap has set the sandbox up, before the
+    # agent runs (session/procmask.py): rows, as the mounts are.
+    late: tuple[LateMask, ...] = ()
     credentials: tuple[Credential, ...] = ()  # brokered: a sentinel inside (credentials.py)
     seccomp_flags: tuple[str, ...] = ()  # flag keys that drop filter rows (seccomp.py)
 
@@ -93,7 +100,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
     if per_process:
         mount_list = _tmpfs_within(mount_list, rlimits[resource.RLIMIT_DATA])
     writable = tuple(dict.fromkeys(m.dest for m in mount_list if m.kind in ("bind", "tmpfs")))
-    noexec = cfg.hardening == "harsh"
+    late = late_masks(facts.uid, facts.proc_mountable, noexec=cfg.hardening == "harsh")
     inner = Inner(
         level=cfg.hardening,
         max_pids=rlimits.get(resource.RLIMIT_NPROC),
@@ -103,7 +110,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         # Programs bound read-only, perhaps inside writable trees: harsh keeps them runnable.
         exec_files=tuple(dict.fromkeys(m.dest for m in mount_list if m.runs)),
         keep_ignored=gathered.keep_ignored,
-        late_masks=not facts.proc_mountable or facts.uid == 0 or noexec,
+        late_masks=bool(late),
         command=gathered.command,
         **(brokered.fields(gathered.runners, gathered.layout, mount_list, facts.uid, dict(env),
                            gathered.command, cfg.local_ports, cfg.callback_ports)
@@ -128,13 +135,41 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         layout=gathered.layout,
         views=overlays.views(gathered.layout, store, review=cfg.workspace_mode == "review"),
         workspace_store=store,
-        hide_outer_proc=not facts.proc_mountable,
-        root_only=facts.uid == 0,
-        noexec=noexec,
+        late=late,
         credentials=gathered.credentials.credentials,
         seccomp_flags=(*(("allow-vsock",) if cfg.allow_vsock else ()),
                        *((seccomp.MEMORY_PER_PROCESS,) if per_process else ())),
     )
+
+
+def late_masks(uid: int, proc_mountable: bool, *, noexec: bool) -> tuple[LateMask, ...]:
+    """What the helper masks: root's own files on a root launch, the outer processes
+    where the engine's masks keep a fresh procfs out, and under harsh every writable
+    mount's exec."""
+    rows = []
+    if uid == 0:
+        rows.append(LateMask(
+            "root-only", "a root launch",
+            "an empty file or directory over each root-only entry of the trees shown read-only",
+            "root is not a skeleton key: what root's own modes keep from others stays unread",
+            "59"))
+    if not proc_mountable:
+        rows.append(LateMask(
+            "outer-proc", "the engine masks parts of /proc, so no fresh procfs can be mounted",
+            "an empty directory over /proc/PID of each process outside",
+            "the engine masks /proc, so the outer one is bound: its processes are hidden one "
+            "by one", "33"))
+    if noexec:
+        rows.append(LateMask(
+            "noexec", "hardening = harsh", "every writable mount noexec",
+            "harsh: nothing written here is mapped executable, LD_PRELOAD and ld.so included",
+            "90"))
+    return tuple(rows)
+
+
+def masks(plan: Plan, kind: str) -> bool:
+    """Whether the plan has the late mask `kind`."""
+    return any(row.kind == kind for row in plan.late)
 
 
 def _tmpfs_within(mount_list: tuple[Mount, ...], memory: int) -> tuple[Mount, ...]:

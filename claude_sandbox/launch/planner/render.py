@@ -11,7 +11,7 @@ from __future__ import annotations
 from claude_sandbox.core import paths
 from claude_sandbox.jail.egresspolicy import WEB_PORTS, Rule
 from claude_sandbox.launch.planner.mounts import Mount
-from claude_sandbox.launch.planner.plan import Plan
+from claude_sandbox.launch.planner.plan import Plan, masks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,10 +85,12 @@ def explain_json(plan: Plan, root_only: Mapping[str, bool] | None = None) -> str
                      "exec_files": list(plan.inner.exec_files),
                      "rules": landlock.describe(level)},
     }
+    # What each row of `late` covers on this host: the root-only entries the launch's own
+    # walk finds, every writable mount; the outer tasks are those alive at session start.
     whole["late_masks"] = {
-        "outer_proc": plan.hide_outer_proc,  # each outer task's /proc/PID, at session start
+        "outer_proc": masks(plan, "outer-proc"),
         "root_only": sorted(root_only or {}),
-        "noexec": list(plan.inner.writable) if plan.noexec else [],
+        "noexec": list(plan.inner.writable) if masks(plan, "noexec") else [],
     }
     if plan.jail is not None:
         from claude_sandbox.jail import netfilter, routes
@@ -173,10 +175,7 @@ def explain_lines(plan: Plan, bwrap: str = "bwrap") -> list[str]:
     lines.append(f"# kernel layers (hardening = {level}):")
     lines += [f"  {line}" for line in seccomp.describe(level, plan.seccomp_flags)]
     lines += [f"  {line}" for line in landlock.describe(level)]
-    if plan.noexec:
-        lines.append("  every writable mount noexec, set by the late-mount helper: nothing "
-                     "written here is mapped executable, LD_PRELOAD and ld.so included "
-                     "(check 90)")
+    if masks(plan, "noexec"):
         inside = [path for path in plan.inner.exec_files
                   if any(path.startswith(w.rstrip("/") + "/") for w in plan.inner.writable)]
         lines.append("  EXECUTE where nothing is writable, and in these programs bound "
@@ -184,15 +183,10 @@ def explain_lines(plan: Plan, bwrap: str = "bwrap") -> list[str]:
                      "writable too (then the launch says so in one line):")
         lines += [f"    {path}" for path in inside] or ["    (none)"]
     lines += [f"  {line}" for line in limits.describe(plan.limits)]
-    if plan.root_only or plan.hide_outer_proc:
-        lines.append("# late masks, mounted by the launcher's helper before the agent runs "
-                     "(`explain --json` lists them):")
-        if plan.root_only:
-            lines.append("  an empty file or directory over each root-only entry of the trees "
-                         "shown read-only (check 59)")
-        if plan.hide_outer_proc:
-            lines.append("  an empty directory over /proc/PID of each process outside "
-                         "(the engine masks /proc)")
+    if plan.late:
+        lines.append("# late masks, made by the launcher's helper before the agent runs "
+                     "(`explain --json` lists what each covers):")
+        lines += [f"  {row.what}  # {row.reason} (check {row.check})" for row in plan.late]
     if plan.jail is None:
         lines.append("# egress jail: OFF (egress-jail = 0): the container's network is shared")
     else:

@@ -8,89 +8,94 @@ those of dead launchers first; the janitor makes that immediate instead of
 
 It is forked from the launcher, in its own session so that neither the
 terminal's signals nor a signal to the launcher's process group reach it, and
-it waits as `sh` and `cat` (about 2 MiB resident, where a forked interpreter
-held 6): `cat` collects, from a pipe, what to clean as the launch makes it.
-The launcher writes `done` after its own teardown, and the janitor then exits
-without touching anything. An end of file without `done` means the launcher
-died: only then does the janitor start the interpreter (`_janitor PID`),
-which sweeps what that launcher's pid left, and exits.
+it waits as `sh` alone (about 1 MiB resident, where a forked interpreter held
+6), reading a pipe nothing is written to: its end of file is the launcher's end.
+What to clean, the launch tells it on a second pipe as it makes it (core/wire.py's
+messages), where it waits unread in the pipe's buffer. After its own teardown the
+launcher kills the janitor, which so touches nothing. An end of file on the first
+pipe means the launcher died: only then does the janitor start the interpreter
+(`_janitor PID`) on the second pipe, which sweeps what that launcher's pid left,
+and exits.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # `signal` imports enum
 import os
 import sys
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
+
+TOLD_LIMIT = 1 << 16  # a pipe's buffer: what the launch can tell without waiting
 
 
 class Janitor:
-    """The launcher's end of the pipe."""
+    """The launcher's ends of the two pipes."""
 
     def __init__(self) -> None:
-        read_end, self._write_end = os.pipe()
+        alive_read, self._alive = os.pipe()
+        told_read, self._told = os.pipe()
+        os.set_blocking(self._told, False)  # a full pipe drops a line, never stops a launch
         launcher = os.getpid()
         try:
             self.pid = os.fork()
         except OSError as error:
-            os.close(read_end)
-            os.close(self._write_end)
+            for fd in (alive_read, self._alive, told_read, self._told):
+                os.close(fd)
             raise SandboxError(f"cannot start a process ({error.strerror}): the user's "
                                "process limit is reached", EXIT_UNAVAILABLE) from None
         if self.pid == 0:
             try:
-                os.close(self._write_end)
-                _wait(read_end, launcher)
+                os.close(self._alive)
+                os.close(self._told)
+                _wait(alive_read, told_read, launcher)
             finally:
                 os._exit(0)
-        os.close(read_end)
+        os.close(alive_read)
+        os.close(told_read)
 
     def tell(self, kind: str, path: str) -> None:
         """What to sweep if the launcher dies: `cgroup`, and a path."""
         try:
-            os.write(self._write_end, f"{kind} {path}\n".encode("utf-8", "surrogateescape"))
-        except BrokenPipeError:  # the janitor could not start: the next launch sweeps
-            pass
+            os.write(self._told, wire.frame([kind, path]))
+        except OSError:  # the janitor could not start, or the pipe is full: the next
+            pass  # launch sweeps
 
     def done(self) -> None:
-        """The launcher has torn down itself: the janitor leaves everything alone."""
+        """The launcher has torn down itself: the janitor leaves everything alone. It is
+        killed before the pipe it waits on closes, so it never reads that as a death."""
         try:
-            os.write(self._write_end, b"done\n")
-        except BrokenPipeError:
+            os.kill(self.pid, _signal.SIGKILL)
+        except ProcessLookupError:
             pass
         finally:
-            os.close(self._write_end)
+            os.close(self._alive)
+            os.close(self._told)
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
             pass
 
 
-# Waits for the end of the pipe (stdin); exits at once when the launcher said `done`,
-# else hands what it was told to the interpreter ("$@"). The data is never part of
-# the script: it travels on stdin.
-_WAIT = """data=$(cat)
-case "
-$data
-" in
-*"
-done
-"*) exit 0 ;;
-esac
-printf '%s\\n' "$data" | exec "$@"
+# Waits for the end of file of stdin, where nothing is written; then runs the sweeper
+# ("$@") on descriptor 3, which holds what it was told. Nothing it was told is ever
+# part of the script.
+_WAIT = """read -r _ || :
+exec "$@" <&3
 """
 
 
-def _wait(read_end: int, launcher: int) -> None:
+def _wait(alive_read: int, told_read: int, launcher: int) -> None:
     os.setsid()
     null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(read_end, 0)
+    os.dup2(alive_read, 0)
+    os.dup2(told_read, 3)
     for fd in (1, 2):
         os.dup2(null, fd)
     # Nothing of the launcher's stays open here: above all not the jail
     # holder's socket, whose end of file tells the holder the launcher is gone.
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    os.closerange(4, os.sysconf("SC_OPEN_MAX"))
     sweeper = [*paths.internal_argv("_janitor"), str(launcher)]
     os.execve(paths.tool("sh"), ["sh", "-c", _WAIT, "janitor", *sweeper],
               {"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
@@ -100,8 +105,8 @@ def main(argv: list[str]) -> int:
     """`_janitor PID`: the launcher PID died; sweep what stdin says it made."""
     if len(argv) != 1 or not argv[0].isdigit():
         raise SandboxError("_janitor: expected the dead launcher's pid", EXIT_USAGE)
-    data = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
-    sweep(int(argv[0]), [line.split(" ", 1) for line in data.splitlines() if " " in line])
+    told = wire.messages(sys.stdin.buffer.read(TOLD_LIMIT), TOLD_LIMIT)
+    sweep(int(argv[0]), [message for message in told if len(message) == 2])
     return 0
 
 

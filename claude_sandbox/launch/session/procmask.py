@@ -38,9 +38,8 @@ import _socket
 import ctypes
 import os
 import select
-import struct
 
-from claude_sandbox.core import kernel, paths
+from claude_sandbox.core import kernel, paths, wire
 from claude_sandbox.core.process import load_libc, tie_to_parent
 
 TYPE_CHECKING = False
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
 
 _NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
 TIMEOUT = 10.0
+REQUEST_LIMIT = 64  # "mask": the one request
 
 
 def _outer(pid: str) -> bool:
@@ -162,17 +162,18 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
         # and it overlaps bwrap's set-up.
         private = root_only() if root_only is not None else {}
         ready, _, _ = select.select([fd], [], [], TIMEOUT)
-        pid = 0
-        if ready:
-            _data, ancillary, _, _ = sock.recvmsg(64, _socket.CMSG_SPACE(12))
-            for level, kind, payload in ancillary:
-                if (level, kind) == (_socket.SOL_SOCKET, _socket.SCM_CREDENTIALS):
-                    pid = struct.unpack("3i", payload[:12])[0]
-        if pid <= 0:
-            os.write(fd, b"no request from inside\n")
+        try:
+            request = wire.receive(sock, REQUEST_LIMIT) if ready else None
+        except wire.WireError:
+            request = None
+        if request is not None:
+            wire.close(request.fds)
+        if request is None or request.fields != ("mask",) or request.pid <= 0:
+            wire.send(sock, ["err", "no request from inside"])
             return 1
+        pid = request.pid
         if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
-            os.write(fd, b"the request came from outside the sandbox\n")
+            wire.send(sock, ["err", "the request came from outside the sandbox"])
             return 1
         writable = writable_mounts(pid) if noexec else []
         _join(pid)
@@ -181,11 +182,11 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
               *((paths.EMPTY_DIR if is_dir else paths.EMPTY_FILE, path, path)
                 for path, is_dir in private.items())])
         no_exec(writable)
-        os.write(fd, b"ok\n")
+        wire.send(sock, ["ok"])
         return 0
     except OSError as error:
         try:
-            os.write(fd, f"{error.filename or ''} {error.strerror or error}\n".encode())
+            wire.send(sock, ["err", f"{error.filename or ''} {error.strerror or error}"])
         except OSError:
             pass
         return 1
