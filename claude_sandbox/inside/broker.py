@@ -318,6 +318,7 @@ def _relay(conn: int, init: int, status_read: int) -> NoReturn:
     poller.register(conn, select.POLLIN)
     poller.register(pidfd, select.POLLIN)
     client = _socket.socket(fileno=conn)
+    client.settimeout(1.0)  # a message begun must end: a client that stalls in one is gone
     while True:
         ready = {fd for fd, _ in poller.poll()}
         if conn in ready:

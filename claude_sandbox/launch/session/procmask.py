@@ -162,6 +162,7 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
         # and it overlaps bwrap's set-up.
         private = root_only() if root_only is not None else {}
         ready, _, _ = select.select([fd], [], [], TIMEOUT)
+        sock.settimeout(TIMEOUT)  # and a request begun must end within it
         try:
             request = wire.receive(sock, REQUEST_LIMIT) if ready else None
         except wire.WireError:
