@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"
 HEAD = 4  # a stream frame's length: 4 bytes, big endian
-MAX_FDS = 16  # descriptors one message may carry
+MAX_FDS = 64  # descriptors one message may carry (the kernel's own limit is 253)
 _INT = 4  # sizeof(int): one descriptor, one field of struct ucred
 
 

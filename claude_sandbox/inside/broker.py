@@ -127,6 +127,7 @@ def _reap(agent: int, handlers: set[int], tty: bool) -> None:
 def _receive(conn: int) -> tuple[list[str], list[int]]:
     """The client's request (its fields) and its descriptors; ([], []) when malformed."""
     sock = _socket.socket(fileno=os.dup(conn))
+    sock.settimeout(10.0)  # the client sends its request at once: a stalled one is refused
     try:
         message = wire.receive(sock, REQUEST_LIMIT)
     except (OSError, wire.WireError):
@@ -256,12 +257,12 @@ def _init(settings: Inner, shell: str, request: tuple[str, str, list[str], dict[
         wire.close(fds)
         for signum in _RELAYED:
             signal.signal(signum, lambda s, _f, g=command: _pass(g, s))
-        _, raw = os.waitpid(command, 0)  # EINTR is retried (PEP 475)
-        code = os.waitstatus_to_exitcode(raw)
-        os.write(status, wire.pack(["status", str(256 - code if code < 0 else code)]))
+        code = os.waitstatus_to_exitcode(os.waitpid(command, 0)[1])  # EINTR retried (PEP 475)
+        code = 256 - code if code < 0 else code
     except OSError as exc:
         os.write(2, f"claude-sandbox: command server: {exc}\n".encode())
-        os.write(status, EXIT_CANNOT.to_bytes(4, "little"))
+        code = EXIT_CANNOT
+    os.write(status, wire.pack(["status", str(code)]))
     os._exit(0)
 
 
@@ -342,8 +343,7 @@ def _relay(conn: int, init: int, status_read: int) -> NoReturn:
 
 def _status(data: bytes) -> int:
     """What the command's init wrote: "status", N; killed (256 + SIGKILL) otherwise."""
-    fields = wire.unpack(data, SIGNAL_LIMIT) if data.endswith(b"\0") else []
-    status = _number(fields, "status")
+    status = _number(wire.unpack(data, SIGNAL_LIMIT) if data.endswith(b"\0") else [], "status")
     return 256 + 9 if status is None else status
 
 

@@ -131,13 +131,14 @@ int main(int argc, char **argv) {
     }
     free(request);
 
-    /* What a timeout, Esc or Ctrl-C sends the client is meant for the command. */
+    /* What a timeout, Esc or Ctrl-C sends the client is meant for the command; a server
+     * gone must not end the client by SIGPIPE first. */
+    signal(SIGPIPE, SIG_IGN);
     struct sigaction relay = {.sa_handler = pass_on, .sa_flags = SA_RESTART};
     sigemptyset(&relay.sa_mask);
     int relayed[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
     for (size_t i = 0; i < sizeof relayed / sizeof *relayed; i++)
         sigaction(relayed[i], &relay, NULL);
-    signal(SIGPIPE, SIG_IGN);
 
     /* The answer: "status", N; anything else is no answer. */
     unsigned char head[4], body[32];
@@ -152,7 +153,7 @@ int main(int argc, char **argv) {
         valid = body[i] >= '0' && body[i] <= '9' && code < 100000;
         code = code * 10 + (uint32_t)(body[i] - '0');
     }
-    if (!valid) {
+    if (!valid || code > 256 + 64) {
         dprintf(2, "claude-sandbox: command server: no exit status came back\n");
         return EXIT_CANNOT;
     }

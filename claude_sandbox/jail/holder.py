@@ -94,7 +94,8 @@ def run_tool(stdin_text: str, argv: list[str]) -> list[str]:
     stdin.close()
     out = _read_all(stdout)
     err = _read_all(stderr)
-    return ["ok", str(tool.wait()), out, err]
+    # A tool's output is text; a NUL in it would not pass as a field.
+    return ["ok", str(tool.wait()), out.replace("\0", ""), err.replace("\0", "")]
 
 
 def ipv6_off() -> list[str]:

@@ -37,11 +37,11 @@ import select
 import sys
 import time
 
-from claude_sandbox.core import paths, wire
+from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
 from claude_sandbox.core.process import Child
 from claude_sandbox.core.trace import Trace
-from claude_sandbox.jail import dirs, lock, netfilter, reaping, relays, routes
+from claude_sandbox.jail import channel, dirs, lock, netfilter, reaping, relays, routes
 from claude_sandbox.jail import start as jail_start
 from claude_sandbox.jail.egresspolicy import Policy
 from claude_sandbox.jail.holder import wait_listening
@@ -57,8 +57,6 @@ PROXY_GRACE = 1.0
 # How long a failed pasta waits for the holder whose exit may have caused it.
 HOLDER_GRACE = 0.2
 PASTA_ATTEMPTS = 3
-# What the holder and the proxy answer: a status and its words, a tool's output at most.
-REPLY_LIMIT = 1 << 24
 
 
 def start(settings: JailSpec, early: jail_start.Early | None = None) -> Jail:
@@ -215,17 +213,11 @@ class Jail:
         self._trace("pasta attached")
 
     def _ask(self, fields: list[str]) -> list[str]:
-        try:
-            wire.send(self._sock, fields)
-        except OSError:
-            raise reaping.HolderGone from None
+        channel.send(self._sock, fields)
         return self._receive()
 
     def _receive(self) -> list[str]:
-        try:
-            reply = wire.receive_fields(self._sock, REPLY_LIMIT)
-        except (OSError, wire.WireError):
-            reply = None
+        reply = channel.answer(self._sock)
         if not reply:
             raise reaping.HolderGone
         return reply
@@ -257,18 +249,18 @@ class Jail:
             raise jail_error(f"cannot read the host's routing table over netlink "
                              f"({exc.strerror or exc}); the egress proxy could not tell the "
                              "host's own addresses") from None
-        try:
-            wire.send(self._proxy_ctl, ["policy", *policy.fields(), *broker],
-                      [record, routes.fileno()])
-        except OSError:
-            pass  # a proxy that could not start said why and ended: its line is read below
+        try:  # a proxy that could not start said why and ended: its line is read below
+            channel.send(self._proxy_ctl, ["policy", *policy.fields(), *broker],
+                         [record, routes.fileno()])
+        except reaping.HolderGone:
+            pass
         finally:
             routes.close()
             if record_fd < 0:
                 os.close(record)
         try:
-            reply = wire.receive_fields(self._proxy_ctl, REPLY_LIMIT)
-        except (OSError, wire.WireError):
+            reply = channel.answer(self._proxy_ctl)
+        except reaping.HolderGone:
             reply = None
         if not reply or reply[0] != "ok":
             # A signal that ends the launch during set-up reaches the holder's group,
@@ -300,11 +292,8 @@ class Jail:
 
     def _exec(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int]) -> None:
         fields = ["exec", str(len(argv)), *argv, str(len(fds)), *map(str, fds)]
-        try:
-            wire.send(self._sock, fields + [f"{k}={v}" for k, v in env.items()], list(fds))
-            reply = wire.receive_fields(self._sock, REPLY_LIMIT)
-        except (OSError, wire.WireError):
-            raise reaping.HolderGone from None
+        channel.send(self._sock, fields + [f"{k}={v}" for k, v in env.items()], list(fds))
+        reply = channel.answer(self._sock)
         # EOF: the close-on-exec socket closed because the exec succeeded.
         if reply is not None:
             raise jail_error(reply[1] if len(reply) > 1 else "the jail refused the session",

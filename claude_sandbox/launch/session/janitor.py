@@ -28,6 +28,7 @@ from claude_sandbox.core import paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
 
 TOLD_LIMIT = 1 << 16  # a pipe's buffer: what the launch can tell without waiting
+_ATOMIC = 4096  # PIPE_BUF: a write this long goes into a pipe whole, or not at all
 
 
 class Janitor:
@@ -57,8 +58,11 @@ class Janitor:
 
     def tell(self, kind: str, path: str) -> None:
         """What to sweep if the launcher dies: `cgroup`, and a path."""
-        try:
-            os.write(self._told, wire.frame([kind, path]))
+        message = wire.frame([kind, path])
+        if len(message) > _ATOMIC:
+            return  # not written in part, which would garble what follows: the next launch
+        try:  # sweeps it
+            os.write(self._told, message)
         except OSError:  # the janitor could not start, or the pipe is full: the next
             pass  # launch sweeps
 

@@ -155,8 +155,8 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
     Only `_enter` holds the other end (it closes it before the agent runs); the
     pid it names must lead to a mount namespace other than the launcher's.
     """
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
     try:
-        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
         sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)
         # Computed before joining: the walk must see the host's tree, not the sandbox's,
         # and it overlaps bwrap's set-up.
