@@ -111,3 +111,42 @@ def test_too_many_descriptors_are_refused_by_the_sender() -> None:
     ours, theirs = socket.socketpair()
     with ours, theirs, pytest.raises(wire.WireError, match="descriptors"):
         wire.send(theirs, ["x"], [0] * (wire.MAX_FDS + 1))
+
+
+def test_the_command_servers_status_reads_back_and_anything_else_is_a_kill() -> None:
+    from claude_sandbox.inside import broker
+
+    assert broker._status(wire.pack(["status", "126"])) == 126
+    assert broker._status(wire.pack(["status", "265"])) == 265
+    # the old 4-byte form, a signal message, an empty pipe: the command was killed
+    for data in ((126).to_bytes(4, "little"), wire.pack(["signal", "2"]), b""):
+        assert broker._status(data) == 256 + 9
+
+
+def test_a_message_the_codec_refuses_is_the_jails_one_line_not_a_hang() -> None:
+    from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
+    from claude_sandbox.jail import channel, reaping
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        with pytest.raises(SandboxError, match=r"egress jail: .*NUL") as refused:
+            channel.send(ours, ["exec", "a\0b"])
+        assert refused.value.status == EXIT_JAIL
+        theirs.close()
+        with pytest.raises(reaping.HolderGone):
+            channel.send(ours, ["run"])
+
+
+def test_the_janitor_is_told_only_whole_messages() -> None:
+    from claude_sandbox.launch.session import janitor
+
+    read_end, write_end = os.pipe()
+    told = janitor.Janitor.__new__(janitor.Janitor)
+    told._told = write_end
+    told.tell("cgroup", "/sys/fs/cgroup/a")
+    told.tell("cgroup", "/" + "x" * 5000)  # longer than a pipe writes whole: left out
+    told.tell("cgroup", "/sys/fs/cgroup/b")
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        found = wire.messages(pipe.read(), janitor.TOLD_LIMIT)
+    assert found == [["cgroup", "/sys/fs/cgroup/a"], ["cgroup", "/sys/fs/cgroup/b"]]
