@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import pytest
 
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.jail import dirs, egresspolicy, lock, routes
+from claude_sandbox.jail import channel, dirs, egresspolicy, lock, routes
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.lock import READBACK
 from claude_sandbox.jail.spec import JailSpec
@@ -574,7 +574,7 @@ def test_holder_killed_while_an_inside_relay_starts_leaves_no_relay(
         # The holder waits for a listener on the name it is given, and socat
         # listens on the one in its argv: naming another keeps the holder in
         # that wait (never reporting), so the TERM lands in the window every run.
-        jail.send_frame(self._sock, [*fields[:2], fields[2] + ".unbound", *fields[3:]])
+        channel.send(self._sock, [*fields[:2], fields[2] + ".unbound", *fields[3:]])
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # until the relay has exec'd socat
             with open(f"/proc/{holder}/task/{holder}/children") as f:
@@ -583,13 +583,12 @@ def test_holder_killed_while_an_inside_relay_starts_leaves_no_relay(
                 break
             time.sleep(0.0005)
         os.kill(holder, signal.SIGTERM)  # what _forward does with a TERM
-        try:
-            gone = jail.recv_frame(self._sock) is None
-        except ConnectionResetError:  # it died with our request unread: the same end
-            gone = True
-        if gone:
+        # The holder gone, with our request read or unread, is HolderGone; an answer
+        # would mean it outlived the TERM.
+        reply = channel.answer(self._sock)
+        if reply is None:
             raise jail.reaping.HolderGone
-        raise AssertionError("the holder outlived SIGTERM")
+        raise AssertionError(f"the holder outlived SIGTERM: {reply}")
 
     monkeypatch.setattr(jail.Jail, "_ask", ask)
     j = jail.start(_settings(callback=[_free_port()]))
@@ -607,7 +606,7 @@ def test_holder_ends_quietly_when_the_launcher_goes_mid_request(
     j = jail.start(_settings())
     try:
         assert j._sock is not None and j._holder is not None
-        jail.send_frame(j._sock, ["run", "", "/bin/sleep", "0.3"])
+        channel.send(j._sock, ["run", "", "/bin/sleep", "0.3"])
         j._sock.shutdown(socket.SHUT_RDWR)  # as the kernel does for a dead launcher
         assert j._holder.wait() == 1
     finally:
