@@ -80,6 +80,9 @@ def ensure_base_image() -> str:
     return result.stdout.strip()
 
 
+_BUILT: list[float] = []
+_CLEANUP: list[bool] = []
+
 SOURCE_PARTS = ("install.sh", "pyproject.toml", "claude_sandbox", "verification", "image",
                 "feature")
 
@@ -111,9 +114,89 @@ def source_snapshot() -> Path:
     return dest
 
 
+# What one test run's images take in root's storage, measured: 3.3 GB after a build (the
+# build stage's layers and the final image share the base), with the rootless and the
+# dev-container tests' copies on top.
+BUILD_NEEDS_GB = 6.0
+# The final image's label (image/Dockerfile): how an untagged image of ours is known.
+OUR_LABEL = "io.github.claude-sandbox.version"
+
+
+def _images() -> list[tuple[str, str, int, bool]]:
+    """(id, parent, created, ours by label) for every image in root's storage."""
+    ids = subprocess.run([*PODMAN, "images", "-aq", "--no-trunc"], capture_output=True,
+                         text=True, check=False).stdout.split()
+    if not ids:
+        return []
+    lines = subprocess.run(
+        [*PODMAN, "image", "inspect", "--format",
+         "{{.Id}} {{.Parent}}x {{.Created.UnixNano}} {{index .Labels \""
+         + OUR_LABEL + "\"}}x", *ids],
+        capture_output=True, text=True, check=False).stdout.splitlines()
+    found = []
+    for line in lines:
+        image, parent, created, label = line.split(" ", 3)
+        found.append((image, parent[:-1], int(created), label[:-1] not in ("", "<no value>")))
+    return found
+
+
+def remove_our_images() -> None:
+    """Remove what test runs left in root's storage: every image that is ours (carries
+    the image's label or is an ancestor of one, or descends from the test base), newest
+    first so that children go before their parents. The base stays: it is the cache that
+    makes the next build cheap. Other images are not touched.
+    """
+    subprocess.run([*PODMAN, "rmi", "-f", IMAGE], capture_output=True, check=False)
+    images = _images()
+    parent = {image: up for image, up, _, _ in images}
+    base = subprocess.run([*PODMAN, "image", "inspect", "--format", "{{.Id}}", BASE_IMAGE],
+                          capture_output=True, text=True, check=False).stdout.strip()
+    labelled = {image for image, _, _, label in images if label}
+
+    def ours(image: str) -> bool:
+        seen = set()
+        while image and image not in seen:
+            if image in labelled or (base and image == base):
+                return True
+            seen.add(image)
+            image = parent.get(image, "")
+        return False
+
+    ancestors: set[str] = set()
+    for image in labelled:
+        while image:
+            ancestors.add(image)
+            image = parent.get(image, "")
+    # Tagged ones too: anything built on the private test base is a test's (the dev
+    # container CLI tags what it builds vsc-...).
+    doomed = [(created, image) for image, _, created, _ in images
+              if image != base and (ours(image) or image in ancestors)]
+    for _, image in sorted(doomed, reverse=True):
+        subprocess.run([*PODMAN, "rmi", "-f", image], capture_output=True, check=False)
+
+
+def check_room() -> None:
+    """Refuse, in one line, a build that would stop part way for want of disk."""
+    root = subprocess.run([*PODMAN, "info", "--format", "{{.Store.GraphRoot}}"],
+                          capture_output=True, text=True, check=False).stdout.strip()
+    free = shutil.disk_usage(root or "/var/lib").free / 1e9
+    if free < BUILD_NEEDS_GB:
+        raise RuntimeError(f"{free:.1f} GB free under {root}; the image tests need about "
+                           f"{BUILD_NEEDS_GB:.0f} GB: free some (`podman image prune` removes "
+                           "the images nothing uses)")
+
+
 def build_image(tag: str = IMAGE) -> float:
-    """Build with image/build.sh on the offline base, as the how-to says; returns seconds."""
+    """Build with image/build.sh on the offline base, as the how-to says; returns seconds.
+
+    What earlier runs left goes first, and what this run builds goes when it ends.
+    """
     ensure_base_image()
+    if not _BUILT and not _CLEANUP:
+        remove_our_images()
+        _CLEANUP.append(True)
+        atexit.register(remove_our_images)
+    check_room()
     context = source_snapshot()
     started = time.monotonic()
     env = {**os.environ, "BASE_TAG": BASE_IMAGE, "BASE_CACHE": str(CACHE_DIR),
@@ -138,7 +221,6 @@ TOOL_CALL_CONF = ("env-may-widen = egress-jail\\npass-env = ANTHROPIC_API_KEY\\n
                   "pass-env = ANTHROPIC_BASE_URL\\npass-env = CODEX_MOCK_API_KEY\\n"
                   "pass-env = CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC\\n")
 
-_BUILT: list[float] = []
 
 
 def image_once() -> str:

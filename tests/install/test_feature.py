@@ -80,9 +80,9 @@ def test_feature_agents_run(host: Any) -> None:
 
 
 def test_feature_matches_the_image(host: Any) -> None:
-    # From the same source snapshot; podman's layer cache makes this free when the
-    # image tests already built it in this run.
-    pb.build_image()
+    # The image this run's image tests use, from the same source snapshot (built here
+    # when they did not run).
+    pb.image_once()
     image = subprocess.run([*pb.PODMAN, "run", "--rm", pb.IMAGE, "bash", "-c", MANIFEST_SCRIPT],
                            capture_output=True, text=True, check=True).stdout
     feature = host.run(MANIFEST_SCRIPT)
