@@ -16,15 +16,30 @@ pytestmark = pytest.mark.integration
 def test_a_squatted_scratch_directory_refuses_no_launch(launcher: Launcher) -> None:
     if launcher.user == "root":
         pytest.skip("root's scratch directory is the installer's, in a root-owned place")
-    squat = f"/var/tmp/claude-agent-{launcher.uid}"
-    shutil.rmtree(squat, ignore_errors=True)
-    os.mkdir(squat, 0o755)  # another user's (root's here), made before the launch
+    # The launch takes the first of these that is absent or its own. Each one is squatted
+    # here as another local user (root) would, whoever made it earlier in the run; one
+    # the user already has is put aside and back.
+    candidates = ("/var/tmp/claude-agent", f"/var/tmp/claude-agent-{launcher.uid}")
+    aside: list[str] = []
+    squats: list[str] = []
+    for candidate in candidates:
+        if os.path.lexists(candidate):
+            if os.lstat(candidate).st_uid != launcher.uid:
+                continue  # another user's already
+            os.rename(candidate, candidate + ".aside")
+            aside.append(candidate)
+        os.mkdir(candidate, 0o755)
+        squats.append(candidate)
     try:
         ran = launcher.run(["/usr/local/bin/claude-sandbox", "shell", "--agent", "claude",
                             "--", "sh", "-c", 'echo "tmp=$CLAUDE_CODE_TMPDIR"'])
         assert ran.returncode == 0, ran.stderr
         used = ran.stdout.strip().splitlines()[-1].removeprefix("tmp=")
-        assert used != squat and used.startswith(launcher.home), used
-        assert os.listdir(squat) == []  # nothing of the session went there
+        assert used not in candidates and used.startswith(launcher.home), used
+        for squat in squats:
+            assert os.listdir(squat) == []  # nothing of the session went there
     finally:
-        shutil.rmtree(squat, ignore_errors=True)
+        for squat in squats:
+            shutil.rmtree(squat, ignore_errors=True)
+        for candidate in aside:
+            os.rename(candidate + ".aside", candidate)
