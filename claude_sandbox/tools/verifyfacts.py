@@ -105,8 +105,7 @@ def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, An
         "store_root": root,
         "toolchains": [p for p in (os.path.join(home, t) for t in mounts.TOOLCHAINS)
                        if os.path.isdir(p) and not os.path.islink(p)],
-        "toolchain_secrets": list(hostfacts.probe_secrets(
-            [os.path.join(home, g) for g in mounts.TOOLCHAIN_SECRETS])),
+        "toolchain_secrets": list(hostfacts.probe_secrets(home, mounts.TOOLCHAIN_SECRETS)),
         "workspace": os.path.realpath(workdir),
         "workdir": workdir,
         "path": path_entries,

@@ -174,3 +174,16 @@ def test_a_fifo_or_link_in_place_of_a_forge_file_is_not_read(tmp_path: str) -> N
     os.symlink("/etc/hostname", link)
     assert credentials._read_regular(fifo, 100) is None
     assert credentials._read_regular(link, 100) is None
+
+
+@pytest.mark.parametrize("alphabet", ["0123456789abcdef", credentials._ALNUM, "ab", "xyz"])
+def test_draws_are_of_the_alphabet_and_even(alphabet: str) -> None:
+    """Each character equally likely: 62 does not divide 256, and a draw taken modulo
+    without dropping the top bytes would favour the first eight letters by a quarter."""
+    drawn = credentials.draw(alphabet, 40_000)
+    assert len(drawn) == 40_000 and set(drawn) <= set(alphabet)
+    expected = len(drawn) / len(alphabet)
+    counts = [drawn.count(c) for c in alphabet]
+    # 40,000 / 62 is about 645 a letter, whose deviation is about 25: six deviations
+    # leave a fair draw out about once in 10**8 runs; a biased one is 160 over.
+    assert max(abs(n - expected) for n in counts) < 6 * expected ** 0.5 + 1, counts

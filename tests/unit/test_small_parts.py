@@ -1,6 +1,11 @@
-"""Pure pieces of the launch core: the nesting fact, the gitconfig."""
+"""Pure pieces of the launch core: the nesting fact, the gitconfig, the secrets probe,
+the quoting of a suggested command."""
 
 from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
 
 import pytest
 
@@ -116,3 +121,45 @@ def test_what_a_cap_did_is_said_in_a_line(capsys: pytest.CaptureFixture[str]) ->
     notices.caps({}, 0, per_process)
     notices.caps({}, 137, per_process)  # a kill from outside is not the cap's
     assert capsys.readouterr().err == ""
+
+
+def test_toolchain_secrets_are_found_as_glob_would_and_the_home_is_literal(
+        tmp_path: pathlib.Path) -> None:
+    import glob
+
+    from claude_sandbox.launch.facts import hostfacts
+    from claude_sandbox.launch.planner import mounts
+
+    for home in (tmp_path / "plain", tmp_path / "odd [a-z]*?"):
+        for version in ("3.11.7", "3.12.1", ".hidden"):
+            (home / ".pyenv/versions" / version).mkdir(parents=True)
+            (home / ".pyenv/versions" / version / "pip.conf").write_text("[global]\n")
+        (home / ".pyenv/versions/3.12.1/.pypirc").mkdir()  # a directory: not a file
+        (home / ".nvm/versions/node/v20/etc").mkdir(parents=True)
+        (home / ".nvm/versions/node/v20/etc/npmrc").write_text("//r/:_authToken=x\n")
+        found = hostfacts.probe_secrets(str(home), mounts.TOOLCHAIN_SECRETS)
+        assert found == (f"{home}/.nvm/versions/node/v20/etc/npmrc",
+                         f"{home}/.pyenv/versions/3.11.7/pip.conf",
+                         f"{home}/.pyenv/versions/3.12.1/pip.conf")
+        if home.name == "plain":  # glob reads a plain home the same way
+            expected = [p for g in mounts.TOOLCHAIN_SECRETS
+                        for p in sorted(glob.glob(f"{home}/{g}")) if os.path.isfile(p)]
+            assert list(found) == expected
+    assert hostfacts.probe_secrets(str(tmp_path / "absent"), mounts.TOOLCHAIN_SECRETS) == ()
+
+
+def test_the_only_wildcard_of_the_secret_patterns_is_a_whole_star() -> None:
+    from claude_sandbox.launch.planner import mounts
+
+    for pattern in mounts.TOOLCHAIN_SECRETS:
+        for part in pattern.split("/"):
+            assert part == "*" or not set(part) & set("*?["), pattern
+
+
+@pytest.mark.parametrize("path", ["/w/.envrc", "/w/it's here", "/w/$(touch x)`y`", "/w/a b\nc"])
+def test_a_path_in_a_suggested_command_is_one_word(path: str) -> None:
+    from claude_sandbox.launch.overlay import controlexit
+
+    said = subprocess.run(["sh", "-c", f"printf %s {controlexit.quote(path)}"],
+                          capture_output=True, text=True, check=True).stdout
+    assert said == path

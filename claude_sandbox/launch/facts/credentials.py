@@ -16,7 +16,6 @@ the system's random source, and `read_forge`, which reads the forge files.
 from __future__ import annotations
 
 import os
-import random
 import stat
 
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
@@ -48,7 +47,6 @@ _NAME_CHARS = frozenset(_LOWER + _UPPER + _DIGITS + "_")
 _HOST_CHARS = frozenset(_LOWER + _DIGITS + "-.")
 # Characters a real value may hold: it goes into an HTTP header as it is.
 _TOKEN_CHARS = frozenset(_LOWER + _UPPER + _DIGITS + "-._~+/=:")
-_RANDOM = random.SystemRandom()  # the kernel's random source, as `secrets` uses
 # Where the system's trust bundle is, by distribution: the sandbox binds it, with the
 # broker's CA added, over the first that exists.
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
@@ -131,8 +129,20 @@ def value_problem(value: str) -> str | None:
     return None
 
 
+def draw(alphabet: str, size: int) -> str:
+    """`size` characters of `alphabet`, each equally likely, from the kernel's random
+    source (what `secrets` uses, without the import of `random` on every launch). A byte
+    at or above the largest multiple of the alphabet's length is dropped: taken modulo,
+    it would favour the alphabet's first characters."""
+    limit = 256 - 256 % len(alphabet)
+    drawn: list[str] = []
+    while len(drawn) < size:
+        drawn.extend(alphabet[b % len(alphabet)] for b in os.urandom(2 * size) if b < limit)
+    return "".join(drawn[:size])
+
+
 def _hex(size: int) -> str:
-    return "".join(_RANDOM.choice("0123456789abcdef") for _ in range(size))
+    return draw("0123456789abcdef", size)
 
 
 # The token kinds whose prefix a sentinel keeps, so that a tool checking the kind (gh
@@ -148,7 +158,7 @@ def sentinel(value: str) -> str:
     digits, as long as the value or at least _RANDOM_CHARS of them. Drawn each session."""
     prefix = next((p for p in PREFIXES if value.startswith(p)), "")
     size = max(len(value) - len(prefix), _RANDOM_CHARS)
-    return prefix + "".join(_RANDOM.choice(_ALNUM) for _ in range(size))
+    return prefix + draw(_ALNUM, size)
 
 
 def forge_tokens(text: str, token_key: str) -> list[tuple[str, str]]:

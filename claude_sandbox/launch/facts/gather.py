@@ -57,8 +57,7 @@ def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
                             tmp_base=profile.tmp_dir,
                             store_home=state.agent_home(store, profile.name),
                             toolchains=[os.path.join(home, t) for t in mounts.TOOLCHAINS],
-                            secret_globs=[os.path.join(home, g)
-                                          for g in mounts.TOOLCHAIN_SECRETS],
+                            secrets=mounts.TOOLCHAIN_SECRETS,
                             state_dir=cfg.state_dir)
     layout = resolve_writable(cfg, facts, store)
     if request.command is None:

@@ -255,12 +255,13 @@ def probe(
     tmp_base: str | None,
     store_home: str,
     toolchains: Iterable[str] = (),
-    secret_globs: Iterable[str] = (),
+    secrets: Iterable[str] = (),
     state_dir: str | None = None,
 ) -> HostFacts:
     """`wanted` names the optional paths whose existence the builder needs;
     `store_home` is the agent's state store; `toolchains` the toolchain homes to look
-    for, `secret_globs` the files in them that would hold a credential."""
+    for, `secrets` the files under the home that would hold a credential (patterns,
+    probe_secrets)."""
     uid, gid = os.getuid(), os.getgid()
     entry = pwd.getpwuid(uid)
     home = login_home()
@@ -296,17 +297,34 @@ def probe(
         resolv_target=os.path.realpath("/etc/resolv.conf"),
         root_entries=root_entries(),
         toolchains=tuple(p for p in toolchains if os.path.isdir(p) and not os.path.islink(p)),
-        toolchain_secrets=probe_secrets(secret_globs),
+        toolchain_secrets=probe_secrets(home, secrets),
         state_dir_real=os.path.realpath(state_dir) if state_dir else "",
     )
 
 
-def probe_secrets(patterns: Iterable[str]) -> tuple[str, ...]:
-    """The files the patterns find, in order, none twice; nothing to glob, no import."""
-    patterns = tuple(patterns)
-    if not patterns:
-        return ()
-    import glob
+def probe_secrets(home: str, patterns: Iterable[str]) -> tuple[str, ...]:
+    """The files under `home` that `patterns` name, in order, none twice. A pattern is
+    relative; its only wildcard is `*` as a whole component: any name there, not one
+    starting with a dot (as glob reads it). `home` is taken as it is, so a home named
+    with `[` or `*` finds its own files. Not glob: its import, with fnmatch's and re's,
+    cost every launch about 3 ms."""
+    found: dict[str, None] = {}
+    for pattern in patterns:
+        paths = [home]
+        for part in pattern.split("/"):
+            if part == "*":
+                paths = [os.path.join(p, name) for p in paths for name in _names(p)
+                         if not name.startswith(".")]
+            else:
+                paths = [os.path.join(p, part) for p in paths]
+        found.update(dict.fromkeys(sorted(p for p in paths if os.path.isfile(p))))
+    return tuple(found)
 
-    return tuple(dict.fromkeys(p for pattern in patterns for p in sorted(glob.glob(pattern))
-                               if os.path.isfile(p)))
+
+def _names(directory: str) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:  # absent, not a directory, unreadable: nothing there
+        return []
+
+

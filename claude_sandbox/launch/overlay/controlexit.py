@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import os
 import time
-from shlex import quote
 
 from claude_sandbox.launch.overlay import controlfiles
 from claude_sandbox.launch.planner.mounts import Writable
+
+
+def quote(path: str) -> str:
+    """`path` as one shell word, always in single quotes (not shlex: its import, with re's,
+    cost every launch about 4 ms)."""
+    return "'" + path.replace("'", "'\"'\"'") + "'"
 
 
 def move_created(layout: Writable, store: str, lines: list[str], review: bool) -> None:
