@@ -4,11 +4,12 @@
 _jail_holder --fd N` starts it (`paths.internal_argv`, as `_enter` starts;
 docs/explanation/egress-jail.md). It holds the namespace open while pasta
 attaches from outside, then carries out the parent's requests inside the
-namespace: run `ip` or iptables, switch IPv6 off, fork the egress proxy, start
-an inside relay, mount the workspace's overlays in its own mount namespace
-(core/views.py), and finally exec the session command. Policy (which routes
-and filter, whether the read-back matches) lives in the parent (session.py,
-lock.py, readback.py, netfilter.py); the holder is a small executor, so its import cost stays off
+namespace: run `ip` or iptables (or start one and answer for it later),
+switch IPv6 off, fork the egress proxy, start an inside relay, mount the
+workspace's overlays in its own mount namespace (core/views.py), and finally
+exec the session command. Policy (which routes and filter, whether the
+read-back matches) lives in the parent (session.py, lock.py, readback.py,
+netfilter.py); the holder is a small executor, so its import cost stays off
 the launch's critical path.
 
 It talks to the parent only over the socketpair end it inherits as fd N,
@@ -75,8 +76,16 @@ def _spawn(argv: list[str], streams: dict[int, int], setsid: bool) -> Child:
     return fork_exec(argv, _TOOL_ENV, streams, setsid)
 
 
-def run_tool(stdin_text: str, argv: list[str]) -> list[str]:
-    """Run `argv` with stdin/stdout/stderr on socketpairs; return rc, out, err."""
+class Started:
+    """A tool running, its output not read yet: `start` made it, `finish` reads it."""
+
+    def __init__(self, tool: Child, stdout: _socket.socket, stderr: _socket.socket) -> None:
+        self.tool, self.stdout, self.stderr = tool, stdout, stderr
+
+
+def start_tool(stdin_text: str, argv: list[str]) -> Started | list[str]:
+    """Start `argv` with stdin/stdout/stderr on socketpairs and give it its input; the
+    error reply when it cannot run."""
     pairs = [_socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM) for _ in range(3)]
     try:
         tool = _spawn(argv, {n: p[1].fileno() for n, p in enumerate(pairs)}, setsid=False)
@@ -92,10 +101,24 @@ def run_tool(stdin_text: str, argv: list[str]) -> list[str]:
     # writing it all before reading cannot deadlock.
     stdin.sendall(stdin_text.encode(ENCODING, ERRORS))
     stdin.close()
-    out = _read_all(stdout)
-    err = _read_all(stderr)
+    return Started(tool, stdout, stderr)
+
+
+def finish_tool(started: Started | list[str]) -> list[str]:
+    """Wait for a started tool; ok, its status, out and err (or the error reply). Its
+    output is a few kilobytes at most (iptables-save's), which the socket buffers hold
+    while it waits to be read."""
+    if isinstance(started, list):
+        return started
+    out = _read_all(started.stdout)
+    err = _read_all(started.stderr)
     # A tool's output is text; a NUL in it would not pass as a field.
-    return ["ok", str(tool.wait()), out.replace("\0", ""), err.replace("\0", "")]
+    return ["ok", str(started.tool.wait()), out.replace("\0", ""), err.replace("\0", "")]
+
+
+def run_tool(stdin_text: str, argv: list[str]) -> list[str]:
+    """Run `argv` with stdin/stdout/stderr on socketpairs; return rc, out, err."""
+    return finish_tool(start_tool(stdin_text, argv))
 
 
 def ipv6_off() -> list[str]:
@@ -231,6 +254,10 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
 
 
 def serve(sock: _socket.socket) -> int:
+    # `start` runs a tool while the holder goes on serving, and `finish` answers for it:
+    # the packet filter's commit waits in the kernel (an RCU grace period, about 30 ms),
+    # which the route lock overlaps instead of queueing behind it.
+    started: Started | list[str] | None = None
     while (message := next_request(sock)) is not None:
         fds = list(message.fds)
         op, args = (message.fields or ("",))[0], list(message.fields[1:])
@@ -241,6 +268,12 @@ def serve(sock: _socket.socket) -> int:
             wire.close(fds)
         if op == "run":
             wire.send(sock, run_tool(args[0], args[1:]))
+        elif op == "start" and started is None:
+            started = start_tool(args[0], args[1:])
+            wire.send(sock, ["ok"] if isinstance(started, Started) else started)
+        elif op == "finish" and started is not None:
+            wire.send(sock, finish_tool(started))
+            started = None
         elif op == "ipv6off":
             wire.send(sock, ipv6_off())
         elif op == "relay":

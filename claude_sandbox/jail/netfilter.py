@@ -20,8 +20,9 @@ proxy has (it is the holder's child, root in the holder's user namespace) and th
 agent never has (bwrap drops every capability, and a user namespace the agent
 makes is below the one that owns this network namespace). The filter needs only
 the namespace, not pasta: the request goes to the holder as soon as pasta is
-spawned (start.begin), and its answer is checked before the routes are locked
-and long before the agent runs (session.Jail.run).
+spawned (start.begin), the holder runs it while it serves the route lock, and its
+answer is checked once the routes are locked, before any relay inside and long
+before the agent runs (session.Jail.run).
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ _TABLES = {
 
 
 def request() -> list[str]:
-    """The holder request that programmes both tables and prints them back.
+    """The holder request that starts programming both tables and printing them back;
+    its answer comes with `["finish"]` (holder.py), which session.py asks for once the
+    routes are locked: the kernel's commit of the tables waits about 30 ms (an RCU grace
+    period), which the route lock overlaps.
 
     One run does both (`iptables-restore && iptables-save`): a separate read-back
     run right after the restore was seen to lose the holder's reply under CPU load.
@@ -71,7 +75,7 @@ def request() -> list[str]:
     lines = []
     for table, (chains, rules) in _TABLES.items():
         lines += [f"*{table}", *(f":{chain} ACCEPT [0:0]" for chain in chains), *rules, "COMMIT"]
-    return ["run", "\n".join([*lines, ""]), paths.tool("sh"), "-c", script]
+    return ["start", "\n".join([*lines, ""]), paths.tool("sh"), "-c", script]
 
 
 def _tables(saved: str) -> dict[str, tuple[list[list[str]], list[str]]]:

@@ -144,10 +144,15 @@ class Jail:
         try:
             # The answers to the two requests start.begin() sent.
             self._proxy_started(self._receive())
-            netfilter.check(self._receive())
-            self._trace("proxy forked, packet filter programmed and verified")
+            filtering = self._receive()  # ["ok"]: the filter's tool runs (netfilter.py)
+            if filtering != ["ok"]:
+                netfilter.check(filtering)  # it could not start: refused, saying why
+            self._trace("proxy forked, packet filter started")
             self._wait_pasta()
             self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings)
+            # Before anything more runs in the namespace: the filter as planned, or no launch.
+            netfilter.check(self._ask(["finish"]))
+            self._trace("packet filter programmed and verified")
             self._start_inside_relays()
             for overlay in overlays:  # (lower, upper, work, target): core/views.py
                 reply = self._ask(["overlay", *overlay])
