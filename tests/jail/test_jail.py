@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import pytest
 
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.jail import channel, dirs, egresspolicy, lock, routes
+from claude_sandbox.jail import channel, dirs, egresspolicy, lock, netfilter, routes
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.lock import READBACK
 from claude_sandbox.jail.spec import JailSpec
@@ -660,3 +660,26 @@ def test_the_sweep_spares_live_launches_and_other_pid_namespaces() -> None:
     finally:
         for path in (live, dead_here, foreign):
             dirs.remove_dir(path)
+
+
+def test_a_packet_filter_that_reads_back_otherwise_refuses_before_the_session(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str],
+) -> None:
+    """The filter is committed while the routes are locked, and what it reads back is
+    checked before anything more runs in the namespace: a table short of its last
+    refusal (an agent's UDP would leave) ends the launch there, the session never run."""
+    real = netfilter.request
+
+    def short() -> list[str]:
+        op, script, *argv = real()
+        assert netfilter.FILTER[-1] + "\n" in script
+        return [op, script.replace(netfilter.FILTER[-1] + "\n", ""), *argv]
+
+    monkeypatch.setattr(netfilter, "request", short)
+    marker = os.path.join(tmp_path, "ran")
+    j = jail.start(_settings())
+    private_dir = j.private_dir
+    with pytest.raises(SandboxError, match="packet filter read back differs"):
+        j.run(["/bin/sh", "-c", f"touch {marker}"], {"PATH": "/usr/bin:/bin"})
+    assert not os.path.exists(marker)
+    assert_torn_down(j, private_dir)
