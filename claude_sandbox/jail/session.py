@@ -9,13 +9,13 @@ The order is the security argument, and every step fails closed:
    has the internet, and the holder is asked to fork the egress proxy
    (egressproxy.py) and to programme the packet filter (netfilter.py).
    start() takes over what begin() started, while the caller makes the plan.
-2. run(): the proxy's and the filter's answers are checked; the holder reads what pasta
-   configured (lock.py), programs the routes in one
-   `ip -batch` call that ends by reading back every table and rule, switches
-   IPv6 off; the parent compares the read-back with the plan (routes.py) and
-   refuses on any difference. Only then do the inside relays start, the proxy
-   take its policy and the session's record, and the holder exec the session,
-   in the same namespace, with the terminal.
+2. run(): the proxy is given its policy and the session's record; the holder reads
+   what pasta configured (lock.py), programs the routes in one `ip -batch` call that
+   ends by reading back every table and rule, switches IPv6 off; the parent compares
+   the read-back with the plan (routes.py) and refuses on any difference. Then the
+   filter's read-back is checked (the kernel commits it meanwhile), and only then do
+   the inside relays start, the proxy's answer say it serves, and the holder exec the
+   session, in the same namespace, with the terminal.
 3. The parent waits, ignoring INT/QUIT (they belong to the agent) and
    forwarding TERM/HUP, then stops the proxy (closing its control socket lets
    it record what is still open), pasta, the relays and the holder and
@@ -147,7 +147,10 @@ class Jail:
             filtering = self._receive()  # ["ok"]: the filter's tool runs (netfilter.py)
             if filtering != ["ok"]:
                 netfilter.check(filtering)  # it could not start: refused, saying why
-            self._trace("proxy forked, packet filter started")
+            # The proxy takes its policy while the routes are locked; its answer is read
+            # before the session starts.
+            self._give_policy(record_fd, broker)
+            self._trace("proxy forked, packet filter started, policy given")
             self._wait_pasta()
             self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings)
             # Before anything more runs in the namespace: the filter as planned, or no launch.
@@ -162,7 +165,7 @@ class Jail:
                         "the kernel must allow overlayfs in a user namespace (Linux 5.11 or "
                         "later)", EXIT_UNAVAILABLE)
             self._trace("overlays mounted")
-            self._give_policy(record_fd, broker)
+            self._policy_taken()
             self._trace("proxy serving")
             self._exec(argv, env, fds)
             self._trace("session started")
@@ -238,7 +241,7 @@ class Jail:
             raise jail_error("the egress proxy ended as it started") from None
 
     def _give_policy(self, record_fd: int, broker: Sequence[str] = ()) -> None:
-        """The proxy's policy and record; its answer says it listens and serves."""
+        """The proxy's policy and record; its answer (_policy_taken) says it serves."""
         spec = self.settings
         policy = Policy(spec.egress_policy, spec.agent, spec.rules, spec.allow_ip, spec.host,
                         spec.hosts_file, spec.upstream)
@@ -263,6 +266,9 @@ class Jail:
             routes.close()
             if record_fd < 0:
                 os.close(record)
+
+    def _policy_taken(self) -> None:
+        """The proxy's answer to its policy: serving, or the launch is refused."""
         try:
             reply = channel.answer(self._proxy_ctl)
         except reaping.HolderGone:
