@@ -6,16 +6,14 @@ The order is the security argument, and every step fails closed:
 1. jail_start.begin(): an `unshare -rn` holder re-enters this package with
    the same root-owned interpreter; as soon as its namespace exists (before
    its Python has even started) pasta attaches to it from outside, where it
-   has the internet, and the holder is asked to fork the egress proxy
-   (egressproxy.py) and to programme the packet filter (netfilter.py).
-   start() takes over what begin() started, while the caller makes the plan.
-2. run(): the proxy is given its policy and the session's record; the holder reads
-   what pasta configured (lock.py), programs the routes in one `ip -batch` call that
-   ends by reading back every table and rule, switches IPv6 off; the parent compares
-   the read-back with the plan (routes.py) and refuses on any difference. Then the
-   filter's read-back is checked (the kernel commits it meanwhile), and only then do
-   the inside relays start, the proxy's answer say it serves, and the holder exec the
-   session, in the same namespace, with the terminal.
+   has the internet, and the holder starts the packet filter's commit
+   (netfilter.py). start() takes over, while the caller makes the plan.
+2. run(): the holder forks the egress proxy, which takes its policy and the
+   session's record; the holder reads what pasta configured (lock.py) and
+   programs the routes in one `ip -batch` call that reads back every table and
+   rule; the parent refuses on any difference from the plan (routes.py), then
+   on any in the filter's read-back. Only then do the inside relays start, the
+   proxy say it serves, and the holder exec the session, with the terminal.
 3. The parent waits, ignoring INT/QUIT (they belong to the agent) and
    forwarding TERM/HUP, then stops the proxy (closing its control socket lets
    it record what is still open), pasta, the relays and the holder and
@@ -85,6 +83,7 @@ class Jail:
         self._forward = early.forward
         self._pasta: Child = early.pasta
         self._proxy_ctl: _socket.socket = early.proxy
+        self._proxy_end: _socket.socket = early.proxy_end  # the holder's, once asked
         self._proxy_pidfd = -1
         self._outside: list[tuple[relays.Relay, Child]] = []
         self._inside_pidfds: list[tuple[int, int]] = []
@@ -142,13 +141,14 @@ class Jail:
         they reach the proxy over its control socket only, never an argument or a file.
         """
         try:
-            # The answers to the two requests start.begin() sent.
-            self._proxy_started(self._receive())
             filtering = self._receive()  # ["ok"]: the filter's tool runs (netfilter.py)
             if filtering != ["ok"]:
                 netfilter.check(filtering)  # it could not start: refused, saying why
-            # The proxy takes its policy while the routes are locked; its answer is read
-            # before the session starts.
+            # The proxy starts and takes its policy while pasta attaches and the routes
+            # are locked (not during the plan: its CPU slowed it); read before the session.
+            channel.send(self._sock, ["proxy"], [self._proxy_end.fileno()])
+            self._proxy_end.close()
+            self._proxy_started(self._receive())
             self._give_policy(record_fd, broker)
             self._trace("proxy forked, packet filter started, policy given")
             self._wait_pasta()
@@ -322,6 +322,7 @@ class Jail:
             self._holder.kill()  # not reaped, so it exists
         self._holder.wait()
         # The session is over: the proxy records what is still open and exits.
+        self._proxy_end.close()  # not yet sent when the launch ended before run()
         self._proxy_ctl.close()
         if (self._proxy_pidfd >= 0
                 and not select.select([self._proxy_pidfd], [], [], PROXY_GRACE)[0]):

@@ -270,6 +270,9 @@ class Early:
     directory: str
     pasta: Child
     proxy: _socket.socket  # the launcher's end of the egress proxy's control socket
+    # The proxy's end, until Jail.run has the holder fork the proxy with it: a socketpair,
+    # the proxy's only channel (like the holder's, it cannot be reopened through /proc).
+    proxy_end: _socket.socket
     trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
     # What each process started for the session runs before its exec: the launch's cgroup
     # (the outside relays fork one child a connection the agent opens: capped too).
@@ -278,6 +281,7 @@ class Early:
     def abandon(self) -> None:
         """End what begin() started when the launch stops before the jail takes it over
         (a refusal while the facts or the plan are made): nothing of it outlives the launch."""
+        self.proxy_end.close()
         _end(self.sock, self.forward, (self.pasta, self.holder), (self.userns_fd,), self.directory,
              self.proxy)
 
@@ -338,10 +342,12 @@ def begin(trace: Trace, join: Callable[[], None] | None = None) -> Early:
         trace.phase("tap device made")
         pasta = spawn_pasta(holder, directory, join)
         trace.phase("pasta spawned")
-        # The holder forks the egress proxy, then programmes the packet filter, while
-        # pasta attaches and the launcher plans; Jail.run reads both answers first.
-        proxy = _ask_for_proxy(sock)
+        # The holder starts the packet filter's commit, which waits in the kernel while
+        # pasta attaches and the launcher plans. The egress proxy is forked later, once
+        # the plan is made (Jail.run): its start is CPU, which on two cores slowed the
+        # plan by as much as it took.
         wire.send(sock, netfilter.request())
+        proxy, proxy_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     except BaseException as exc:
         _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
@@ -351,21 +357,5 @@ def begin(trace: Trace, join: Callable[[], None] | None = None) -> Early:
             where = f": {exc.filename}" if exc.filename else ""
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise
-    return Early(holder, sock, forward, userns_fd, directory, pasta, proxy, trace, join)
-
-
-def _ask_for_proxy(sock: _socket.socket) -> _socket.socket:
-    """Ask the holder to fork the egress proxy with one end of a new socketpair, the
-    proxy's only channel (like the holder's: a socketpair cannot be reopened through
-    /proc); the other end is returned, for the policy and, when it closes, the end."""
-    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        wire.send(sock, ["proxy"], [theirs.fileno()])
-    except BaseException:
-        ours.close()
-        raise
-    finally:
-        theirs.close()
-    return ours
-
-
+    return Early(holder, sock, forward, userns_fd, directory, pasta, proxy, proxy_end, trace,
+                 join)
