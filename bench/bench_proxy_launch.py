@@ -30,11 +30,8 @@ CORE_PYTHON = "/usr/libexec/claude-sandbox/venv/bin/python"
 TARGET_MS = 5.0
 # (file under claude_sandbox/, text, replacement): the launcher without the proxy.
 WITHOUT_PROXY = (
-    ("jail/start.py", "        proxy = _ask_for_proxy(sock)\n",
-     "        proxy = _closed_socket()\n"),
-    ("jail/start.py", "def _ask_for_proxy(",
-     "def _closed_socket():\n    a, b = _socket.socketpair()\n    b.close()\n    return a\n\n\n"
-     "def _ask_for_proxy("),
+    ("jail/session.py",
+     '            channel.send(self._sock, ["proxy"], [self._proxy_end.fileno()])\n', ""),
     ("jail/session.py", "            self._proxy_started(self._receive())\n", ""),
     ("jail/session.py", "            self._give_policy(record_fd, broker)\n", ""),
     ("jail/session.py", "            self._policy_taken()\n", ""),
