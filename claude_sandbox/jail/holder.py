@@ -175,14 +175,15 @@ def start_relay(kind: str, where: str, argv: list[str]) -> list[str]:
     return ["ok", str(relay.pid)]
 
 
-def start_proxy(sock: _socket.socket, control: int) -> list[str]:
+def start_proxy(sock: _socket.socket, control: int, started: Started | None) -> list[str]:
     """Fork the egress proxy (jail/egressproxy.py) with its end of the launcher's control
     socket: in this namespace, outside the pid namespace bwrap makes for the session.
 
     A fork, not a new interpreter: this one is running already, and the proxy's
     start then costs the launch no interpreter start. The child keeps nothing of
-    the holder's: the holder's channel is closed at once (the launcher reads its
-    EOF as the session's exec), and every stream is /dev/null.
+    the holder's: the holder's channel and a started tool's output are closed at
+    once (the launcher reads the channel's EOF as the session's exec), and every
+    stream is /dev/null.
     """
     pid = os.fork()
     if pid == 0:
@@ -190,6 +191,9 @@ def start_proxy(sock: _socket.socket, control: int) -> list[str]:
         try:
             os.setsid()  # first: its own group, off the terminal, whose signals are the agent's
             sock.close()
+            if started is not None:
+                started.stdout.close()
+                started.stderr.close()
             from claude_sandbox.jail import egressproxy
 
             status = egressproxy.main(control)
@@ -262,15 +266,19 @@ def serve(sock: _socket.socket) -> int:
         fds = list(message.fds)
         op, args = (message.fields or ("",))[0], list(message.fields[1:])
         if op == "proxy" and len(fds) == 1:
-            wire.send(sock, start_proxy(sock, fds[0]))
+            wire.send(sock, start_proxy(sock, fds[0],
+                                        started if isinstance(started, Started) else None))
             continue
         if op != "exec":
             wire.close(fds)
         if op == "run":
             wire.send(sock, run_tool(args[0], args[1:]))
         elif op == "start" and started is None:
+            # The tool's pid: the launcher reaps it if the launch ends before `finish`
+            # (the holder killed, the tool is the launcher's, its subreaper's, to reap).
             started = start_tool(args[0], args[1:])
-            wire.send(sock, ["ok"] if isinstance(started, Started) else started)
+            wire.send(sock, ["ok", str(started.tool.pid)] if isinstance(started, Started)
+                      else started)
         elif op == "finish" and started is not None:
             wire.send(sock, finish_tool(started))
             started = None

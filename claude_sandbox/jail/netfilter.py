@@ -27,6 +27,8 @@ before the agent runs (session.Jail.run).
 
 from __future__ import annotations
 
+import os
+
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import jail_error
 
@@ -90,6 +92,18 @@ def _tables(saved: str) -> dict[str, tuple[list[list[str]], list[str]]]:
         elif current is not None and line.startswith("-"):
             current[1].append(line)
     return found
+
+
+def started(reply: list[str]) -> int:
+    """The holder's answer to request(): a pidfd of the tool it started, which the
+    launcher holds until the answer for it (`finish`; the holder reaps it then, and
+    a launch that ends before reaps it itself: session.Jail.close). A tool that could
+    not start refuses the launch, saying why."""
+    if reply[0] == "ok" and len(reply) == 2 and reply[1].isdigit():
+        return os.pidfd_open(int(reply[1]))
+    if reply[0] != "ok":
+        check(reply)
+    raise jail_error(f"the jail holder's answer to the packet filter is malformed: {reply}")
 
 
 def check(reply: list[str]) -> None:

@@ -55,6 +55,14 @@ def send_kill(pidfd: int) -> None:
         _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
 
 
+def kill_and_reap(pidfd: int) -> None:
+    """Kill a child of ours (an orphan we are the subreaper of), reap it, close the pidfd."""
+    send_kill(pidfd)
+    with contextlib.suppress(ChildProcessError):  # not ours after all: nothing to reap
+        os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
+    os.close(pidfd)
+
+
 def wait_all(pidfds: list[int]) -> None:
     """Wait until every process has exited (bounded), then close the pidfds.
 

@@ -85,6 +85,7 @@ class Jail:
         self._proxy_ctl: _socket.socket = early.proxy
         self._proxy_end: _socket.socket = early.proxy_end  # the holder's, once asked
         self._proxy_pidfd = -1
+        self._filter_pidfd = -1  # the filter's tool, started and not yet answered for
         self._outside: list[tuple[relays.Relay, Child]] = []
         self._inside_pidfds: list[tuple[int, int]] = []
         # An open descriptor of the holder's user namespace, held until close():
@@ -98,8 +99,7 @@ class Jail:
         self._trace = early.trace.phase
         self._join = early.join
         self.warnings: list[str] = []
-        # Every process this launch started (holder, pasta, relays),
-        # for leak checks and the benchmark's resident-memory figures.
+        # Every process this launch started, for leak checks and the bench's memory figures.
         self.started: dict[str, int] = {"holder": early.holder.pid}
 
     def _warn(self, message: str) -> None:
@@ -116,10 +116,8 @@ class Jail:
         socat = paths.tool("socat") if want else ""
         for relay in want:
             if relay.kind == "callback" and relays.port_taken(relay.port):
-                self._warn(
-                    f"callback-port {relay.port}: 127.0.0.1:{relay.port} is already in use; "
-                    "relay skipped"
-                )
+                self._warn(f"callback-port {relay.port}: 127.0.0.1:{relay.port} is already "
+                           "in use; relay skipped")
                 continue
             proc = relays.spawn_outside(relay, socat, self._join)
             self.started[f"outside-relay-{relay.kind}-{relay.port}"] = proc.pid
@@ -132,20 +130,15 @@ class Jail:
             broker: Sequence[str] = ()) -> int:
         """Lock the routes, run the session, tear down; the session's status.
 
-        `fds` are descriptors the session must inherit at the same numbers
-        (bwrap's --seccomp FD, a gitconfig pipe): they travel to the holder
-        over the socketpair (SCM_RIGHTS), since it started before they existed.
-        `record_fd`: the session's egress record (egressrecord.create), which the
-        proxy appends to; without one it records into /dev/null. `broker`: the
-        credential broker's fields (egressinject.from_fields), real values included:
-        they reach the proxy over its control socket only, never an argument or a file.
+        `fds`: descriptors the session inherits at the same numbers (bwrap's --seccomp FD,
+        a gitconfig pipe), sent to the holder (SCM_RIGHTS). `record_fd`: the session's
+        egress record (egressrecord.create), or none (/dev/null). `broker`: the credential
+        broker's fields (egressinject.from_fields), real values included: they reach the
+        proxy over its control socket only, never an argument or a file.
         """
         try:
-            filtering = self._receive()  # ["ok"]: the filter's tool runs (netfilter.py)
-            if filtering != ["ok"]:
-                netfilter.check(filtering)  # it could not start: refused, saying why
-            # The proxy starts and takes its policy while pasta attaches and the routes
-            # are locked (not during the plan: its CPU slowed it); read before the session.
+            self._filter_pidfd = netfilter.started(self._receive())
+            # The proxy starts and takes its policy as the routes are locked (ADR 0004).
             channel.send(self._sock, ["proxy"], [self._proxy_end.fileno()])
             self._proxy_end.close()
             self._proxy_started(self._receive())
@@ -154,7 +147,10 @@ class Jail:
             self._wait_pasta()
             self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings)
             # Before anything more runs in the namespace: the filter as planned, or no launch.
-            netfilter.check(self._ask(["finish"]))
+            reply = self._ask(["finish"])  # answered once the holder has reaped the tool
+            os.close(self._filter_pidfd)
+            self._filter_pidfd = -1
+            netfilter.check(reply)
             self._trace("packet filter programmed and verified")
             self._start_inside_relays()
             for overlay in overlays:  # (lower, upper, work, target): core/views.py
@@ -321,6 +317,9 @@ class Jail:
         if self._holder.poll() is None:
             self._holder.kill()  # not reaped, so it exists
         self._holder.wait()
+        if self._filter_pidfd >= 0:  # the holder died with the tool unreaped: now ours
+            reaping.kill_and_reap(self._filter_pidfd)
+            self._filter_pidfd = -1
         # The session is over: the proxy records what is still open and exits.
         self._proxy_end.close()  # not yet sent when the launch ended before run()
         self._proxy_ctl.close()

@@ -123,56 +123,70 @@ OUR_LABEL = "io.github.claude-sandbox.version"
 
 
 def _images() -> list[tuple[str, str, int, bool]]:
-    """(id, parent, created, ours by label) for every image in root's storage."""
+    """(id, parent, created, an untagged image of ours) for every image in root's storage:
+    an untagged image with the image's label is the test image of an earlier run (a
+    build moved the tag on), or one of a user's builds that nothing names any more."""
     ids = subprocess.run([*PODMAN, "images", "-aq", "--no-trunc"], capture_output=True,
                          text=True, check=False).stdout.split()
     if not ids:
         return []
     lines = subprocess.run(
         [*PODMAN, "image", "inspect", "--format",
-         "{{.Id}} {{.Parent}}x {{.Created.UnixNano}} {{index .Labels \""
+         "{{.Id}} {{.Parent}}x {{.Created.UnixNano}} {{len .RepoTags}} {{index .Labels \""
          + OUR_LABEL + "\"}}x", *ids],
         capture_output=True, text=True, check=False).stdout.splitlines()
     found = []
     for line in lines:
-        image, parent, created, label = line.split(" ", 3)
-        found.append((image, parent[:-1], int(created), label[:-1] not in ("", "<no value>")))
+        image, parent, created, tags, label = line.split(" ", 4)
+        found.append((image, parent[:-1], int(created),
+                      tags == "0" and label[:-1] not in ("", "<no value>")))
     return found
 
 
+def _image_id(name: str) -> str:
+    return subprocess.run([*PODMAN, "image", "inspect", "--format", "{{.Id}}", name],
+                          capture_output=True, text=True, check=False).stdout.strip()
+
+
 def remove_our_images() -> None:
-    """Remove what test runs left in root's storage: every image that is ours (carries
-    the image's label or is an ancestor of one, or descends from the test base), newest
-    first so that children go before their parents. The base stays: it is the cache that
-    makes the next build cheap. Other images are not touched.
+    """Remove what test runs left in root's storage, newest first so that children go
+    before their parents:
+    - the test image (IMAGE) and untagged images with the image's label, with their
+      ancestors down to the test base;
+    - everything built on the private test base (the dev container CLI tags what it
+      builds vsc-...).
+    The base stays (the cache that makes the next build cheap). No other tagged image is
+    touched, a user's own build of the image included; one of those that a later build
+    left untagged goes with the test's, as nothing names it any more.
     """
-    subprocess.run([*PODMAN, "rmi", "-f", IMAGE], capture_output=True, check=False)
     images = _images()
     parent = {image: up for image, up, _, _ in images}
-    base = subprocess.run([*PODMAN, "image", "inspect", "--format", "{{.Id}}", BASE_IMAGE],
-                          capture_output=True, text=True, check=False).stdout.strip()
-    labelled = {image for image, _, _, label in images if label}
+    base = _image_id(BASE_IMAGE)
 
-    def ours(image: str) -> bool:
-        seen = set()
-        while image and image not in seen:
-            if image in labelled or (base and image == base):
-                return True
-            seen.add(image)
+    def line(image: str) -> list[str]:
+        """`image` and its ancestors, up to (not with) the base."""
+        found: list[str] = []
+        while image and image != base and image not in found:
+            found.append(image)
             image = parent.get(image, "")
-        return False
+        return found
 
-    ancestors: set[str] = set()
-    for image in labelled:
-        while image:
-            ancestors.add(image)
-            image = parent.get(image, "")
-    # Tagged ones too: anything built on the private test base is a test's (the dev
-    # container CLI tags what it builds vsc-...).
-    doomed = [(created, image) for image, _, created, _ in images
-              if image != base and (ours(image) or image in ancestors)]
-    for _, image in sorted(doomed, reverse=True):
+    roots = [image for image, _, _, stale in images if stale] + [_image_id(IMAGE)]
+    doomed = {image for root in roots if root for image in line(root)}
+    if base:  # whatever descends from the base
+        doomed |= {image for image, *_ in images if image != base and base in
+                   _ancestry(image, parent)}
+    created = {image: when for image, _, when, _ in images}
+    for image in sorted(doomed, key=lambda i: created.get(i, 0), reverse=True):
         subprocess.run([*PODMAN, "rmi", "-f", image], capture_output=True, check=False)
+
+
+def _ancestry(image: str, parent: dict[str, str]) -> set[str]:
+    seen: set[str] = set()
+    while image and image not in seen:
+        seen.add(image)
+        image = parent.get(image, "")
+    return seen
 
 
 def check_room() -> None:

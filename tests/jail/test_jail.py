@@ -683,3 +683,34 @@ def test_a_packet_filter_that_reads_back_otherwise_refuses_before_the_session(
         j.run(["/bin/sh", "-c", f"touch {marker}"], {"PATH": "/usr/bin:/bin"})
     assert not os.path.exists(marker)
     assert_torn_down(j, private_dir)
+
+
+def _zombies() -> set[int]:
+    found = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            for pid in f.read().split():
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as g:
+                    if g.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        found.add(int(pid))
+    return found
+
+
+def test_a_launch_refused_with_the_filter_pending_leaves_no_zombie(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The packet filter's tool is the holder's child until `finish` reaps it; a launch
+    refused before (here by the route lock) kills the holder, which leaves the tool to
+    the launcher, its subreaper: the launcher reaps it."""
+    def refuse(*_: object) -> None:
+        time.sleep(0.3)  # the tool has ended by now, unreaped: a zombie to be
+        raise SandboxError("refused for the test", EXIT_JAIL)
+
+    monkeypatch.setattr(jail.lock, "lock_routes", refuse)
+    before = _zombies()
+    j = jail.start(_settings())
+    private_dir = j.private_dir
+    with pytest.raises(SandboxError, match="refused for the test"):
+        j.run(["/bin/true"], {})
+    assert _zombies() <= before, "a process of the launch is left unreaped"
+    assert_torn_down(j, private_dir)
