@@ -120,6 +120,7 @@ def source_snapshot() -> Path:
 BUILD_NEEDS_GB = 6.0
 # The final image's label (image/Dockerfile): how an untagged image of ours is known.
 OUR_LABEL = "io.github.claude-sandbox.version"
+CLI_CONTENT = "localhost/dev_container_feature_content_temp"
 
 
 def _images() -> list[tuple[str, str, int, bool]]:
@@ -154,7 +155,7 @@ def remove_our_images() -> None:
     - the test image (IMAGE) and untagged images with the image's label, with their
       ancestors down to the test base;
     - everything built on the private test base (the dev container CLI tags what it
-      builds vsc-...).
+      builds vsc-...), and the CLI's image of the Feature's files with what it made of it.
     The base stays (the cache that makes the next build cheap). No other tagged image is
     touched, a user's own build of the image included; one of those that a later build
     left untagged goes with the test's, as nothing names it any more.
@@ -173,9 +174,13 @@ def remove_our_images() -> None:
 
     roots = [image for image, _, _, stale in images if stale] + [_image_id(IMAGE)]
     doomed = {image for root in roots if root for image in line(root)}
-    if base:  # whatever descends from the base
-        doomed |= {image for image, *_ in images if image != base and base in
-                   _ancestry(image, parent)}
+    # Whatever descends from the base, or from the dev container CLI's image of the
+    # Feature's files (which it makes from scratch), and that image itself.
+    content = _image_id(CLI_CONTENT)
+    for top in (base, content):
+        if top:
+            doomed |= {image for image, *_ in images if top in _ancestry(image, parent)}
+    doomed.discard(base)
     created = {image: when for image, _, when, _ in images}
     for image in sorted(doomed, key=lambda i: created.get(i, 0), reverse=True):
         subprocess.run([*PODMAN, "rmi", "-f", image], capture_output=True, check=False)
