@@ -104,12 +104,10 @@ def start_tool(stdin_text: str, argv: list[str]) -> Started | list[str]:
     return Started(tool, stdout, stderr)
 
 
-def finish_tool(started: Started | list[str]) -> list[str]:
-    """Wait for a started tool; ok, its status, out and err (or the error reply). Its
-    output is a few kilobytes at most (iptables-save's), which the socket buffers hold
-    while it waits to be read."""
-    if isinstance(started, list):
-        return started
+def finish_tool(started: Started) -> list[str]:
+    """Wait for a started tool; ok, its status, out and err. Its output is a few
+    kilobytes at most (iptables-save's), which the socket buffers hold while it waits
+    to be read."""
     out = _read_all(started.stdout)
     err = _read_all(started.stderr)
     # A tool's output is text; a NUL in it would not pass as a field.
@@ -118,7 +116,8 @@ def finish_tool(started: Started | list[str]) -> list[str]:
 
 def run_tool(stdin_text: str, argv: list[str]) -> list[str]:
     """Run `argv` with stdin/stdout/stderr on socketpairs; return rc, out, err."""
-    return finish_tool(start_tool(stdin_text, argv))
+    started = start_tool(stdin_text, argv)
+    return finish_tool(started) if isinstance(started, Started) else started
 
 
 def ipv6_off() -> list[str]:
@@ -261,13 +260,12 @@ def serve(sock: _socket.socket) -> int:
     # `start` runs a tool while the holder goes on serving, and `finish` answers for it:
     # the packet filter's commit waits in the kernel (an RCU grace period, about 30 ms),
     # which the route lock overlaps instead of queueing behind it.
-    started: Started | list[str] | None = None
+    started: Started | None = None
     while (message := next_request(sock)) is not None:
         fds = list(message.fds)
         op, args = (message.fields or ("",))[0], list(message.fields[1:])
         if op == "proxy" and len(fds) == 1:
-            wire.send(sock, start_proxy(sock, fds[0],
-                                        started if isinstance(started, Started) else None))
+            wire.send(sock, start_proxy(sock, fds[0], started))
             continue
         if op != "exec":
             wire.close(fds)
@@ -276,9 +274,12 @@ def serve(sock: _socket.socket) -> int:
         elif op == "start" and started is None:
             # The tool's pid: the launcher reaps it if the launch ends before `finish`
             # (the holder killed, the tool is the launcher's, its subreaper's, to reap).
-            started = start_tool(args[0], args[1:])
-            wire.send(sock, ["ok", str(started.tool.pid)] if isinstance(started, Started)
-                      else started)
+            tool = start_tool(args[0], args[1:])
+            if isinstance(tool, Started):
+                started = tool
+                wire.send(sock, ["ok", str(tool.tool.pid)])
+            else:
+                wire.send(sock, tool)  # it could not run: nothing to finish
         elif op == "finish" and started is not None:
             wire.send(sock, finish_tool(started))
             started = None

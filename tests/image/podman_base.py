@@ -9,6 +9,7 @@ base are cached (CACHE_DIR, BASE_IMAGE): a second run costs nothing.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import shutil
 import subprocess
@@ -164,16 +165,10 @@ def remove_our_images() -> None:
     parent = {image: up for image, up, _, _ in images}
     base = _image_id(BASE_IMAGE)
 
-    def line(image: str) -> list[str]:
-        """`image` and its ancestors, up to (not with) the base."""
-        found: list[str] = []
-        while image and image != base and image not in found:
-            found.append(image)
-            image = parent.get(image, "")
-        return found
-
     roots = [image for image, _, _, stale in images if stale] + [_image_id(IMAGE)]
-    doomed = {image for root in roots if root for image in line(root)}
+    # Each root with its ancestors, up to (not with) the base.
+    doomed = {image for root in roots if root
+              for image in itertools.takewhile(lambda i: i != base, _ancestry(root, parent))}
     # Whatever descends from the base, or from the dev container CLI's image of the
     # Feature's files (which it makes from scratch), and that image itself.
     content = _image_id(CLI_CONTENT)
@@ -186,10 +181,11 @@ def remove_our_images() -> None:
         subprocess.run([*PODMAN, "rmi", "-f", image], capture_output=True, check=False)
 
 
-def _ancestry(image: str, parent: dict[str, str]) -> set[str]:
-    seen: set[str] = set()
+def _ancestry(image: str, parent: dict[str, str]) -> list[str]:
+    """`image`, its parent, its parent's parent, ...: nearest first."""
+    seen: list[str] = []
     while image and image not in seen:
-        seen.add(image)
+        seen.append(image)
         image = parent.get(image, "")
     return seen
 

@@ -326,5 +326,3 @@ def _names(directory: str) -> list[str]:
         return os.listdir(directory)
     except OSError:  # absent, not a directory, unreadable: nothing there
         return []
-
-

@@ -24,9 +24,12 @@ from claude_sandbox.launch.planner.mounts import Writable
 
 
 def quote(path: str) -> str:
-    """`path` as one shell word, always in single quotes (not shlex: its import, with re's,
-    cost every launch about 4 ms)."""
-    return "'" + path.replace("'", "'\"'\"'") + "'"
+    """`path` as one shell word. shlex is imported here, only when a session made a
+    control path, as gitcheck and reviewcmd do: at the top, its import (with re's) cost
+    every launch about 4 ms."""
+    from shlex import quote as shell_quote
+
+    return shell_quote(path)
 
 
 def move_created(layout: Writable, store: str, lines: list[str], review: bool) -> None:
