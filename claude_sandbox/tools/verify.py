@@ -168,6 +168,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
     """Run the catalogue for `agent`; `prefix` runs a command inside (default: the shim)."""
     sys.path.insert(0, directory)
     outside_module = importlib.import_module("outside")  # verification/outside.py
+    users_module = importlib.import_module("outside_users")  # probes as another user
 
     sys.path.remove(directory)
     base_env = dict(os.environ if environ is None else environ)
@@ -220,6 +221,11 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                 results += [outside_module.check_85_real_value_at_its_host(seen),
                             outside_module.check_86_sentinel_elsewhere(seen),
                             outside_module.check_87_no_injection_in_the_clear(seen)]
+                if adversarial:
+                    results.append(users_module.probe_a66_root_only_flood(
+                        SHIM, agent, workdir, base_env))
+                    results.append(users_module.probe_a67_squatted_scratch(
+                        SHIM, agent, workdir, base_env))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,
@@ -232,7 +238,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
                             for number in ("27", "48", "49", "60", "35", "53", "70", "71",
                                            "73", "74", "77", "78", "82", "85", "86", "87",
-                                           "94")]
+                                           "94", "A66", "A67")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()

@@ -9,12 +9,15 @@ the operator"), except where a jail check itself is shown to fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,23 +50,57 @@ def _failures(report: dict) -> list[str]:
 
 
 # The probes of the jail's address classes, the stores, the thread of a hidden process,
-# vsock and a linked control path: BLOCKED for every agent, as root and as a user.
-PROBES_EVERYWHERE = ("A57", "A58", "A60", "A64", "A65")
+# vsock, a linked control path and a squatted scratch directory: BLOCKED for every agent,
+# as root and as a user; the root-only flood for every agent as root (a user's launch
+# walks no root-only file).
+PROBES_EVERYWHERE = ("A57", "A58", "A60", "A64", "A65", "A67")
+PROBES_AS_ROOT = ("A66",)
+SCRATCH_NAMES = ("/var/tmp/claude-agent", "/var/tmp/claude-agent-{uid}")
 
 
-def _blocked(report: dict) -> list[str]:
+def _blocked(report: dict, probes: tuple[str, ...] = PROBES_EVERYWHERE) -> list[str]:
     rows = {r["id"]: r for r in report.get("rows", [])}
-    return [f"{p} {rows.get(p, {}).get('outcome')}" for p in PROBES_EVERYWHERE
+    return [f"{p} {rows.get(p, {}).get('outcome')}" for p in probes
             if rows.get(p, {}).get("outcome") != "BLOCKED"]
+
+
+@contextlib.contextmanager
+def _scratch_names_squatted(uid: int, squat: bool) -> Iterator[None]:
+    """Probe A67 with something to attack: the user's own scratch directories put aside
+    (and back after, with what the run made there removed), so that another user may make
+    them first; with `squat`, root makes them first here (the runner, as the user, cannot
+    act as another user)."""
+    names = [name.format(uid=uid) for name in SCRATCH_NAMES]
+    aside, made, free = [], [], []
+    for name in names:
+        if os.path.lexists(name):
+            if os.lstat(name).st_uid != uid:
+                continue  # another user's already: left as it is
+            os.rename(name, name + ".aside")
+            aside.append(name)
+        free.append(name)
+        if squat:
+            os.mkdir(name, 0o755)
+            made.append(name)
+    try:
+        yield
+    finally:
+        for name in free:  # the squat, or what the run made there as the user's own
+            if name in made or (os.path.lexists(name) and os.lstat(name).st_uid == uid):
+                shutil.rmtree(name, ignore_errors=True)
+        for name in aside:
+            os.rename(name + ".aside", name)
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
 def test_verify_passes_as_root(agent: str) -> None:
     if os.getuid() != 0:
         pytest.skip("needs root")
-    status, report = _verify(agent, None, "--adversarial")
+    with _scratch_names_squatted(0, squat=False):
+        status, report = _verify(agent, None, "--adversarial")
     assert status == 0 and not _failures(report), _failures(report)
     assert not _blocked(report), _blocked(report)
+    assert not _blocked(report, PROBES_AS_ROOT), _blocked(report, PROBES_AS_ROOT)
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
@@ -72,13 +109,14 @@ def test_verify_passes_as_sbxuser(agent: str) -> None:
         pytest.skip("needs root to switch to sbxuser")
     subprocess.run(["id", "sbxuser"], check=False, capture_output=True).returncode == 0 or \
         subprocess.run(["useradd", "-m", "sbxuser"], check=True)
-    status, report = _verify(agent, "sbxuser", "--adversarial")
+    with _scratch_names_squatted(pwd.getpwnam("sbxuser").pw_uid, squat=True):
+        status, report = _verify(agent, "sbxuser", "--adversarial")
     assert status == 0 and not _failures(report), _failures(report)
     assert not _blocked(report), _blocked(report)
 
 
-@pytest.mark.parametrize(("user", "agent"), [("root", "claude"), ("root", "codex"),
-                                           ("root", "pi"), ("sbxuser", "claude")])
+@pytest.mark.parametrize("user", ["root", "sbxuser"])
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
 def test_verify_passes_with_harsh_and_check_50_sees_it(tmp_path: Path, user: str,
                                                        agent: str) -> None:
     """The operator's `hardening = harsh`, bound over /etc/claude-sandbox.conf in a
@@ -112,8 +150,9 @@ def test_verify_passes_with_harsh_and_check_50_sees_it(tmp_path: Path, user: str
 def test_verify_passes_with_brokered_and_its_side_doors_are_closed(tmp_path: Path,
                                                                    agent: str) -> None:
     """`hardening = brokered` as the unprivileged user: the catalogue passes as a command
-    through the server, and checks 62-68 and probes A41-A45 and A59 from the agent's own
-    process."""
+    through the server, and checks 62-68 and probes A41-A45, A59 and A62 from the agent's
+    own process. (A root launch refuses brokered: its command server cannot make a user
+    namespace per command from uid 0 inside.)"""
     if os.getuid() != 0:
         pytest.skip("needs root to bind a config over /etc and act as sbxuser")
     conf = tmp_path / "claude-sandbox.conf"
@@ -133,7 +172,7 @@ def test_verify_passes_with_brokered_and_its_side_doors_are_closed(tmp_path: Pat
     rows = {r["id"]: r for r in report["rows"]}
     for number in ("62", "63", "64", "65", "66", "67", "68"):
         assert rows[number]["outcome"] == "PASS", rows[number]
-    for probe in ("A41", "A42", "A43", "A44", "A45", "A59"):
+    for probe in ("A41", "A42", "A43", "A44", "A45", "A59", "A62"):
         assert rows[probe]["outcome"] == "BLOCKED", rows[probe]
 
 

@@ -1,0 +1,184 @@
+"""Probes made outside as another local user: what an unprivileged user makes in shared
+places must not slow every root launch (A66) nor refuse a launch (A67).
+
+The runner needs root to act as that other user (`nobody`). As a user, A66 is skipped (a
+user's launch walks no root-only file) and A67 counts only names another user already
+holds. What a probe makes it removes; it never moves or touches what was there before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+
+from outside import Result
+
+FLOOD_FILES = 20_000
+FLOOD_TARGET_MS = 50.0
+RUNS = 5
+# Where the flood goes: the first of these the root launch shows read-only at its own
+# path (the walk covers what a root launch shows; see explain --json's mounts).
+FLOOD_PARENTS = ("/opt", "/srv", "/var")
+_MAKE_FILES = ("import os, sys\n"
+               "for i in range(int(sys.argv[2])):\n"
+               "    os.close(os.open(f'{sys.argv[1]}/f{i}', os.O_CREAT | os.O_WRONLY, 0o600))\n")
+
+
+def _other_user() -> tuple[int, int]:
+    try:
+        entry = pwd.getpwnam("nobody")
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return 65534, 65534
+
+
+def _as_other(argv: Sequence[str]) -> None:
+    uid, gid = _other_user()
+    subprocess.run(argv, check=True, user=uid, group=gid, extra_groups=[], cwd="/",
+                   stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
+
+
+def _launch(shim: str, agent: str, workdir: str, environ: Mapping[str, str],
+            script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([shim, "shell", "--agent", agent, "--", "sh", "-c", script],
+                          cwd=workdir, env=dict(environ), capture_output=True, text=True,
+                          check=False, stdin=subprocess.DEVNULL, timeout=300)
+
+
+def _timed(shim: str, agent: str, workdir: str, environ: Mapping[str, str]) -> float:
+    start = time.perf_counter()
+    ran = _launch(shim, agent, workdir, environ, "true")
+    if ran.returncode != 0:
+        raise RuntimeError(f"a root launch failed (exit {ran.returncode}): "
+                           f"{ran.stderr.strip()[-200:]}")
+    return (time.perf_counter() - start) * 1000
+
+
+def _explain(shim: str, agent: str, workdir: str, environ: Mapping[str, str]
+             ) -> dict[str, object]:
+    ran = subprocess.run([shim, "explain", "--json", "--agent", agent], cwd=workdir,
+                         env=dict(environ), capture_output=True, text=True, check=False,
+                         stdin=subprocess.DEVNULL, timeout=300)
+    if ran.returncode != 0:
+        raise RuntimeError(f"explain failed (exit {ran.returncode}): {ran.stderr.strip()}")
+    plan: dict[str, object] = json.loads(ran.stdout)
+    return plan
+
+
+def _flood_parent(plan: Mapping[str, object]) -> str | None:
+    shown = {m["source"] for m in plan.get("mounts", [])  # type: ignore[attr-defined]
+             if m.get("kind") in ("ro-bind", "ro-bind-try") and m.get("source") == m.get("dest")}
+    for parent in FLOOD_PARENTS:
+        if parent in shown and os.path.isdir(parent) and not os.path.islink(parent):
+            return parent
+    return None
+
+
+def _covered_below(plan: Mapping[str, object], top: str) -> list[str]:
+    """The root launch's covers (explain --json: late_masks.root_only) at or below `top`."""
+    masks = plan.get("late_masks")
+    found = masks.get("root_only") or [] if isinstance(masks, dict) else []
+    return [str(path) for path in found if path == top or str(path).startswith(top + "/")]
+
+
+def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
+                              environ: Mapping[str, str]) -> Result:
+    """Another user makes 20,000 empty mode-600 files in a tree root launches show: none
+    of them is covered, and a root launch takes at most 50 ms longer (medians)."""
+    if os.getuid() != 0:
+        return Result("A66", "SKIP", "a user's launch walks no root-only file; run verify "
+                      "as root for the root launch's walk")
+    try:
+        parent = _flood_parent(_explain(shim, agent, workdir, environ))
+        if parent is None:
+            return Result("A66", "SKIP", "no tree of " + ", ".join(FLOOD_PARENTS)
+                          + " is shown read-only to a root launch here")
+        place = tempfile.mkdtemp(prefix="csbx-flood-", dir=parent)
+    except (OSError, RuntimeError, ValueError) as error:
+        return Result("A66", "FAIL", f"could not prepare: {error}")
+    try:
+        uid, gid = _other_user()
+        os.chown(place, uid, gid)
+        os.chmod(place, 0o755)
+        flood = os.path.join(place, "files")
+        _timed(shim, agent, workdir, environ)  # the cache, brought up to date
+        before = statistics.median(_timed(shim, agent, workdir, environ)
+                                   for _ in range(RUNS))
+        _as_other([sys.executable, "-I", "-c", "import os, sys; os.mkdir(sys.argv[1], 0o755)",
+                   flood])
+        _as_other([sys.executable, "-I", "-c", _MAKE_FILES, flood, str(FLOOD_FILES)])
+        _timed(shim, agent, workdir, environ)  # the first launch lists the directory once
+        after = statistics.median(_timed(shim, agent, workdir, environ) for _ in range(RUNS))
+        covered = _covered_below(_explain(shim, agent, workdir, environ), place)
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as error:
+        return Result("A66", "FAIL", f"the probe could not run: {error}")
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+    figures = (f"{FLOOD_FILES} mode-600 files of uid {uid} in {parent}: a root launch "
+               f"{before:.0f} ms before, {after:.0f} ms after ({after - before:+.0f} ms, "
+               f"at most +{FLOOD_TARGET_MS:.0f})")
+    if covered:
+        return Result("A66", "FAIL", f"{figures}; {len(covered)} covers for them, e.g. "
+                      f"{covered[0]}")
+    if after - before > FLOOD_TARGET_MS:
+        return Result("A66", "FAIL", figures)
+    return Result("A66", "PASS", f"{figures}; no cover for any of them")
+
+
+def _candidates(agent: str, uid: int) -> tuple[str, ...]:
+    from claude_sandbox.launch.configure import profiles
+
+    base = profiles.get(agent).tmp_dir
+    return (base, f"{base}-{uid}") if base else ()
+
+
+def probe_a67_squatted_scratch(shim: str, agent: str, workdir: str,
+                               environ: Mapping[str, str]) -> Result:
+    """Another user makes, first, the directory a launch would make in a shared place: the
+    launch still runs, in a directory of its own, and puts nothing in the squatted one."""
+    uid = os.getuid()
+    names = _candidates(agent, uid)
+    if not names:
+        return Result("A67", "PASS", f"{agent}'s launch makes no directory of a fixed name "
+                      "in a shared place")
+    squatted: list[str] = []
+    made: list[str] = []
+    try:
+        for name in names:
+            try:
+                owner = os.lstat(name).st_uid
+            except FileNotFoundError:
+                if uid != 0:
+                    continue  # only root can act as another user here
+                _as_other(["mkdir", "-m", "755", name])
+                made.append(name)
+                squatted.append(name)
+                continue
+            if owner != uid:
+                squatted.append(name)  # another user's already
+        if not squatted:
+            return Result("A67", "SKIP", "no name to squat: " + ", ".join(names) + " are this "
+                          "user's own (run verify as root on a machine without them)")
+        ran = _launch(shim, agent, workdir, environ, 'echo "tmp=${CLAUDE_CODE_TMPDIR:-}"')
+        used = ran.stdout.strip().splitlines()[-1].removeprefix("tmp=") if ran.stdout else ""
+        if ran.returncode != 0:
+            return Result("A67", "FAIL", f"with {', '.join(squatted)} made by another user "
+                          f"the launch failed (exit {ran.returncode}): "
+                          f"{ran.stderr.strip()[-200:]}")
+        if used in squatted or any(os.listdir(name) for name in made):
+            return Result("A67", "FAIL", f"the session used a squatted directory ({used})")
+    except (OSError, subprocess.SubprocessError) as error:
+        return Result("A67", "FAIL", f"the probe could not run: {error}")
+    finally:
+        for name in made:
+            shutil.rmtree(name, ignore_errors=True)
+    return Result("A67", "PASS", f"{', '.join(squatted)} made first by another user: the "
+                  f"launch ran in {used}, its own")
