@@ -33,6 +33,7 @@ import stat
 import time
 
 from claude_sandbox.core import mountinfo, paths
+from claude_sandbox.launch.facts import dirtimes
 from claude_sandbox.launch.session import state
 
 TYPE_CHECKING = False
@@ -229,8 +230,8 @@ def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
     directories the agent makes in it."""
     ours = tuple(o for o in own if o in dirs)  # only a place the walk went into
     prefixes = tuple(o.rstrip("/") + "/" for o in ours)
-    changed = {d for d, mtime in dirs.items()
-               if not (ours and (d in ours or d.startswith(prefixes))) and _mtime(d) != mtime}
+    changed = dirtimes.changed([d for d in dirs
+                                if not (ours and (d in ours or d.startswith(prefixes)))], dirs)
     if not changed:
         return False
     roots = {d for d in changed if not _below(os.path.dirname(d), changed) or d == "/"}
@@ -245,13 +246,6 @@ def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
         if os.path.isdir(directory) and not os.path.islink(directory):
             _scan(directory, skipped, hidden, dirs, groups, listings)
     return True
-
-
-def _mtime(path: str) -> int:
-    try:
-        return os.lstat(path).st_mtime_ns
-    except OSError:
-        return -1
 
 
 # The cache is read on every root launch: fields split by NUL (a path holds none) load in
