@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import glob
 import hashlib
 import os
 import re
@@ -953,6 +954,40 @@ def test_a61_ld_preload_and_the_loader(request: Req) -> None:
     if ran:
         pytest.fail(f"code written to the workspace ran: {', '.join(ran)}")
     _blocked(request, "; ".join(f"{way}: {word}" for way, word in outcome.items()))
+
+
+def test_a68_memory_only_program(request: Req) -> None:
+    level = FACTS.get("hardening")
+    if level != "harsh":
+        pytest.skip(f"hardening = {level}: only harsh (and brokered's agent, check 65) forbid "
+                    "running what the sandbox wrote")
+    try:
+        memfd = os.memfd_create("csbx-a68", 0)
+    except OSError as error:
+        _blocked(request, f"memfd_create: {errname(error.errno or 0)}")
+        return
+    try:
+        with open("/bin/true", "rb") as source:
+            os.write(memfd, source.read())
+        loader = next(iter(sorted(glob.glob("/lib*/ld-linux*.so*")
+                                  + glob.glob("/lib/*/ld-linux*.so*"))), "")
+        ways = {"execve /proc/self/fd/N": [f"/proc/self/fd/{memfd}"]}
+        if loader:
+            ways["ld.so /proc/self/fd/N"] = [loader, f"/proc/self/fd/{memfd}"]
+        ran = []
+        for way, argv in ways.items():
+            try:
+                done = subprocess.run(argv, pass_fds=(memfd,), capture_output=True,
+                                      timeout=30, check=False)
+            except OSError:
+                continue
+            if done.returncode == 0:
+                ran.append(way)
+    finally:
+        os.close(memfd)
+    if ran:
+        pytest.fail(f"a program written only to memory (a memfd) ran: {', '.join(ran)}")
+    _blocked(request, "the memfd's program did not run")
 
 
 def test_a63_memory_past_max_memory(request: Req) -> None:

@@ -147,6 +147,7 @@ def oracle(level: str, machine: str) -> bytes:
         for name in ("unshare", "clone"):
             f.add_rule(eperm, name, sc.Arg(0, sc.MASKED_EQ, 0x10000000, 0x10000000))
         f.add_rule(enosys, "clone3")
+        f.add_rule(enosys, "memfd_create")
     with tempfile.TemporaryFile() as out:
         f.export_bpf(out)
         out.seek(0)
@@ -307,11 +308,12 @@ def test_the_brokered_agents_own_filter(machine: str) -> None:
     assert run_bpf(prog, seccomp_data(0, bpf.AUDIT_ARCH_I386)) == bpf.RET_KILL_PROCESS
 
 
-def test_memfd_is_refused_only_where_max_memory_holds_per_process() -> None:
-    def names(flags: tuple[str, ...]) -> list[str]:
-        return [r.name for r in seccomp.rules_for("standard", flags)]
+def test_memfd_is_refused_where_max_memory_holds_per_process_and_under_harsh() -> None:
+    def names(flags: tuple[str, ...], level: str = "standard") -> list[str]:
+        return [r.name for r in seccomp.rules_for(level, flags)]
 
     assert "memfd_create" not in names(())
     assert "memfd_create" in names((seccomp.MEMORY_PER_PROCESS,))
+    assert "memfd_create" in names((), "harsh")  # a program written to memory (A68)
     prog = seccomp.build_filter("standard", "x86_64", (seccomp.MEMORY_PER_PROCESS,))
     assert run_bpf(prog, seccomp_data(319, bpf.AUDIT_ARCH_X86_64)) == bpf.RET_ERRNO | 38

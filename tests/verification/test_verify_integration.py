@@ -121,8 +121,8 @@ def test_verify_passes_with_harsh_and_check_50_sees_it(tmp_path: Path, user: str
                                                        agent: str) -> None:
     """The operator's `hardening = harsh`, bound over /etc/claude-sandbox.conf in a
     private mount namespace, as the launch tests do: the checks pass, the probes of
-    what the sandbox wrote running (A61) are blocked; as the user, whom no memory cgroup
-    caps here, with max-memory set too (check 91, probe A63)."""
+    what the sandbox wrote running (A61, and from memory A68) are blocked; as the user,
+    whom no memory cgroup caps here, with max-memory set too (check 91, probe A63)."""
     if os.getuid() != 0:
         pytest.skip("needs root to bind a config over /etc")
     conf = tmp_path / "claude-sandbox.conf"
@@ -141,6 +141,7 @@ def test_verify_passes_with_harsh_and_check_50_sees_it(tmp_path: Path, user: str
     assert rows["50"]["outcome"] == "PASS" and "EACCES" in rows["50"]["detail"], rows["50"]
     assert rows["90"]["outcome"] == "PASS" and "noexec" in rows["90"]["detail"], rows["90"]
     assert rows["A61"]["outcome"] == "BLOCKED", rows["A61"]
+    assert rows["A68"]["outcome"] == "BLOCKED", rows["A68"]
     if user != "root":
         assert rows["91"]["outcome"] == "PASS" and "refused" in rows["91"]["detail"], rows["91"]
         assert rows["A63"]["outcome"] == "BLOCKED", rows["A63"]

@@ -87,6 +87,11 @@ RULES: tuple[Rule, ...] = (
          errno=ENOSYS, when=MEMORY_PER_PROCESS),
     Rule("shmget", 29, 194, "System V shared memory escapes a per-process memory cap (the "
          "sandbox's IPC namespace sets no size)", errno=ENOSYS, when=MEMORY_PER_PROCESS),
+    # Harsh: nothing the sandbox wrote runs, and a memfd is a place it writes that no
+    # mount option reaches (an internal mount; Landlock lets it pass too): a program
+    # written there runs by execveat or through ld.so /proc/self/fd/N (probe A68).
+    Rule("memfd_create", 319, 279, "a program written to memory runs past noexec",
+         errno=ENOSYS, level="harsh"),
     # Harsh: no nested user namespaces. Standard keeps them because codex and
     # Anthropic's sandbox runtime build their own sandbox inside (measured).
     Rule("unshare", 272, 97, "a new user namespace regains capabilities", _NEWUSER, level="harsh"),
