@@ -17,9 +17,11 @@ import hashlib
 import os
 import re
 import secrets
+import shutil
 import socket
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -988,6 +990,39 @@ def test_a68_memory_only_program(request: Req) -> None:
     if ran:
         pytest.fail(f"a program written only to memory (a memfd) ran: {', '.join(ran)}")
     _blocked(request, "the memfd's program did not run")
+
+
+_PACKET_AND_ALG = (
+    "import errno, socket\n"
+    "for name, family, kind in (('AF_PACKET', 17, socket.SOCK_RAW), "
+    "('AF_ALG', 38, socket.SOCK_SEQPACKET)):\n"
+    "    try:\n"
+    "        socket.socket(family, kind).close()\n"
+    "        print(name, 'made')\n"
+    "    except OSError as error:\n"
+    "        print(name, errno.errorcode.get(error.errno, error.errno))\n")
+
+
+def test_a69_packet_socket_in_a_nested_namespace(request: Req) -> None:
+    # In a user namespace of its own with a network namespace, uid 0 holds CAP_NET_RAW
+    # over it: the kernel alone would make the packet socket there.
+    unshare = shutil.which("unshare")
+    ways = {"directly": [sys.executable, "-I", "-c", _PACKET_AND_ALG]}
+    if unshare:
+        ways["in a user and network namespace of its own"] = [
+            unshare, "--user", "--map-root-user", "--net", *ways["directly"]]
+    seen = []
+    for way, argv in ways.items():
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            seen.append(f"{way}: not entered ({done.stderr.strip()[-80:]})")
+            continue
+        words = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+        made = [name for name, word in words.items() if word == "made"]
+        if made:
+            pytest.fail(f"{way}: {', '.join(made)} made")
+        seen.append(f"{way}: " + ", ".join(f"{n} {w}" for n, w in words.items()))
+    _blocked(request, "; ".join(seen))
 
 
 def test_a63_memory_past_max_memory(request: Req) -> None:

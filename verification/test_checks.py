@@ -1463,3 +1463,26 @@ def test_96_codex_managed_config_inside(request: pytest.FixtureRequest) -> None:
     assert text == codexconfig.inside(str(FACTS.get("codex_managed_config", ""))), \
         f"{path} is not the operator's file with the sandbox's setting"
     note(request, f"{path}: read-only, {codexconfig.SETTING}, the operator's lines kept")
+
+
+# ---------------------------------------------------------- 97 (socket address families)
+def test_97_other_address_families_refused(request: pytest.FixtureRequest) -> None:
+    # AF_PACKET proves the filter: without it the kernel says EPERM (no CAP_NET_RAW); the
+    # filter answers EAFNOSUPPORT, as a kernel without the family would.
+    tried = {"AF_PACKET": (17, socket.SOCK_DGRAM), "AF_ALG": (38, socket.SOCK_SEQPACKET),
+             "AF_BLUETOOTH": (31, socket.SOCK_STREAM), "AF_TIPC": (30, socket.SOCK_RDM),
+             "AF_QIPCRTR": (42, socket.SOCK_DGRAM)}
+    found = {}
+    for name, (family, kind) in tried.items():
+        try:
+            socket.socket(family, kind).close()
+            found[name] = "made"
+        except OSError as error:
+            found[name] = errno.errorcode.get(error.errno or 0, str(error))
+    assert found["AF_PACKET"] == "EAFNOSUPPORT", f"AF_PACKET: {found['AF_PACKET']}"
+    made = [name for name, word in found.items() if word != "EAFNOSUPPORT"]
+    assert not made, f"sockets of other families: {found}"
+    for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK):
+        kind = socket.SOCK_DGRAM if family == socket.AF_NETLINK else socket.SOCK_STREAM
+        socket.socket(family, kind).close()  # what programs use still works
+    note(request, "unix, IP and netlink sockets work; " + ", ".join(found) + ": EAFNOSUPPORT")

@@ -2,10 +2,11 @@
 
 Two filters are built with it: the sandbox's (launch/planner/seccomp.py, loaded by bwrap) and,
 under `hardening = brokered`, the agent's own, stacked on it (inside/agentside.py).
-A row refuses one system call with an errno, optionally only when one argument
-matches a mask. Everything not named is allowed, and a foreign ABI is killed: the
-rows are written in the native numbering, so an i386 `int 0x80` or an x32 call
-(nr | 0x40000000) would dodge every row if it were merely allowed through.
+A row refuses one system call with an errno, optionally only when its arguments
+match masks, or fall outside a short list. Everything not named is allowed, and a
+foreign ABI is killed: the rows are written in the native numbering, so an i386
+`int 0x80` or an x32 call (nr | 0x40000000) would dodge every row if it were merely
+allowed through.
 
 No imports beyond the byte packing: the inner stage loads the agent's filter.
 """
@@ -61,29 +62,45 @@ class ArgTest:
 
 
 @record
+class ArgNotIn:
+    """`(low 32 bits of args[index])` is none of `values`: a row that refuses by class,
+    everything but a short allow-list (socket's address families)."""
+
+    index: int
+    values: tuple[int, ...]
+
+
+@record
 class Refusal:
     """One row of a filter, in one machine's numbering: refuse `nr` with `errno` when
     every test of `args` matches (always, when there is none)."""
 
     nr: int
     errno: int
-    args: tuple[ArgTest, ...] = ()
+    args: tuple[ArgTest | ArgNotIn, ...] = ()
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
 
 
-def _test(test: ArgTest, skip: int) -> list[bytes]:
+def _test(test: ArgTest | ArgNotIn, skip: int) -> list[bytes]:
     """Load one argument and compare it; on a mismatch jump `skip` instructions on."""
     found = [_insn(_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * test.index)]
+    if isinstance(test, ArgNotIn):
+        # A value in the list is the mismatch: jump past the list's other compares too.
+        count = len(test.values)
+        return found + [_insn(_JMP_JEQ_K, count - 1 - at + skip, 0, value)
+                        for at, value in enumerate(test.values)]
     if test.mask != 0xFFFFFFFF:
         found.append(_insn(_ALU_AND_K, 0, 0, test.mask))
     found.append(_insn(_JMP_JEQ_K, 0, skip, test.value))
     return found
 
 
-def _size(test: ArgTest) -> int:
+def _size(test: ArgTest | ArgNotIn) -> int:
+    if isinstance(test, ArgNotIn):
+        return 1 + len(test.values)
     return 2 if test.mask == 0xFFFFFFFF else 3
 
 

@@ -143,6 +143,14 @@ def oracle(level: str, machine: str) -> bytes:
     # MASKED_EQ with a 32-bit mask: libseccomp's way of ignoring the high word.
     for request in (0x5412, 0x541C):
         f.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+    # Every address family but unix, IP, netlink and vsock (refused on its own row).
+    eafnosupport = sc.ERRNO(97)
+    for call in ("socket", "socketpair"):
+        for family in range(64):
+            if family not in seccomp.FAMILIES:
+                f.add_rule(eafnosupport, call, sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family))
+        f.add_rule(eafnosupport, call, sc.Arg(0, sc.GE, 64))
+    f.add_rule(eperm, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, seccomp.AF_VSOCK))
     if level == "harsh":
         for name in ("unshare", "clone"):
             f.add_rule(eperm, name, sc.Arg(0, sc.MASKED_EQ, 0x10000000, 0x10000000))
@@ -267,8 +275,30 @@ def test_describe_names_every_row() -> None:
         assert row.name in text
 
 
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+@pytest.mark.parametrize("flags", [(), ("allow-vsock",)])
+def test_sockets_of_other_address_families_are_refused_by_class(
+        machine: str, flags: tuple[str, ...]) -> None:
+    prog = seccomp.build_filter("standard", machine, flags)
+    arch = bpf.ARCHES[machine]
+    socket_nr, pair_nr = {"x86_64": (41, 53), "aarch64": (198, 199)}[machine]
+
+    def verdict(nr: int, family: int) -> int:
+        return run_bpf(prog, seccomp_data(nr, arch, (family, 1, 0)))
+
+    for family in (1, 2, 10, 16, 2 | (0xDEAD << 32)):  # the kernel reads an int
+        assert verdict(socket_nr, family) == bpf.RET_ALLOW
+        assert verdict(pair_nr, family) == bpf.RET_ALLOW
+    # AF_UNSPEC, PACKET, ALG, BLUETOOTH, QIPCRTR, TIPC, RDS, KCM, XDP, MCTP, past AF_MAX
+    for family in (0, 17, 38, 31, 42, 30, 21, 41, 44, 45, 46, 0xFFFFFFFF):
+        assert verdict(socket_nr, family) == bpf.RET_ERRNO | 97, family
+        assert verdict(pair_nr, family) == bpf.RET_ERRNO | 97, family
+    vsock = bpf.RET_ALLOW if flags else bpf.RET_ERRNO | 1
+    assert verdict(socket_nr, seccomp.AF_VSOCK) == vsock
+
+
 def test_vsock_is_refused_unless_the_operator_allows_it() -> None:
-    names = [(r.name, r.arg.value if r.arg else None) for r in seccomp.rules_for("standard")]
+    names = [(r.name, getattr(r.arg, "value", None)) for r in seccomp.rules_for("standard")]
     assert ("socket", seccomp.AF_VSOCK) in names
     for level in ("standard", "harsh", "brokered"):
         allowed = seccomp.rules_for(level, ("allow-vsock",))

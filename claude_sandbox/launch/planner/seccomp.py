@@ -12,17 +12,21 @@ into the terminal's input queue).
 from __future__ import annotations
 
 import os
-from errno import ENOSYS, EPERM, errorcode
+from errno import EAFNOSUPPORT, ENOSYS, EPERM, errorcode
 
 from claude_sandbox.core import kernel
-from claude_sandbox.core.bpf import ARCHES, ArgTest, Refusal, assemble
+from claude_sandbox.core.bpf import ARCHES, ArgNotIn, ArgTest, Refusal, assemble
 from claude_sandbox.core.errors import EXIT_CONFIG, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import data_descriptor
 from claude_sandbox.core.record import record
 from claude_sandbox.inside.spec import LEVELS
 
+# linux/socket.h. The families a sandbox's sockets may have: local ones, IP, and
+# netlink (which a network namespace contains, and getifaddrs and `ip` use); vsock is
+# its own row below (allow-vsock).
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_VSOCK = 1, 2, 10, 16, 40
+FAMILIES = (AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_VSOCK)
 # ioctl requests (asm-generic/ioctls.h, the same on both architectures).
-AF_VSOCK = 40  # linux/socket.h
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 # The launch flag under which max-memory holds per process only (limits.py).
@@ -35,7 +39,7 @@ class Rule:
     x86_64: int
     aarch64: int
     why: str
-    arg: ArgTest | None = None
+    arg: ArgTest | ArgNotIn | None = None
     errno: int = EPERM
     level: str = "standard"  # "standard": every level; "harsh": harsh only
     unless: str = ""  # a launch flag that drops the row (allow-vsock)
@@ -76,6 +80,14 @@ RULES: tuple[Rule, ...] = (
     Rule("delete_module", 176, 106, "unloads kernel code"),
     Rule("open_by_handle_at", 304, 265,
          "opens files by handle, around the mount namespace (the 'shocker' escape)"),
+    # Every other address family by class, as a kernel without it would answer: some are
+    # not contained by a network namespace (Bluetooth, Qualcomm's IPC router), others are
+    # kernel attack surface an agent never needs (AF_PACKET once a nested user namespace
+    # gives CAP_NET_RAW, AF_ALG, TIPC, RDS, KCM) (check 97, probe A69).
+    Rule("socket", 41, 198, "an address family other than unix, IP and netlink",
+         ArgNotIn(0, FAMILIES), errno=EAFNOSUPPORT),
+    Rule("socketpair", 53, 199, "an address family other than unix, IP and netlink",
+         ArgNotIn(0, FAMILIES), errno=EAFNOSUPPORT),
     # A network namespace does not contain AF_VSOCK: a bind takes a port of the whole
     # VM's vsock space, and a connect reaches the hypervisor's services (check 88).
     Rule("socket", 41, 198, "AF_VSOCK reaches the VM's host, past every network namespace",
@@ -140,12 +152,18 @@ def filter_fd(level: str, flags: tuple[str, ...] = ()) -> int:
     return data_descriptor("seccomp", build_filter(level, flags=flags))
 
 
+def condition(test: ArgTest | ArgNotIn) -> str:
+    """A row's argument test as explain prints it."""
+    if isinstance(test, ArgNotIn):
+        return f"arg{test.index} not in {{{', '.join(str(v) for v in test.values)}}}"
+    return f"arg{test.index}&{test.mask:#x}=={test.value:#x}"
+
+
 def describe(level: str, flags: tuple[str, ...] = ()) -> list[str]:
     """Lines for `claude-sandbox explain` / `doctor`."""
     lines = [f"seccomp ({level}): foreign ABIs (i386, x32, arm32) kill the process"]
     for row in rules_for(level, flags):
-        test = "" if row.arg is None else (
-            f" when arg{row.arg.index}&{row.arg.mask:#x}=={row.arg.value:#x}")
+        test = "" if row.arg is None else f" when {condition(row.arg)}"
         lines.append(f"  {row.name}{test} -> {errorcode[row.errno]}: {row.why}")
     if level == "standard":
         lines.append("  nested user namespaces allowed (agents build their own sandbox)")
