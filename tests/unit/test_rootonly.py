@@ -31,6 +31,9 @@ def _info(mode: int, uid: int = 0, gid: int = 0) -> os.stat_result:
     (stat.S_IFDIR | 0o700, 1000, 1000, rootonly.SKIP),  # a user's home: root cannot enter
     (stat.S_IFDIR | 0o755, 1000, 1000, rootonly.DESCEND),
     (stat.S_IFDIR | 0o750, 1000, 0, rootonly.HIDE),  # root's group enters, others not
+    (stat.S_IFDIR | 0o711, 1000, 1000, rootonly.DESCEND),  # root searches as others do
+    (stat.S_IFDIR | 0o744, 1000, 1000, rootonly.SKIP),  # root lists as others do
+    (stat.S_IFDIR | 0o751, 0, 0, rootonly.HIDE),  # root lists, others only search
     (stat.S_IFLNK | 0o777, 0, 0, rootonly.SKIP),
 ])
 def test_judged_by_the_class_that_applies_to_root(mode: int, uid: int, gid: int,

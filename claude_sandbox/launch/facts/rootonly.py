@@ -68,20 +68,24 @@ def _roots_bits(info: os.stat_result, groups: frozenset[int]) -> int:
 
 
 def judge(info: os.stat_result, groups: frozenset[int]) -> str:
-    """HIDE an entry root may read (a directory: read or search) and others may not;
-    DESCEND into a directory root may search and others may list and search; SKIP the
-    rest (a link, what others may read, what DAC keeps from root already)."""
+    """HIDE an entry that gives root a right others lack (a file: read; a directory: list
+    or search); DESCEND into a directory root may search, where what lies inside may still
+    be root's; SKIP the rest (a link, what others may read as root may, what DAC keeps
+    from root already).
+
+    Compared right by right, never against others' full access: another user's 0711
+    directory gives root exactly what it gives everyone, so it is walked, not covered (a
+    cover each once let a user who may write in a shown tree make every root launch
+    mount 20,000 of them, towards the kernel's mount limit; probe A66)."""
     mode = info.st_mode
     if stat.S_ISLNK(mode):
         return SKIP
     root, others = _roots_bits(info, groups), mode & 7
     if stat.S_ISDIR(mode):
-        if not root & 0o5:
-            return SKIP  # root cannot list or enter it: nor can anything inside
-        if others & 0o5 != 0o5:
+        if root & ~others & 0o5:
             return HIDE
-        return DESCEND if root & 0o1 else SKIP
-    return HIDE if root & 0o4 and not others & 0o4 else SKIP
+        return DESCEND if root & 0o1 else SKIP  # what root cannot enter, nothing inside
+    return HIDE if root & ~others & 0o4 else SKIP
 
 
 # A directory with at least this many entries, owned by another user than root, keeps
