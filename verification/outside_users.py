@@ -22,6 +22,9 @@ from collections.abc import Mapping, Sequence
 from outside import Result
 
 FLOOD_FILES = 20_000
+# Directories another user made that give root what they give everyone (mode 0711): once
+# a cover each, now walked. Fewer than the files: each costs a refresh its lstat (ADR 0015).
+FLOOD_DIRS = 500
 FLOOD_TARGET_MS = 50.0
 RUNS = 5
 # Where the flood goes: the first of these the root launch shows read-only at its own
@@ -29,7 +32,10 @@ RUNS = 5
 FLOOD_PARENTS = ("/opt", "/srv", "/var")
 _MAKE_FILES = ("import os, sys\n"
                "for i in range(int(sys.argv[2])):\n"
-               "    os.close(os.open(f'{sys.argv[1]}/f{i}', os.O_CREAT | os.O_WRONLY, 0o600))\n")
+               "    os.close(os.open(f'{sys.argv[1]}/f{i}', os.O_CREAT | os.O_WRONLY, 0o600))\n"
+               "for i in range(int(sys.argv[3])):\n"
+               "    os.mkdir(f'{sys.argv[1]}/d{i}')\n"
+               "    os.chmod(f'{sys.argv[1]}/d{i}', 0o711)\n")
 
 
 def _other_user() -> tuple[int, int]:
@@ -91,8 +97,9 @@ def _covered_below(plan: Mapping[str, object], top: str) -> list[str]:
 
 def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
                               environ: Mapping[str, str]) -> Result:
-    """Another user makes 20,000 empty mode-600 files in a tree root launches show: none
-    of them is covered, and a root launch takes at most 50 ms longer (medians)."""
+    """Another user makes 20,000 empty mode-600 files and 500 directories of mode 0711 in
+    a tree root launches show: none of them is covered, and a root launch takes at most
+    50 ms longer (medians)."""
     if os.getuid() != 0:
         return Result("A66", "SKIP", "a user's launch walks no root-only file; run verify "
                       "as root for the root launch's walk")
@@ -114,7 +121,8 @@ def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
                                    for _ in range(RUNS))
         _as_other([sys.executable, "-I", "-c", "import os, sys; os.mkdir(sys.argv[1], 0o755)",
                    flood])
-        _as_other([sys.executable, "-I", "-c", _MAKE_FILES, flood, str(FLOOD_FILES)])
+        _as_other([sys.executable, "-I", "-c", _MAKE_FILES, flood, str(FLOOD_FILES),
+                   str(FLOOD_DIRS)])
         _timed(shim, agent, workdir, environ)  # the first launch lists the directory once
         after = statistics.median(_timed(shim, agent, workdir, environ) for _ in range(RUNS))
         covered = _covered_below(_explain(shim, agent, workdir, environ), place)
@@ -122,7 +130,8 @@ def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
         return Result("A66", "FAIL", f"the probe could not run: {error}")
     finally:
         shutil.rmtree(place, ignore_errors=True)
-    figures = (f"{FLOOD_FILES} mode-600 files of uid {uid} in {parent}: a root launch "
+    figures = (f"{FLOOD_FILES} mode-600 files and {FLOOD_DIRS} mode-711 directories of "
+               f"uid {uid} in {parent}: a root launch "
                f"{before:.0f} ms before, {after:.0f} ms after ({after - before:+.0f} ms, "
                f"at most +{FLOOD_TARGET_MS:.0f})")
     if covered:
@@ -133,22 +142,32 @@ def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
     return Result("A66", "PASS", f"{figures}; no cover for any of them")
 
 
-def _candidates(agent: str, uid: int) -> tuple[str, ...]:
+def _candidates(agent: str, uid: int, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The names a launch of `agent` takes in shared places: its scratch directory's two,
+    and the store's in a shared state-dir."""
     from claude_sandbox.launch.configure import profiles
+    from claude_sandbox.launch.facts import gather
 
-    base = profiles.get(agent).tmp_dir
-    return (base, f"{base}-{uid}") if base else ()
+    profile = profiles.get(agent)
+    names: tuple[str, ...] = ()
+    if profile.tmp_dir:
+        names += (profile.tmp_dir, f"{profile.tmp_dir}-{uid}")
+    state_dir = gather.load_config(profile.name, environ).state_dir
+    if state_dir:
+        names += (os.path.join(state_dir, str(uid)),)
+    return names
 
 
 def probe_a67_squatted_scratch(shim: str, agent: str, workdir: str,
                                environ: Mapping[str, str]) -> Result:
-    """Another user makes, first, the directory a launch would make in a shared place: the
-    launch still runs, in a directory of its own, and puts nothing in the squatted one."""
+    """Another user makes, first, the directory a launch would make in a shared place (the
+    scratch directory's names, the store's in a shared state-dir): the launch still runs,
+    in directories of its own, and puts nothing in the squatted ones."""
     uid = os.getuid()
-    names = _candidates(agent, uid)
+    names = _candidates(agent, uid, environ)
     if not names:
-        return Result("A67", "PASS", f"{agent}'s launch makes no directory of a fixed name "
-                      "in a shared place")
+        return Result("A67", "PASS", f"{agent}'s launch takes no name in a shared place: no "
+                      "scratch directory, and its store is in the home (no state-dir)")
     squatted: list[str] = []
     made: list[str] = []
     try:

@@ -57,6 +57,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     modes = _terminal_modes()
     try:
         store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
+        if cfg.state_dir is not None:
+            notices.squatted_store(cfg.state_dir, store)
         if cfg.egress_jail:
             from claude_sandbox.jail import preflight
             from claude_sandbox.jail import start as jail_start

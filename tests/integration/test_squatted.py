@@ -1,10 +1,12 @@
 """A directory another local user made first, where a launch makes its own, refuses
-nothing: the launch uses its own store instead (hostfacts.agent_tmp_dir)."""
+nothing: the launch uses its own store instead (hostfacts.agent_tmp_dir), or, for the
+store's own name in a shared state-dir, the home's (state.store_root)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 
 import pytest
 
@@ -43,3 +45,25 @@ def test_a_squatted_scratch_directory_refuses_no_launch(launcher: Launcher) -> N
             shutil.rmtree(squat, ignore_errors=True)
         for candidate in aside:
             os.rename(candidate + ".aside", candidate)
+
+
+def test_a_squatted_store_in_a_shared_state_dir_refuses_no_launch(launcher: Launcher) -> None:
+    """A shared state-dir is 1777: another user who makes this user's name there first
+    gets no launch refused; the store is the home's instead, and the launch says so."""
+    shared = tempfile.mkdtemp(prefix="csbx-state-")
+    os.chmod(shared, 0o1777)
+    squat = os.path.join(shared, str(launcher.uid))
+    other = 65534 if launcher.uid != 65534 else 1
+    try:
+        os.mkdir(squat, 0o755)
+        os.chown(squat, other, other)
+        ran = launcher.run(["/usr/local/bin/claude-sandbox", "shell", "--agent", "claude",
+                            "--", "sh", "-c", 'echo "home=$HOME"'],
+                           config=f"state-dir = {shared}\n")
+        assert ran.returncode == 0, ran.stderr
+        assert f"{squat} is not yours (uid {other}" in ran.stderr, ran.stderr
+        home = ran.stdout.strip().splitlines()[-1].removeprefix("home=")
+        assert not home.startswith(shared), home
+        assert os.listdir(squat) == []  # nothing of the session went there
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

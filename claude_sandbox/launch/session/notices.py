@@ -126,3 +126,16 @@ def egress(path: str, policy: str) -> None:
                          f"this session, for {paths.CONFIG_FILE}:\n")
         for learned in lines or ["(no connection was made)"]:
             sys.stderr.write(f"  {learned}\n")
+
+
+def squatted_store(state_dir: str, store: str) -> None:
+    """state-dir's name for this user held by someone else: say so, and where the store
+    is instead (state.store_root)."""
+    from claude_sandbox.launch.session import state
+
+    path = os.path.join(state_dir, str(os.getuid()))
+    owner = state.squatted_store(path, os.getuid())
+    if owner is not None:
+        sys.stderr.write(f"claude-sandbox: warning: {path} is not yours (uid {owner} made it "
+                         f"first in the shared state-dir); your state store is {store} "
+                         f"instead until root removes it\n")

@@ -39,10 +39,25 @@ IMPORT_LIMIT = 256 << 20
 
 
 def store_root(state_dir: str | None, home: str, uid: int) -> str:
-    """This user's store: under their home by default, else a per-uid directory."""
+    """This user's store: under their home by default, else a per-uid directory of
+    state-dir, unless something not the user's own stands at that name: a shared
+    state-dir is 1777, and another user who makes the name first must not refuse every
+    launch of this one (probe A67). Then the home's, which the launch names
+    (`squatted_store`)."""
     if state_dir is None:
         return os.path.join(home, DEFAULT_RELATIVE)
-    return os.path.join(state_dir, str(uid))
+    path = os.path.join(state_dir, str(uid))
+    return os.path.join(home, DEFAULT_RELATIVE) if squatted_store(path, uid) else path
+
+
+def squatted_store(path: str, uid: int) -> int | None:
+    """The owner of what stands at `path` when it is not `uid`'s own directory; None when
+    it is, or when nothing is there yet (the launch makes it)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return None if stat.S_ISDIR(info.st_mode) and info.st_uid == uid else info.st_uid
 
 
 def agent_home(root: str, agent: str) -> str:
