@@ -1482,7 +1482,18 @@ def test_97_other_address_families_refused(request: pytest.FixtureRequest) -> No
     assert found["AF_PACKET"] == "EAFNOSUPPORT", f"AF_PACKET: {found['AF_PACKET']}"
     made = [name for name, word in found.items() if word != "EAFNOSUPPORT"]
     assert not made, f"sockets of other families: {found}"
+    # By type and protocol within IP and netlink: SOCK_PACKET is AF_PACKET by another name.
+    for name, args, want in (("AF_INET/SOCK_PACKET", (2, 10, 0), "ESOCKTNOSUPPORT"),
+                             ("AF_INET/SCTP", (2, 1, 132), "EPROTONOSUPPORT"),
+                             ("NETLINK_GENERIC", (16, 3, 16), "EPROTONOSUPPORT")):
+        try:
+            socket.socket(*args).close()
+            found[name] = "made"
+        except OSError as error:
+            found[name] = errno.errorcode.get(error.errno or 0, str(error))
+        assert found[name] == want, f"{name}: {found[name]}"
     for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK):
         kind = socket.SOCK_DGRAM if family == socket.AF_NETLINK else socket.SOCK_STREAM
         socket.socket(family, kind).close()  # what programs use still works
-    note(request, "unix, IP and netlink sockets work; " + ", ".join(found) + ": EAFNOSUPPORT")
+    note(request, "unix, IP and netlink sockets work; refused: "
+         + ", ".join(f"{name} {word}" for name, word in found.items()))

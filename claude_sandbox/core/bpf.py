@@ -63,11 +63,13 @@ class ArgTest:
 
 @record
 class ArgNotIn:
-    """`(low 32 bits of args[index])` is none of `values`: a row that refuses by class,
-    everything but a short allow-list (socket's address families)."""
+    """`(low 32 bits of args[index]) & mask` is none of `values`: a row that refuses by
+    class, everything but a short allow-list (socket's address families, types and
+    protocols)."""
 
     index: int
     values: tuple[int, ...]
+    mask: int = 0xFFFFFFFF
 
 
 @record
@@ -87,21 +89,20 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 def _test(test: ArgTest | ArgNotIn, skip: int) -> list[bytes]:
     """Load one argument and compare it; on a mismatch jump `skip` instructions on."""
     found = [_insn(_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * test.index)]
+    if test.mask != 0xFFFFFFFF:
+        found.append(_insn(_ALU_AND_K, 0, 0, test.mask))
     if isinstance(test, ArgNotIn):
         # A value in the list is the mismatch: jump past the list's other compares too.
         count = len(test.values)
         return found + [_insn(_JMP_JEQ_K, count - 1 - at + skip, 0, value)
                         for at, value in enumerate(test.values)]
-    if test.mask != 0xFFFFFFFF:
-        found.append(_insn(_ALU_AND_K, 0, 0, test.mask))
     found.append(_insn(_JMP_JEQ_K, 0, skip, test.value))
     return found
 
 
 def _size(test: ArgTest | ArgNotIn) -> int:
-    if isinstance(test, ArgNotIn):
-        return 1 + len(test.values)
-    return 2 if test.mask == 0xFFFFFFFF else 3
+    loads = 1 if test.mask == 0xFFFFFFFF else 2
+    return loads + (len(test.values) if isinstance(test, ArgNotIn) else 1)
 
 
 def _syscall_block(nr: int, rows: list[Refusal]) -> list[bytes]:

@@ -288,17 +288,50 @@ def test_sockets_of_other_address_families_are_refused_by_class(
 
     for family in (1, 2, 10, 16, 2 | (0xDEAD << 32)):  # the kernel reads an int
         assert verdict(socket_nr, family) == bpf.RET_ALLOW
+    for family in (1, 1 | (0xDEAD << 32)):  # a pair: unix's alone
         assert verdict(pair_nr, family) == bpf.RET_ALLOW
+    for family in (2, 10, 16):
+        assert verdict(pair_nr, family) == bpf.RET_ERRNO | 97
     # AF_UNSPEC, PACKET, ALG, BLUETOOTH, QIPCRTR, TIPC, RDS, KCM, XDP, MCTP, past AF_MAX
     for family in (0, 17, 38, 31, 42, 30, 21, 41, 44, 45, 46, 0xFFFFFFFF):
         assert verdict(socket_nr, family) == bpf.RET_ERRNO | 97, family
         assert verdict(pair_nr, family) == bpf.RET_ERRNO | 97, family
     vsock = bpf.RET_ALLOW if flags else bpf.RET_ERRNO | 1
     assert verdict(socket_nr, seccomp.AF_VSOCK) == vsock
+    assert run_bpf(prog, seccomp_data(pair_nr, arch, (seccomp.AF_VSOCK, 1, 0))) \
+        == bpf.RET_ERRNO | 97  # a pair is unix's alone, allow-vsock or not
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_ip_and_netlink_sockets_are_refused_by_type_and_protocol(machine: str) -> None:
+    prog = seccomp.build_filter("standard", machine)
+    arch = bpf.ARCHES[machine]
+    nr = {"x86_64": 41, "aarch64": 198}[machine]
+
+    def verdict(family: int, kind: int, protocol: int = 0) -> int:
+        return run_bpf(prog, seccomp_data(nr, arch, (family, kind, protocol)))
+
+    nonblock_cloexec = 0o4000 | 0o2000000
+    for family in (2, 10):
+        for kind in (1, 2, 3, 1 | nonblock_cloexec, 2 | (0xBAD << 32)):
+            assert verdict(family, kind) == bpf.RET_ALLOW, (family, kind)
+        for protocol in (6, 17, 1, 58, 6 | (7 << 32)):
+            assert verdict(family, 1, protocol) == bpf.RET_ALLOW, protocol
+        # SOCK_PACKET (the kernel turns AF_INET into AF_PACKET), SEQPACKET (SCTP), DCCP
+        for kind in (10, 5, 6, 10 | nonblock_cloexec, 4):
+            assert verdict(family, kind) == bpf.RET_ERRNO | 94, (family, kind)
+        for protocol in (132, 256, 115, 33, 262, 136, 255):  # SCTP SMC L2TP DCCP MPTCP ...
+            assert verdict(family, 1, protocol) == bpf.RET_ERRNO | 93, protocol
+    for protocol in (0, 4, 15):  # routes, diagnostics, uevents
+        assert verdict(16, 3, protocol) == bpf.RET_ALLOW, protocol
+    for protocol in (16, 12, 6, 9, 10):  # generic (TIPC), nf_tables, xfrm, audit
+        assert verdict(16, 3, protocol) == bpf.RET_ERRNO | 93, protocol
+    assert verdict(1, 5, 0) == bpf.RET_ALLOW  # a unix seqpacket socket
 
 
 def test_vsock_is_refused_unless_the_operator_allows_it() -> None:
-    names = [(r.name, getattr(r.arg, "value", None)) for r in seccomp.rules_for("standard")]
+    names = [(r.name, getattr(r.args[-1], "value", None) if r.args else None)
+             for r in seccomp.rules_for("standard")]
     assert ("socket", seccomp.AF_VSOCK) in names
     for level in ("standard", "harsh", "brokered"):
         allowed = seccomp.rules_for(level, ("allow-vsock",))

@@ -78,7 +78,7 @@ def explain_json(plan: Plan, root_only: Mapping[str, bool] | None = None) -> str
     level = plan.inner.level
     whole["kernel_layers"] = {
         "seccomp": [{"call": row.name, "errno": errorcode[row.errno], "why": row.why,
-                     "when": None if row.arg is None else seccomp.condition(row.arg)}
+                     "when": " and ".join(seccomp.condition(a) for a in row.args) or None}
                     for row in seccomp.rules_for(level, plan.seccomp_flags)],
         "landlock": {"writable": list(plan.inner.writable),
                      "exec_files": list(plan.inner.exec_files),
