@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import glob
 import hashlib
 import os
 import re
@@ -963,41 +962,35 @@ def test_a68_memory_only_program(request: Req) -> None:
     if level != "harsh":
         pytest.skip(f"hardening = {level}: only harsh (and brokered's agent, check 65) forbid "
                     "running what the sandbox wrote")
+    # Harsh refuses memfd_create itself: whether a program held there would run depends on
+    # the program (a multi-call /bin/true exits 1 as "3"), so only the refusal is proof.
     try:
         memfd = os.memfd_create("csbx-a68", 0)
     except OSError as error:
-        _blocked(request, f"memfd_create: {errname(error.errno or 0)}")
+        assert error.errno == 38, f"memfd_create: {errname(error.errno or 0)}, not ENOSYS"
+        _blocked(request, "memfd_create: ENOSYS (the filter's)")
         return
     try:
-        with open("/bin/true", "rb") as source:
+        with open(sys.executable, "rb") as source:
             os.write(memfd, source.read())
-        loader = next(iter(sorted(glob.glob("/lib*/ld-linux*.so*")
-                                  + glob.glob("/lib/*/ld-linux*.so*"))), "")
-        ways = {"execve /proc/self/fd/N": [f"/proc/self/fd/{memfd}"]}
-        if loader:
-            ways["ld.so /proc/self/fd/N"] = [loader, f"/proc/self/fd/{memfd}"]
-        ran = []
-        for way, argv in ways.items():
-            try:
-                done = subprocess.run(argv, pass_fds=(memfd,), capture_output=True,
-                                      timeout=30, check=False)
-            except OSError:
-                continue
-            if done.returncode == 0:
-                ran.append(way)
+        ran = subprocess.run([f"/proc/self/fd/{memfd}", "-c", "print('csbx-a68-ran')"],
+                             pass_fds=(memfd,), capture_output=True, text=True, timeout=30,
+                             check=False)
+        word = "ran" if "csbx-a68-ran" in ran.stdout else f"exit {ran.returncode}"
+    except OSError as error:
+        word = errname(error.errno or 0)
     finally:
         os.close(memfd)
-    if ran:
-        pytest.fail(f"a program written only to memory (a memfd) ran: {', '.join(ran)}")
-    _blocked(request, "the memfd's program did not run")
+    pytest.fail(f"memfd_create works under harsh; a program written there: {word}")
 
 
 _PACKET_AND_ALG = (
     "import errno, socket\n"
-    "for name, family, kind in (('AF_PACKET', 17, socket.SOCK_RAW), "
-    "('AF_ALG', 38, socket.SOCK_SEQPACKET)):\n"
+    "for name, family, kind, protocol in (('AF_PACKET', 17, socket.SOCK_RAW, 0), "
+    "('AF_INET/SOCK_PACKET', 2, 10, 0), ('AF_ALG', 38, socket.SOCK_SEQPACKET, 0), "
+    "('NETLINK_GENERIC', 16, socket.SOCK_RAW, 16)):\n"
     "    try:\n"
-    "        socket.socket(family, kind).close()\n"
+    "        socket.socket(family, kind, protocol).close()\n"
     "        print(name, 'made')\n"
     "    except OSError as error:\n"
     "        print(name, errno.errorcode.get(error.errno, error.errno))\n")
