@@ -55,7 +55,9 @@ def changed(paths: list[str], times: dict[str, int]) -> set[str]:
     if child == 0:
         status = 1
         try:
-            os.close(read_end)
+            # Nothing but its pipe: not the helper's channel to _enter, nor anything else.
+            os.closerange(0, write_end)
+            os.closerange(write_end + 1, os.sysconf("SC_OPEN_MAX"))
             if process.tie_to_parent(parent):  # never outlives the launch
                 listing = "\0".join(sorted(_read(theirs, times)))
                 with open(write_end, "wb") as out:
