@@ -43,11 +43,12 @@ if TYPE_CHECKING:
     from claude_sandbox.launch.facts.hostfacts import HostFacts
     from claude_sandbox.launch.planner.mounts import Mount, Writable
 
-# -4: the trees the sandbox shows, NUL-separated (-3 was the same in JSON, -2 walked all
-# of /, the first judged by other-read).
-CACHE_NAME = "root-only-4"
-OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json")
-_MAGIC = "claude-sandbox root-only 4"
+# -5: directories judged right by right (-4 covered another user's 0711 directory; -4
+# and -3 walked the trees the sandbox shows, -3 in JSON; -2 walked all of /, the first
+# judged by other-read).
+CACHE_NAME = "root-only-5"
+OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4")
+_MAGIC = "claude-sandbox root-only 5"
 MAX_AGE = 24 * 3600
 # Pseudo and per-boot file systems: not files an administrator keeps.
 PSEUDO_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "devtmpfs",
