@@ -59,7 +59,7 @@ def test_a_squatted_store_in_a_shared_state_dir_refuses_no_launch(launcher: Laun
         os.chown(squat, other, other)
         ran = launcher.run(["/usr/local/bin/claude-sandbox", "shell", "--agent", "claude",
                             "--", "sh", "-c", 'echo "home=$HOME"'],
-                           config=f"state-dir = {shared}\n")
+                           config=f"state-dir = {shared}\nenv-may-widen = egress-jail\n")
         assert ran.returncode == 0, ran.stderr
         assert f"{squat} is not yours (uid {other}" in ran.stderr, ran.stderr
         home = ran.stdout.strip().splitlines()[-1].removeprefix("home=")
