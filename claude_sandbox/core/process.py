@@ -273,6 +273,20 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def join_cgroups(dirs: tuple[str, ...]) -> str | None:
+    """Move this process into each of `dirs` (its later children follow); None, or why
+    it could not, in one line for the refusal: the caps would not hold."""
+    for directory in dirs:
+        try:
+            with open(f"{directory}/cgroup.procs", "w", encoding="ascii") as handle:
+                handle.write("0")  # "0": the writing process
+        except OSError as error:
+            return (f"claude-sandbox: the launch stops: its cgroup cannot be joined, so "
+                    f"max-pids and max-memory would not hold (cannot write to "
+                    f"{directory}/cgroup.procs: {error.strerror})")
+    return None
+
+
 def tie_to_parent(parent: int) -> bool:
     """SIGKILL this process when its parent ends (kept across exec); False if the
     kernel refused, or if `parent` is no longer the parent (it died before the prctl)."""

@@ -314,13 +314,26 @@ def main(argv: list[str]) -> int:
     # Ctrl-C during set-up reaches this process too (it keeps the terminal's
     # foreground group); die quietly rather than print a traceback.
     _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
-    if len(argv) != 2 or argv[0] != "--fd" or not argv[1].isdigit():
-        print("claude-sandbox: _jail_holder is internal (usage: --fd N)", file=sys.stderr)
+    cgroup_dirs = tuple(argv[3::2])
+    if (len(argv) < 2 or argv[0] != "--fd" or not argv[1].isdigit() or len(argv) % 2
+            or any(flag != "--cgroup" for flag in argv[2::2])):
+        print("claude-sandbox: _jail_holder is internal (usage: --fd N [--cgroup DIR]...)",
+              file=sys.stderr)
         return 64
     fd = int(argv[1])
     # The inherited end must not leak into tools, relays or the session.
     os.set_inheritable(fd, False)
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
+    if cgroup_dirs:
+        # Into the launch's cgroup before anything is served: every tool, the egress
+        # proxy and the session are this process's children, and inherit its caps.
+        from claude_sandbox.core.errors import EXIT_UNAVAILABLE
+        from claude_sandbox.core.process import join_cgroups
+
+        why = join_cgroups(cgroup_dirs)
+        if why is not None:
+            print(why, file=sys.stderr)
+            return EXIT_UNAVAILABLE
     try:
         return serve(sock)
     except (BrokenPipeError, ConnectionResetError):

@@ -61,14 +61,17 @@ _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
 _TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
 
 
-def spawn_holder(before_exec: Callable[[], None] | None = None,
+def spawn_holder(cgroup_dirs: tuple[str, ...] = (),
                  ) -> tuple[Child, _socket.socket]:
-    """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N` (paths.internal_argv).
+    """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N [--cgroup DIR]...`
+    (paths.internal_argv).
 
     The socketpair is the only channel (never a pipe: egress-jail.md). The holder
-    gets its end and the three standard streams only. `before_exec`: run in the child
-    (joining the launch's cgroup, so that the holder, the egress proxy and the session
-    inherit its caps).
+    gets its end and the three standard streams only. `cgroup_dirs`: the launch's
+    cgroup, which the holder joins itself before it serves anything, so that the egress
+    proxy and the session, its children, inherit the caps. Joined there, not before
+    its exec: a move between cgroups waits for an RCU grace period (15-20 ms measured),
+    which then passes while the launcher plans instead of before the namespace is up.
     """
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -76,9 +79,10 @@ def spawn_holder(before_exec: Callable[[], None] | None = None,
             # --mount: the workspace's overlays are mounted here, out of the host's view.
             paths.tool("unshare"), "--user", "--map-root-user", "--net", "--mount",
             *paths.internal_argv("_jail_holder"), "--fd", str(theirs.fileno()),
+            *(arg for directory in cgroup_dirs for arg in ("--cgroup", directory)),
         ]  # fmt: skip
         holder = fork_exec(argv, dict(os.environ), {}, setsid=False,
-                           pass_fds=(theirs.fileno(),), before_exec=before_exec)
+                           pass_fds=(theirs.fileno(),))
     except BaseException:
         ours.close()
         raise
@@ -309,9 +313,11 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
     forward.restore()
 
 
-def begin(trace: Trace, join: Callable[[], None] | None = None) -> Early:
+def begin(trace: Trace, join: Callable[[], None] | None = None,
+          cgroup_dirs: tuple[str, ...] = ()) -> Early:
     """Spawn the holder, prepare its namespace and start pasta's attach. `join`: what
-    the holder's process runs before its exec (cgroups.Cgroup.join).
+    pasta's and the relays' processes run before their exec (cgroups.Cgroup.join);
+    `cgroup_dirs`: the same cgroup, which the holder joins itself (spawn_holder).
 
     On any failure everything started here is ended before the error leaves.
     """
@@ -321,7 +327,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None) -> Early:
     # the agent the defaults back (enter.reset_signals).
     ignored = {signum: _signal.signal(signum, _signal.SIG_IGN) for signum in _TERMINAL}
     try:
-        holder, sock = spawn_holder(join)
+        holder, sock = spawn_holder(cgroup_dirs)
     except BaseException:
         for signum, handler in ignored.items():
             _signal.signal(signum, handler)

@@ -65,12 +65,14 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
 
             preflight.preflight(needs_socat=bool(cfg.local_ports or cfg.callback_ports))
             # Started first: the holder's namespace and pasta's attach are the longest
-            # wait, and the facts and the plan are made meanwhile. The holder and pasta
-            # join the cgroup before their exec, so that they, the egress proxy and the
-            # session inherit the caps; the launcher never joins (a move between cgroups
-            # waits for an RCU grace period, 10-25 ms measured each way) nor leaves.
+            # wait, and the facts and the plan are made meanwhile. The holder joins the
+            # cgroup itself before it serves anything, and pasta before its exec, so that
+            # they, the egress proxy and the session inherit the caps; the launcher never
+            # joins (a move between cgroups waits for an RCU grace period, 10-25 ms
+            # measured each way) nor leaves.
             early = jail_start.begin(Trace(trace.enabled, "jail"),
-                                     cgroup.join if cgroup is not None else None)
+                                     cgroup.join if cgroup is not None else None,
+                                     cgroup.dirs if cgroup is not None else ())
         else:
             engine.refuse_if_blocked()  # the jail's preflight asks the same
             sys.stderr.write("claude-sandbox: warning: the egress jail is off (egress-jail = 0): "

@@ -15,7 +15,7 @@ import resource
 import time
 
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.core.process import pid_alive
+from claude_sandbox.core.process import join_cgroups, pid_alive
 from claude_sandbox.core.record import record
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -151,13 +151,10 @@ class Cgroup:
         execs the sandbox's first process (fork_exec's before_exec): a child whose move
         fails says why in one line and ends with EXIT_UNAVAILABLE, before it runs
         anything uncapped."""
-        try:
-            for directory in self.dirs:
-                _write(f"{directory}/cgroup.procs", "0")  # "0": the writing process
-        except SandboxError as error:
-            os.write(2, f"claude-sandbox: the launch stops: its cgroup cannot be joined, so "
-                        f"max-pids and max-memory would not hold ({error.message})\n".encode())
-            os._exit(error.status)
+        why = join_cgroups(self.dirs)
+        if why is not None:
+            os.write(2, f"{why}\n".encode())
+            os._exit(EXIT_UNAVAILABLE)
 
     def kill_members(self) -> None:
         """SIGKILL every process still in the directories, for a launcher that died: its
