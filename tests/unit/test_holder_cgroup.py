@@ -12,14 +12,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _argv(*args: str) -> list[str]:
+    """The holder's main, from this checkout, with `args`."""
+    return [sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+            "from claude_sandbox.jail import holder; sys.exit(holder.main(sys.argv[2:]))",
+            str(REPO), *args]
+
+
 def _holder(*cgroup: str) -> subprocess.CompletedProcess[str]:
     """The holder with a channel whose other end is closed at once: it joins, then finds
     nothing to serve and ends."""
     ours, theirs = socket.socketpair()
     args = [arg for directory in cgroup for arg in ("--cgroup", directory)]
-    argv = [sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-            "from claude_sandbox.jail import holder; sys.exit(holder.main(sys.argv[2:]))",
-            str(REPO), "--fd", str(theirs.fileno()), *args]
+    argv = _argv("--fd", str(theirs.fileno()), *args)
     with subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as child:
         ours.close()
@@ -52,10 +57,7 @@ def test_it_writes_itself_into_each_directory(tmp_path: Path) -> None:
 
 def test_a_malformed_command_line_is_refused() -> None:
     for argv in (["--fd", "3", "--cgroup"], ["--fd", "3", "--other", "/x"]):
-        ran = subprocess.run([sys.executable, "-I", "-c",
-                              "import sys; sys.path.insert(0, sys.argv[1]); "
-                              "from claude_sandbox.jail import holder; "
-                              "sys.exit(holder.main(sys.argv[2:]))", str(REPO), *argv],
-                             capture_output=True, text=True, timeout=30, check=False)
+        ran = subprocess.run(_argv(*argv), capture_output=True, text=True, timeout=30,
+                             check=False)
         assert ran.returncode == 64 and "internal" in ran.stderr, (argv, ran)
     assert os.path.isdir(REPO / "claude_sandbox")

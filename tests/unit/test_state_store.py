@@ -86,3 +86,21 @@ def test_an_import_never_writes_through_a_link_in_the_store(tmp_path: Path) -> N
     lines = state.import_into(str(home), str(store_home), profiles.get("claude").imports)
     assert list(victim.iterdir()) == []
     assert any("symbolic link" in line for line in lines)
+
+
+def test_a_name_another_user_holds_in_a_shared_state_dir_moves_the_store_home(
+        tmp_path: Path) -> None:
+    """Whoever holds it, root (uid 0) included: only the user's own directory is theirs."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to make a directory another user owns")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for owner in (0, 65534):
+        squat = shared / "1001"
+        squat.mkdir()
+        os.chown(squat, owner, owner)
+        assert state.store_root(str(shared), "/home/u", 1001) == \
+            "/home/u/.local/state/claude-sandbox"
+        assert state.squatted_store(str(squat), 1001) == owner
+        squat.rmdir()
+    assert state.store_root(str(shared), "/home/u", 1001) == str(shared / "1001")

@@ -134,6 +134,8 @@ def squatted_store(state_dir: str, store: str) -> None:
     from claude_sandbox.launch.session import state
 
     path = os.path.join(state_dir, str(os.getuid()))
+    if store == path:  # the store is state-dir's: nothing stood in its way
+        return
     owner = state.squatted_store(path, os.getuid())
     if owner is not None:
         sys.stderr.write(f"claude-sandbox: warning: {path} is not yours (uid {owner} made it "

@@ -47,7 +47,7 @@ def store_root(state_dir: str | None, home: str, uid: int) -> str:
     if state_dir is None:
         return os.path.join(home, DEFAULT_RELATIVE)
     path = os.path.join(state_dir, str(uid))
-    return os.path.join(home, DEFAULT_RELATIVE) if squatted_store(path, uid) else path
+    return path if squatted_store(path, uid) is None else os.path.join(home, DEFAULT_RELATIVE)
 
 
 def squatted_store(path: str, uid: int) -> int | None:
