@@ -171,6 +171,14 @@ def _candidates(agent: str, uid: int, environ: Mapping[str, str]) -> tuple[str, 
     return names
 
 
+def _shared(directory: str) -> bool:
+    """Whether any user may make a name in `directory` (a 1777 /var/tmp or state-dir)."""
+    try:
+        return bool(os.stat(directory).st_mode & 0o002)
+    except OSError:
+        return False
+
+
 def probe_a67_squatted_scratch(shim: str, agent: str, workdir: str,
                                environ: Mapping[str, str]) -> Result:
     """Another user makes, first, the directory a launch would make in a shared place (the
@@ -188,8 +196,8 @@ def probe_a67_squatted_scratch(shim: str, agent: str, workdir: str,
             try:
                 owner = os.lstat(name).st_uid
             except FileNotFoundError:
-                if uid != 0:
-                    continue  # only root can act as another user here
+                if uid != 0 or not _shared(os.path.dirname(name)):
+                    continue  # only root can act as another user; only there can others
                 _as_other(["mkdir", "-m", "755", name])
                 made.append(name)
                 squatted.append(name)
