@@ -205,8 +205,9 @@ def probe_a67_squatted_scratch(shim: str, agent: str, workdir: str,
             if owner != uid:
                 squatted.append(name)  # another user's already
         if not squatted:
-            return Result("A67", "SKIP", "no name to squat: " + ", ".join(names) + " are this "
-                          "user's own (run verify as root on a machine without them)")
+            return Result("A67", "SKIP", "no name to squat: each of " + ", ".join(names)
+                          + " is this user's own, or lies where only root may make it (run "
+                          "verify as root on a machine without them)")
         ran = _launch(shim, agent, workdir, environ, 'echo "tmp=${CLAUDE_CODE_TMPDIR:-}"')
         used = ran.stdout.strip().splitlines()[-1].removeprefix("tmp=") if ran.stdout else ""
         if ran.returncode != 0:
