@@ -2,7 +2,8 @@
 
 Not a test. Run as root or a normal user: `python3 bench/bench_layers.py [RUNS]`.
 Each row is `bwrap ... /bin/true` with one more layer; `python -I` rows show
-how much of `_enter` is the interpreter's own start-up.
+how much of `_enter` is the interpreter's own start-up, and the compiled stage's row
+(inside/enter.c, as the installer placed it) what the standard level costs without one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from claude_sandbox.core import paths  # noqa: E402
 from claude_sandbox.inside.spec import Inner, encode  # noqa: E402
 from claude_sandbox.launch.planner import seccomp  # noqa: E402
 
@@ -72,6 +74,9 @@ def main() -> None:
         ("+ _enter standard", enter, True, record("standard")),
         ("+ _enter harsh", enter, True, record("harsh")),
     ]
+    if os.path.exists(paths.ENTER_STAGE):
+        rows.append(("+ enter (C) standard", [*BASE, "--bind", work, work, paths.ENTER_STAGE,
+                                             "RECORD"], True, record("standard")))
     start = time.perf_counter()
     for _ in range(1000):
         seccomp.build_filter("harsh")

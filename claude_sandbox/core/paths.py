@@ -41,6 +41,9 @@ EMPTY_SETTINGS = f"{LIBEXEC}/empty-settings.json"
 # inside/command-client.c by the installer, and the directory a tmpfs covers inside
 # for the command server's socket, which the agent's domain cannot write.
 COMMAND_CLIENT = f"{LIBEXEC}/command-client"
+# The inner stage of hardening = standard, built from inside/enter.c by the installer
+# (docs/adr/0017-the-inner-stage-in-c.md); where it is missing, `_enter` in Python.
+ENTER_STAGE = f"{LIBEXEC}/enter"
 BROKER_DIR = f"{LIBEXEC}/broker"
 BROKER_SOCKET = f"{BROKER_DIR}/command.sock"
 # The shells the client stands in for under brokered, where they exist (resolved).

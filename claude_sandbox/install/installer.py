@@ -31,9 +31,9 @@ from claude_sandbox.install.agents import (
 )
 from claude_sandbox.install.placed import (
     harden_tree,
-    install_command_client,
     install_files,
     install_hints,
+    install_programs,
     install_verification,
 )
 from claude_sandbox.install.report import (
@@ -125,7 +125,7 @@ def install(options: argparse.Namespace) -> int:
     if not options.no_tools:
         install_tools(report)
     install_files(report)
-    install_command_client(report, apt=not options.no_apt)
+    install_programs(report, apt=not options.no_apt)
     install_verification(report)
     install_hints(report)
     install_integrity(report)

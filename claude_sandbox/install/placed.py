@@ -1,9 +1,11 @@
 """What the installer places under LIBEXEC and on PATH: the shims, the empty files the
-sandbox binds, the command client, the install hints, the numbered checks; all root's."""
+sandbox binds, the C programs (the command client, the inner stage), the install hints,
+the numbered checks; all root's."""
 
 from __future__ import annotations
 
 import compileall
+import dataclasses
 import functools
 import hashlib
 import os
@@ -73,29 +75,57 @@ def install_files(report: Report) -> None:
                 functools.partial(_make_empty_dir, paths.EMPTY_DIR))
 
 
-# The command client of hardening = brokered: C, static, built here from source
-# (docs/adr/0009-the-enforced-process-tree.md). A compiler the installer fetched for it
-# is removed again.
-CLIENT_SOURCE = SOURCE / "inside" / "command-client.c"
+# The programs built here from source, C and static: the command client of hardening =
+# brokered (docs/adr/0009-the-enforced-process-tree.md) and the inner stage of hardening =
+# standard (docs/adr/0017-the-inner-stage-in-c.md). A compiler the installer fetched for
+# them is removed again.
 BUILD_PACKAGES = ("gcc", "libc6-dev")
-CLIENT_FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror",
-                f'-DBROKER_SOCKET="{paths.BROKER_SOCKET}"')  # one path, named in paths.py
-CLIENT_STAMP = f"{paths.COMMAND_CLIENT}.source-sha256"
+COMMON_FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror")
 
 
-def install_command_client(report: Report, apt: bool) -> None:
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """One program built from one C file: where it goes, and what a missing one costs."""
+
+    source: Path
+    target: str
+    flags: tuple[str, ...]
+    without: str  # said when it cannot be built
+
+    @property
+    def stamp(self) -> str:
+        return f"{self.target}.source-sha256"
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.read_bytes() + " ".join(self.flags).encode()
+                              ).hexdigest()
+
+
+PROGRAMS = (
+    Built(SOURCE / "inside" / "command-client.c", paths.COMMAND_CLIENT,
+          (*COMMON_FLAGS, f'-DBROKER_SOCKET="{paths.BROKER_SOCKET}"'),  # one path, paths.py's
+          "hardening = brokered refuses to launch without it"),
+    Built(SOURCE / "inside" / "enter.c", paths.ENTER_STAGE, COMMON_FLAGS,
+          "launches run the Python inner stage instead, about 17 ms slower"),
+)
+
+
+def install_programs(report: Report, apt: bool) -> None:
     report.step(f"broker directory {paths.BROKER_DIR}", not _empty_dir_ok(paths.BROKER_DIR),
                 functools.partial(_make_empty_dir, paths.BROKER_DIR))
-    # The source's digest, kept beside the binary: an install that finds both unchanged
+    # Each source's digest, kept beside its binary: an install that finds them unchanged
     # builds nothing, and so fetches no compiler (a second install changes nothing).
-    stamp = hashlib.sha256(CLIENT_SOURCE.read_bytes() + " ".join(CLIENT_FLAGS).encode())
-    current = (os.path.exists(paths.COMMAND_CLIENT)
-               and (read(CLIENT_STAMP) or "") == stamp.hexdigest())
-    what = f"command client {paths.COMMAND_CLIENT}"
-    fetched = [pkg for pkg in BUILD_PACKAGES if not dpkg_installed(pkg)] if not current else []
+    stale = [p for p in PROGRAMS
+             if not (os.path.exists(p.target) and (read(p.stamp) or "") == p.digest())]
+    fetched = [pkg for pkg in BUILD_PACKAGES if not dpkg_installed(pkg)] if stale else []
     if fetched and not apt:
-        print(f"  skipped    {paths.COMMAND_CLIENT} (needs {' '.join(fetched)}; "
-              "hardening = brokered refuses to launch without it)")
+        for program in stale:
+            print(f"  skipped    {program.target} (needs {' '.join(fetched)}; "
+                  f"{program.without})")
+        return
+    if not stale:
+        for program in PROGRAMS:
+            report.step(f"built {program.target}", False, lambda: None)
         return
 
     def build() -> None:
@@ -107,18 +137,19 @@ def install_command_client(report: Report, apt: bool) -> None:
                  env=env)
         try:
             with tempfile.TemporaryDirectory() as scratch:
-                built = os.path.join(scratch, "command-client")
-                run(["gcc", *CLIENT_FLAGS, "-o", built, str(CLIENT_SOURCE)])
-                with open(built, "rb") as handle:
-                    write_bytes(paths.COMMAND_CLIENT, handle.read(), 0o755)
-            write(CLIENT_STAMP, stamp.hexdigest(), 0o644)
+                for program in stale:
+                    built = os.path.join(scratch, os.path.basename(program.target))
+                    run(["gcc", *program.flags, "-o", built, str(program.source)])
+                    with open(built, "rb") as handle:
+                        write_bytes(program.target, handle.read(), 0o755)
+                    write(program.stamp, program.digest(), 0o644)
         finally:
             # Exactly what the install above added, the compiler's dependencies too.
             added = sorted(_installed_packages() - before) if fetched else []
             if added:
                 run(["apt-get", "purge", "-y", "-qq", *added], env=env)
 
-    report.step(what, not current, build)
+    report.step("built " + ", ".join(p.target for p in stale), True, build)
 
 
 def _installed_packages() -> set[str]:

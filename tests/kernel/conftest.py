@@ -1,4 +1,5 @@
-"""Real-kernel harness: run a probe inside bwrap with our seccomp filter and `_enter`.
+"""Real-kernel harness: run a probe inside bwrap with our seccomp filter and `_enter`
+(in Python, or the compiled stage of the standard level, inside/enter.c).
 
 The sandbox is the shape the launcher builds, minus the profile: the outer
 /proc read-only (FACTS), private /dev, tmpfs /tmp, every namespace but the
@@ -29,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from claude_sandbox.core.record import replace  # noqa: E402
 from claude_sandbox.inside.spec import Inner, encode  # noqa: E402
+from claude_sandbox.install.placed import COMMON_FLAGS as ENTER_FLAGS  # noqa: E402
 from claude_sandbox.launch.planner import seccomp  # noqa: E402
 
 PYTHON = "/usr/bin/python3"  # readable by sbxuser, unlike a venv under /root
@@ -73,6 +75,7 @@ class Sandbox:
         timeout: float = 60,
         preexec: Callable[[], None] | None = None,
         env: dict[str, str] | None = None,
+        stage: str = "python",
     ) -> Result:
         settings = settings or Inner(level, writable=(str(self.work),))
         fd = seccomp.filter_fd(settings.level)
@@ -90,7 +93,9 @@ class Sandbox:
         ]  # fmt: skip
         if with_filter:
             cmd += ["--seccomp", str(fd)]
-        if enter:
+        if enter and stage == "c":
+            cmd += [str(self.base / "enter"), str(record)]
+        elif enter:
             boot = (
                 f"import sys; sys.path.insert(0, {str(self.base)!r}); "
                 "from claude_sandbox.__main__ import main; sys.exit(main())"
@@ -135,6 +140,9 @@ def package_copy() -> Iterator[Path]:
         shutil.copytree(REPO / "claude_sandbox", base / "claude_sandbox",
                         ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
         shutil.copy(PROBE, base / "probe.py")
+        # The compiled inner stage from this checkout's source, as the installer builds it.
+        subprocess.run(["gcc", *ENTER_FLAGS, "-o", str(base / "enter"),
+                        str(REPO / "claude_sandbox" / "inside" / "enter.c")], check=True)
         for path in (base, *base.rglob("*")):
             path.chmod(0o755)
         yield base

@@ -140,7 +140,8 @@ def test_codex_sandbox_runs_inside_standard(sandbox: Sandbox) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-def test_landlock_blocks_signal_to_visible_outside_pid(sandbox: Sandbox) -> None:
+@pytest.mark.parametrize("stage", ["python", "c"])
+def test_landlock_blocks_signal_to_visible_outside_pid(sandbox: Sandbox, stage: str) -> None:
     require_abi(landlock.SCOPE_ABI)
     preexec = None
     if sandbox.user != "root":
@@ -152,7 +153,7 @@ def test_landlock_blocks_signal_to_visible_outside_pid(sandbox: Sandbox) -> None
 
     victim = subprocess.Popen(["sleep", "60"], preexec_fn=preexec)
     try:
-        result = sandbox.probe("kill", str(victim.pid), share_pid=True).json()
+        result = sandbox.probe("kill", str(victim.pid), share_pid=True, stage=stage).json()
         assert result["kill"] == "EPERM"
         assert victim.poll() is None
         # Control: the same sandbox without `_enter` can signal it.
@@ -164,14 +165,15 @@ def test_landlock_blocks_signal_to_visible_outside_pid(sandbox: Sandbox) -> None
         victim.wait()
 
 
-def test_landlock_blocks_outside_abstract_socket(sandbox: Sandbox) -> None:
+@pytest.mark.parametrize("stage", ["python", "c"])
+def test_landlock_blocks_outside_abstract_socket(sandbox: Sandbox, stage: str) -> None:
     require_abi(landlock.SCOPE_ABI)
     name = f"cs-test-{uuid.uuid4().hex}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(4)
     try:
-        result = sandbox.probe("abstract", name).json()
+        result = sandbox.probe("abstract", name, stage=stage).json()
         assert result["connect"] == "EPERM"
         control = sandbox.probe("abstract", name, enter=False).json()
         assert control["connect"] == "ok"
@@ -195,11 +197,12 @@ def _caps(sandbox: Sandbox, max_pids: int | None, max_memory: int | None):  # ty
     return plan, cgroup, settings
 
 
-def test_fork_bomb_stops_at_max_pids(sandbox: Sandbox) -> None:
+@pytest.mark.parametrize("stage", ["python", "c"])
+def test_fork_bomb_stops_at_max_pids(sandbox: Sandbox, stage: str) -> None:
     _plan, cgroup, settings = _caps(sandbox, 64, None)
     try:
         result = sandbox.probe(
-            "forkbomb", "500", settings=settings, timeout=60,
+            "forkbomb", "500", settings=settings, timeout=60, stage=stage,
             preexec=cgroup.join if cgroup else None,
         ).json()  # fmt: skip
     finally:
@@ -211,15 +214,16 @@ def test_fork_bomb_stops_at_max_pids(sandbox: Sandbox) -> None:
         assert not any(os.path.exists(d) for d in cgroup.dirs)
 
 
-def test_allocation_past_max_memory_fails_inside_only(sandbox: Sandbox) -> None:
+@pytest.mark.parametrize("stage", ["python", "c"])
+def test_allocation_past_max_memory_fails_inside_only(sandbox: Sandbox, stage: str) -> None:
     _plan, cgroup, settings = _caps(sandbox, None, 256 << 20)
     try:
         result = sandbox.probe(
-            "allocate", "512", settings=settings, timeout=120,
+            "allocate", "512", settings=settings, timeout=120, stage=stage,
             preexec=cgroup.join if cgroup else None,
         ).json()  # fmt: skip
         small = sandbox.probe(
-            "allocate", "64", settings=settings, timeout=60,
+            "allocate", "64", settings=settings, timeout=60, stage=stage,
             preexec=cgroup.join if cgroup else None,
         ).json()  # fmt: skip
     finally:
@@ -230,8 +234,9 @@ def test_allocation_past_max_memory_fails_inside_only(sandbox: Sandbox) -> None:
     assert not leftovers
 
 
-def test_core_dumps_are_off(sandbox: Sandbox) -> None:
-    result = sandbox.run(["/bin/sh", "-c", "ulimit -c; ulimit -Hc"])
+@pytest.mark.parametrize("stage", ["python", "c"])
+def test_core_dumps_are_off(sandbox: Sandbox, stage: str) -> None:
+    result = sandbox.run(["/bin/sh", "-c", "ulimit -c; ulimit -Hc"], stage=stage)
     assert result.stdout.split() == ["0", "0"], result.stdout
 
 

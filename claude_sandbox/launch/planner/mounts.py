@@ -100,7 +100,7 @@ class Writable:
 
 def optional_paths(home: str) -> tuple[str, ...]:
     """Every path whose existence changes the plan; hostfacts.probe checks them."""
-    return (paths.UNWRAPPED_SETTINGS, paths.CODEX_MANAGED_CONFIG,
+    return (paths.UNWRAPPED_SETTINGS, paths.CODEX_MANAGED_CONFIG, paths.ENTER_STAGE,
             *(os.path.join(home, rel) for rel in (*FORGE_CONFIG, *LOCAL_BIN_TOOLS)))
 
 

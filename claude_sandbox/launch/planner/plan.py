@@ -71,6 +71,9 @@ class Plan:
     late: tuple[LateMask, ...] = ()
     credentials: tuple[Credential, ...] = ()  # brokered: a sentinel inside (credentials.py)
     seccomp_flags: tuple[str, ...] = ()  # flag keys that drop filter rows (seccomp.py)
+    # The inner stage bwrap runs: the compiled one (inside/enter.c) for the standard level
+    # where it is installed, "" for `_enter` in Python (ADR 0017).
+    stage: str = ""
 
 
 def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -> Plan:
@@ -139,6 +142,8 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         credentials=gathered.credentials.credentials,
         seccomp_flags=(*(("allow-vsock",) if cfg.allow_vsock else ()),
                        *((seccomp.MEMORY_PER_PROCESS,) if per_process else ())),
+        stage=(paths.ENTER_STAGE if inner.level == "standard"
+               and paths.ENTER_STAGE in facts.existing else ""),
     )
 
 

@@ -33,16 +33,17 @@ def mount_args(mount: Mount, fds: Mapping[str, str]) -> tuple[str, ...]:
     return (f"--{mount.kind}", mount.source, mount.dest)
 
 
-def enter_argv(fds: Mapping[str, str]) -> list[str]:
-    """bwrap's program: the inner stage, reading its record from a descriptor."""
-    return [*paths.internal_argv("_enter"), fds[INNER]]
+def enter_argv(plan: Plan, fds: Mapping[str, str]) -> list[str]:
+    """bwrap's program: the inner stage, reading its record from a descriptor; the
+    compiled one where the plan names it (ADR 0017), else `_enter` in Python."""
+    return [*([plan.stage] if plan.stage else paths.internal_argv("_enter")), fds[INNER]]
 
 
 def bwrap_argv(plan: Plan, bwrap: str, fds: Mapping[str, str]) -> list[str]:
     # Every descriptor is required: a missing one is a KeyError, never a sandbox
     # without its seccomp filter.
     args = [arg for options, _ in option_rows(plan, fds) for arg in options]
-    return [bwrap, *args, "--", *enter_argv(fds)]
+    return [bwrap, *args, "--", *enter_argv(plan, fds)]
 
 
 HIDDEN = "<from the launching environment>"
@@ -149,7 +150,7 @@ def explain_lines(plan: Plan, bwrap: str = "bwrap") -> list[str]:
     width = min(48, max(len(shlex.join(args)) for args, _ in rows))
     lines = [f"{bwrap} \\"]
     lines += [f"  {shlex.join(args):<{width}}  # {reason}" for args, reason in rows]
-    lines.append(f"  -- {shlex.join(enter_argv(fds))}")
+    lines.append(f"  -- {shlex.join(enter_argv(plan, fds))}")
     if plan.views:
         lines.append("# overlays, mounted before bwrap starts; its binds carry them in:")
         lines += [f"  {view.target}  (the agent's writes: {view.store})  # {view.reason}"
