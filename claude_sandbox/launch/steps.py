@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
+    from claude_sandbox.launch.session.procmask import Helper
+
 
 def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Janitor,
         keep_ignored: tuple[str, ...]) -> int:
@@ -55,10 +57,19 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     prepared: Prepared | None = None
     record: tuple[str, int] | None = None
     modes = _terminal_modes()
+    helper = None  # the late-mount helper, forked early on a root launch; _prepare's then
     try:
         store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
         if cfg.state_dir is not None:
             notices.squatted_store(cfg.state_dir, store)
+        if os.getuid() == 0:
+            # A root launch always masks root's own files (plan.late_masks). Forked first,
+            # the helper reads the walk's cache and every cached directory's time while
+            # the rest is planned: most of what a root launch costs (ADR 0015).
+            from claude_sandbox.launch.facts.rootcache import CACHE_NAME
+            from claude_sandbox.launch.session import procmask
+
+            helper = procmask.start_helper(os.path.join(store, CACHE_NAME))
         if cfg.egress_jail:
             from claude_sandbox.jail import preflight
             from claude_sandbox.jail import start as jail_start
@@ -91,7 +102,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             jail = session.start(the_plan.jail, handed)
             trace.phase("jail started")
         started = time.time_ns()
-        prepared = _prepare(the_plan, cfg, gathered.facts, store)
+        forked, helper = helper, None  # _prepare ends it, whatever happens there
+        prepared = _prepare(the_plan, cfg, gathered.facts, store, forked)
         if jail is not None:
             record = _egress_record(store, the_plan, cfg)  # in the store _prepare made
         trace.phase("prepared")
@@ -127,6 +139,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             early.abandon()
         if prepared is not None:
             _undo(prepared)  # first: the /proc helper is reaped before the cgroup goes
+        if helper is not None:  # the launch stopped before it planned
+            _stop_helper(helper, close=True)
         if cgroup is not None:
             cgroup.remove()
         _restore_terminal(modes)
@@ -140,51 +154,61 @@ class Prepared:
     fds: tuple[int, ...]
     layers: tuple[gitsession.Layer, ...]  # the overlays' directories, made in the store
     quarantine: gitcheck.Quarantine  # what the checks moved out, and the lines to say
-    helper: int | None  # the /proc helper's pid (procmask.py)
+    helper: Helper | None  # the late-mount helper (procmask.py)
     imported: tuple[str, ...] = ()  # what a first launch's import did, said again at the end
 
 
 def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
-             store: str) -> Prepared:
-    """Make what the plan needs: the store, the scratch directory, overlays, descriptors."""
+             store: str, helper: Helper | None) -> Prepared:
+    """Make what the plan needs: the store, the scratch directory, overlays, descriptors.
+    `helper`: the late-mount helper forked early (a root launch), ended here on failure,
+    or by _undo."""
     bwrap_path = paths.tool("bwrap")
     imported: list[str] = []
-    state.ensure_home(store, the_plan.agent, facts.home, profiles.get(the_plan.agent).imports,
-                      facts.uid, default_root=cfg.state_dir is None, said=imported)
-    if facts.agent_tmp:
-        state.private_dir(facts.agent_tmp, facts.uid, f"{the_plan.agent}'s scratch directory")
-    quarantine = gitcheck.Quarantine(store)
-    if _review(the_plan):
-        # The overlay keeps the session's git writes from the real repositories, which
-        # the launcher still checks: review apply and the user's git read them.
-        for repo in the_plan.layout.repositories:
-            gitcheck.check(repo.gitdir, quarantine)
-    layers = gitsession.prepare(the_plan.views, quarantine)
-    _say(quarantine)
     opened: dict[str, int] = {}
-    helper = None
+    layers: tuple[gitsession.Layer, ...] = ()
+    quarantine = gitcheck.Quarantine(store)
     try:
+        state.ensure_home(store, the_plan.agent, facts.home,
+                          profiles.get(the_plan.agent).imports, facts.uid,
+                          default_root=cfg.state_dir is None, said=imported)
+        if facts.agent_tmp:
+            state.private_dir(facts.agent_tmp, facts.uid,
+                              f"{the_plan.agent}'s scratch directory")
+        if _review(the_plan):
+            # The overlay keeps the session's git writes from the real repositories, which
+            # the launcher still checks: review apply and the user's git read them.
+            for repo in the_plan.layout.repositories:
+                gitcheck.check(repo.gitdir, quarantine)
+        layers = gitsession.prepare(the_plan.views, quarantine)
+        _say(quarantine)
         # surrogateescape: a forge file's bytes come back as they were read (credentials.py)
         opened.update({name: data_descriptor(name, content.encode("utf-8", "surrogateescape"))
                        for name, content in the_plan.data})
         opened[render.SECCOMP] = seccomp.filter_fd(the_plan.inner.level,
                                                    the_plan.seccomp_flags)
-        helper_fd = None
         if the_plan.inner.late_masks:
             from claude_sandbox.launch.facts import rootonly
             from claude_sandbox.launch.session import procmask
 
-            private = ((lambda: rootonly.for_launch(cfg.state_dir, facts, the_plan.layout,
-                                                    the_plan.mounts))
-                       if plan.masks(the_plan, "root-only") else None)
-            helper, helper_fd = procmask.start_helper(plan.masks(the_plan, "outer-proc"),
-                                                      private, plan.masks(the_plan, "noexec"))
-            opened["helper"] = helper_fd
-        opened[render.INNER] = data_descriptor("inner", spec.encode(the_plan.inner, helper_fd))
+            if helper is None:  # not a root launch: forked now
+                helper = procmask.start_helper()
+            opened["helper"] = helper.fd
+            walk = (rootonly.plan_walk(cfg.state_dir, facts, the_plan.layout, the_plan.mounts)
+                    if plan.masks(the_plan, "root-only") else None)
+            procmask.instruct(helper, plan.masks(the_plan, "outer-proc"),
+                              plan.masks(the_plan, "noexec"), walk)
+        elif helper is not None:  # nothing to mask after all
+            _stop_helper(helper, close=True)
+            helper = None
+        opened[render.INNER] = data_descriptor("inner", spec.encode(
+            the_plan.inner, helper.fd if helper is not None else None))
     except BaseException:
         for fd in opened.values():
             os.close(fd)
-        _undo(Prepared([], (), layers, quarantine, helper))
+        if helper is not None:
+            _stop_helper(helper, close="helper" not in opened)
+        _undo(Prepared([], (), layers, quarantine, None))
         raise
     # The agent shares the launching terminal, as it would without the sandbox:
     # job control, resizes and hang-ups reach it directly. What a shared
@@ -197,14 +221,15 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
 def _undo(prepared: Prepared) -> None:
     """After the session: the /proc helper reaped."""
     if prepared.helper is not None:
-        try:
-            os.kill(prepared.helper, 9)
-        except ProcessLookupError:
-            pass
-        try:
-            os.waitpid(prepared.helper, 0)
-        except ChildProcessError:
-            pass
+        _stop_helper(prepared.helper, close=False)  # its end went with prepared.fds
+
+
+def _stop_helper(helper: Helper, *, close: bool) -> None:
+    from claude_sandbox.launch.session import procmask
+
+    procmask.stop(helper)
+    if close:
+        os.close(helper.fd)
 
 
 def _terminal_modes() -> list[Any] | None:

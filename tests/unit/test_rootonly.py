@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from claude_sandbox.launch.facts import rootonly
+from claude_sandbox.launch.facts import rootcache, rootonly
 
 ROOT_GROUPS = frozenset({0})
 
@@ -291,3 +291,33 @@ def test_explain_walks_without_writing_anything(tmp_path: os.PathLike[str]) -> N
     hidden = rootonly.private_paths(os.path.join(store, "cache"), [], [shown],
                                     save_cache=False)
     assert hidden == {} and not os.path.exists(store)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="root's own 0600 files are what is hidden")
+def test_the_cache_read_before_the_plan_finds_what_a_launch_finds_alone(
+        tmp_path: os.PathLike[str]) -> None:
+    """rootcache.prefetch reads the cache and its times before the plan (the late-mount
+    helper, from the launch's start): what the walk then hides is what it hides without,
+    a file made since included, and this launch's own workspace is still not read."""
+    base = str(tmp_path)
+    shown = os.path.join(base, "usr")
+    workspace = os.path.join(shown, "src", "app")
+    os.makedirs(os.path.join(shown, "lib", "a"))
+    os.makedirs(workspace)
+    cache = os.path.join(base, "cache")
+    assert rootonly.private_paths(cache, [], [shown], [workspace]) == {}
+    secret = os.path.join(shown, "lib", "a", "key")
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w"):
+        pass
+    os.makedirs(os.path.join(workspace, "node_modules"))
+    early = rootcache.prefetch(cache)
+    assert early.changed == {os.path.join(shown, "lib", "a"), workspace}
+    alone = rootonly.private_paths(cache, [], [shown], [workspace], save_cache=False)
+    assert rootonly.private_paths(cache, [], [shown], [workspace], early=early) == alone \
+        == {secret: False}
+    loaded = rootonly.load(cache)
+    assert loaded is not None and os.path.join(workspace, "node_modules") not in loaded[1]
+    # Too old to refresh: nothing is read early, and the walk rebuilds it all.
+    rootonly.save(cache, *loaded[:2], made=loaded[2] - rootcache.MAX_AGE - 1)
+    assert rootcache.prefetch(cache).changed is None
+    assert rootcache.prefetch(os.path.join(base, "none")) == rootcache.Prefetched(None, None)

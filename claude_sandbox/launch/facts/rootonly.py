@@ -22,8 +22,9 @@ time of every directory walked. A launch re-lists only the directories whose tim
 changed (a file created, renamed or removed there), so a new secret is found at the next
 launch; a directory changed below another changed one is re-listed once, with it. A mode
 changed in place (chmod) does not change the directory's time: the cache is rebuilt in
-full when it is more than a day old. All of it runs in the late-mount helper while bwrap
-sets up.
+full when it is more than a day old. All of it runs in the late-mount helper: the cache
+and its times from the launch's start, while the launcher plans (rootcache.py), the rest
+once the plan says which trees are shown, while bwrap sets up.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import stat
 import time
 
 from claude_sandbox.core import mountinfo, paths
+from claude_sandbox.core.record import record
 from claude_sandbox.launch.facts import dirtimes
+from claude_sandbox.launch.facts.rootcache import CACHE_NAME, MAX_AGE, Prefetched, load, save
 from claude_sandbox.launch.session import state
 
 TYPE_CHECKING = False
@@ -46,10 +49,7 @@ if TYPE_CHECKING:
 # -5: directories judged right by right (-4 covered another user's 0711 directory; -4
 # and -3 walked the trees the sandbox shows, -3 in JSON; -2 walked all of /, the first
 # judged by other-read).
-CACHE_NAME = "root-only-5"
 OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4")
-_MAGIC = "claude-sandbox root-only 5"
-MAX_AGE = 24 * 3600
 # Pseudo and per-boot file systems: not files an administrator keeps.
 PSEUDO_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "devtmpfs",
                        "debugfs", "tracefs", "securityfs", "pstore", "bpf", "configfs",
@@ -223,7 +223,7 @@ def _below(path: str, roots: set[str]) -> bool:
 
 def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
             groups: frozenset[int], listings: Listings | None = None,
-            own: Iterable[str] = ()) -> bool:
+            own: Iterable[str] = (), known: frozenset[str] | None = None) -> bool:
     """Re-list, in place, the directories whose time changed; whether any did.
 
     Linear in what is cached: a directory changed beneath another changed one (an
@@ -232,11 +232,13 @@ def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
     launch, so their directories are not read: their cached times stay, and the next
     launch that shows them read-only finds what changed there. A workspace inside a
     system tree (/usr/src/app) then costs its own launches nothing, however many
-    directories the agent makes in it."""
+    directories the agent makes in it. `known`: the changed directories among all of
+    `dirs`, read before (rootcache.prefetch), `own`'s then left out."""
     ours = tuple(o for o in own if o in dirs)  # only a place the walk went into
     prefixes = tuple(o.rstrip("/") + "/" for o in ours)
-    changed = dirtimes.changed([d for d in dirs
-                                if not (ours and (d in ours or d.startswith(prefixes)))], dirs)
+    candidates = [d for d in (dirs if known is None else known)
+                  if not (ours and (d in ours or d.startswith(prefixes)))]
+    changed = dirtimes.changed(candidates, dirs) if known is None else set(candidates)
     if not changed:
         return False
     roots = {d for d in changed if not _below(os.path.dirname(d), changed) or d == "/"}
@@ -251,38 +253,6 @@ def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
         if os.path.isdir(directory) and not os.path.islink(directory):
             _scan(directory, skipped, hidden, dirs, groups, listings)
     return True
-
-
-# The cache is read on every root launch: fields split by NUL (a path holds none) load in
-# less time than JSON did on 37,000 directories (16-19 against 21-27 ms, measured), and
-# are written by joins in C. The magic, when it was made, how many covers, then each
-# cover's path and 1 (a directory) or 0, then each directory's path and time.
-
-
-def load(path: str) -> tuple[dict[str, bool], dict[str, int], float] | None:
-    try:
-        with open(path, "rb") as handle:
-            parts = handle.read().decode("utf-8", "surrogateescape").split("\0")
-        if parts[0] != _MAGIC:
-            return None
-        made, count = float(parts[1]), int(parts[2])
-        covers, times = parts[3:3 + 2 * count], parts[3 + 2 * count:]
-        if len(covers) != 2 * count or len(times) % 2:
-            return None
-        return (dict(zip(covers[0::2], (flag == "1" for flag in covers[1::2]), strict=True)),
-                dict(zip(times[0::2], map(int, times[1::2]), strict=True)), made)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) -> None:
-    temporary = f"{path}.{os.getpid()}"
-    text = "\0".join([_MAGIC, repr(made), str(len(hidden)),
-                      *(f"{name}\0{1 if is_dir else 0}" for name, is_dir in hidden.items()),
-                      *(f"{name}\0{mtime}" for name, mtime in dirs.items())])
-    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
-        handle.write(text.encode("utf-8", "surrogateescape"))
-    os.replace(temporary, path)
 
 
 class _Rebuild(Listings):
@@ -309,14 +279,16 @@ def _groups() -> frozenset[int]:
     return frozenset([os.getgid(), *os.getgroups()])
 
 
-def private_paths(cache: str, skip: list[str], roots: Iterable[str],
-                  own: Iterable[str] = (), *, save_cache: bool = True) -> dict[str, bool]:
+def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
+                  own: Iterable[str] = (), *, save_cache: bool = True,
+                  early: Prefetched | None = None) -> dict[str, bool]:
     """What to hide on this root launch: the cache, brought up to date (but in `own`,
     this launch's writable places: refresh), with each of `roots` (the trees the
     sandbox shows) it does not hold walked anew, whatever their parents' modes, minus
-    `skip` (and below)."""
+    `skip` (and below). `early`: the cache and its changed directories, read before
+    the plan (rootcache.prefetch)."""
     groups = _groups()
-    loaded = load(cache)
+    loaded = early.loaded if early is not None else load(cache)
     now = time.time()
     fresh = loaded is not None and now - loaded[2] <= MAX_AGE
     # The full rebuild judges every entry again (a mode changed in place); the memos of
@@ -330,7 +302,9 @@ def private_paths(cache: str, skip: list[str], roots: Iterable[str],
         made = now
     else:
         hidden, dirs, made = loaded
-    changed = refresh(hidden, dirs, skip, groups, listings, own) if fresh and dirs else False
+    known = early.changed if early is not None else None
+    changed = (refresh(hidden, dirs, skip, groups, listings, own, known) if fresh and dirs
+               else False)
     for root in roots:
         if root not in dirs and not _under(root, hidden):
             _scan(root, frozenset(skip), hidden, dirs, groups, listings if fresh else rebuild)
@@ -369,10 +343,23 @@ def shown_trees(mounts: Iterable[Mount], skip: Iterable[str]) -> list[str]:
 _under = paths.under_any
 
 
-def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
-               mounts: Iterable[Mount], *, save_cache: bool = True) -> dict[str, bool]:
-    """On a root launch: the paths of the trees the sandbox shows read-only that root keeps
-    from others, outside the workspace and the other writable places (py)."""
+@record
+class Walk:
+    """What a root launch's walk takes from the plan (for_launch's arguments, resolved):
+    plain paths, so that the late-mount helper can be told them (procmask.py)."""
+
+    cache: str  # the cache's path in root's state store
+    skip: tuple[str, ...]  # never walked: the runtime trees, pseudo file systems, the store
+    roots: tuple[str, ...]  # the trees the sandbox shows read-only
+    own: tuple[str, ...]  # this launch's writable places: not read again (refresh)
+    bound: tuple[str, ...]  # shown whatever lies around them: allow-read, the toolchains
+    shown: tuple[str, ...]  # the places whose covers the sandbox's own mounts make moot
+
+
+def plan_walk(state_dir: str | None, facts: HostFacts, layout: Writable,
+              mounts: Iterable[Mount]) -> Walk:
+    """The walk of a root launch: the trees the sandbox shows read-only, outside the
+    workspace and the other writable places."""
     store = state.store_root(state_dir, facts.home, facts.uid)
     pseudo = [m.mountpoint for m in mountinfo.parse(mountinfo.read())
               if m.fstype in PSEUDO_FS and m.mountpoint != "/"]
@@ -391,8 +378,21 @@ def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
     # inside the workspace, below).
     own = [place for place in (layout.workspace, *layout.allow_write)
            if not any(_under(b, place) for b in bound)]
-    private = private_paths(os.path.join(store, CACHE_NAME), skip, roots, own,
-                            save_cache=save_cache)
-    shown = [*masked, facts.home, layout.workspace, *layout.allow_write]
+    return Walk(os.path.join(store, CACHE_NAME), tuple(skip), tuple(roots), tuple(own),
+                tuple(bound), (*masked, facts.home, layout.workspace, *layout.allow_write))
+
+
+def covers(walk: Walk, *, save_cache: bool = True,
+           early: Prefetched | None = None) -> dict[str, bool]:
+    """The paths of `walk`'s trees that root keeps from others, each a directory or not."""
+    private = private_paths(walk.cache, walk.skip, walk.roots, walk.own,
+                            save_cache=save_cache, early=early)
     return {path: is_dir for path, is_dir in private.items()
-            if _under(path, bound) or not _under(path, shown)}
+            if _under(path, walk.bound) or not _under(path, walk.shown)}
+
+
+def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
+               mounts: Iterable[Mount], *, save_cache: bool = True) -> dict[str, bool]:
+    """On a root launch: the paths of the trees the sandbox shows read-only that root keeps
+    from others, outside the workspace and the other writable places."""
+    return covers(plan_walk(state_dir, facts, layout, mounts), save_cache=save_cache)

@@ -22,10 +22,16 @@ it holds no capability, and must not. The launcher can: it owns the user
 namespace that owns the sandbox's mount namespace. Two halves talk over a
 socketpair:
 
-- `_enter`, inside, once bwrap has set everything up, sends its pid (as the
+- the launcher, once the plan is made and before bwrap holds the other end, tells the
+  helper what to mask (`instruct`);
+- the inner stage, inside, once bwrap has set everything up, sends its pid (as the
   outer procfs numbers it) and waits; nothing of the agent has run yet;
 - a helper the launcher forked joins that user and mount namespace (setns),
   makes the mounts, and answers.
+
+On a root launch the helper is forked as soon as the launch knows it runs as root, and
+reads the root-only walk's cache and its directories' times while the launcher plans
+(rootcache.prefetch): the part of the walk no plan decides, and most of its cost.
 
 A task that ends meanwhile is skipped, never a failed launch. Processes started
 outside after this point are listed; where that matters, give the container an
@@ -41,14 +47,20 @@ import select
 
 from claude_sandbox.core import kernel, paths, wire
 from claude_sandbox.core.process import load_libc, tie_to_parent
+from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Iterable
+
+    from claude_sandbox.launch.facts.rootcache import Prefetched
+    from claude_sandbox.launch.facts.rootonly import Walk
 
 _NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
 TIMEOUT = 10.0
-REQUEST_LIMIT = 64  # "mask": the one request
+REQUEST_LIMIT = 64  # "mask": the inner stage's one request
+PLAN_LIMIT = 1 << 20  # the launcher's instructions: a few hundred paths at most
+_WALK_LISTS = ("skip", "roots", "own", "bound", "shown")
 
 
 def _outer(pid: str) -> bool:
@@ -148,9 +160,9 @@ def no_exec(targets: Iterable[str]) -> None:
             raise OSError(ctypes.get_errno(), f"noexec {target}")
 
 
-def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | None,
-          noexec: bool = False) -> int:
-    """The helper's whole life (a forked child of the launcher): one request, one answer.
+def serve(fd: int, parent: int, early: Prefetched | None = None) -> int:
+    """The helper's whole life (a forked child of the launcher): the launcher's
+    instructions, then one request, one answer.
 
     Only `_enter` holds the other end (it closes it before the agent runs); the
     pid it names must lead to a mount namespace other than the launcher's.
@@ -158,9 +170,27 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
     try:
         sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)
+        # Waited for without a limit: the launcher plans meanwhile, and ends this helper
+        # when it stops (tie_to_parent, steps.py).
+        try:
+            told = wire.receive(sock, PLAN_LIMIT)
+        except wire.WireError:
+            told = None
+        if told is None:
+            return 1
+        wire.close(told.fds)
+        plan = read_plan(told.fields) if told.pid == parent else None
+        if plan is None:
+            wire.send(sock, ["err", "no plan from the launcher"])
+            return 1
+        outer_proc, noexec, walk = plan
         # Computed before joining: the walk must see the host's tree, not the sandbox's,
         # and it overlaps bwrap's set-up.
-        private = root_only() if root_only is not None else {}
+        private = {}
+        if walk is not None:
+            from claude_sandbox.launch.facts import rootonly
+
+            private = rootonly.covers(walk, early=early)
         ready, _, _ = select.select([fd], [], [], TIMEOUT)
         sock.settimeout(TIMEOUT)  # and a request begun must end within it
         try:
@@ -193,12 +223,56 @@ def serve(fd: int, outer_proc: bool, root_only: Callable[[], dict[str, bool]] | 
         return 1
 
 
-def start_helper(outer_proc: bool, root_only: Callable[[], dict[str, bool]] | None,
-                 noexec: bool = False) -> tuple[int, int]:
-    """Fork the helper, to hide the outer processes and what `root_only()` finds (rootonly.py),
-    and with `noexec` to make every writable mount of the sandbox noexec;
-    (its pid, the end `_enter` gets: close-on-exec, as every descriptor of the launch's,
-    until the child meant to inherit it is started)."""
+def plan_fields(outer_proc: bool, noexec: bool, walk: Walk | None) -> list[str]:
+    """The launcher's instructions: "plan", the two flags, then the walk or nothing:
+    its cache, then each of its lists as a count and the paths."""
+    fields = ["plan", "1" if outer_proc else "0", "1" if noexec else "0"]
+    if walk is not None:
+        fields.append(walk.cache)
+        for name in _WALK_LISTS:
+            values = getattr(walk, name)
+            fields += [str(len(values)), *values]
+    return fields
+
+
+def read_plan(fields: tuple[str, ...]) -> tuple[bool, bool, Walk | None] | None:
+    """Inverse of plan_fields; None for anything it would not have written."""
+    if len(fields) < 3 or fields[0] != "plan" or not {fields[1], fields[2]} <= {"0", "1"}:
+        return None
+    flags = fields[1] == "1", fields[2] == "1"
+    if len(fields) == 3:
+        return (*flags, None)
+    lists: list[tuple[str, ...]] = []
+    at = 4
+    for _ in _WALK_LISTS:
+        if at >= len(fields) or not fields[at].isascii() or not fields[at].isdigit():
+            return None
+        count = int(fields[at])
+        if at + 1 + count > len(fields):
+            return None
+        lists.append(tuple(fields[at + 1:at + 1 + count]))
+        at += 1 + count
+    if at != len(fields):
+        return None
+    from claude_sandbox.launch.facts.rootonly import Walk
+
+    return (*flags, Walk(fields[3], *lists))
+
+
+@record
+class Helper:
+    """The helper forked: its pid, and the end the inner stage gets (close-on-exec, as
+    every descriptor of the launch's, until the child meant to inherit it is started)."""
+
+    pid: int
+    fd: int
+
+
+def start_helper(cache: str | None = None) -> Helper:
+    """Fork the helper, to hide the outer processes and the root-only entries and to make
+    writable mounts noexec, as `instruct` later tells it. `cache`: a root launch's walk
+    cache, which the helper reads at once, with its directories' times
+    (rootcache.prefetch), while the launcher plans."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     ours.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)  # before anything is sent
     parent = os.getpid()
@@ -212,8 +286,35 @@ def start_helper(outer_proc: bool, root_only: Callable[[], dict[str, bool]] | No
             os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
             # Ends with the launcher, even SIGKILLed: nothing else would end it.
             if tie_to_parent(parent):
-                status = serve(ours.detach(), outer_proc, root_only, noexec)
+                early = None
+                if cache is not None:
+                    from claude_sandbox.launch.facts import rootcache
+
+                    early = rootcache.prefetch(cache)
+                status = serve(ours.detach(), parent, early)
         finally:
             os._exit(status)
     ours.close()
-    return pid, theirs.detach()
+    return Helper(pid, theirs.detach())
+
+
+def instruct(helper: Helper, outer_proc: bool, noexec: bool, walk: Walk | None) -> None:
+    """Tell the helper what to mask, before bwrap holds the other end: the outer
+    processes, every writable mount's exec, and `walk`'s root-only entries."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, helper.fd)
+    try:
+        wire.send(sock, plan_fields(outer_proc, noexec, walk), credentials=True)
+    finally:
+        sock.detach()
+
+
+def stop(helper: Helper) -> None:
+    """End the helper and reap it (after the session, or a launch that stopped)."""
+    try:
+        os.kill(helper.pid, 9)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(helper.pid, 0)
+    except ChildProcessError:
+        pass
