@@ -8,8 +8,8 @@ machine's drift falls on all of them alike.
   floor: bare bwrap     bwrap --ro-bind / / --dev /dev --proc /proc /bin/true
   floor: jailed         unshare -rn holder + pasta attach (the jail's flags) + the same bwrap
   python -I -c pass     the core interpreter's own start, for scale
-  floor: the plan       bwrap with this launch's own options and mounts (no _enter)
-  floor: plan + inner stage  the same bwrap running the inner stage, then /bin/true: what the
+  floor: the plan       bwrap with this launch's own options and mounts (no inner stage)
+  floor: plan + stage   the same bwrap running the inner stage, then /bin/true: what the
                         defences cost before any launcher work
   launch, jail off      claude-sandbox shell -- /bin/true, egress-jail = 0
   launch, jailed        claude-sandbox shell -- /bin/true (the default)
@@ -270,7 +270,7 @@ def main() -> None:
     launch = [SHIM, "shell", "--", "/bin/true"]
     rows: dict[str, list[float]] = {name: [] for name in (
         "floor: bare bwrap", "floor: jailed", "python -I -c pass", "floor: the plan",
-        "floor: plan + inner stage", "launch, jail off", "launch, jailed",
+        "floor: plan + stage", "launch, jail off", "launch, jailed",
         "--version, direct", "--version, shim")}
     workspace = tempfile.mkdtemp(prefix="cs-bench-")
     os.chdir(workspace)
@@ -288,7 +288,7 @@ def main() -> None:
         floor = PlanFloor(off)
         for _ in range(options.runs):
             rows["floor: the plan"].append(floor.once(enter=False))
-            rows["floor: plan + inner stage"].append(floor.once(enter=True))
+            rows["floor: plan + stage"].append(floor.once(enter=True))
     phases = _phases(base, options.runs)
     rounds = max(1, options.runs // 10)
     loaded = {"8 at once, jail off": concurrent(launch, off, rounds),
