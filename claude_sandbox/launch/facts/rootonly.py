@@ -46,10 +46,11 @@ if TYPE_CHECKING:
     from claude_sandbox.launch.facts.hostfacts import HostFacts
     from claude_sandbox.launch.planner.mounts import Mount, Writable
 
-# -5: directories judged right by right (-4 covered another user's 0711 directory; -4
-# and -3 walked the trees the sandbox shows, -3 in JSON; -2 walked all of /, the first
+# -6 is marshal's form; -5 judged directories right by right (-4 covered another user's
+# 0711 directory; -4 and -3 walked the shown trees, -3 in JSON; -2 all of /, the first
 # judged by other-read).
-OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4")
+OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4",
+              "root-only-5")
 # Pseudo and per-boot file systems: not files an administrator keeps.
 PSEUDO_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "devtmpfs",
                        "debugfs", "tracefs", "securityfs", "pstore", "bpf", "configfs",
