@@ -52,7 +52,7 @@
 #define SCOPE_ABI 6 /* the first ABI with `scoped` */
 
 /* spec.FIELDS, in their order: the record is these, each as its name, the count of its
- * values, then the values (tests/unit/test_enter_c.py compares the two lists). */
+ * values, then the values (tests/kernel/test_enter_stage.py compares the two lists). */
 enum { LEVEL, MAX_PIDS, MAX_MEMORY, WRITABLE, EXEC_FILES, KEEP_IGNORED, LATE_MASKS,
        COMMAND, COMMANDS_ONLY, SHELLS, AGENT_WRITABLE, AGENT_EXEC, AGENT_CONNECT,
        AGENT_BIND, OFFLINE_COMMANDS, HELPER_FD, NFIELDS };
@@ -223,10 +223,14 @@ static void check(struct field f[NFIELDS], uint64_t *pids, int *has_pids, uint64
 /* prochide.request_hiding: "mask" with this process's credentials, then "ok" or why not. */
 static void request_hiding(int sock) {
     static const char request[] = {0, 0, 0, 5, 'm', 'a', 's', 'k', 0};
-    char control[CMSG_SPACE(sizeof(struct ucred))] = {0};
+    union { /* a control buffer aligned as a cmsghdr must be */
+        char bytes[CMSG_SPACE(sizeof(struct ucred))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
     struct iovec first = {(void *)request, 1};
-    struct msghdr message = {.msg_iov = &first, .msg_iovlen = 1, .msg_control = control,
-                             .msg_controllen = sizeof control};
+    struct msghdr message = {.msg_iov = &first, .msg_iovlen = 1, .msg_control = control.bytes,
+                             .msg_controllen = sizeof control.bytes};
     struct cmsghdr *header = CMSG_FIRSTHDR(&message);
     struct ucred ids = {getpid(), getuid(), getgid()};
     header->cmsg_level = SOL_SOCKET;
@@ -260,7 +264,9 @@ static void request_hiding(int sock) {
         else got += (size_t)n;
     }
     close(sock);
-    if (!why && (size == 0 || answer[size - 1] != '\0'))
+    if (!why && size == 0)
+        why = "a malformed answer"; /* no fields at all */
+    if (!why && answer[size - 1] != '\0')
         why = "the launcher's helper is gone (a message whose last field is not ended by NUL)";
     if (!why && !(size == 3 && !memcmp(answer, "ok", 3))) {
         /* The fields after the first, joined by spaces, as prochide says them. */
@@ -303,8 +309,9 @@ static void apply_rlimits(int has_pids, uint64_t pids, int has_memory, uint64_t 
 static void status_fields(char *text, char **name, char **pids) {
     *name = *pids = NULL;
     for (char *line = text; line && *line;) {
-        char *end = strchr(line, '\n'), *colon = strchr(line, ':');
+        char *end = strchr(line, '\n');
         if (end) *end = '\0';
+        char *colon = strchr(line, ':'); /* within this line only */
         if (colon) {
             *colon = '\0';
             char *value = colon + 1;

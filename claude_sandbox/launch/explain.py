@@ -31,7 +31,7 @@ def explain(agent: str, command: tuple[str, ...] | None = None, *,
         if plan.masks(the_plan, "root-only"):  # this host's covers now: the launch's own walk
             from claude_sandbox.launch.facts import rootonly
 
-            covered = rootonly.for_launch(cfg.state_dir, gathered.facts, the_plan.layout,
+            covered = rootonly.for_launch(store, gathered.facts, the_plan.layout,
                                           the_plan.mounts, save_cache=False)
         return render.explain_json(the_plan, covered)
     lines = [f"# claude-sandbox {__version__}: the sandbox for {profile.name}",

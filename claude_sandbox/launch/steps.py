@@ -163,12 +163,12 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
     """Make what the plan needs: the store, the scratch directory, overlays, descriptors.
     `helper`: the late-mount helper forked early (a root launch), ended here on failure,
     or by _undo."""
-    bwrap_path = paths.tool("bwrap")
     imported: list[str] = []
     opened: dict[str, int] = {}
     layers: tuple[gitsession.Layer, ...] = ()
     quarantine = gitcheck.Quarantine(store)
     try:
+        bwrap_path = paths.tool("bwrap")
         state.ensure_home(store, the_plan.agent, facts.home,
                           profiles.get(the_plan.agent).imports, facts.uid,
                           default_root=cfg.state_dir is None, said=imported)
@@ -194,7 +194,7 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
             if helper is None:  # not a root launch: forked now
                 helper = procmask.start_helper()
             opened["helper"] = helper.fd
-            walk = (rootonly.plan_walk(cfg.state_dir, facts, the_plan.layout, the_plan.mounts)
+            walk = (rootonly.plan_walk(store, facts, the_plan.layout, the_plan.mounts)
                     if plan.masks(the_plan, "root-only") else None)
             procmask.instruct(helper, plan.masks(the_plan, "outer-proc"),
                               plan.masks(the_plan, "noexec"), walk)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import struct
 import termios
 import time
@@ -179,6 +180,10 @@ def test_background_work_the_agent_leaves_is_named_when_it_ends(tmp_path: object
     terminal = PtyProcess()
     terminal.pid, terminal.fd = pid, fd
     assert terminal.wait_for("left running end with the session", timeout=60), terminal.seen
-    assert terminal.wait_for("(sleep)"), terminal.seen
-    assert b"2 process(es)" in terminal.seen, terminal.seen
+    assert terminal.wait_for(")\r\n"), terminal.seen  # the line's end
+    # Each child is named as it is then: `sleep`, or `sh` until its fork has exec'd.
+    named = re.search(rb"(\d+) process\(es\) the agent left running end with the session "
+                      rb"\(([^)]*)\)", terminal.seen)
+    assert named and named.group(1) == b"2", terminal.seen
+    assert set(named.group(2).split(b", ")) <= {b"sleep", b"sh"}, terminal.seen
     os.waitpid(pid, 0)

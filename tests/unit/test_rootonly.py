@@ -320,4 +320,44 @@ def test_the_cache_read_before_the_plan_finds_what_a_launch_finds_alone(
     # Too old to refresh: nothing is read early, and the walk rebuilds it all.
     rootonly.save(cache, *loaded[:2], made=loaded[2] - rootcache.MAX_AGE - 1)
     assert rootcache.prefetch(cache).changed is None
-    assert rootcache.prefetch(os.path.join(base, "none")) == rootcache.Prefetched(None, None)
+    none = os.path.join(base, "none")
+    assert rootcache.prefetch(none) == rootcache.Prefetched(none, None, None)
+    # Made in the future (a clock set back): never refreshed, rebuilt.
+    rootonly.save(cache, *loaded[:2], made=loaded[2] + 3600)
+    assert rootcache.prefetch(cache).changed is None
+    assert not rootcache.fresh(float("nan"), 0.0) and not rootcache.fresh(float("inf"), 0.0)
+
+
+def test_a_cache_read_from_another_path_is_not_the_walks(tmp_path: os.PathLike[str]) -> None:
+    base = str(tmp_path)
+    shown = os.path.join(base, "opt")
+    os.makedirs(shown)
+    walk = rootonly.Walk(os.path.join(base, "cache"), (), (shown,), (), (), ())
+    other = rootcache.Prefetched(os.path.join(base, "elsewhere"),
+                                 ({os.path.join(shown, "x"): False}, {shown: 1}, 0.0),
+                                 frozenset())
+    assert rootonly.covers(walk, early=other) == rootonly.covers(walk)
+
+
+def test_only_a_cache_nobody_else_may_write_is_loaded(tmp_path: os.PathLike[str]) -> None:
+    """marshal trusts its input: a cache another user could have written, a link, a FIFO
+    or a body whose checksum differs is refused before it is read."""
+    path = os.path.join(str(tmp_path), "cache")
+    rootonly.save(path, {"/etc/shadow": False}, {"/etc": 5}, 12.5)
+    assert rootonly.load(path) is not None
+    os.chmod(path, 0o620)
+    assert rootonly.load(path) is None
+    os.chmod(path, 0o600)
+    link = os.path.join(str(tmp_path), "link")
+    os.symlink(path, link)
+    assert rootonly.load(link) is None
+    fifo = os.path.join(str(tmp_path), "fifo")
+    os.mkfifo(fifo, 0o600)
+    assert rootonly.load(fifo) is None
+    with open(path, "rb") as handle:
+        whole = bytearray(handle.read())
+    whole[-2] ^= 1
+    with open(path, "wb") as handle:
+        handle.write(whole)
+    assert rootonly.load(path) is None
+    assert sorted(os.listdir(str(tmp_path))) == ["cache", "fifo", "link"]  # no temporary left

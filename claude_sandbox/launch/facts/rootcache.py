@@ -1,13 +1,14 @@
 """The root-only walk's cache (rootonly.py), and its first half read early.
 
-The cache is read on every root launch, in marshal's form: a magic line, the file's
-whole length (8 bytes, big endian: a file cut short or grown is refused), then when it
-was made, the covers (a path: whether it is a directory) and every directory's time. On
-37,000 directories marshal loads in 11-14 ms where fields split by NUL took 22-28 and
-JSON more. marshal trusts its input, and this file is root's own, in root's private
-store (0700), written whole and renamed into place: only root writes it, and a file
-that is not exactly what `save` wrote is refused by its length and its types, then
-rebuilt.
+The cache is read on every root launch, in marshal's form: a magic line, the body's
+length and CRC-32 (8 and 4 bytes, big endian), then the body: when it was made, the
+covers (a path: whether it is a directory) and every directory's time. On 37,000
+directories marshal loads in 11-14 ms where fields split by NUL took 22-28 and JSON
+more. marshal trusts its input: it allocates what a count in it asks for before any
+check could run. So the body is loaded only from a regular file that this user owns and
+no one else may write, whose length and checksum are the ones `save` wrote: root's own
+file in root's private store, written whole under a name no one can guess and renamed
+into place. Anything else is refused, and the cache rebuilt.
 
 Reading it and the time of every directory it holds needs nothing of the launch's plan,
 and is most of what a root launch pays (ADR 0015): `prefetch` does it in the late-mount
@@ -18,8 +19,11 @@ helper as soon as the launch knows it runs as root, while the launcher plans
 from __future__ import annotations
 
 import marshal
+import math
 import os
+import stat
 import time
+import zlib
 
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.facts import dirtimes
@@ -28,6 +32,7 @@ from claude_sandbox.launch.facts import dirtimes
 # ones, removed).
 CACHE_NAME = "root-only-6"
 _MAGIC = b"claude-sandbox root-only 6\n"
+_HEAD = len(_MAGIC) + 12
 # A mode changed in place (chmod) does not change a directory's time: past this age the
 # cache is rebuilt in full.
 MAX_AGE = 24 * 3600
@@ -35,15 +40,39 @@ MAX_AGE = 24 * 3600
 Loaded = tuple[dict[str, bool], dict[str, int], float]  # covers, directory times, made
 
 
+def fresh(made: float, now: float) -> bool:
+    """Whether a cache made at `made` may be refreshed at `now` rather than rebuilt: made
+    within MAX_AGE, and not in the future (a clock set back would keep it forever)."""
+    return math.isfinite(made) and 0 <= now - made <= MAX_AGE
+
+
+def _read(path: str) -> bytes | None:
+    """The file's bytes where it is a regular file of this user's that nobody else may
+    write; None otherwise."""
+    try:
+        # O_NONBLOCK: a FIFO put there opens at once, and is refused below.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with open(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
+                or info.st_mode & 0o022):
+            return None
+        return handle.read()
+
+
 def load(path: str) -> Loaded | None:
     """The cache, or None where it is missing or not exactly what `save` wrote."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-        head = len(_MAGIC) + 8
-        if not data.startswith(_MAGIC) or int.from_bytes(data[len(_MAGIC):head]) != len(data):
+        data = _read(path)
+        if data is None or not data.startswith(_MAGIC):
             return None
-        made, hidden, dirs = marshal.loads(data[head:])
+        size = int.from_bytes(data[len(_MAGIC):len(_MAGIC) + 8], "big")
+        body = data[_HEAD:]
+        if size != len(body) or int.from_bytes(data[_HEAD - 4:_HEAD], "big") != zlib.crc32(body):
+            return None
+        made, hidden, dirs = marshal.loads(body)
     except (OSError, ValueError, TypeError, EOFError, MemoryError):
         return None
     if (type(made) is not float or type(hidden) is not dict or type(dirs) is not dict
@@ -56,18 +85,34 @@ def load(path: str) -> Loaded | None:
 
 def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) -> None:
     body = marshal.dumps((made, hidden, dirs))
-    size = len(_MAGIC) + 8 + len(body)
-    temporary = f"{path}.{os.getpid()}"
-    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
-        handle.write(_MAGIC + size.to_bytes(8) + body)
-    os.replace(temporary, path)
+    write_new(path, _MAGIC + len(body).to_bytes(8, "big") + zlib.crc32(body).to_bytes(4, "big")
+              + body)
+
+
+def write_new(path: str, data: bytes) -> None:
+    """Write `data` to `path` whole: into a new file of an unguessable name beside it
+    (O_EXCL, O_NOFOLLOW: nothing planted there is written through), then renamed."""
+    temporary = f"{path}.{os.urandom(8).hex()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        with open(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
 
 
 @record
 class Prefetched:
-    """The cache as read (None: none, or unreadable), and which of its directories' times
-    changed since (None: it is too old to refresh, and is rebuilt)."""
+    """The cache as read from `path` (None: none, or unreadable), and which of its
+    directories' times changed since (None: it is too old to refresh, and is rebuilt)."""
 
+    path: str
     loaded: Loaded | None
     changed: frozenset[str] | None
 
@@ -76,6 +121,6 @@ def prefetch(path: str) -> Prefetched:
     """Load the cache and read the time of every directory it holds, before the plan: what
     rootonly.private_paths would do first, whatever the plan says."""
     loaded = load(path)
-    if loaded is None or not loaded[1] or time.time() - loaded[2] > MAX_AGE:
-        return Prefetched(loaded, None)
-    return Prefetched(loaded, frozenset(dirtimes.changed(list(loaded[1]), loaded[1])))
+    if loaded is None or not loaded[1] or not fresh(loaded[2], time.time()):
+        return Prefetched(path, loaded, None)
+    return Prefetched(path, loaded, frozenset(dirtimes.changed(list(loaded[1]), loaded[1])))

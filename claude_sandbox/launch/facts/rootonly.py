@@ -35,9 +35,8 @@ import time
 
 from claude_sandbox.core import mountinfo, paths
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.facts import dirtimes
-from claude_sandbox.launch.facts.rootcache import CACHE_NAME, MAX_AGE, Prefetched, load, save
-from claude_sandbox.launch.session import state
+from claude_sandbox.launch.facts import dirtimes, rootcache
+from claude_sandbox.launch.facts.rootcache import CACHE_NAME, Prefetched, load, save
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -131,11 +130,7 @@ class Listings:
                             "\0".join(f"{name}\0{code}" for name, code in codes.items())])
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            temporary = f"{self._path(listed)}.{os.getpid()}"
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with open(fd, "wb") as handle:
-                handle.write(text.encode("utf-8", "surrogateescape"))
-            os.replace(temporary, self._path(listed))
+            rootcache.write_new(self._path(listed), text.encode("utf-8", "surrogateescape"))
         except OSError:
             pass  # a memo only saves time
 
@@ -291,7 +286,7 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
     groups = _groups()
     loaded = early.loaded if early is not None else load(cache)
     now = time.time()
-    fresh = loaded is not None and now - loaded[2] <= MAX_AGE
+    fresh = loaded is not None and rootcache.fresh(loaded[2], now)
     # The full rebuild judges every entry again (a mode changed in place); the memos of
     # large directories serve only refreshes between rebuilds.
     listings = Listings(f"{cache}.d") if save_cache else _ReadOnly(f"{cache}.d")
@@ -357,11 +352,11 @@ class Walk:
     shown: tuple[str, ...]  # the places whose covers the sandbox's own mounts make moot
 
 
-def plan_walk(state_dir: str | None, facts: HostFacts, layout: Writable,
-              mounts: Iterable[Mount]) -> Walk:
+def plan_walk(store: str, facts: HostFacts, layout: Writable, mounts: Iterable[Mount]) -> Walk:
     """The walk of a root launch: the trees the sandbox shows read-only, outside the
-    workspace and the other writable places."""
-    store = state.store_root(state_dir, facts.home, facts.uid)
+    workspace and the other writable places. `store`: the launch's own, chosen once
+    (state.store_root): chosen again, a shared state-dir's squat made or removed
+    meanwhile could move the cache to a directory another user holds."""
     pseudo = [m.mountpoint for m in mountinfo.parse(mountinfo.read())
               if m.fstype in PSEUDO_FS and m.mountpoint != "/"]
     masked = [*facts.runtime_dirs, "/run", "/proc", "/sys", "/dev", "/tmp", store]
@@ -386,14 +381,16 @@ def plan_walk(state_dir: str | None, facts: HostFacts, layout: Writable,
 def covers(walk: Walk, *, save_cache: bool = True,
            early: Prefetched | None = None) -> dict[str, bool]:
     """The paths of `walk`'s trees that root keeps from others, each a directory or not."""
+    if early is not None and early.path != walk.cache:
+        early = None  # read from another cache than this walk's: not this walk's
     private = private_paths(walk.cache, walk.skip, walk.roots, walk.own,
                             save_cache=save_cache, early=early)
     return {path: is_dir for path, is_dir in private.items()
             if _under(path, walk.bound) or not _under(path, walk.shown)}
 
 
-def for_launch(state_dir: str | None, facts: HostFacts, layout: Writable,
-               mounts: Iterable[Mount], *, save_cache: bool = True) -> dict[str, bool]:
+def for_launch(store: str, facts: HostFacts, layout: Writable, mounts: Iterable[Mount], *,
+               save_cache: bool = True) -> dict[str, bool]:
     """On a root launch: the paths of the trees the sandbox shows read-only that root keeps
     from others, outside the workspace and the other writable places."""
-    return covers(plan_walk(state_dir, facts, layout, mounts), save_cache=save_cache)
+    return covers(plan_walk(store, facts, layout, mounts), save_cache=save_cache)
