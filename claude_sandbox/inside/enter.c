@@ -346,16 +346,25 @@ static size_t nspid(char *value, char **last) {
     return count;
 }
 
-static int by_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+#define NAMES_SHOWN 5
+#define NAME_LIMIT 64 /* a task's Name is at most 15 bytes (TASK_COMM_LEN) */
+
+/* Keep `name` among the NAMES_SHOWN smallest distinct names seen, in order. */
+static void keep_name(char shown[NAMES_SHOWN][NAME_LIMIT], size_t *count, const char *name) {
+    size_t at = 0;
+    while (at < *count && strcmp(shown[at], name) < 0) at++;
+    if ((at < *count && !strcmp(shown[at], name)) || at == NAMES_SHOWN) return;
+    size_t last = *count < NAMES_SHOWN ? (*count)++ : NAMES_SHOWN - 1;
+    for (size_t i = last; i > at; i--) memcpy(shown[i], shown[i - 1], NAME_LIMIT);
+    snprintf(shown[at], NAME_LIMIT, "%s", name);
 }
 
 /* enter._say_left_behind: one line naming what the agent started and left running, which
  * ends with the session (its pid namespace goes) and would otherwise end silently. */
 static void say_left_behind(void) {
     static char buffer[STATUS_LIMIT];
-    char own[24], *last, *names[64];
-    size_t count = 0, kept = 0;
+    char own[24], *last, shown[NAMES_SHOWN][NAME_LIMIT];
+    size_t count = 0, distinct = 0;
     snprintf(own, sizeof own, "%d", getpid());
     if (read_status("self", buffer, sizeof buffer) != 0) return;
     char *name, *value;
@@ -374,21 +383,17 @@ static void say_left_behind(void) {
             || !strcmp(last, own))
             continue;
         count++;
-        if (kept < sizeof names / sizeof names[0] && (names[kept] = strdup(name ? name : "?")))
-            kept++;
+        keep_name(shown, &distinct, name ? name : "?");
     }
     closedir(proc);
     if (!count) return;
-    qsort(names, kept, sizeof names[0], by_name);
-    char shown[256] = "";
-    for (size_t i = 0, distinct = 0; i < kept && distinct < 5; i++) {
-        if (i && !strcmp(names[i], names[i - 1])) continue;
-        size_t used = strlen(shown);
-        snprintf(shown + used, sizeof shown - used, "%s%s", distinct ? ", " : "", names[i]);
-        distinct++;
+    char line[NAMES_SHOWN * (NAME_LIMIT + 2)] = "";
+    for (size_t i = 0; i < distinct; i++) {
+        size_t used = strlen(line);
+        snprintf(line + used, sizeof line - used, "%s%s", i ? ", " : "", shown[i]);
     }
     dprintf(2, "claude-sandbox: %zu process(es) the agent left running end with the "
-            "session (%s)\n", count, shown);
+            "session (%s)\n", count, line);
 }
 
 static int still_stopped(pid_t pid) {
