@@ -27,6 +27,7 @@ from claude_sandbox.tools.doctorinstall import (
     agent_row,
     config_row,
     guard_row,
+    programs_row,
     shims_row,
     sizes_row,
     venv_row,
@@ -243,6 +244,7 @@ ROWS: tuple[Row, ...] = (
     Row("core venv purity", True, venv_row),
     Row("entry-point guard", True, guard_row),
     Row("configuration", True, config_row),
+    Row("compiled programs", False, programs_row),
     *(Row(f"agent {name}", False, agent_row(name)) for name in profiles.AGENT_NAMES),
     Row("sizes", False, sizes_row),
 )

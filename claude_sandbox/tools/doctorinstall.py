@@ -1,6 +1,6 @@
 """doctor's rows about the installation itself: the shims, the core venv's purity, what
-shadows the shims on PATH, the configuration, each agent's program, and the sizes on
-disk (the host's rows are in doctor.py)."""
+shadows the shims on PATH, the configuration, the C programs, each agent's program, and
+the sizes on disk (the host's rows are in doctor.py)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,28 @@ def config_row() -> Finding:
         return Finding(False, error.message, f"fix the line named in {paths.CONFIG_FILE}")
     jail = "on" if cfg.egress_jail else "OFF"
     return Finding(True, f"{paths.CONFIG_FILE} parses (egress jail {jail})")
+
+
+def programs_row() -> Finding:
+    """The programs the installer builds from C (placed.PROGRAMS): the command client of
+    brokered, and the inner stage of standard. Either missing is said with what it costs:
+    brokered refuses to launch, standard runs the Python stage (ADR 0017)."""
+    bad, missing = [], []
+    for program in placed.PROGRAMS:
+        try:
+            info = os.lstat(program.target)
+        except OSError:
+            missing.append(f"{program.target} missing: {program.without}")
+            continue
+        if (not stat.S_ISREG(info.st_mode) or info.st_uid != 0
+                or stat.S_IMODE(info.st_mode) != 0o755):
+            bad.append(f"{program.target} is not a root-owned 0755 file")
+    if bad:
+        return Finding(False, "; ".join(bad), "re-run the installer (./install.sh) as root")
+    if missing:
+        return Finding(False, "; ".join(missing),
+                       "re-run ./install.sh as root where it may install gcc (no --no-apt)")
+    return Finding(True, ", ".join(p.target for p in placed.PROGRAMS))
 
 
 def agent_row(name: str) -> Callable[[], Finding]:

@@ -1,4 +1,5 @@
-"""`doctor` names a missing tun device, a missing pasta and a tampered shim, with fixes.
+"""`doctor` names a missing tun device, a missing pasta, a tampered shim and a replaced
+compiled program, with fixes.
 
 Each fault is simulated in a private mount namespace (`unshare -m`) where a
 bind mount masks the real file; the machine itself is never touched.
@@ -64,3 +65,14 @@ def test_tampered_shim(tmp_path: Path) -> None:
     row = _row(report, "shims intact")
     assert not row["ok"] and "installer" in row["fix"]
     assert report["status"] == 1
+
+
+def test_replaced_inner_stage() -> None:
+    """The compiled inner stage is not what the installer placed: named, not fatal (the
+    launch then fails closed, or runs the Python stage where the program is missing)."""
+    report = _doctor_with([("/dev/null", "/usr/libexec/claude-sandbox/enter")])
+    row = _row(report, "compiled programs")
+    assert not row["ok"] and "/usr/libexec/claude-sandbox/enter" in row["detail"]
+    assert "installer" in row["fix"]
+    healthy = _doctor_with([])
+    assert _row(healthy, "compiled programs")["ok"]
