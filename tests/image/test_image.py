@@ -143,15 +143,19 @@ def test_verify(container: str, user: str, agent: str) -> None:
 
 
 def test_brokered_in_the_image(container: str) -> None:
-    """The command client is built into the image (a static binary, root-owned), and
+    """The command client and the standard level's inner stage are built into the image
+    (static binaries, root-owned); a standard launch runs the compiled stage; and
     `hardening = brokered` passes verify as the image's user, side doors included."""
-    client = "/usr/libexec/claude-sandbox/command-client"
-    assert _ok(container, f"stat -c '%a %U' {client}").strip() == "755 root"
     # No PT_INTERP program header: it needs no loader (ELF64, little-endian).
     elf = ("import struct,sys; d=open(sys.argv[1],'rb').read(); "
            "off,=struct.unpack_from('<Q',d,32); size,n=struct.unpack_from('<HH',d,54); "
            "print(any(struct.unpack_from('<I',d,off+i*size)[0]==3 for i in range(n)))")
-    assert _ok(container, f'python3 -c "{elf}" {client}').strip() == "False"
+    for program in ("command-client", "enter"):
+        built = f"/usr/libexec/claude-sandbox/{program}"
+        assert _ok(container, f"stat -c '%a %U' {built}").strip() == "755 root"
+        assert _ok(container, f'python3 -c "{elf}" {built}').strip() == "False"
+    assert "-- /usr/libexec/claude-sandbox/enter " in _ok(
+        container, "cd /workspace && claude-sandbox explain", "1000")
     _ok(container, "cp /etc/claude-sandbox.conf /etc/csbx.conf.brokered && "
                    "printf 'hardening = brokered\\n' >> /etc/claude-sandbox.conf")
     try:
