@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the sandbox's command line with the reason for each part",
         description="Print the plan an agent's launch from here would run: the bubblewrap "
         "command line, one mount or setting per line with the reason it is there, the "
-        "program `_enter` runs inside, the environment (pass-env values hidden), the "
+        "program the inner stage runs inside, the environment (pass-env values hidden), the "
         "descriptors' contents, the kernel layers and the egress jail's route plan; with "
         "--json also the late masks (on a root launch, the root-only files covered now) and "
         "the packet filter. The "

@@ -388,7 +388,7 @@ def test_24_landlock_domain(request: pytest.FixtureRequest) -> None:
         pytest.skip(f"the kernel's Landlock ABI is {abi}: no signal/abstract-socket scoping")
     # Outer processes are not in the sandbox's pid namespace, so kill() cannot
     # name them; pid 1 here is bwrap's init, which runs outside the Landlock
-    # domain (_enter enters it just before the agent): the scope must stop it.
+    # domain (the inner stage enters it just before the agent): the scope must stop it.
     try:
         os.kill(1, 0)
         layer_absent("landlock", "kill(1, 0) on bwrap's init, outside the domain, succeeded")

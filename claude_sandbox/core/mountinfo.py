@@ -9,7 +9,7 @@ str.split() would cut a mount point named with one of those into bogus
 records, and could hide a read-write mount from the harsh EXECUTE plan or
 make up a mount point that is not there.
 
-Imported by the shim's guard and by `_enter` at every launch: no imports
+Imported by the shim's guard and by `_enter` (harsh, brokered) at every launch: no imports
 beyond core/record.py (see landlock.py on why not a dataclass).
 """
 

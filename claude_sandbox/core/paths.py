@@ -108,7 +108,8 @@ def workspace_key(workspace: str) -> str:
 def internal_argv(command: str) -> list[str]:
     """How the core re-enters itself for an internal command (`_enter`, `_jail_holder`).
 
-    Both run at every launch in a fresh interpreter. -S skips site (about
+    Each runs at every launch it serves (`_enter` under harsh and brokered; the jail
+    holder with the jail) in a fresh interpreter. -S skips site (about
     5 ms, and the distribution's sitecustomize), and `-c` skips runpy's
     imports; the one directory site would add, the core venv's site-packages
     holding this package, is named instead. -I still ignores PYTHON*

@@ -55,7 +55,7 @@ class Child:
 
 def data_descriptor(name: str, data: bytes) -> int:
     """A descriptor holding `data`, read from its start: what bwrap reads for a data mount
-    or the seccomp filter, what `_enter` reads. A memfd, not a pipe: a pipe holds 64 KiB
+    or the seccomp filter, what the inner stage reads. A memfd, not a pipe: a pipe holds 64 KiB
     before a write blocks, and nothing reads it until bwrap runs; and no file exists on
     disk. Close-on-exec: only the child it is meant for inherits it (fork_exec's
     `pass_fds`, or the jail holder, which places what it receives), never another
@@ -144,7 +144,7 @@ def fork_exec(
 # The launcher-side processes of a session (bwrap, the jail holder once it is
 # bwrap) ignore these, so that the agent decides what they mean: a bwrap that
 # died of them would take the whole sandbox with it at once (--die-with-parent).
-# `_enter` gives the agent the defaults back (enter.reset_signals).
+# The inner stage gives the agent the defaults back (enter.c, enter.reset_signals).
 SESSION_IGNORED = (_signal.SIGINT, _signal.SIGQUIT, _signal.SIGHUP, _signal.SIGTERM)
 # How long the agent has to end by itself after a TERM or a hang-up before the
 # launcher ends the sandbox: a session is gone within this and a second.

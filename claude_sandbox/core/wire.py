@@ -3,8 +3,11 @@
 The crossings (docs/dev/contracts.md, "Messages between our processes"):
 - the launcher and the jail holder, and the launcher and the egress proxy's control
   socket (jail/holder.py, jail/session.py);
-- the launcher's inner record to `_enter`, in a memfd (inside/spec.py);
-- `_enter` and the launcher's /proc helper (inside/prochide.py, launch/session/procmask.py);
+- the launcher's inner record to the inner stage, in a memfd (inside/spec.py, read by
+  `_enter` or by inside/enter.c);
+- the launcher and its /proc helper (`plan`), then the inner stage and the helper
+  (`mask`), on one socketpair (launch/session/procmask.py, inside/prochide.py,
+  inside/enter.c);
 - the command client and the command server (inside/command-client.c, inside/broker.py);
 - the launcher and its janitor (launch/session/janitor.py).
 
@@ -19,8 +22,8 @@ allocating its body; a body that does not end in NUL is refused. tests/unit/test
 fuzzes the codec once for all of them.
 
 Imports are `os` and `sys`, and `_socket` where a socket is used: the jail holder and
-`_enter` start on the launch's critical path (`socket` would cost its enums, and the
-inner record needs no socket at all).
+`_enter` (under harsh and brokered) start on the launch's critical path (`socket` would
+cost its enums, and the inner record needs no socket at all).
 """
 
 from __future__ import annotations

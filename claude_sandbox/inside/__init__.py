@@ -1,1 +1,2 @@
-"""Inside bwrap: `_enter`, the Landlock layer and, under brokered, the command server."""
+"""Inside bwrap: the inner stage (`_enter`; enter.c at standard), the Landlock layer and,
+under brokered, the command server."""

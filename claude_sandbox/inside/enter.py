@@ -1,4 +1,6 @@
-"""`_enter`: the last step inside bwrap, between the sandbox and the agent.
+"""`_enter`: the last step inside bwrap, between the sandbox and the agent, under harsh and
+brokered (at standard, inside/enter.c does the same in a static program: ADR 0017; this
+module then runs only where the installer could not build it).
 
 bwrap execs `INTERPRETER -I -S -c CODE FD` (paths.internal_argv), where FD holds the
 plan's inner record (spec.py: validated on read). This module then sets the
@@ -8,7 +10,7 @@ seccomp filter is already in force (bwrap loaded it before exec), and
 everything here is inherited by the agent and every descendant, none of it
 removable.
 
-It runs at every launch in a fresh interpreter, so it imports little:
+It runs at every launch it serves in a fresh interpreter, so it imports little:
 `landlock` (ctypes), `resource`, `spec`. Not `typing`, not `dataclasses`
 (about 35 ms together on this machine, more than everything else `_enter`
 does). The launcher-side half, the record's making, is launch/planner/plan.py.

@@ -75,7 +75,7 @@ def abi_version() -> int:
 
 # ------------------------------------------------------------ pure planning
 # Records are core/record.py's, not dataclasses, on purpose: this module runs in
-# `_enter` at every launch, and importing dataclasses (inspect, ast, re...)
+# `_enter` at every launch of harsh and brokered, and importing dataclasses (inspect, ast, re...)
 # costs more than all of Landlock (bench/bench_layers.py). Mount records and
 # their parser are in mountinfo.py, shared with the shim's guard.
 

@@ -2,7 +2,8 @@
 
 The launcher's plan holds an `Inner` (launch/planner/plan.py); `encode` writes it once,
 with the run-time descriptor numbers, into a memfd that bwrap passes into the
-sandbox; `_enter` reads it back with `decode`, which checks every field before
+sandbox; the inner stage reads it back (`_enter` with `decode`, inside/enter.c with the
+same checks in C), checking every field before
 anything is applied. Nothing else crosses: not the agent's argv on bwrap's
 command line, not a flag per writable path.
 

@@ -323,7 +323,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
     """
     # Ignored before anything is spawned, so that pasta and the holder inherit it
     # (exec keeps SIG_IGN): a Ctrl-C during set-up must not kill pasta in the
-    # launcher's group. The holder chooses its own (holder.main); _enter gives
+    # launcher's group. The holder chooses its own (holder.main); the inner stage gives
     # the agent the defaults back (enter.reset_signals).
     ignored = {signum: _signal.signal(signum, _signal.SIG_IGN) for signum in _TERMINAL}
     try:

@@ -26,7 +26,7 @@ __all__ = ["Request", "inherited_ignored", "launch"]
 
 # bwrap shares the terminal's foreground group with the agent: the launch ignores
 # Ctrl-C and Ctrl-\\ (inherited through exec) so that bwrap stays alive when the
-# agent gets them; _enter restores them for the agent, and keeps ignored only what
+# agent gets them; the inner stage restores them for the agent, and keeps ignored only what
 # this launch itself inherited ignored (nohup).
 def inherited_ignored() -> tuple[str, ...]:
     """The terminal signals this process inherited ignored (nohup): the agent keeps them so."""

@@ -2,7 +2,8 @@
 
 run.py forks the janitor before this module (and the rest of the launcher) is
 imported, so that the janitor, waiting the whole session, holds little memory.
-The order here: the configuration and the caps (decide.configure); the jail's holder
+The order here: the configuration and the caps (decide.configure); on a root launch the
+late-mount helper, which reads the root-only cache meanwhile (procmask.py); the jail's holder
 and pasta, whose attach the rest overlaps; the facts, the credential broker's part and
 the plan (decide.decide, as `explain` makes it; plan.py is pure);
 the things the plan needs made (the state store, the workspace's overlays,

@@ -3,9 +3,9 @@ by two processes when there are many.
 
 A root launch's refresh (rootonly.py) reads the time of every directory it cached: one
 `lstat` each, tens of thousands on a host with toolchains, and all of it kernel time
-(ADR 0015). That is the whole of what a root launch costs over a user's, and it runs
-while bubblewrap sets the sandbox up, on a core the rest of the launch leaves idle then;
-a forked child reads every other directory. A child that fails, or cannot be made,
+(ADR 0015). That is most of what a root launch costs over a user's. It runs in the
+late-mount helper from the launch's start (rootcache.prefetch), beside the launcher's
+planning; a forked child reads every other directory. A child that fails, or cannot be made,
 leaves its half to be read here: no directory goes unread.
 """
 
@@ -55,7 +55,7 @@ def changed(paths: list[str], times: dict[str, int]) -> set[str]:
     if child == 0:
         status = 1
         try:
-            # Nothing but its pipe: not the helper's channel to _enter, nor anything else.
+            # Nothing but its pipe: not the helper's socket, nor anything else.
             os.closerange(0, write_end)
             os.closerange(write_end + 1, os.sysconf("SC_OPEN_MAX"))
             if process.tie_to_parent(parent):  # never outlives the launch

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 class Gathered:
     facts: hostfacts.HostFacts
     layout: Writable  # the writable roots, checked, and the control files each holds
-    command: tuple[str, ...]  # what `_enter` execs, argv[0] absolute as the inside sees it
+    command: tuple[str, ...]  # what the inner stage execs, argv[0] absolute as the inside sees it
     gitconfig: str  # the curated gitconfig's text (gitconfig.py)
     codex_config: str | None  # codex's managed config for inside, for a codex launch
     resolv_conf: str  # the host's /etc/resolv.conf: the jail keeps its search list

@@ -7,7 +7,7 @@ Two mechanisms, chosen per launch by `plan_limits` from probed host facts:
   hierarchies where they are writable (root on a hybrid host). A cgroup caps
   the whole sandbox, and it is the only cap that binds root: the kernel never
   enforces RLIMIT_NPROC for the initial namespace's root user.
-- rlimits, set inside bwrap by `_enter` (enter.py): RLIMIT_NPROC counts the
+- rlimits, set inside bwrap by the inner stage (enter.c, enter.py): RLIMIT_NPROC counts the
   tasks of one uid *per user namespace*, and bwrap gives the sandbox a fresh
   one, so set inside it caps the sandbox, not every process of the user.
   RLIMIT_DATA caps each process's private writable memory. RLIMIT_AS is never
@@ -45,7 +45,7 @@ MEMORY_SHARE = (3, 4)
 @record
 class LimitPlan:
     cgroup: tuple[CgroupWrite, ...]  # applied outside bwrap, before it starts
-    rlimits: tuple[tuple[int, int], ...]  # (RLIMIT_*, value), applied inside by _enter
+    rlimits: tuple[tuple[int, int], ...]  # (RLIMIT_*, value), applied by the inner stage
     warnings: tuple[str, ...]
     defaults: tuple[str, ...] = ()  # the caps the operator left at their default
 

@@ -59,7 +59,7 @@ class Plan:
     env: tuple[tuple[str, str], ...]  # the sandbox's whole environment
     pass_env: tuple[str, ...]  # names whose values come from the launch: never shown
     data: tuple[tuple[str, str], ...]  # (descriptor name, content) for ro-bind-data mounts
-    inner: Inner  # what `_enter` applies inside, then execs
+    inner: Inner  # what the inner stage applies inside, then execs
     limits: LimitPlan
     jail: JailSpec | None
     layout: Writable  # the writable roots, their control files and git directories
@@ -98,7 +98,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         # with the broker's CA.
         trust = dict.fromkeys(TRUST_VARIABLES, gathered.trust[0]) if gathered.trust else {}
         env = tuple(sorted({**dict(env), **dict(gathered.credentials.env), **trust}.items()))
-    rlimits = dict(limits.rlimits)  # what no cgroup enforces, `_enter` sets
+    rlimits = dict(limits.rlimits)  # what no cgroup enforces, the inner stage sets
     per_process = "max-memory" not in limits.defaults and resource.RLIMIT_DATA in rlimits
     if per_process:
         mount_list = _tmpfs_within(mount_list, rlimits[resource.RLIMIT_DATA])

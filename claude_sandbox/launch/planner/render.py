@@ -160,7 +160,9 @@ def explain_lines(plan: Plan, bwrap: str = "bwrap") -> list[str]:
         lines.append("# links on the way to control paths: their targets are held above, "
                      "and a link the session replaces is put back when it ends (check 52):")
         lines += [f"  {link.path} -> {link.text}" for link in links]
-    lines.append("# inside, `_enter` applies the kernel layers below, then runs:")
+    stage = plan.stage or "_enter"
+    lines.append(f"# inside, the inner stage ({stage}) applies the kernel layers below, then "
+                 "runs:")
     lines.append(f"  {shlex.join(plan.inner.command)}")
     lines.append("# environment (the whole of it; pass-env values hidden):")
     lines += [f"  {name}={value}" for name, value in shown_env(plan)]

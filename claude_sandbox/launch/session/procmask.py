@@ -164,7 +164,8 @@ def serve(fd: int, parent: int, early: Prefetched | None = None) -> int:
     """The helper's whole life (a forked child of the launcher): the launcher's
     instructions, then one request, one answer.
 
-    Only `_enter` holds the other end (it closes it before the agent runs); the
+    The launcher holds the other end until bwrap takes it (the plan comes from the
+    parent only); then only the inner stage, which closes it before the agent runs; the
     pid it names must lead to a mount namespace other than the launcher's.
     """
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
