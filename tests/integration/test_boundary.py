@@ -9,6 +9,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -236,3 +237,24 @@ except OSError as e:
     # Outside, the container stays responsive.
     assert subprocess.run(["/bin/true"], timeout=10).returncode == 0
     assert time.monotonic() - started < 110
+
+
+def test_harsh_runs_beside_a_mount_only_root_may_reach(launcher: Launcher) -> None:
+    """A writable mount below a directory only root may enter (podman's storage under a
+    0700 /var/lib/containers): under harsh a user's launch cannot make it noexec, and need
+    not, since the agent cannot reach it either. The launch runs, and the mount stays out
+    of the agent's reach, as root's too (a root-only directory is covered)."""
+    base = tempfile.mkdtemp(prefix="csbx-private-", dir="/var/lib")
+    os.chmod(base, 0o700)
+    storage = os.path.join(base, "storage")
+    os.mkdir(storage)
+    subprocess.run(["mount", "-t", "tmpfs", "csbx-storage", storage], check=True)
+    try:
+        result = launcher.shell(
+            "/bin/sh", "-c", f"ls {storage} >/dev/null 2>&1 && echo reached || echo unreachable",
+            config="env-may-widen = egress-jail\nhardening = harsh\n")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["unreachable"], result
+    finally:
+        subprocess.run(["umount", storage], check=False)
+        shutil.rmtree(base, ignore_errors=True)

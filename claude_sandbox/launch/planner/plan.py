@@ -166,7 +166,7 @@ def late_masks(uid: int, proc_mountable: bool, *, noexec: bool) -> tuple[LateMas
             "by one", "33"))
     if noexec:
         rows.append(LateMask(
-            "noexec", "hardening = harsh", "every writable mount noexec",
+            "noexec", "hardening = harsh", "every writable mount the agent can reach noexec",
             "harsh: nothing written here is mapped executable, LD_PRELOAD and ld.so included",
             "90"))
     return tuple(rows)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import _socket
 import ctypes
+import errno
 import os
 import select
 
@@ -151,13 +152,21 @@ def writable_mounts(pid: int) -> list[str]:
 def no_exec(targets: Iterable[str]) -> None:
     """In the sandbox's mount namespace: each target's own mount (not those beneath it)
     noexec, every other flag kept: mount_setattr, not a remount, which a user namespace
-    refuses where it would drop a flag the parent's mount has locked."""
+    refuses where it would drop a flag the parent's mount has locked.
+
+    A mount whose path this helper may not even walk (EACCES: under a directory of an
+    owner the sandbox's user namespace does not map, such as podman's storage below a
+    root-only /var/lib/containers on a user's launch) is left as it is: the agent, the
+    same user with no capability at all, cannot reach it either, so nothing there can be
+    written or run by it. Any other refusal refuses the launch."""
     libc = load_libc()
     for target in targets:
         attr = (ctypes.c_uint64 * 4)(kernel.MOUNT_ATTR_NOEXEC, 0, 0, 0)
         if libc.syscall(kernel.SYS_MOUNT_SETATTR, kernel.AT_FDCWD, target.encode(), 0,
                         ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
-            raise OSError(ctypes.get_errno(), f"noexec {target}")
+            error = ctypes.get_errno()
+            if error != errno.EACCES:
+                raise OSError(error, f"noexec {target}")
 
 
 def serve(fd: int, parent: int, early: Prefetched | None = None) -> int:
