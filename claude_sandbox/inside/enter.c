@@ -98,17 +98,10 @@ static int is_number(const char *text, size_t digits) {
 /* spec._int: none, or one non-negative integer that setrlimit takes (at most 2^63-1). */
 static int to_int(const struct field *f, const char *name, uint64_t *out) {
     if (f->count == 0) return 0;
-    if (f->count != 1 || !is_number(f->values[0], 19)) {
-        char what[64];
-        snprintf(what, sizeof what, "%s must be a non-negative integer", name);
-        malformed(what, NULL);
-    }
-    *out = strtoull(f->values[0], NULL, 10); /* 19 digits: below 2^64, no overflow */
-    if (*out > (uint64_t)INT64_MAX) {
-        char what[64];
-        snprintf(what, sizeof what, "%s must be a non-negative integer", name);
-        malformed(what, NULL);
-    }
+    /* 19 digits at most: below 2^64, so strtoull cannot overflow before the bound. */
+    if (f->count != 1 || !is_number(f->values[0], 19)
+        || (*out = strtoull(f->values[0], NULL, 10)) > (uint64_t)INT64_MAX)
+        malformed(name, " must be a non-negative integer");
     return 1;
 }
 

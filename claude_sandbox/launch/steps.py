@@ -63,10 +63,10 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
         if cfg.state_dir is not None:
             notices.squatted_store(cfg.state_dir, store)
-        if os.getuid() == 0:
-            # A root launch always masks root's own files (plan.late_masks). Forked first,
-            # the helper reads the walk's cache and every cached directory's time while
-            # the rest is planned: most of what a root launch costs (ADR 0015).
+        if plan.masks_root_only(os.getuid()):
+            # The plan will cover root's own files. Forked first, the helper reads the
+            # walk's cache and every cached directory's time while the rest is planned:
+            # most of what a root launch costs (ADR 0015).
             from claude_sandbox.launch.facts.rootcache import CACHE_NAME
             from claude_sandbox.launch.session import procmask
 
@@ -166,7 +166,6 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
     or by _undo."""
     imported: list[str] = []
     opened: dict[str, int] = {}
-    layers: tuple[gitsession.Layer, ...] = ()
     quarantine = gitcheck.Quarantine(store)
     try:
         bwrap_path = paths.tool("bwrap")
@@ -209,7 +208,6 @@ def _prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts
             os.close(fd)
         if helper is not None:
             _stop_helper(helper, close="helper" not in opened)
-        _undo(Prepared([], (), layers, quarantine, None))
         raise
     # The agent shares the launching terminal, as it would without the sandbox:
     # job control, resizes and hang-ups reach it directly. What a shared

@@ -147,12 +147,18 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
     )
 
 
+def masks_root_only(uid: int) -> bool:
+    """Whether a launch by `uid` covers root's own files: a root launch (ADR 0015). The
+    launch forks the late-mount helper early on this alone (steps.py)."""
+    return uid == 0
+
+
 def late_masks(uid: int, proc_mountable: bool, *, noexec: bool) -> tuple[LateMask, ...]:
     """What the helper masks: root's own files on a root launch, the outer processes
     where the engine's masks keep a fresh procfs out, and under harsh every writable
     mount's exec."""
     rows = []
-    if uid == 0:
+    if masks_root_only(uid):
         rows.append(LateMask(
             "root-only", "a root launch",
             "an empty file or directory over each root-only entry of the trees shown read-only",

@@ -158,15 +158,28 @@ def no_exec(targets: Iterable[str]) -> None:
     owner the sandbox's user namespace does not map, such as podman's storage below a
     root-only /var/lib/containers on a user's launch) is left as it is: the agent, the
     same user with no capability at all, cannot reach it either, so nothing there can be
-    written or run by it. Any other refusal refuses the launch."""
+    written or run by it. The walk is tried again to tell that from an EACCES of another
+    source (a security module refusing the change on a mount the agent can reach): any
+    other refusal refuses the launch."""
     libc = load_libc()
     for target in targets:
         attr = (ctypes.c_uint64 * 4)(kernel.MOUNT_ATTR_NOEXEC, 0, 0, 0)
         if libc.syscall(kernel.SYS_MOUNT_SETATTR, kernel.AT_FDCWD, target.encode(), 0,
                         ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
             error = ctypes.get_errno()
-            if error != errno.EACCES:
+            if error != errno.EACCES or _walkable(target):
                 raise OSError(error, f"noexec {target}")
+
+
+def _walkable(path: str) -> bool:
+    """Whether this process may walk to `path` (a refusal on the way is EACCES)."""
+    try:
+        os.stat(path, follow_symlinks=False)
+    except PermissionError:
+        return False
+    except OSError:
+        return True  # anything else: not a refused walk, so the refusal above stands
+    return True
 
 
 def serve(fd: int, parent: int, early: Prefetched | None = None) -> int:
