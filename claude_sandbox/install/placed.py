@@ -120,6 +120,12 @@ def install_programs(report: Report, apt: bool) -> None:
     fetched = [pkg for pkg in BUILD_PACKAGES if not dpkg_installed(pkg)] if stale else []
     if fetched and not apt:
         for program in stale:
+            # Not left as it was: a binary older than its source may refuse every record
+            # the new launcher writes, or lack a fix the source has. Without it the launch
+            # takes the way `without` names, and doctor says so.
+            if os.path.lexists(program.target) or os.path.lexists(program.stamp):
+                report.step(f"removed {program.target}, older than its source", True,
+                            functools.partial(_remove, program))
             print(f"  skipped    {program.target} (needs {' '.join(fetched)}; "
                   f"{program.without})")
         return
@@ -129,6 +135,8 @@ def install_programs(report: Report, apt: bool) -> None:
         return
 
     def build() -> None:
+        for program in stale:  # a build that fails leaves none of them stale
+            _remove(program)
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         before = _installed_packages() if fetched else set()
         if fetched:
@@ -150,6 +158,12 @@ def install_programs(report: Report, apt: bool) -> None:
                 run(["apt-get", "purge", "-y", "-qq", *added], env=env)
 
     report.step("built " + ", ".join(p.target for p in stale), True, build)
+
+
+def _remove(program: Built) -> None:
+    for path in (program.target, program.stamp):
+        if os.path.lexists(path):
+            os.unlink(path)
 
 
 def _installed_packages() -> set[str]:

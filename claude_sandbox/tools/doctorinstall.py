@@ -94,12 +94,24 @@ def programs_row() -> Finding:
         if (not stat.S_ISREG(info.st_mode) or info.st_uid != 0
                 or stat.S_IMODE(info.st_mode) != 0o755):
             bad.append(f"{program.target} is not a root-owned 0755 file")
+        elif _stamp(program) != program.digest():
+            # The package changed without the installer: the binary may refuse what the
+            # launcher now writes (exit 64), or lack a fix its source has.
+            bad.append(f"{program.target} is older than its source")
     if bad:
         return Finding(False, "; ".join(bad), "re-run the installer (./install.sh) as root")
     if missing:
         return Finding(False, "; ".join(missing),
                        "re-run ./install.sh as root where it may install gcc (no --no-apt)")
     return Finding(True, ", ".join(p.target for p in placed.PROGRAMS))
+
+
+def _stamp(program: placed.Built) -> str | None:
+    try:
+        with open(program.stamp, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def agent_row(name: str) -> Callable[[], Finding]:

@@ -141,6 +141,31 @@ def test_check_after_install_plans_nothing(host: Any) -> None:
     assert out.rstrip().endswith("nothing to change"), out
 
 
+def test_a_program_it_cannot_rebuild_is_removed_not_left_stale(host: Any) -> None:
+    """A compiled program whose source changed, on an install that may not fetch the
+    compiler (--no-apt): the old binary is removed, never kept running older code, the
+    launch takes the Python inner stage, and doctor names what is missing. The next
+    install builds it again."""
+    enter = f"{LIBEXEC}/enter"
+    assert host.run(f"echo changed > {enter}.source-sha256").rc == 0
+    doctor = host.run("claude-sandbox doctor 2>&1").stdout
+    assert f"{enter} is older than its source" in doctor, doctor
+    out = _install(host, "--no-apt")
+    assert f"  changed    removed {enter}, older than its source" in out, out
+    assert f"  skipped    {enter}" in out, out
+    assert not host.file(enter).exists and not host.file(f"{enter}.source-sha256").exists
+    explained = pb.execute(CONTAINER, "claude-sandbox explain 2>&1")
+    assert explained.returncode == 0 and "inner stage (_enter)" in explained.stdout, explained
+    launched = pb.execute(CONTAINER, "claude-sandbox shell -- echo launched 2>&1")
+    assert launched.returncode == 0 and "launched" in launched.stdout, launched
+    doctor = host.run("claude-sandbox doctor 2>&1").stdout
+    assert f"{enter} missing" in doctor, doctor
+    out = _install(host)
+    assert f"built {LIBEXEC}/enter" in out, out
+    _assert_installed(host)
+    assert host.file(enter).mode == 0o755
+
+
 def test_uninstall_restores(host: Any) -> None:
     result = host.run("/src/install.sh uninstall 2>&1")
     assert result.rc == 0, result.stdout

@@ -1,5 +1,5 @@
-"""`doctor` names a missing tun device, a missing pasta, a tampered shim and a replaced
-compiled program, with fixes.
+"""`doctor` names a missing tun device, a missing pasta, a tampered shim, and a compiled
+program replaced or older than its source, with fixes.
 
 Each fault is simulated in a private mount namespace (`unshare -m`) where a
 bind mount masks the real file; the machine itself is never touched.
@@ -76,3 +76,14 @@ def test_replaced_inner_stage() -> None:
     assert "installer" in row["fix"]
     healthy = _doctor_with([])
     assert _row(healthy, "compiled programs")["ok"]
+
+
+def test_inner_stage_older_than_its_source(tmp_path: Path) -> None:
+    """The package changed without the installer (the stamp of the source it was built
+    from is not the package's): the program may refuse what the launcher writes."""
+    stamp = tmp_path / "stamp"
+    stamp.write_text("0" * 64)
+    report = _doctor_with([(str(stamp), "/usr/libexec/claude-sandbox/enter.source-sha256")])
+    row = _row(report, "compiled programs")
+    assert not row["ok"] and "enter is older than its source" in row["detail"]
+    assert "installer" in row["fix"]
