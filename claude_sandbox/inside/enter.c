@@ -208,8 +208,8 @@ static void check(struct field f[NFIELDS], uint64_t *pids, int *has_pids, uint64
         die(EXIT_USAGE, "_enter: the compiled inner stage runs hardening = standard only, "
             "not %s", f[LEVEL].values[0]);
     if (has_fd && fd > INT32_MAX)
-        die(EXIT_UNAVAILABLE, "_enter: the outer processes could not be hidden in /proc: the "
-            "launcher's helper is gone (descriptor %llu)", (unsigned long long)fd);
+        die(EXIT_UNAVAILABLE, "_enter: the late masks could not be made: the launcher's "
+            "helper is gone (descriptor %llu)", (unsigned long long)fd);
     *helper = has_fd ? (int)fd : -1;
 }
 
@@ -268,8 +268,7 @@ static void request_hiding(int sock) {
             if (answer[i] == '\0') answer[i] = ' ';
         why = first < size && answer[first] ? answer + first : "a malformed answer";
     }
-    if (why) die(EXIT_UNAVAILABLE, "_enter: the outer processes could not be hidden in /proc: "
-                 "%s", why);
+    if (why) die(EXIT_UNAVAILABLE, "_enter: the late masks could not be made: %s", why);
     free(answer);
 }
 

@@ -32,5 +32,5 @@ def request_hiding(fd: int) -> None:
     finally:
         sock.close()
     if answer != "ok":
-        raise SandboxError(f"_enter: the outer processes could not be hidden in /proc: "
-                           f"{answer or 'no answer'}", EXIT_UNAVAILABLE)
+        raise SandboxError(f"_enter: the late masks could not be made: {answer or 'no answer'}",
+                           EXIT_UNAVAILABLE)

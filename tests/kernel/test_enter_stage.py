@@ -164,8 +164,8 @@ def test_a_helper_that_is_gone_refuses(enter_stage: Path) -> None:
         os.close(record)
         theirs.close()
     assert done.returncode == EXIT_UNAVAILABLE
-    assert done.stderr.startswith("claude-sandbox: _enter: the outer processes could not be "
-                                  "hidden in /proc: "), done.stderr
+    assert done.stderr.startswith("claude-sandbox: _enter: the late masks could not be made: "
+                                  ), done.stderr
 
 
 @pytest.fixture(scope="module")

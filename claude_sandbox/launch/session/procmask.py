@@ -121,7 +121,8 @@ def hide(binds: Iterable[tuple[str, str, str]]) -> None:
     for source, target, witness in binds:
         if (libc.mount(source.encode(), target.encode(), None, kernel.MS_BIND, None) != 0
                 and os.path.lexists(witness)):
-            raise OSError(ctypes.get_errno(), f"mount over {target}")
+            error = ctypes.get_errno()
+            raise OSError(error, os.strerror(error), target)
 
 
 # Kernel file systems whose writable mounts hold no files a program could be mapped from.
@@ -168,7 +169,7 @@ def no_exec(targets: Iterable[str]) -> None:
                         ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
             error = ctypes.get_errno()
             if error != errno.EACCES or _walkable(target):
-                raise OSError(error, f"noexec {target}")
+                raise OSError(error, os.strerror(error), target)
 
 
 def _walkable(path: str) -> bool:
@@ -191,6 +192,7 @@ def serve(fd: int, parent: int, early: Prefetched | None = None) -> int:
     pid it names must lead to a mount namespace other than the launcher's.
     """
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
+    step = "reading the launcher's plan"  # said with a failure: which mask was not made
     try:
         sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)
         # Waited for without a limit: the launcher plans meanwhile, and ends this helper
@@ -210,6 +212,7 @@ def serve(fd: int, parent: int, early: Prefetched | None = None) -> int:
         # Computed before joining: the walk must see the host's tree, not the sandbox's,
         # and it overlaps bwrap's set-up.
         private = {}
+        step = "finding root's own files"
         if walk is not None:
             from claude_sandbox.launch.facts import rootonly
 
@@ -229,18 +232,24 @@ def serve(fd: int, parent: int, early: Prefetched | None = None) -> int:
         if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
             wire.send(sock, ["err", "the request came from outside the sandbox"])
             return 1
+        step = "reading the sandbox's mounts"
         writable = writable_mounts(pid) if noexec else []
+        step = "entering the sandbox's namespaces"
         _join(pid)
+        step = "hiding the processes outside in /proc"
         tasks = outer_tasks() if outer_proc else []
-        hide([*((paths.EMPTY_DIR, f"/proc/{tid}", f"/proc/{tid}/status") for tid in tasks),
-              *((paths.EMPTY_DIR if is_dir else paths.EMPTY_FILE, path, path)
-                for path, is_dir in private.items())])
+        hide((paths.EMPTY_DIR, f"/proc/{tid}", f"/proc/{tid}/status") for tid in tasks)
+        step = "covering root's own files"
+        hide((paths.EMPTY_DIR if is_dir else paths.EMPTY_FILE, path, path)
+             for path, is_dir in private.items())
+        step = "making the writable mounts noexec"
         no_exec(writable)
         wire.send(sock, ["ok"])
         return 0
     except OSError as error:
         try:
-            wire.send(sock, ["err", f"{error.filename or ''} {error.strerror or error}"])
+            where = f"{error.filename}: " if error.filename else ""
+            wire.send(sock, ["err", f"{step}: {where}{error.strerror or error}"])
         except OSError:
             pass
         return 1
