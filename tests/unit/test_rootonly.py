@@ -190,6 +190,26 @@ def test_a_damaged_memo_is_ignored(tmp_path: os.PathLike[str], memo: bytes) -> N
     assert set(codes.values()) <= {"f", "D", "d", "s"}
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link", "group-writable"])
+def test_a_memo_that_is_not_a_plain_file_of_ours_is_not_read(tmp_path: os.PathLike[str],
+                                                              kind: str) -> None:
+    """Read as the cache is: a FIFO put in its place is not waited on, a link not
+    followed, a file others may write not trusted (each stands for no memo)."""
+    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    listings.save("/x", {"a": "1"}, {"a": "f"})
+    path = listings._path("/x")
+    if kind == "group-writable":
+        os.chmod(path, 0o620)
+    else:
+        target = os.path.join(str(tmp_path), "elsewhere")
+        os.replace(path, target)
+        if kind == "fifo":
+            os.mkfifo(path, 0o600)
+        else:
+            os.symlink(target, path)
+    assert listings.load("/x") == ({}, {})
+
+
 def test_a_memo_keeps_names_that_look_like_its_own_fields(tmp_path: os.PathLike[str]) -> None:
     listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
     known = {"1": "7", "f": "8/", "a\nb": "9", "\udcff": "10"}

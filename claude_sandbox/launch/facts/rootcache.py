@@ -46,7 +46,7 @@ def fresh(made: float, now: float) -> bool:
     return math.isfinite(made) and 0 <= now - made <= MAX_AGE
 
 
-def _read(path: str) -> bytes | None:
+def read_own(path: str) -> bytes | None:
     """The file's bytes where it is a regular file of this user's that nobody else may
     write; None otherwise."""
     try:
@@ -65,7 +65,7 @@ def _read(path: str) -> bytes | None:
 def load(path: str) -> Loaded | None:
     """The cache, or None where it is missing or not exactly what `save` wrote."""
     try:
-        data = _read(path)
+        data = read_own(path)
         if data is None or not data.startswith(_MAGIC):
             return None
         size = int.from_bytes(data[len(_MAGIC):len(_MAGIC) + 8], "big")

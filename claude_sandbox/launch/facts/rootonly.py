@@ -114,8 +114,9 @@ class Listings:
     def load(self, listed: str) -> tuple[dict[str, str], dict[str, str]]:
         """Every entry's key by name, and the code of each not skipped ({} when none)."""
         try:
-            with open(self._path(listed), "rb") as handle:
-                parts = handle.read().decode("utf-8", "surrogateescape").split("\0\0")
+            # As the cache is read: no link followed, no FIFO waited on (rootcache.py).
+            data = rootcache.read_own(self._path(listed))
+            parts = (data or b"").decode("utf-8", "surrogateescape").split("\0\0")
             names, keys, marks = (part.split("\0") for part in parts)
             known = dict(zip(names, keys, strict=True))
             codes = dict(zip(marks[0::2], marks[1::2], strict=True)) if marks != [""] else {}
