@@ -23,8 +23,9 @@ from claude_sandbox.core.record import replace
 from claude_sandbox.inside import spec
 from claude_sandbox.launch import decide
 from claude_sandbox.launch.configure import config, profiles, request
-from claude_sandbox.launch.facts import gather
+from claude_sandbox.launch.facts import gather, hostfacts
 from claude_sandbox.launch.planner import plan, render, seccomp
+from claude_sandbox.launch.session import state
 
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "TERM": "xterm"}
 _REFUSED_LINES = (
@@ -44,7 +45,8 @@ def _plans(out: dict[str, object]) -> None:
         for level in levels:
             cfg = replace(configured.cfg, hardening=level)
             asked = request.Request(agent=agent, command=None, args=())
-            gathered = gather.gather(configured.profile, cfg, asked, _ENV, ())
+            store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
+            gathered = gather.gather(configured.profile, cfg, asked, _ENV, (), store)
             made = plan.make(configured.profile, cfg, gathered, configured.limit_plan)
             whole = json.loads(render.as_json(made))
             for name in ("late", "hide_outer_proc", "root_only", "noexec"):

@@ -48,7 +48,7 @@ def decide(configured: Configured, request: Request, environ: Mapping[str, str],
     socket only) and the plan. `make`: a launch says what it holds back and makes the
     broker's certificate; `explain` does neither."""
     profile, cfg = configured.profile, configured.cfg
-    gathered = gather.gather(profile, cfg, request, environ, keep_ignored)
+    gathered = gather.gather(profile, cfg, request, environ, keep_ignored, store)
     if make:
         if request.command is None:
             notices.hidden_path(gathered.facts)

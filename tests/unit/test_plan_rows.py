@@ -17,8 +17,9 @@ from claude_sandbox.core.record import replace
 from claude_sandbox.launch import decide
 from claude_sandbox.launch.configure import config, profiles
 from claude_sandbox.launch.configure.request import Request
-from claude_sandbox.launch.facts import gather
+from claude_sandbox.launch.facts import gather, hostfacts
 from claude_sandbox.launch.planner import limits, mounts, plan
+from claude_sandbox.launch.session import state
 from claude_sandbox.tools import render as pages
 
 CATALOGUE = Path(__file__).resolve().parents[2] / "verification" / "checks.yaml"
@@ -42,8 +43,10 @@ def _host_plans(workspace: Path) -> list[plan.Plan]:
         configured = decide.configure(agent, environ)
         for level in levels:
             cfg = replace(configured.cfg, hardening=level)
+            store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
             gathered = gather.gather(configured.profile, cfg,
-                                     Request(agent=agent, command=None, args=()), environ, ())
+                                     Request(agent=agent, command=None, args=()), environ, (),
+                                     store)
             made.append(plan.make(configured.profile, cfg, gathered, configured.limit_plan))
     return made
 

@@ -23,8 +23,9 @@ from claude_sandbox.core.record import replace
 from claude_sandbox.inside import spec
 from claude_sandbox.launch import decide
 from claude_sandbox.launch.configure.request import Request
-from claude_sandbox.launch.facts import gather
+from claude_sandbox.launch.facts import gather, hostfacts
 from claude_sandbox.launch.planner import plan, render, seccomp
+from claude_sandbox.launch.session import state
 
 # Each way a function could read the host: files, directories, links, the password
 # database, processes, sockets.
@@ -57,8 +58,10 @@ def test_making_and_rendering_a_plan_reads_nothing_of_the_host(
     configured = decide.configure(agent, environ)
     for level in _levels():
         cfg = replace(configured.cfg, hardening=level)
+        store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
         gathered = gather.gather(configured.profile, cfg,
-                                 Request(agent=agent, command=None, args=()), environ, ())
+                                 Request(agent=agent, command=None, args=()), environ, (),
+                                 store)
         reached: list[str] = []  # a caught AssertionError is still on record here
 
         with monkeypatch.context() as guarded:

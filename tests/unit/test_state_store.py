@@ -104,3 +104,27 @@ def test_a_name_another_user_holds_in_a_shared_state_dir_moves_the_store_home(
         assert state.squatted_store(str(squat), 1001) == owner
         squat.rmdir()
     assert state.store_root(str(shared), "/home/u", 1001) == str(shared / "1001")
+
+
+def test_the_plan_binds_the_store_the_launch_chose(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facts take the store the launch chose once, never choosing again: with a
+    shared state-dir, a squat made or removed in between would otherwise part the store
+    the plan binds from the one the launch makes and checks."""
+    from claude_sandbox.launch import decide
+    from claude_sandbox.launch.configure.request import Request
+    from claude_sandbox.launch.facts import gather
+
+    (tmp_path / "project").mkdir()
+    monkeypatch.chdir(tmp_path / "project")
+    environ = {"PATH": "/usr/bin:/bin", "TERM": "xterm"}
+    configured = decide.configure("claude", environ)
+    chosen = str(tmp_path / "chosen-store")
+    gathered = gather.gather(configured.profile, configured.cfg,
+                             Request(agent="claude", command=None, args=()), environ, (), chosen)
+    assert gathered.facts.store_home == state.agent_home(chosen, "claude")
+    # The workspace's rules take it too: a workspace holding it is refused by its name.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SandboxError, match="chosen-store"):
+        gather.gather(configured.profile, configured.cfg,
+                      Request(agent="claude", command=None, args=()), environ, (), chosen)

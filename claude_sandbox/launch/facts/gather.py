@@ -49,9 +49,12 @@ class Gathered:
 
 
 def gather(profile: profiles.Profile, cfg: config.Config, request: Request,
-           environ: Mapping[str, str], keep_ignored: tuple[str, ...]) -> Gathered:
+           environ: Mapping[str, str], keep_ignored: tuple[str, ...], store: str) -> Gathered:
+    """The facts of this launch. `store`: the one the launch chose (state.store_root),
+    never chosen again here: with a shared state-dir, another user who makes or removes
+    the squat in between would part the store the plan binds from the one the launch
+    makes and checks, and could own the directory the agent's home is then bound from."""
     home = hostfacts.login_home()
-    store = state.store_root(cfg.state_dir, home, os.getuid())
     facts = hostfacts.probe(environ, agent=profile.name,
                             wanted=mounts.optional_paths(home),
                             tmp_base=profile.tmp_dir,
