@@ -1111,7 +1111,10 @@ def test_59_root_only_files_hidden(request: pytest.FixtureRequest) -> None:
     if os.getuid() != 0:
         note(request, "not root: the owner's modes keep these files out")
         return
-    note(request, f"hidden: /etc/shadow and {len(planted)} file(s) the runner made root-only")
+    forged = " (the walk's cache forged, group-writable: not trusted)" if FACTS.get(
+        "forged_cache") else ""
+    note(request, f"hidden: /etc/shadow and {len(planted)} file(s) the runner made root-only"
+                  f"{forged}")
 
 
 def test_61_no_inherited_descriptor_inside(request: pytest.FixtureRequest) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 from claude_sandbox.core import paths
 from claude_sandbox.launch.configure import profiles
 from claude_sandbox.tools.verifyfacts import TOOLS_PYTHON, brokered_facts, gather
-from claude_sandbox.tools.verifyplant import plant, plant_store_canary
+from claude_sandbox.tools.verifyplant import forge_root_only_cache, plant, plant_store_canary
 from claude_sandbox.tools.verifyshow import FAILING, Row, render_plain, render_rich, write_junit
 
 INSTALLED_CHECKS = f"{paths.LIBEXEC}/verification"
@@ -178,6 +178,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
         try:
             facts = {**gather(agent, workdir, base_env), **planted_facts}
             facts["store_canary"] = plant_store_canary(fixtures, facts["store_root"])
+            facts["forged_cache"] = forge_root_only_cache(facts["store_root"])
             facts.update(brokered_facts(facts, {**base_env, **planted_env}))
             Path(workdir, "facts.json").write_text(json.dumps(facts, indent=1))
             results = []

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,40 @@ def _plant_root_only(fixtures: Fixtures) -> list[str]:
     Path(private_dir, "key").write_text("csbx\n")
     fixtures.files.append(os.path.join(private_dir, "key"))
     return [path, private_dir]
+
+
+def forge_root_only_cache(store: str) -> str:
+    """On a root launch, after the plants: the root-only walk's cache replaced by one
+    written whole and right that covers nothing and holds every directory down to two
+    levels below / at its time now (the plants' too), so that, trusted, it would leave
+    /etc/shadow and the plants shown. It is group-writable: a file another may write is
+    never trusted (rootcache.py), the walk is made anew, and check 59 finds the covers.
+    The launch writes the cache again; nothing is left to remove."""
+    if os.getuid() != 0:
+        return ""
+    from claude_sandbox.launch.facts import rootcache
+
+    times = {}
+    tops = ["/", *(os.path.join("/", name) for name in os.listdir("/")
+                   if name not in ("proc", "sys"))]
+    for top in tops:
+        for directory in [top, *(entry.path for entry in _subdirectories(top))]:
+            with contextlib.suppress(OSError):
+                times[directory] = os.lstat(directory).st_mtime_ns
+    path = os.path.join(store, rootcache.CACHE_NAME)
+    os.makedirs(store, mode=0o700, exist_ok=True)
+    rootcache.save(path, {}, times, time.time())
+    os.chmod(path, 0o660)
+    return path
+
+
+def _subdirectories(directory: str) -> list[os.DirEntry[str]]:
+    if directory == "/" or os.path.islink(directory) or not os.path.isdir(directory):
+        return []
+    try:
+        return [e for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 def cgroup_bases() -> dict[str, list[str]]:
