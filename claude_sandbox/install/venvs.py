@@ -31,7 +31,7 @@ def _package_files(include_tools: bool) -> Iterator[tuple[Path, Path]]:
             continue
         if not include_tools and relative.parts[0] == "tools":
             continue
-        if source.suffix not in (".py", ".typed"):
+        if source.suffix not in (".py", ".typed", ".c"):  # .c: doctor digests the sources
             continue
         yield source, Path("claude_sandbox") / relative
 
