@@ -132,6 +132,24 @@ def _say_left_behind() -> None:
                     f"with the session ({shown})\n".encode())
 
 
+def restore_environment() -> None:
+    """Give os.environ back what bwrap set, as the kernel keeps it in /proc/self/environ:
+    where the locale was C, the interpreter set LC_CTYPE=C.UTF-8 at start (PEP 538),
+    which the agent, and the brokered agent and its commands, would inherit. The agent
+    gets the plan's environment exactly, as under the compiled stage."""
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            given = dict(entry.partition(b"=")[::2]
+                         for entry in handle.read().split(b"\0") if b"=" in entry)
+    except OSError:
+        return  # no /proc: nothing to tell the interpreter's additions by
+    for name in [name for name in os.environb if name not in given]:
+        del os.environb[name]
+    for name, value in given.items():
+        if os.environb.get(name) != value:
+            os.environb[name] = value
+
+
 def main(argv: list[str]) -> NoReturn:
     """`argv` is everything after `_enter`: the descriptor of the inner record."""
     settings, helper_fd = spec.read(parse(argv))
@@ -139,6 +157,7 @@ def main(argv: list[str]) -> NoReturn:
         from claude_sandbox.inside import prochide  # only where the outer /proc is bound
 
         prochide.request_hiding(helper_fd)
+    restore_environment()
     reset_signals(settings.keep_ignored)
     apply_rlimits(settings)
     if settings.level == "brokered":  # the agent in a child; a command server here

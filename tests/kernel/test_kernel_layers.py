@@ -245,3 +245,15 @@ def test_enter_cost_is_small(sandbox: Sandbox) -> None:
     start = time.perf_counter()
     assert sandbox.run(["/bin/true"], level="harsh").returncode == 0
     assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.parametrize("stage", ["python", "c"])
+def test_the_agent_gets_the_environment_bwrap_set(sandbox: Sandbox, stage: str) -> None:
+    """Where the locale is C, the Python stage's interpreter adds LC_CTYPE=C.UTF-8 to its
+    own environment at start (PEP 538); the agent gets exactly what bwrap set, at either
+    stage, and so exactly what the plan says."""
+    done = sandbox.run(["/usr/bin/env"], env={"LANG": "", "CSBX_MARK": "kept"}, stage=stage)
+    assert done.returncode == 0, done.stderr
+    given = done.stdout.splitlines()
+    assert "CSBX_MARK=kept" in given and "LANG=" in given, given
+    assert not [line for line in given if line.startswith("LC_")], given
