@@ -35,6 +35,7 @@ from claude_sandbox.install.placed import (
     install_hints,
     install_programs,
     install_verification,
+    remove_stale_programs,
 )
 from claude_sandbox.install.report import (
     InstallError,
@@ -120,6 +121,7 @@ def install(options: argparse.Namespace) -> int:
     problem = userns_problem() if probe else None
     if problem:
         raise InstallError(f"refusing to install: {problem}")
+    remove_stale_programs(report)  # before the package they would be older than
     make_venv(report, paths.CORE_VENV, with_pip=False)
     install_package(report, paths.CORE_VENV, include_tools=False)
     if not options.no_tools:

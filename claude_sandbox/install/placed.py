@@ -96,8 +96,11 @@ class Built:
     def stamp(self) -> str:
         return f"{self.target}.source-sha256"
 
-    def digest(self) -> str:
-        return hashlib.sha256(self.source.read_bytes() + " ".join(self.flags).encode()
+    def digest(self, package: Path = SOURCE) -> str:
+        """The digest of the source in `package` (by default the one installing) and the
+        flags: what the stamp of a binary built from it holds."""
+        source = package / self.source.relative_to(SOURCE)
+        return hashlib.sha256(source.read_bytes() + " ".join(self.flags).encode()
                               ).hexdigest()
 
 
@@ -110,22 +113,33 @@ PROGRAMS = (
 )
 
 
+def _stale(program: Built) -> bool:
+    return not (os.path.exists(program.target)
+                and (read(program.stamp) or "") == program.digest())
+
+
+def remove_stale_programs(report: Report) -> None:
+    """Before the new package is installed: each compiled program older than its source,
+    removed. Not left as it was: it may refuse every record the new launcher writes, or
+    lack a fix its source has, and an install stopped before the programs are built
+    again (a failed pip, no compiler) would leave it running. Without it the launch takes
+    the way `without` names, and doctor says so."""
+    for program in PROGRAMS:
+        if _stale(program) and (os.path.lexists(program.target)
+                                or os.path.lexists(program.stamp)):
+            report.step(f"removed {program.target}, older than its source", True,
+                        functools.partial(_remove, program))
+
+
 def install_programs(report: Report, apt: bool) -> None:
     report.step(f"broker directory {paths.BROKER_DIR}", not _empty_dir_ok(paths.BROKER_DIR),
                 functools.partial(_make_empty_dir, paths.BROKER_DIR))
     # Each source's digest, kept beside its binary: an install that finds them unchanged
     # builds nothing, and so fetches no compiler (a second install changes nothing).
-    stale = [p for p in PROGRAMS
-             if not (os.path.exists(p.target) and (read(p.stamp) or "") == p.digest())]
+    stale = [p for p in PROGRAMS if _stale(p)]
     fetched = [pkg for pkg in BUILD_PACKAGES if not dpkg_installed(pkg)] if stale else []
     if fetched and not apt:
         for program in stale:
-            # Not left as it was: a binary older than its source may refuse every record
-            # the new launcher writes, or lack a fix the source has. Without it the launch
-            # takes the way `without` names, and doctor says so.
-            if os.path.lexists(program.target) or os.path.lexists(program.stamp):
-                report.step(f"removed {program.target}, older than its source", True,
-                            functools.partial(_remove, program))
             print(f"  skipped    {program.target} (needs {' '.join(fetched)}; "
                   f"{program.without})")
         return

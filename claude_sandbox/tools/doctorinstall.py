@@ -11,7 +11,7 @@ from pathlib import Path
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import SandboxError
-from claude_sandbox.install import placed
+from claude_sandbox.install import placed, venvs
 from claude_sandbox.launch.configure import profiles
 from claude_sandbox.launch.facts import gather, hostfacts
 from claude_sandbox.launch.session import state
@@ -94,9 +94,13 @@ def programs_row() -> Finding:
         if (not stat.S_ISREG(info.st_mode) or info.st_uid != 0
                 or stat.S_IMODE(info.st_mode) != 0o755):
             bad.append(f"{program.target} is not a root-owned 0755 file")
-        elif _stamp(program) != program.digest():
-            # The package changed without the installer: the binary may refuse what the
-            # launcher now writes (exit 64), or lack a fix its source has.
+        elif (digest := _digest(program)) is None:
+            bad.append(f"{program.target}: its source is not in the core venv, so whether "
+                       "it is current cannot be told")
+        elif _stamp(program) != digest:
+            # The launch path's package changed without the installer building again:
+            # the binary may refuse what the launcher now writes (exit 64), or lack a fix
+            # its source has.
             bad.append(f"{program.target} is older than its source")
     if bad:
         return Finding(False, "; ".join(bad), "re-run the installer (./install.sh) as root")
@@ -104,6 +108,15 @@ def programs_row() -> Finding:
         return Finding(False, "; ".join(missing),
                        "re-run ./install.sh as root where it may install gcc (no --no-apt)")
     return Finding(True, ", ".join(p.target for p in placed.PROGRAMS))
+
+
+def _digest(program: placed.Built) -> str | None:
+    """The digest of the source in the core venv, whose launcher writes what the program
+    reads (this tools venv's copy may be older or newer); None where it is missing."""
+    try:
+        return program.digest(venvs.package_dir(paths.CORE_VENV))
+    except OSError:
+        return None
 
 
 def _stamp(program: placed.Built) -> str | None:
