@@ -91,6 +91,12 @@ def outer_tasks() -> list[str]:
     return found
 
 
+def _error(what: str) -> OSError:
+    """The last libc call's failure, with its words and what was called."""
+    number = ctypes.get_errno()
+    return OSError(number, os.strerror(number), what)
+
+
 def _join(pid: int) -> None:
     """Enter the user namespace that owns `pid`'s mount namespace, then that namespace."""
     libc = load_libc()
@@ -98,14 +104,14 @@ def _join(pid: int) -> None:
     try:
         owner = libc.ioctl(mnt, _NS_GET_USERNS, 0)
         if owner < 0:
-            raise OSError(ctypes.get_errno(), "NS_GET_USERNS")
+            raise _error("NS_GET_USERNS")
         try:
             if libc.setns(owner, kernel.CLONE_NEWUSER) != 0:
-                raise OSError(ctypes.get_errno(), "setns(user)")
+                raise _error("setns(user)")
         finally:
             os.close(owner)
         if libc.setns(mnt, kernel.CLONE_NEWNS) != 0:
-            raise OSError(ctypes.get_errno(), "setns(mnt)")
+            raise _error("setns(mnt)")
     finally:
         os.close(mnt)
     os.chdir("/")
@@ -217,6 +223,7 @@ def serve(fd: int, parent: int, early: Prefetched | None = None) -> int:
             from claude_sandbox.launch.facts import rootonly
 
             private = rootonly.covers(walk, early=early)
+        step = "waiting for the request from inside"
         ready, _, _ = select.select([fd], [], [], TIMEOUT)
         sock.settimeout(TIMEOUT)  # and a request begun must end within it
         try:
