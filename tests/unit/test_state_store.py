@@ -128,3 +128,29 @@ def test_the_plan_binds_the_store_the_launch_chose(tmp_path: Path,
     with pytest.raises(SandboxError, match="chosen-store"):
         gather.gather(configured.profile, configured.cfg,
                       Request(agent="claude", command=None, args=()), environ, (), chosen)
+
+
+@pytest.mark.parametrize(("mode", "owner", "refused"), [
+    (0o1777, 0, None), (0o700, None, None), (0o755, 0, None),
+    (0o777, 0, "lets others change"), (0o775, 0, "lets others change"),
+    (0o755, 65534, "lets others change"), (None, None, "does not exist")])
+def test_a_state_dir_others_may_change_is_refused(tmp_path: Path, mode: int | None,
+                                                   owner: int | None,
+                                                   refused: str | None) -> None:
+    """Where others may write the state-dir without the sticky bit, or another user owns
+    it, another user could put a store of theirs at this user's name after the launch
+    checked it: refused, with the fix (EXIT_CONFIG)."""
+    from claude_sandbox.core.errors import EXIT_CONFIG
+
+    state_dir = tmp_path / "state"
+    uid = 4242  # the launching user: not root, not the other owner
+    if mode is not None:
+        state_dir.mkdir()
+        state_dir.chmod(mode)
+        os.chown(state_dir, uid if owner is None else owner, 0)
+    if refused is None:
+        state.check_state_dir(str(state_dir), uid)
+        return
+    with pytest.raises(SandboxError, match=refused) as caught:
+        state.check_state_dir(str(state_dir), uid)
+    assert caught.value.status == EXIT_CONFIG

@@ -41,10 +41,10 @@ def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
         print(f"nothing waits for review in {workspace}")
         return 0
     if len(found) > 1:
-        names = ", ".join(name for name, _ in found)
+        names = ", ".join(name for name, _, _ in found)
         raise SandboxError(f"changes of more than one agent wait in {workspace} ({names}): "
                            "choose one with --agent", EXIT_USAGE)
-    name, directory = found[0]
+    name, directory, store = found[0]
     cfg = gather.load_config(name, environ)
     control = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
     fd = review.lock(directory, workspace)
@@ -63,7 +63,12 @@ def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
         elif not chosen:
             raise SandboxError("review apply: say what to apply: --all, -i, or paths (see "
                                "`claude-sandbox review`)", EXIT_USAGE)
-        store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
+        # The store the review directory was found in, chosen once, and the user's own
+        # 0700 directory before anything is moved below it: with a shared state-dir, a
+        # squat made meanwhile must not receive what the quarantine moves.
+        if cfg.state_dir is not None:
+            state.check_state_dir(cfg.state_dir, os.getuid())
+        state.private_dir(store, os.getuid(), "the sandbox's state store")
         lines, complete = reviewapply.apply(directory, workspace, chosen,
                                             gitcheck.Quarantine(store), force=force)
         for line in lines:
@@ -80,8 +85,9 @@ def _file_root(agent: str | None) -> str | None:
     return cfg.workspace_root
 
 
-def _stores(agent: str | None, workspace: str) -> list[tuple[str, str]]:
-    """(agent, its review directory) for each agent with changes waiting in `workspace`."""
+def _stores(agent: str | None, workspace: str) -> list[tuple[str, str, str]]:
+    """(agent, its review directory, its store) for each agent with changes waiting in
+    `workspace`."""
     found = []
     for name in [agent] if agent else profiles.AGENT_NAMES:
         cfg = gather.load_config(name, {})  # state-dir: the file's alone
@@ -90,15 +96,15 @@ def _stores(agent: str | None, workspace: str) -> list[tuple[str, str]]:
         directory = gitsession.upper_base(overlays.review_store(base))
         upper = os.path.join(directory, "upper")
         if os.path.isdir(upper) and review.count_pending(upper, workspace):
-            found.append((name, directory))
+            found.append((name, directory, root))
     return found
 
 
-def _show_all(found: Sequence[tuple[str, str]], workspace: str) -> int:
+def _show_all(found: Sequence[tuple[str, str, str]], workspace: str) -> int:
     if not found:
         print(f"nothing waits for review in {workspace}")
         return 0
-    for name, directory in found:
+    for name, directory, _ in found:
         cfg = gather.load_config(name, {})
         control = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
         fd = review.lock(directory, workspace)

@@ -81,6 +81,27 @@ def private_dir(path: str, uid: int, what: str) -> None:
         os.chmod(path, 0o700)
 
 
+def check_state_dir(state_dir: str, uid: int) -> None:
+    """A state-dir others may not change under this user's store: root's or this user's,
+    and sticky where others may write it. In a directory others may write without the
+    sticky bit, another user could rename this user's checked store away and put one of
+    their own at its name before bwrap binds it as the agent's home."""
+    try:
+        info = os.stat(state_dir)
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        raise SandboxError(
+            f"state-dir {state_dir} does not exist; create it (for several users: mode "
+            "1777, each user's store is a 0700 subdirectory named by uid)", EXIT_CONFIG)
+    if info.st_uid not in (0, uid) or (info.st_mode & 0o022 and not info.st_mode & 0o1000):
+        raise SandboxError(
+            f"state-dir {state_dir} lets others change what lies in it (owner uid "
+            f"{info.st_uid}, mode {stat.S_IMODE(info.st_mode):04o}): it must be root's or "
+            f"yours, and sticky where others may write it; as root: chown root "
+            f"{state_dir} && chmod 1777 {state_dir}", EXIT_CONFIG)
+
+
 def ensure_home(
     root: str, agent: str, outer_home: str, imports: Iterable[Import], uid: int,
     *, default_root: bool, said: list[str] | None = None,
@@ -94,12 +115,8 @@ def ensure_home(
             os.makedirs(os.path.dirname(root), mode=0o700, exist_ok=True)
         except OSError as error:
             raise _cannot_create(os.path.dirname(root), error) from None
-    elif not os.path.isdir(os.path.dirname(root)):
-        raise SandboxError(
-            f"state-dir {os.path.dirname(root)} does not exist; create it (for several users: "
-            "mode 1777, each user's store is a 0700 subdirectory named by uid)",
-            EXIT_CONFIG,
-        )
+    else:
+        check_state_dir(os.path.dirname(root), uid)
     for directory in (root, os.path.join(root, agent)):
         try:
             private_dir(directory, uid, "the sandbox's state store")
