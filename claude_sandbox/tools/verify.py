@@ -178,7 +178,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
         try:
             facts = {**gather(agent, workdir, base_env), **planted_facts}
             facts["store_canary"] = plant_store_canary(fixtures, facts["store_root"])
-            facts["forged_cache"] = forge_root_only_cache(facts["store_root"])
+            facts["forged_cache"] = forge_root_only_cache(fixtures, facts["store_root"])
             facts.update(brokered_facts(facts, {**base_env, **planted_env}))
             Path(workdir, "facts.json").write_text(json.dumps(facts, indent=1))
             results = []

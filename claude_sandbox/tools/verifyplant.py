@@ -12,6 +12,7 @@ import pwd
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ class Fixtures:
     dirs: list[str] = field(default_factory=list)
     shm_id: int | None = None
     inherited_fd: int = -1  # held open, inheritable, across the launch (check 61)
+    forged: tuple[str, int] | None = None  # check 59's forged cache: path, inode
 
     def close(self) -> None:
         if self.inherited_fd >= 0:
@@ -58,6 +60,10 @@ class Fixtures:
         for path in self.files:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        if self.forged is not None:  # still the forged one: no launch wrote it again
+            with contextlib.suppress(OSError):
+                if os.lstat(self.forged[0]).st_ino == self.forged[1]:
+                    os.unlink(self.forged[0])
         if self.shm_id is not None:
             load_libc().shmctl(self.shm_id, 0, None)  # IPC_RMID
         for directory in self.dirs:
@@ -208,38 +214,35 @@ def _plant_root_only(fixtures: Fixtures) -> list[str]:
     return [path, private_dir]
 
 
-def forge_root_only_cache(store: str) -> str:
+def forge_root_only_cache(fixtures: Fixtures, store: str) -> str:
     """On a root launch, after the plants: the root-only walk's cache replaced by one
-    written whole and right that covers nothing and holds every directory down to two
-    levels below / at its time now (the plants' too), so that, trusted, it would leave
-    /etc/shadow and the plants shown. It is group-writable: a file another may write is
-    never trusted (rootcache.py), the walk is made anew, and check 59 finds the covers.
-    The launch writes the cache again; nothing is left to remove."""
+    written whole and right that covers nothing and holds / and every directory in it at
+    its time now (the plants' /var too), so that, trusted, it would leave /etc/shadow and
+    the plants shown (every tree a launch shows is one of them or lies below one). It is
+    group-writable: a cache another may write is never trusted (rootcache.py), the walk
+    is made anew, and check 59 finds the covers. Put in place with that mode already (a
+    rename): never, even for a moment, a cache a launch would trust. The launch writes
+    the cache again; one still there at the end (no launch read it) is removed."""
     if os.getuid() != 0:
         return ""
     from claude_sandbox.launch.facts import rootcache
 
     times = {}
-    tops = ["/", *(os.path.join("/", name) for name in os.listdir("/")
-                   if name not in ("proc", "sys"))]
-    for top in tops:
-        for directory in [top, *(entry.path for entry in _subdirectories(top))]:
-            with contextlib.suppress(OSError):
-                times[directory] = os.lstat(directory).st_mtime_ns
+    # One level only: a mount below, however slow (a dead network share), is not asked.
+    for directory in ["/", *(os.path.join("/", name) for name in os.listdir("/")
+                             if name not in ("proc", "sys"))]:
+        with contextlib.suppress(OSError):
+            info = os.lstat(directory)
+            if stat.S_ISDIR(info.st_mode):
+                times[directory] = info.st_mtime_ns
     path = os.path.join(store, rootcache.CACHE_NAME)
     os.makedirs(store, mode=0o700, exist_ok=True)
-    rootcache.save(path, {}, times, time.time())
-    os.chmod(path, 0o660)
+    staged = f"{path}.forged-{secrets.token_hex(4)}"
+    rootcache.save(staged, {}, times, time.time())
+    os.chmod(staged, 0o660)
+    os.replace(staged, path)
+    fixtures.forged = (path, os.lstat(path).st_ino)
     return path
-
-
-def _subdirectories(directory: str) -> list[os.DirEntry[str]]:
-    if directory == "/" or os.path.islink(directory) or not os.path.isdir(directory):
-        return []
-    try:
-        return [e for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []
 
 
 def cgroup_bases() -> dict[str, list[str]]:
