@@ -139,10 +139,14 @@ def restore_environment() -> None:
     gets the plan's environment exactly, as under the compiled stage."""
     try:
         with open("/proc/self/environ", "rb") as handle:
-            given = dict(entry.partition(b"=")[::2]
-                         for entry in handle.read().split(b"\0") if b"=" in entry)
+            entries = handle.read().split(b"\0")
     except OSError:
-        return  # no /proc: nothing to tell the interpreter's additions by
+        return  # no /proc (the plan always mounts one): the interpreter's additions stay
+    given: dict[bytes, bytes] = {}
+    for entry in entries:
+        name, equals, value = entry.partition(b"=")
+        if name and equals:  # the first of a name, as the C library and Python take it
+            given.setdefault(name, value)
     for name in [name for name in os.environb if name not in given]:
         del os.environb[name]
     for name, value in given.items():
