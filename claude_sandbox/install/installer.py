@@ -29,6 +29,7 @@ from claude_sandbox.install.agents import (
     npm_install,
     read_vendor_record,
 )
+from claude_sandbox.install.bundle import install_bundle
 from claude_sandbox.install.placed import (
     harden_tree,
     install_files,
@@ -52,6 +53,7 @@ from claude_sandbox.install.venvs import (
     install_package,
     install_tools,
     make_venv,
+    package_dir,
 )
 from claude_sandbox.launch.configure import config, profiles
 
@@ -124,6 +126,7 @@ def install(options: argparse.Namespace) -> int:
     remove_stale_programs(report)  # before the package they would be older than
     make_venv(report, paths.CORE_VENV, with_pip=False)
     install_package(report, paths.CORE_VENV, include_tools=False)
+    install_bundle(report, package_dir(paths.CORE_VENV))  # after the package: its sources
     if not options.no_tools:
         install_tools(report)
     install_files(report)

@@ -47,6 +47,11 @@ def _site_packages(venv: str) -> Path:
     return Path(venv) / "lib" / version / "site-packages"
 
 
+def package_dir(venv: str) -> Path:
+    """Where `venv` holds this package."""
+    return _site_packages(venv) / "claude_sandbox"
+
+
 def _dist_info(files: list[Path]) -> dict[str, str]:
     """A minimal dist-info: the venv then holds exactly one distribution, ours."""
     name = f"claude_sandbox-{__version__}.dist-info"

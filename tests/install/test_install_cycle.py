@@ -86,6 +86,9 @@ def _assert_installed(host: Any) -> None:
                        "for f in *.py; do ls __pycache__/${f%.py}.*.pyc >/dev/null 2>&1 "
                        "|| echo $f; done").stdout
     assert missing == ""
+    # The launch path's modules in one file (core/bundle.py), root's, read by everyone.
+    launch_bundle = host.file(f"{LIBEXEC}/launch-bundle")
+    assert launch_bundle.user == "root" and launch_bundle.mode == 0o644
     assert not host.file("/usr/bin/codex").exists
     assert host.file(f"{LIBEXEC}/vendor/codex").content_string == VENDOR_CODEX
     assert host.file(f"{LIBEXEC}/real/codex").linked_to == f"{LIBEXEC}/vendor/codex"

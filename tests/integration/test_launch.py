@@ -203,6 +203,27 @@ def test_the_quick_questions_answer_from_anywhere(launcher: Launcher) -> None:
         assert "egress jail" not in result.stderr
 
 
+def test_the_launch_path_is_served_from_the_bundle(launcher: Launcher) -> None:
+    """The installed interpreter, started as the shims start it, imports the launcher's,
+    the jail's and the inner stage's modules from the installer's bundle (core/bundle.py),
+    as root and as a user; and the bundle holds every module as its source now is."""
+    from pathlib import Path
+
+    from claude_sandbox.install import bundle
+
+    site = glob.glob(f"{CORE_VENV}/lib/python3*/site-packages")[0]
+    # What puts the finder in place (claude_sandbox.core.bundle) is imported before it.
+    before = ("claude_sandbox.core", "claude_sandbox.core.bundle")
+    code = (f"import sys; sys.path.append({site!r}); import claude_sandbox.launch.steps, "
+            "claude_sandbox.jail.session, claude_sandbox.inside.enter; print(*sorted({"
+            "type(m.__loader__).__name__ for n, m in sys.modules.items() "
+            f"if n.startswith('claude_sandbox.') and n not in {before!r}}}))")
+    result = launcher.run([f"{CORE_VENV}/bin/python", "-I", "-S", "-c", code])
+    assert result.returncode == 0 and result.stdout.split() == ["Finder"], result
+    assert bundle.current("/usr/libexec/claude-sandbox/launch-bundle",
+                          Path(site) / "claude_sandbox")
+
+
 def test_shell_exit_status_is_the_commands(launcher: Launcher) -> None:
     assert launcher.shell("/bin/sh", "-c", "exit 7").returncode == 7
     assert launcher.shell("/bin/sh", "-c", "kill -TERM $$").returncode == 128 + 15

@@ -1,0 +1,136 @@
+"""The launch path's modules from one file: their compiled code, mapped once, each checked
+against its source as a .pyc is.
+
+Every launch starts fresh interpreters (the launcher, the jail's holder, the Python inner
+stage) that import some 80 modules of this package. For each, the import system searches
+the package's directory, opens and reads the .pyc beside the source, and reads and
+hashes the source to check it (the installer compiles them so): 3 to 5 ms of a launch,
+measured (docs/adr/0018-the-launch-path-bundle.md). The
+installer writes BUNDLE, root's, beside the package it installs (install/bundle.py):
+every module's code, marshalled once, keyed by name, with the size and modification time
+of the source it was compiled from. `install` puts a finder first on sys.meta_path that
+serves a module from it only when:
+- this package is the installed one (the bundle names its directory): a checkout on
+  PYTHONPATH is never served the installed code;
+- the bundle is a regular file owned by root that nobody else may write, opened without
+  following a link, and was written for this interpreter's bytecode (its magic number);
+- the module's source is still a regular file of exactly that size and time, as the
+  .pyc check the import system makes.
+Anything else, or a module it does not hold, goes to the normal import, as if there
+were no bundle: it only saves time, and never serves code its source no longer is.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+
+BUNDLE = "/usr/libexec/claude-sandbox/launch-bundle"
+# The bundle's first line; the interpreter's magic number and the package's directory
+# follow it, each on a line of its own.
+MAGIC = b"claude-sandbox launch bundle 1\n"
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import CodeType, ModuleType
+
+# name: (source path, is a package, source size, source mtime_ns, offset, length): where
+# the module's marshalled code lies in the bundle, after the index.
+Entry = tuple[str, bool, int, int, int, int]
+
+
+def header(magic: bytes, package: str) -> bytes:
+    return MAGIC + magic.hex().encode() + b"\n" + package.encode() + b"\n"
+
+
+def read(path: str, package: str, magic: bytes) -> tuple[dict[str, Entry], memoryview] | None:
+    """The bundle's index and its code, where it is root's, unwritable by others, for
+    this interpreter and this package directory; None otherwise. Only the index is
+    loaded here: a module's code is loaded when it is imported."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not (info.st_uid == 0 and info.st_mode & 0o170022 == 0o100000):
+            return None  # not a regular file, or another may write it
+        # Mapped, not read: a launch touches the pages of the modules it imports only
+        # (reading the whole file cost 1.9 ms, measured). The installer replaces the file
+        # by a rename, never in place, so a mapping never sees it change.
+        import mmap
+
+        data = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
+    except (OSError, ValueError, ImportError):  # ValueError: an empty file
+        return None
+    finally:
+        os.close(fd)
+    head = header(magic, package)
+    if data[:len(head)] != head:
+        return None
+    data = data[len(head):]
+    try:
+        size = int.from_bytes(data[:8], "big")
+        index = marshal.loads(data[8:8 + size])
+    except (ValueError, EOFError, TypeError):
+        return None
+    return (index, data[8 + size:]) if type(index) is dict else None
+
+
+class Finder:
+    """A sys.meta_path finder and loader serving the bundle's modules."""
+
+    def __init__(self, index: dict[str, Entry], code: memoryview) -> None:
+        self.index = index
+        self.code = code
+
+    def find_spec(self, name: str, path: object = None, target: object = None,
+                  ) -> ModuleSpec | None:
+        entry = self.index.get(name)
+        try:
+            if entry is None or not _current(entry):
+                return None
+            origin, package, _, _, offset, length = entry
+            # Loaded here, not when executed: a part that does not load as code is the
+            # normal import's to serve, never a failed one.
+            code = marshal.loads(self.code[offset:offset + length])
+        except (OSError, ValueError, TypeError, EOFError, IndexError):
+            return None
+        if type(code) is not type(_current.__code__):
+            return None
+        from _frozen_importlib import ModuleSpec  # loaded at start: importlib.machinery is not
+
+        # A loader by its two methods (importlib.abc would cost an import).
+        spec = ModuleSpec(name, self, origin=origin, is_package=package)  # type: ignore[arg-type]
+        spec.has_location = True  # __file__ is the source's: paths beside it still resolve
+        spec.loader_state = code
+        if package:
+            spec.submodule_search_locations = [os.path.dirname(origin)]
+        return spec
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return None  # the default module object
+
+    def exec_module(self, module: ModuleType) -> None:
+        code: CodeType = module.__spec__.loader_state  # type: ignore[union-attr]
+        exec(code, module.__dict__)  # the installed package's own code
+
+
+def _current(entry: Entry) -> bool:
+    """Whether the source is still what the entry was compiled from (the .pyc check)."""
+    info = os.stat(entry[0], follow_symlinks=False)
+    return (info.st_mode & 0o170000 == 0o100000 and info.st_size == entry[2]
+            and info.st_mtime_ns == entry[3])
+
+
+def install(package: str) -> None:
+    """Serve this package's modules from the bundle, where it holds for `package` (the
+    directory this package was imported from)."""
+    # The bytecode's version, from the import system loaded at start (importlib.util
+    # would import some ten modules more).
+    magic = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER
+    found = read(BUNDLE, package, magic)
+    if found is not None:
+        sys.meta_path.insert(0, Finder(*found))
