@@ -119,14 +119,15 @@ class PlanFloor:
         from claude_sandbox.launch import run
         from claude_sandbox.launch.facts import gather
         from claude_sandbox.launch.planner import limits, plan
-        from claude_sandbox.launch.session import cgroups
+        from claude_sandbox.launch.session import cgroups, state
 
         profile = gather.profiles.get("claude")
         cfg = gather.load_config("claude", env)
         caps = limits.plan_limits(cfg.max_pids, cfg.max_memory, cgroups.CgroupFacts(),
                                   os.getuid())
         request = run.Request("claude", ("/bin/true",), ())
-        facts = gather.gather(profile, cfg, request, env, ())
+        store = state.store_root(cfg.state_dir, gather.hostfacts.login_home(), os.getuid())
+        facts = gather.gather(profile, cfg, request, env, (), store)
         self.plan = plan.make(profile, cfg, facts, caps)
         self.env = dict(self.plan.env)
         self.bwrap = paths.tool("bwrap")
