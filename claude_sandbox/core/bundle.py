@@ -113,6 +113,11 @@ class Finder:
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return None  # the default module object
 
+    def get_code(self, name: str) -> CodeType | None:
+        """The module's code (runpy asks for it: `python -m claude_sandbox`)."""
+        spec = self.find_spec(name)
+        return None if spec is None else spec.loader_state
+
     def exec_module(self, module: ModuleType) -> None:
         code: CodeType = module.__spec__.loader_state  # type: ignore[union-attr]
         exec(code, module.__dict__)  # the installed package's own code

@@ -60,6 +60,9 @@ def test_a_module_is_served_from_the_bundle(tmp_path: Path, package: Path) -> No
     assert package_spec is not None
     assert package_spec.submodule_search_locations == [str(package / "core")]
     assert builder.current(path, package)
+    # runpy (`python -m`) asks the loader for the code itself.
+    code = bundle.Finder(*found).get_code("claude_sandbox.core.answer")
+    assert code is not None and code.co_filename == spec.origin
 
 
 @pytest.mark.parametrize("change", ["time", "size", "gone", "link"])
