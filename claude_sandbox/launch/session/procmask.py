@@ -127,8 +127,7 @@ def hide(binds: Iterable[tuple[str, str, str]]) -> None:
     for source, target, witness in binds:
         if (libc.mount(source.encode(), target.encode(), None, kernel.MS_BIND, None) != 0
                 and os.path.lexists(witness)):
-            error = ctypes.get_errno()
-            raise OSError(error, os.strerror(error), target)
+            raise _error(target)
 
 
 # Kernel file systems whose writable mounts hold no files a program could be mapped from.
