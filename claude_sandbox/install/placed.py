@@ -149,8 +149,8 @@ def install_programs(report: Report, apt: bool) -> None:
         return
 
     def build() -> None:
-        for program in stale:  # a build that fails leaves none of them stale
-            _remove(program)
+        # Nothing stale is left running meanwhile: remove_stale_programs, the install's
+        # first step, took every one away.
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         before = _installed_packages() if fetched else set()
         if fetched:
