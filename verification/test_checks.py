@@ -56,7 +56,7 @@ from probes import (
 )
 from probes import mounts as probe_mounts
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import bundle, paths
 from claude_sandbox.install import placed
 from claude_sandbox.jail import netfilter
 from claude_sandbox.launch.configure import keys, profiles
@@ -456,14 +456,18 @@ def test_26_launch_venv_purity(host) -> None:  # type: ignore[no-untyped-def]
     pth = [p for p in walk(site) if p.endswith(".pth")]
     assert not pth, f".pth file: {pth[0]}"
     roots = root_uids()
-    for path in [paths.CORE_VENV, *walk(paths.CORE_VENV)]:
+    # What the launch loads or runs from beside the venv, where installed: the bundle of
+    # its modules (ADR 0018), the compiled inner stage and command client (ADR 0017).
+    beside = [path for path in (bundle.BUNDLE, *(p.target for p in placed.PROGRAMS))
+              if os.path.lexists(path)]
+    for path in [paths.CORE_VENV, *walk(paths.CORE_VENV), *beside]:
         if os.path.islink(path):
             continue
         handle = host.file(path)
         assert handle.uid in roots, f"{path} is owned by uid {handle.uid}"
         assert not handle.mode & 0o022, f"{path} is group/world-writable ({oct(handle.mode)})"
     for path in (site, os.path.join(site, "claude_sandbox"),
-                 os.path.join(site, "claude_sandbox", "__init__.py")):
+                 os.path.join(site, "claude_sandbox", "__init__.py"), *beside):
         can, evidence = writable(path)
         assert not can, f"writable inside: {evidence}"
 
