@@ -12,6 +12,7 @@ from pathlib import Path
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.install import placed, venvs
+from claude_sandbox.install.report import read
 from claude_sandbox.launch.configure import profiles
 from claude_sandbox.launch.facts import gather, hostfacts
 from claude_sandbox.launch.session import state
@@ -97,7 +98,7 @@ def programs_row() -> Finding:
         elif (digest := _digest(program)) is None:
             bad.append(f"{program.target}: its source is not in the core venv, so whether "
                        "it is current cannot be told")
-        elif _stamp(program) != digest:
+        elif read(program.stamp) != digest:
             # The launch path's package changed without the installer building again:
             # the binary may refuse what the launcher now writes (exit 64), or lack a fix
             # its source has.
@@ -116,14 +117,6 @@ def _digest(program: placed.Built) -> str | None:
     try:
         return program.digest(venvs.package_dir(paths.CORE_VENV))
     except OSError:
-        return None
-
-
-def _stamp(program: placed.Built) -> str | None:
-    try:
-        with open(program.stamp, encoding="utf-8") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError):
         return None
 
 
