@@ -44,6 +44,10 @@ COMMAND_CLIENT = f"{LIBEXEC}/command-client"
 # The inner stage of hardening = standard, built from inside/enter.c by the installer
 # (docs/adr/0017-the-inner-stage-in-c.md); where it is missing, `_enter` in Python.
 ENTER_STAGE = f"{LIBEXEC}/enter"
+# The root-only walk's reader of directory times, built from launch/facts/dirtimes.c by
+# the installer (docs/adr/0019-the-directory-times-in-c.md); where it is missing, the
+# launch reads them in Python.
+DIR_TIMES = f"{LIBEXEC}/dirtimes"
 BROKER_DIR = f"{LIBEXEC}/broker"
 BROKER_SOCKET = f"{BROKER_DIR}/command.sock"
 # The shells the client stands in for under brokered, where they exist (resolved).

@@ -76,8 +76,9 @@ def install_files(report: Report) -> None:
 
 
 # The programs built here from source, C and static: the command client of hardening =
-# brokered (docs/adr/0009-the-enforced-process-tree.md) and the inner stage of hardening =
-# standard (docs/adr/0017-the-inner-stage-in-c.md). A compiler the installer fetched for
+# brokered (docs/adr/0009-the-enforced-process-tree.md), the inner stage of hardening =
+# standard (docs/adr/0017-the-inner-stage-in-c.md) and the root-only walk's reader of
+# directory times (docs/adr/0019-the-directory-times-in-c.md). A compiler the installer fetched for
 # them is removed again.
 BUILD_PACKAGES = ("gcc", "libc6-dev")
 COMMON_FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror")
@@ -110,6 +111,9 @@ PROGRAMS = (
           "hardening = brokered refuses to launch without it"),
     Built(SOURCE / "inside" / "enter.c", paths.ENTER_STAGE, COMMON_FLAGS,
           "launches run the Python inner stage instead, about 17 ms slower"),
+    Built(SOURCE / "launch" / "facts" / "dirtimes.c", paths.DIR_TIMES,
+          (*COMMON_FLAGS, "-pthread"),
+          "root launches read the walk's directory times in Python instead, slower"),
 )
 
 

@@ -83,8 +83,9 @@ def config_row() -> Finding:
 
 def programs_row() -> Finding:
     """The programs the installer builds from C (placed.PROGRAMS): the command client of
-    brokered, and the inner stage of standard. Either missing is said with what it costs:
-    brokered refuses to launch, standard runs the Python stage (ADR 0017)."""
+    brokered, the inner stage of standard, and a root launch's reader of directory times.
+    One missing is said with what it costs: brokered refuses to launch, standard runs the
+    Python stage (ADR 0017), a root launch reads the times in Python (ADR 0019)."""
     bad, missing = [], []
     for program in placed.PROGRAMS:
         try:

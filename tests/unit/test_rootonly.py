@@ -380,4 +380,5 @@ def test_only_a_cache_nobody_else_may_write_is_loaded(tmp_path: os.PathLike[str]
     with open(path, "wb") as handle:
         handle.write(whole)
     assert rootonly.load(path) is None
-    assert sorted(os.listdir(str(tmp_path))) == ["cache", "fifo", "link"]  # no temporary left
+    # No temporary left.
+    assert sorted(os.listdir(str(tmp_path))) == ["cache", "cache.times", "fifo", "link"]

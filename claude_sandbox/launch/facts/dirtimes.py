@@ -1,12 +1,16 @@
-"""Which cached directories changed since the root-only walk read them: their times, read
-by two processes when there are many.
+"""Which cached directories changed since the root-only walk read them: their times,
+read by the compiled reader, or here by two processes when there are many.
 
 A root launch's refresh (rootonly.py) reads the time of every directory it cached: one
-`lstat` each, tens of thousands on a host with toolchains, and all of it kernel time
-(ADR 0015). That is most of what a root launch costs over a user's. It runs in the
-late-mount helper from the launch's start (rootcache.prefetch), beside the launcher's
-planning; a forked child reads every other directory. A child that fails, or cannot be made,
-leaves its half to be read here: no directory goes unread.
+`lstat` each, tens of thousands on a host with toolchains (ADR 0015). That is most of
+what a root launch costs over a user's. It runs in the late-mount helper from the
+launch's start (rootcache.prefetch), beside the launcher's planning.
+
+The installer builds a reader in C (dirtimes.c, docs/adr/0019-the-directory-times-in-c.md):
+`start` runs it on the flat file of times the cache keeps beside it, `finish` takes its
+answer. Where it is missing, or its answer is not whole and for this cache, the times
+are read here (`changed`): a forked child reads every other directory, and a child that
+fails, or cannot be made, leaves its half to be read here. No directory goes unread.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import os
 
 from claude_sandbox.core import process
+from claude_sandbox.core.paths import DIR_TIMES
+from claude_sandbox.core.record import record
 
 # Below this a fork costs more than the half it saves (about 1.6 ms against 1.5-3.5 us a
 # directory, measured).
@@ -74,3 +80,65 @@ def changed(paths: list[str], times: dict[str, int]) -> set[str]:
         return found | _read(theirs, times)
     listed = answer[len(_DONE):].decode("utf-8", "surrogateescape")
     return found | {path for path in listed.split("\0") if path}
+
+
+@record
+class Reading:
+    """The compiled reader started: its pid, and the read end of its answer."""
+
+    pid: int
+    fd: int
+
+
+def start(times_file: str) -> Reading | None:
+    """Start the compiled reader on `times_file`; None where it is not installed or
+    cannot be started (the caller then reads the times itself)."""
+    reader = DIR_TIMES
+    if not os.access(reader, os.X_OK):
+        return None
+    parent = os.getpid()
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None
+    try:
+        child = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
+    if child == 0:
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)
+            os.dup2(write_end, 1)
+            os.dup2(null, 2)
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            if process.tie_to_parent(parent):  # kept across exec: it never outlives us
+                os.execve(reader, [reader, times_file], {})
+        finally:
+            os._exit(127)
+    os.close(write_end)
+    return Reading(child, read_end)
+
+
+def finish(reading: Reading, token: str) -> set[str] | None:
+    """The changed directories the reader found; None unless it read them all from the
+    times of the cache `token` names (then the caller reads them itself)."""
+    with open(reading.fd, "rb") as pipe:
+        answer = pipe.read()
+    _, status = os.waitpid(reading.pid, 0)
+    head, _, listed = answer.partition(b"\0")
+    if status != 0 or head != token.encode("ascii"):
+        return None
+    return {path for path in listed.decode("utf-8", "surrogateescape").split("\0") if path}
+
+
+def cancel(reading: Reading) -> None:
+    """End a reader whose answer is not wanted (no cache to refresh), and reap it."""
+    try:
+        os.kill(reading.pid, 9)
+    except ProcessLookupError:
+        pass
+    os.close(reading.fd)
+    os.waitpid(reading.pid, 0)

@@ -10,6 +10,12 @@ no one else may write, whose length and checksum are the ones `save` wrote: root
 file in root's private store, written whole under a name no one can guess and renamed
 into place. Anything else is refused, and the cache rebuilt.
 
+Beside it, `save` writes every directory's time again, flat, for the compiled reader
+(dirtimes.c): no dict of tens of thousands of entries to build before the times are
+read. Its first line names the cache it was written with (the body's length and CRC-32),
+and its answer is taken only for that cache, from that file, which the reader opens as
+the cache is opened here.
+
 Reading it and the time of every directory it holds needs nothing of the launch's plan,
 and is most of what a root launch pays (ADR 0015): `prefetch` does it in the late-mount
 helper as soon as the launch knows it runs as root, while the launcher plans
@@ -36,6 +42,9 @@ _HEAD = len(_MAGIC) + 12
 # A mode changed in place (chmod) does not change a directory's time: past this age the
 # cache is rebuilt in full.
 MAX_AGE = 24 * 3600
+# Beside the cache: every directory's time, flat, for the compiled reader (dirtimes.c).
+TIMES = ".times"
+_TIMES_MAGIC = b"claude-sandbox dir-times 1 "
 
 Loaded = tuple[dict[str, bool], dict[str, int], float]  # covers, directory times, made
 
@@ -64,13 +73,21 @@ def read_own(path: str) -> bytes | None:
 
 def load(path: str) -> Loaded | None:
     """The cache, or None where it is missing or not exactly what `save` wrote."""
+    read = _load(path)
+    return None if read is None else read[0]
+
+
+def _load(path: str) -> tuple[Loaded, str] | None:
+    """The cache and its token (the body's length and CRC-32, as its times file names
+    it), or None."""
     try:
         data = read_own(path)
         if data is None or not data.startswith(_MAGIC):
             return None
         size = int.from_bytes(data[len(_MAGIC):len(_MAGIC) + 8], "big")
         body = data[_HEAD:]
-        if size != len(body) or int.from_bytes(data[_HEAD - 4:_HEAD], "big") != zlib.crc32(body):
+        crc = int.from_bytes(data[_HEAD - 4:_HEAD], "big")
+        if size != len(body) or crc != zlib.crc32(body):
             return None
         made, hidden, dirs = marshal.loads(body)
     except (OSError, ValueError, TypeError, EOFError, MemoryError):
@@ -80,13 +97,25 @@ def load(path: str) -> Loaded | None:
             or not set(map(type, hidden.values())) <= {bool}
             or not set(map(type, dirs.values())) <= {int}):
         return None
-    return hidden, dirs, made
+    return (hidden, dirs, made), _token(size, crc)
+
+
+def _token(size: int, crc: int) -> str:
+    return f"{size:x}-{crc:08x}"
 
 
 def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) -> None:
+    """Write the cache, then its directories' times for the compiled reader, under the
+    cache's token: a times file left from another cache (a launch stopped between the
+    two writes) is never taken for this one's."""
     body = marshal.dumps((made, hidden, dirs))
-    write_new(path, _MAGIC + len(body).to_bytes(8, "big") + zlib.crc32(body).to_bytes(4, "big")
-              + body)
+    crc = zlib.crc32(body)
+    write_new(path, _MAGIC + len(body).to_bytes(8, "big") + crc.to_bytes(4, "big") + body)
+    times = b"".join(when.to_bytes(8, "little", signed=True)
+                     + where.encode("utf-8", "surrogateescape") + b"\0"
+                     for where, when in dirs.items())
+    write_new(path + TIMES, _TIMES_MAGIC + _token(len(body), crc).encode("ascii") + b"\n"
+              + times)
 
 
 def write_new(path: str, data: bytes) -> None:
@@ -119,8 +148,17 @@ class Prefetched:
 
 def prefetch(path: str) -> Prefetched:
     """Load the cache and read the time of every directory it holds, before the plan: what
-    rootonly.private_paths would do first, whatever the plan says."""
-    loaded = load(path)
-    if loaded is None or not loaded[1] or not fresh(loaded[2], time.time()):
+    rootonly.private_paths would do first, whatever the plan says. The compiled reader
+    reads the times while the cache loads; where it could not, they are read here."""
+    reading = dirtimes.start(path + TIMES) if os.path.exists(path + TIMES) else None
+    read = _load(path)
+    loaded = None if read is None else read[0]
+    if read is None or not read[0][1] or not fresh(read[0][2], time.time()):
+        if reading is not None:
+            dirtimes.cancel(reading)
         return Prefetched(path, loaded, None)
-    return Prefetched(path, loaded, frozenset(dirtimes.changed(list(loaded[1]), loaded[1])))
+    (_, dirs, _), token = read
+    found = dirtimes.finish(reading, token) if reading is not None else None
+    if found is None:
+        found = dirtimes.changed(list(dirs), dirs)
+    return Prefetched(path, loaded, frozenset(found & dirs.keys()))

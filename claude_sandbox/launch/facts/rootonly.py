@@ -308,7 +308,9 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
             changed = True
     if not save_cache:  # `explain`: it creates nothing
         return hidden
-    if changed or loaded is None:
+    # A cache without its times file (written by a version before the compiled reader)
+    # is written again, once: the next launch's times are then read in C.
+    if changed or loaded is None or not os.path.exists(cache + rootcache.TIMES):
         save(cache, hidden, dirs, made)
     if loaded is None:  # the caches of earlier versions, with what they walked
         _remove_old(os.path.dirname(cache))
