@@ -25,6 +25,7 @@ from claude_sandbox.launch.configure import profiles
 from claude_sandbox.launch.facts import hostfacts
 from claude_sandbox.tools.doctorinstall import (
     agent_row,
+    bundle_row,
     config_row,
     guard_row,
     programs_row,
@@ -245,6 +246,7 @@ ROWS: tuple[Row, ...] = (
     Row("entry-point guard", True, guard_row),
     Row("configuration", True, config_row),
     Row("compiled programs", False, programs_row),
+    Row("launch bundle", False, bundle_row),
     *(Row(f"agent {name}", False, agent_row(name)) for name in profiles.AGENT_NAMES),
     Row("sizes", False, sizes_row),
 )

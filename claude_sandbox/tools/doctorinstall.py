@@ -1,6 +1,6 @@
 """doctor's rows about the installation itself: the shims, the core venv's purity, what
-shadows the shims on PATH, the configuration, the C programs, each agent's program, and
-the sizes on disk (the host's rows are in doctor.py)."""
+shadows the shims on PATH, the configuration, the C programs, the launch bundle, each
+agent's program, and the sizes on disk (the host's rows are in doctor.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import bundle, paths
 from claude_sandbox.core.errors import SandboxError
+from claude_sandbox.install import bundle as bundled
 from claude_sandbox.install import placed, venvs
 from claude_sandbox.install.report import read
 from claude_sandbox.launch.configure import profiles
@@ -119,6 +120,27 @@ def _digest(program: placed.Built) -> str | None:
         return program.digest(venvs.package_dir(paths.CORE_VENV))
     except OSError:
         return None
+
+
+def bundle_row() -> Finding:
+    """The launch bundle (ADR 0018): one the launch would refuse (not root's, writable by
+    others, a link) or that no longer matches the core venv's package costs time only,
+    since every module it does not serve is imported from the venv; said with the fix."""
+    try:
+        info = os.lstat(bundle.BUNDLE)
+    except OSError:
+        return Finding(False, f"{bundle.BUNDLE} missing: the launch imports its modules one "
+                              "by one from the venv, slower", "re-run ./install.sh as root")
+    if (not stat.S_ISREG(info.st_mode) or info.st_uid != 0
+            or stat.S_IMODE(info.st_mode) & 0o022):
+        return Finding(False, f"{bundle.BUNDLE} is not a root-owned file only root may "
+                              "write: the launch does not read it",
+                       "re-run ./install.sh as root")
+    if not bundled.current(bundle.BUNDLE, venvs.package_dir(paths.CORE_VENV)):
+        return Finding(False, f"{bundle.BUNDLE} does not match the core venv's package: the "
+                              "launch imports what changed from the venv, slower",
+                       "re-run ./install.sh as root")
+    return Finding(True, f"{bundle.BUNDLE} matches the core venv's package")
 
 
 def agent_row(name: str) -> Callable[[], Finding]:

@@ -1,5 +1,6 @@
-"""`doctor` names a missing tun device, a missing pasta, a tampered shim, and a compiled
-program replaced or older than its source, with fixes.
+"""`doctor` names a missing tun device, a missing pasta, a tampered shim, a compiled
+program replaced or older than its source, and a launch bundle the launch would not
+serve from, with fixes.
 
 Each fault is simulated in a private mount namespace (`unshare -m`) where a
 bind mount masks the real file; the machine itself is never touched.
@@ -87,3 +88,19 @@ def test_inner_stage_older_than_its_source(tmp_path: Path) -> None:
     row = _row(report, "compiled programs")
     assert not row["ok"] and "enter is older than its source" in row["detail"]
     assert "installer" in row["fix"]
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o664])
+def test_a_launch_bundle_the_launch_would_not_serve_from(tmp_path: Path, mode: int) -> None:
+    """A bundle the launch refuses (another may write it) or that no longer matches the
+    core venv's package (here an empty one): named, not fatal, with the fix."""
+    stale = tmp_path / "bundle"
+    stale.write_bytes(b"")
+    stale.chmod(mode)
+    report = _doctor_with([(str(stale), "/usr/libexec/claude-sandbox/launch-bundle")])
+    row = _row(report, "launch bundle")
+    words = "only root may write" if mode & 0o020 else "does not match"
+    assert not row["ok"] and words in row["detail"], row
+    assert "install.sh" in row["fix"]
+    assert report["status"] == 0  # not a required row: the launch imports from the venv
+    assert _row(_doctor_with([]), "launch bundle")["ok"]
