@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from claude_sandbox.core import process
 from claude_sandbox.core.paths import DIR_TIMES
@@ -205,3 +207,20 @@ def test_prefetch_takes_the_readers_answer_only_for_its_own_cache(
     # A cache too old to refresh: the reader started is ended, nothing read early.
     rootcache.save(cache, {}, now, time.time() - rootcache.MAX_AGE - 1)
     assert rootcache.prefetch(cache).changed is None
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=600), st.sampled_from([b"", b"1f-0a\n", b"1f-0a"]))
+def test_the_reader_takes_any_bytes_without_crashing(tmp_path: Path, reader: str,
+                                                     body: bytes, token: bytes) -> None:
+    """Fuzzed: whatever follows the magic, the reader exits 0 (every record whole, each
+    path absolute) or 65, within its time, and never dies of a signal."""
+    times_file = tmp_path / "times"
+    times_file.write_bytes(b"claude-sandbox dir-times 1 " + token + body)
+    times_file.chmod(0o600)
+    done = subprocess.run([reader, str(times_file)], capture_output=True, timeout=20,
+                          check=False)
+    assert done.returncode in (0, 65), (done.returncode, done.stderr)
+    if done.returncode == 0:
+        assert done.stdout.startswith(token.rstrip(b"\n") + b"\0")
