@@ -457,7 +457,8 @@ def test_26_launch_venv_purity(host) -> None:  # type: ignore[no-untyped-def]
     assert not pth, f".pth file: {pth[0]}"
     roots = root_uids()
     # What the launch loads or runs from beside the venv, where installed: the bundle of
-    # its modules (ADR 0018), the compiled inner stage and command client (ADR 0017).
+    # its modules (ADR 0018), the compiled inner stage and command client (ADR 0017), and
+    # a root launch's reader of directory times (ADR 0019).
     beside = [path for path in (bundle.BUNDLE, *(p.target for p in placed.PROGRAMS))
               if os.path.lexists(path)]
     for path in [paths.CORE_VENV, *walk(paths.CORE_VENV), *beside]:

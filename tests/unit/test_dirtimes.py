@@ -5,7 +5,9 @@ compiled reader reads them or, where it cannot, the launch itself."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -84,6 +86,9 @@ def test_a_name_with_any_bytes_comes_back_from_the_child(tmp_path: Path) -> None
 
 
 # The compiled reader (dirtimes.c), built from this checkout as the installer builds it.
+# It is run only as root's own program (dirtimes.start), so these tests run as root.
+ROOT_ONLY = pytest.mark.skipif(os.getuid() != 0, reason="the reader runs only as root's file")
+
 
 @pytest.fixture(scope="module")
 def reader(tmp_path_factory: pytest.TempPathFactory) -> str:
@@ -93,56 +98,69 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> str:
     return built
 
 
+def _record(where: str, when: int) -> bytes:
+    seconds, nanoseconds = divmod(when, 10**9)
+    return (seconds.to_bytes(8, "little", signed=True) + nanoseconds.to_bytes(4, "little")
+            + os.fsencode(where) + b"\0")
+
+
 def _times_file(path: Path, token: str, times: dict[str, int]) -> str:
-    data = b"claude-sandbox dir-times 1 " + token.encode() + b"\n" + b"".join(
-        when.to_bytes(8, "little", signed=True) + os.fsencode(where) + b"\0"
-        for where, when in times.items())
+    data = b"claude-sandbox dir-times 2 " + token.encode() + b"\n" + b"".join(
+        _record(where, when) for where, when in times.items())
     path.write_bytes(data)
     path.chmod(0o600)
     return str(path)
 
 
 def _run(reader: str, times_file: str, token: str, monkeypatch: pytest.MonkeyPatch,
-         ) -> set[str] | None:
+         count: int) -> set[str] | None:
     monkeypatch.setattr(dirtimes, "DIR_TIMES", reader)
     reading = dirtimes.start(times_file)
     assert reading is not None
-    return dirtimes.finish(reading, token)
+    return dirtimes.finish(reading, token, count)
 
 
+@ROOT_ONLY
 def test_the_reader_finds_what_the_python_reading_finds(
         tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every changed or removed directory, a name of any bytes, one missing since it was
-    cached (-1: unchanged), one made since it was cached missing."""
+    """Every changed or removed directory, a name of any bytes, one gone since, one at a
+    time before 1970 and one after 2262 (past 2**63 nanoseconds)."""
     paths, times = _tree(tmp_path / "tree", 3000)
     odd = os.path.join(os.fsdecode(bytes(tmp_path)), os.fsdecode(b"na\xffme\nline"))
     os.mkdir(odd)
     times[odd] = -5
-    times[str(tmp_path / "gone")] = -1
-    times[str(tmp_path / "tree")] = -1  # cached missing, there now
+    times[str(tmp_path / "gone")] = os.lstat(tmp_path).st_mtime_ns
+    for name, when in (("past", -(10**9) - 7), ("far", 10**19 + 3)):
+        os.mkdir(tmp_path / name)
+        os.utime(tmp_path / name, ns=(when, when))
+        times[str(tmp_path / name)] = os.lstat(tmp_path / name).st_mtime_ns
     touched = _change(paths, times, 29)
     expected = dirtimes.changed(list(times), times)
-    assert expected == touched | {odd, str(tmp_path / "tree")}
-    times_file = _times_file(tmp_path / "times", "1f-0a", times)
-    assert _run(reader, times_file, "1f-0a", monkeypatch) == expected
+    assert expected == touched | {odd, str(tmp_path / "gone")}
+    times_file = _times_file(tmp_path / "times", "1f0a", times)
+    assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) == expected
 
 
+@ROOT_ONLY
 def test_the_reader_answers_for_its_own_cache_only(
         tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another token, or fewer directories read than the cache holds: not taken."""
     _, times = _tree(tmp_path / "tree", 20)
-    times_file = _times_file(tmp_path / "times", "1f-0a", times)
-    assert _run(reader, times_file, "1f-0a", monkeypatch) == set()
-    assert _run(reader, times_file, "1f-0b", monkeypatch) is None
+    times_file = _times_file(tmp_path / "times", "1f0a", times)
+    assert _run(reader, times_file, "1f0a", monkeypatch, 20) == set()
+    assert _run(reader, times_file, "1f0b", monkeypatch, 20) is None
+    assert _run(reader, times_file, "1f0a", monkeypatch, 21) is None
 
 
+@ROOT_ONLY
 @pytest.mark.parametrize("spoil", ["group-writable", "other-writable", "link", "fifo",
                                    "no header", "relative path", "cut short", "empty",
-                                   "another owner"])
+                                   "nanoseconds", "another owner"])
 def test_a_times_file_it_would_not_have_written_is_refused(
         tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch, spoil: str) -> None:
     """Refused (the caller then reads the times itself), never waited on or followed."""
     _, times = _tree(tmp_path / "tree", 20)
-    times_file = _times_file(tmp_path / "times", "1f-0a", times)
+    times_file = _times_file(tmp_path / "times", "1f0a", times)
     data = Path(times_file).read_bytes()
     if spoil == "group-writable":
         os.chmod(times_file, 0o620)
@@ -157,29 +175,59 @@ def test_a_times_file_it_would_not_have_written_is_refused(
     elif spoil == "no header":
         Path(times_file).write_bytes(data[data.index(b"\n") + 1:])
     elif spoil == "relative path":
-        Path(times_file).write_bytes(data + (5).to_bytes(8, "little") + b"etc\0")
+        Path(times_file).write_bytes(data + _record("etc", 5))
     elif spoil == "cut short":
         Path(times_file).write_bytes(data[:-3])
     elif spoil == "empty":
         Path(times_file).write_bytes(b"")
+    elif spoil == "nanoseconds":
+        Path(times_file).write_bytes(data + (5).to_bytes(8, "little")
+                                     + (10**9).to_bytes(4, "little") + b"/etc\0")
     elif spoil == "another owner":
-        if os.getuid() != 0:
-            pytest.skip("a file another user owns is made by root")
         os.chown(times_file, 65534, 65534)
-    assert _run(reader, times_file, "1f-0a", monkeypatch) is None
+    assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) is None
 
 
-def test_without_the_reader_the_times_are_read_here(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dirtimes, "DIR_TIMES", str(tmp_path / "not-installed"))
+@ROOT_ONLY
+@pytest.mark.parametrize("spoil", ["missing", "group-writable", "link", "another owner"])
+def test_only_roots_own_reader_is_run(tmp_path: Path, reader: str,
+                                      monkeypatch: pytest.MonkeyPatch, spoil: str) -> None:
+    """It runs as root on every root launch: a reader others could have written, or a link
+    to one, is not run (the times are then read in Python)."""
+    copy = tmp_path / "dirtimes"
+    copy.write_bytes(Path(reader).read_bytes())
+    copy.chmod(0o755)
+    if spoil == "missing":
+        copy.unlink()
+    elif spoil == "group-writable":
+        copy.chmod(0o775)
+    elif spoil == "link":
+        copy.rename(tmp_path / "real")
+        copy.symlink_to(tmp_path / "real")
+    elif spoil == "another owner":
+        os.chown(copy, 65534, 65534)
+    monkeypatch.setattr(dirtimes, "DIR_TIMES", str(copy))
     assert dirtimes.start(str(tmp_path / "times")) is None
 
 
+@ROOT_ONLY
+def test_the_reader_ends_with_its_caller(tmp_path: Path, reader: str) -> None:
+    """Given a PARENT that is not its parent (its caller gone before it ran), it stops."""
+    _, times = _tree(tmp_path / "tree", 5)
+    times_file = _times_file(tmp_path / "times", "1f0a", times)
+    done = subprocess.run([reader, times_file, "1"], capture_output=True, check=False)
+    assert done.returncode == 65 and done.stdout == b""
+    done = subprocess.run([reader, times_file, str(os.getpid() + 1)], capture_output=True,
+                          check=False)
+    assert done.returncode == 69 and done.stdout == b"", done
+
+
+@ROOT_ONLY
 def test_prefetch_takes_the_readers_answer_only_for_its_own_cache(
         tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The times file beside the cache is the cache's; one left from another cache (a
     launch stopped between the two writes) is not taken for it: the times are read here,
-    and what changed is found either way."""
+    what changed is found either way, and the times file is marked to be written again."""
     monkeypatch.setattr(dirtimes, "DIR_TIMES", reader)
     here = dirtimes.changed
     read_here: list[int] = []
@@ -192,35 +240,114 @@ def test_prefetch_takes_the_readers_answer_only_for_its_own_cache(
     paths, times = _tree(tmp_path / "tree", 200)
     cache = str(tmp_path / "cache")
     rootcache.save(cache, {}, times, time.time())
-    assert rootcache.prefetch(cache).changed == frozenset()
+    early = rootcache.prefetch(cache)
+    assert early.changed == frozenset() and not early.times_stale
     earlier = Path(cache + rootcache.TIMES).read_bytes()
     touched = _change(paths, times, 17)
     assert rootcache.prefetch(cache).changed == frozenset(touched)
     assert read_here == []  # the reader read them
     # A later cache (its times the ones now), with the earlier cache's times file beside it.
-    now = {path: os.lstat(path).st_mtime_ns if os.path.exists(path) else -1 for path in times}
+    now = {path: os.lstat(path).st_mtime_ns for path in times if os.path.exists(path)}
     rootcache.save(cache, {}, now, time.time())
     assert rootcache.prefetch(cache).changed == frozenset()
     Path(cache + rootcache.TIMES).write_bytes(earlier)
-    assert rootcache.prefetch(cache).changed == frozenset()
+    early = rootcache.prefetch(cache)
+    assert early.changed == frozenset() and early.times_stale
     assert read_here == [len(now)]  # not the reader's answer: read here
     # A cache too old to refresh: the reader started is ended, nothing read early.
     rootcache.save(cache, {}, now, time.time() - rootcache.MAX_AGE - 1)
     assert rootcache.prefetch(cache).changed is None
 
 
+def test_save_writes_the_cache_whatever_the_times_file_cannot_hold(tmp_path: Path) -> None:
+    """A time past what 8 bytes of seconds hold (none a file system gives) leaves no times
+    file, not a failed save; and the times file of the cache it replaced is gone."""
+    cache = str(tmp_path / "cache")
+    rootcache.save(cache, {}, {"/": 5}, time.time())
+    assert os.path.exists(cache + rootcache.TIMES)
+    rootcache.save(cache, {}, {"/": 10**40}, time.time())
+    assert rootcache.load(cache) is not None
+    assert not os.path.exists(cache + rootcache.TIMES)
+
+
+@ROOT_ONLY
+def test_names_are_read_as_the_file_system_holds_them_under_any_locale(
+        tmp_path: Path, reader: str) -> None:
+    """Under a Latin-1 locale the walk's names are decoded as Latin-1: the times file holds
+    the bytes on disk, not their UTF-8 re-encoding, so a twin directory named by that
+    re-encoding cannot stand in for the real one (a root-only file made in the real one
+    is found)."""
+    if shutil.which("localedef") is None:
+        pytest.fail("localedef (libc-bin) is needed to make a Latin-1 locale")
+    locales = tmp_path / "locales"
+    locales.mkdir()
+    made = subprocess.run(["localedef", "-i", "en_US", "-f", "ISO-8859-1",
+                           str(locales / "en_US.ISO-8859-1")], capture_output=True,
+                          text=True, check=False)
+    assert (locales / "en_US.ISO-8859-1").exists(), made.stderr
+    script = f"""
+import os, sys, time
+from claude_sandbox.launch.facts import dirtimes, rootcache
+dirtimes.DIR_TIMES = {reader!r}
+assert sys.getfilesystemencoding() == "iso8859-1", sys.getfilesystemencoding()
+base = {os.fsencode(tmp_path / "shared")!r}
+real = base + "/caf\u00e9".encode("utf-8")
+os.makedirs(real)
+key = os.fsdecode(real)
+twin = key.encode("utf-8", "surrogateescape")
+os.mkdir(twin)
+dirs = {{os.fsdecode(base): os.lstat(base).st_mtime_ns, key: os.lstat(real).st_mtime_ns}}
+os.utime(twin, ns=(dirs[key], dirs[key]))
+os.utime(base, ns=(dirs[os.fsdecode(base)],) * 2)
+cache = {str(tmp_path / "cache")!r}
+rootcache.save(cache, {{}}, dirs, time.time())
+os.close(os.open(real + b"/secret", os.O_CREAT | os.O_WRONLY, 0o600))
+os.utime(twin, ns=(dirs[key], dirs[key]))
+early = rootcache.prefetch(cache)
+print(sorted(early.changed) == [key], early.times_stale)
+"""
+    env = {"PATH": "/usr/bin:/bin", "LOCPATH": str(locales), "LC_ALL": "en_US.ISO-8859-1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, check=False)
+    assert done.stdout.split() == ["True", "False"], done.stdout + done.stderr
+
+
+@ROOT_ONLY
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.binary(max_size=600), st.sampled_from([b"", b"1f-0a\n", b"1f-0a"]))
+@given(st.binary(max_size=600), st.sampled_from([b"", b"1f0a\n", b"1f0a"]))
 def test_the_reader_takes_any_bytes_without_crashing(tmp_path: Path, reader: str,
                                                      body: bytes, token: bytes) -> None:
-    """Fuzzed: whatever follows the magic, the reader exits 0 (every record whole, each
-    path absolute) or 65, within its time, and never dies of a signal."""
+    """Fuzzed: whatever follows the magic (300 bodies in all, each behind one of three
+    headers), the reader exits 0 (every record whole and well formed) or 65, within its
+    time, and never dies of a signal."""
     times_file = tmp_path / "times"
-    times_file.write_bytes(b"claude-sandbox dir-times 1 " + token + body)
+    times_file.write_bytes(b"claude-sandbox dir-times 2 " + token + body)
     times_file.chmod(0o600)
-    done = subprocess.run([reader, str(times_file)], capture_output=True, timeout=20,
-                          check=False)
+    done = subprocess.run([reader, str(times_file), str(os.getpid())], capture_output=True,
+                          timeout=20, check=False)
     assert done.returncode in (0, 65), (done.returncode, done.stderr)
     if done.returncode == 0:
         assert done.stdout.startswith(token.rstrip(b"\n") + b"\0")
+
+
+@ROOT_ONLY
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**32 - 1),
+                          st.binary(max_size=12)), min_size=1, max_size=30))
+def test_the_reader_takes_any_many_records_without_crashing(
+        tmp_path: Path, reader: str, records: list[tuple[int, int, bytes]]) -> None:
+    """Fuzzed past the two-thread threshold (the records repeated to 1,200 and more): any
+    seconds, any nanoseconds (those past a second are refused), any path bytes (a NUL
+    inside cuts the record)."""
+    many = records * (1200 // len(records) + 1)
+    body = b"".join(seconds.to_bytes(8, "little", signed=True) + nanos.to_bytes(4, "little")
+                    + b"/" + name + b"\0" for seconds, nanos, name in many)
+    times_file = tmp_path / "times"
+    times_file.write_bytes(b"claude-sandbox dir-times 2 1f0a\n" + body)
+    times_file.chmod(0o600)
+    done = subprocess.run([reader, str(times_file), str(os.getpid())], capture_output=True,
+                          timeout=20, check=False)
+    assert done.returncode in (0, 65), (done.returncode, done.stderr)

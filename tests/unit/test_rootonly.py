@@ -341,7 +341,7 @@ def test_the_cache_read_before_the_plan_finds_what_a_launch_finds_alone(
     rootonly.save(cache, *loaded[:2], made=loaded[2] - rootcache.MAX_AGE - 1)
     assert rootcache.prefetch(cache).changed is None
     none = os.path.join(base, "none")
-    assert rootcache.prefetch(none) == rootcache.Prefetched(none, None, None)
+    assert rootcache.prefetch(none) == rootcache.Prefetched(none, None, None, True)
     # Made in the future (a clock set back): never refreshed, rebuilt.
     rootonly.save(cache, *loaded[:2], made=loaded[2] + 3600)
     assert rootcache.prefetch(cache).changed is None

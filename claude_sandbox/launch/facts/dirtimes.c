@@ -9,20 +9,24 @@
  * dict more. This program reads them from a flat file beside the cache and does nothing
  * else (docs/adr/0019-the-directory-times-in-c.md).
  *
- *   dirtimes FILE
+ *   dirtimes FILE PARENT
  *
- * FILE (rootcache.py writes it, root's own, 0600): the line "claude-sandbox dir-times 1
- * TOKEN", then for each directory its modification time in nanoseconds (8 bytes, little
- * endian; -1: it was missing) followed by its absolute path and a NUL. TOKEN names the
- * cache the times belong to. On stdout: TOKEN and a NUL, then each path whose time is no
- * longer the one written (a missing path: not -1), each followed by a NUL. Exit 0 only
- * when every directory was read.
+ * FILE (rootcache.py writes it, root's own, 0600): the line "claude-sandbox dir-times 2
+ * TOKEN", then for each directory its modification time as the kernel keeps it (seconds:
+ * 8 bytes, signed; nanoseconds: 4 bytes; both little endian) followed by its absolute
+ * path, as bytes, and a NUL. TOKEN is the cache's own (a random value both files hold).
+ * On stdout: TOKEN and a NUL, the count of records read and a NUL, then each path whose
+ * time is no longer the one written, or that is gone, each followed by a NUL. Exit 0
+ * only when every directory was read.
  *
  * The file is read only when it is a regular file of the caller's that no one else may
  * write, opened without following a link or waiting on a FIFO, as the cache itself is.
- * Anything else, and any record it would not have written, exits 65 with one line on
- * stderr: the caller then reads the times itself. Two threads read half each, as the
- * Python reader's two processes did. Statically linked, as the other programs.
+ * Anything else, and any record that is not well formed (cut short, a path not
+ * absolute, nanoseconds past a second), exits 65 with one line on stderr: the caller
+ * then reads the times itself. From 1024 directories on, two threads read half each.
+ * PARENT is the caller's pid: the program ends with it (a parent-death signal of its
+ * own, since an exec that raises root's capabilities clears the one it inherited).
+ * Statically linked, as the other programs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,19 +35,23 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define EXIT_DATAERR 65
 #define EXIT_UNAVAILABLE 69
 #define FILE_LIMIT (256u << 20)
-#define MAGIC "claude-sandbox dir-times 1 "
+#define MAGIC "claude-sandbox dir-times 2 "
+#define RECORD_HEAD 12 /* seconds and nanoseconds */
 #define TOKEN_LIMIT 64
 #define THREADS 2
 
 struct entry {
-    int64_t time;
+    int64_t seconds;
+    uint32_t nanoseconds;
     const char *path;
     int changed;
 };
@@ -94,12 +102,17 @@ static struct entry *parse(char *data, size_t size, size_t at, size_t *count) {
     if (entries == NULL)
         fail(EXIT_UNAVAILABLE, "out of memory");
     while (at < size) {
-        if (size - at < 8 + 2)
+        if (size - at < RECORD_HEAD + 2)
             fail(EXIT_DATAERR, "a record is cut short");
-        uint64_t bits = 0;
+        uint64_t seconds = 0;
+        uint32_t nanoseconds = 0;
         for (int i = 7; i >= 0; i--)
-            bits = (bits << 8) | (unsigned char)data[at + (size_t)i];
-        at += 8;
+            seconds = (seconds << 8) | (unsigned char)data[at + (size_t)i];
+        for (int i = 11; i >= 8; i--)
+            nanoseconds = (nanoseconds << 8) | (unsigned char)data[at + (size_t)i];
+        if (nanoseconds >= 1000000000u)
+            fail(EXIT_DATAERR, "a record's nanoseconds are past a second");
+        at += RECORD_HEAD;
         char *path = data + at;
         char *end = memchr(path, '\0', size - at);
         if (end == NULL || path[0] != '/')
@@ -111,7 +124,7 @@ static struct entry *parse(char *data, size_t size, size_t at, size_t *count) {
                 fail(EXIT_UNAVAILABLE, "out of memory");
             entries = more;
         }
-        entries[n++] = (struct entry){(int64_t)bits, path, 0};
+        entries[n++] = (struct entry){(int64_t)seconds, nanoseconds, path, 0};
         at = (size_t)(end - data) + 1;
     }
     *count = n;
@@ -124,18 +137,24 @@ static void *read_share(void *argument) {
     struct stat info;
     for (size_t i = share->first; i < share->count; i += THREADS) {
         struct entry *entry = &share->entries[i];
-        if (lstat(entry->path, &info) != 0)
-            entry->changed = entry->time != -1;  /* gone, or no longer reachable */
-        else
-            entry->changed = (int64_t)info.st_mtim.tv_sec * 1000000000
-                + info.st_mtim.tv_nsec != entry->time;
+        /* Compared as the kernel keeps it: no product that could overflow. Gone, or no
+         * longer reachable: changed too (the walk then drops it). */
+        entry->changed = lstat(entry->path, &info) != 0
+            || (int64_t)info.st_mtim.tv_sec != entry->seconds
+            || (uint32_t)info.st_mtim.tv_nsec != entry->nanoseconds;
     }
     return NULL;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2)
-        fail(EXIT_DATAERR, "usage: dirtimes FILE");
+    if (argc != 3)
+        fail(EXIT_DATAERR, "usage: dirtimes FILE PARENT");
+    char *end;
+    long parent = strtol(argv[2], &end, 10);
+    if (*argv[2] == '\0' || *end != '\0' || parent <= 1)
+        fail(EXIT_DATAERR, "PARENT is not a pid");
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != (pid_t)parent)
+        fail(EXIT_UNAVAILABLE, "the caller is gone");
     size_t size;
     char *data = read_own(argv[1], &size);
     size_t magic = strlen(MAGIC);
@@ -167,7 +186,7 @@ int main(int argc, char **argv) {
             fail(EXIT_UNAVAILABLE, "a reading thread was lost");
 
     *newline = '\0';
-    if (fputs(data + magic, stdout) == EOF || putchar('\0') == EOF)
+    if (printf("%s%c%zu%c", data + magic, '\0', count, '\0') < 0)
         fail(EXIT_UNAVAILABLE, "the answer could not be written");
     for (size_t i = 0; i < count; i++)
         if (entries[i].changed && (fputs(entries[i].path, stdout) == EOF

@@ -16,6 +16,7 @@ fails, or cannot be made, leaves its half to be read here. No directory goes unr
 from __future__ import annotations
 
 import os
+import stat
 
 from claude_sandbox.core import process
 from claude_sandbox.core.paths import DIR_TIMES
@@ -36,14 +37,13 @@ def _read(paths: list[str], times: dict[str, int]) -> set[str]:
         try:
             if lstat(path).st_mtime_ns != times[path]:
                 found.add(path)
-        except OSError:  # gone, or no longer reachable: its time reads as -1
-            if times[path] != -1:
-                found.add(path)
+        except OSError:  # gone, or no longer reachable: the walk drops it
+            found.add(path)
     return found
 
 
 def changed(paths: list[str], times: dict[str, int]) -> set[str]:
-    """The `paths` whose time is no longer the one `times` holds (a missing one: -1)."""
+    """The `paths` whose time is no longer the one `times` holds, or that are gone."""
     if len(paths) < SPLIT_FROM:
         return _read(paths, times)
     theirs, ours = paths[1::2], paths[0::2]
@@ -94,7 +94,14 @@ def start(times_file: str) -> Reading | None:
     """Start the compiled reader on `times_file`; None where it is not installed or
     cannot be started (the caller then reads the times itself)."""
     reader = DIR_TIMES
-    if not os.access(reader, os.X_OK):
+    try:
+        info = os.stat(reader, follow_symlinks=False)
+    except OSError:
+        return None
+    # Run as root on every root launch: only the installer's own program, as the
+    # bundle is read (root's, not a link, no one else may write it).
+    if (not stat.S_ISREG(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022
+            or not info.st_mode & 0o100):
         return None
     parent = os.getpid()
     try:
@@ -115,23 +122,24 @@ def start(times_file: str) -> Reading | None:
             os.dup2(null, 2)
             os.closerange(3, os.sysconf("SC_OPEN_MAX"))
             if process.tie_to_parent(parent):  # kept across exec: it never outlives us
-                os.execve(reader, [reader, times_file], {})
+                os.execve(reader, [reader, times_file, str(parent)], {})
         finally:
             os._exit(127)
     os.close(write_end)
     return Reading(child, read_end)
 
 
-def finish(reading: Reading, token: str) -> set[str] | None:
-    """The changed directories the reader found; None unless it read them all from the
-    times of the cache `token` names (then the caller reads them itself)."""
+def finish(reading: Reading, token: str, count: int) -> set[str] | None:
+    """The changed directories the reader found; None unless it read all `count` of them
+    from the times of the cache `token` names (then the caller reads them itself)."""
     with open(reading.fd, "rb") as pipe:
         answer = pipe.read()
     _, status = os.waitpid(reading.pid, 0)
-    head, _, listed = answer.partition(b"\0")
-    if status != 0 or head != token.encode("ascii"):
+    head, _, rest = answer.partition(b"\0")
+    read, _, listed = rest.partition(b"\0")
+    if status != 0 or head != token.encode("ascii") or read != str(count).encode("ascii"):
         return None
-    return {path for path in listed.decode("utf-8", "surrogateescape").split("\0") if path}
+    return {os.fsdecode(path) for path in listed.split(b"\0") if path}
 
 
 def cancel(reading: Reading) -> None:

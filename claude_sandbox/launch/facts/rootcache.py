@@ -12,9 +12,11 @@ into place. Anything else is refused, and the cache rebuilt.
 
 Beside it, `save` writes every directory's time again, flat, for the compiled reader
 (dirtimes.c): no dict of tens of thousands of entries to build before the times are
-read. Its first line names the cache it was written with (the body's length and CRC-32),
-and its answer is taken only for that cache, from that file, which the reader opens as
-the cache is opened here.
+read. Both files hold a random token drawn for each save, and the reader's answer is
+taken only with the cache's own token and a count of every directory it holds: a times
+file left from another cache (concurrent root launches, a launch stopped between the
+two writes) is never read as this one's. The paths are written as the file system's
+bytes (os.fsencode), the bytes the walk's own `lstat` asks for under any locale.
 
 Reading it and the time of every directory it holds needs nothing of the launch's plan,
 and is most of what a root launch pays (ADR 0015): `prefetch` does it in the late-mount
@@ -34,17 +36,19 @@ import zlib
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.facts import dirtimes
 
-# -6: marshal's form; -5: directories judged right by right (rootonly.py lists the earlier
-# ones, removed).
-CACHE_NAME = "root-only-6"
-_MAGIC = b"claude-sandbox root-only 6\n"
+# -7: a token shared with its times file; -6: marshal's form; -5: directories judged
+# right by right (rootonly.py lists the earlier ones, removed).
+CACHE_NAME = "root-only-7"
+_MAGIC = b"claude-sandbox root-only 7\n"
 _HEAD = len(_MAGIC) + 12
 # A mode changed in place (chmod) does not change a directory's time: past this age the
 # cache is rebuilt in full.
 MAX_AGE = 24 * 3600
 # Beside the cache: every directory's time, flat, for the compiled reader (dirtimes.c).
 TIMES = ".times"
-_TIMES_MAGIC = b"claude-sandbox dir-times 1 "
+_TIMES_MAGIC = b"claude-sandbox dir-times 2 "
+_TIMES_HEAD = 4096  # read to find the token: the magic, the token, a newline
+_HEX = frozenset("0123456789abcdef")
 
 Loaded = tuple[dict[str, bool], dict[str, int], float]  # covers, directory times, made
 
@@ -89,33 +93,67 @@ def _load(path: str) -> tuple[Loaded, str] | None:
         crc = int.from_bytes(data[_HEAD - 4:_HEAD], "big")
         if size != len(body) or crc != zlib.crc32(body):
             return None
-        made, hidden, dirs = marshal.loads(body)
+        made, hidden, dirs, token = marshal.loads(body)
     except (OSError, ValueError, TypeError, EOFError, MemoryError):
         return None
     if (type(made) is not float or type(hidden) is not dict or type(dirs) is not dict
+            or type(token) is not str or len(token) != 32 or not set(token) <= _HEX
             or not set(map(type, hidden)) <= {str} or not set(map(type, dirs)) <= {str}
             or not set(map(type, hidden.values())) <= {bool}
             or not set(map(type, dirs.values())) <= {int}):
         return None
-    return (hidden, dirs, made), _token(size, crc)
+    return (hidden, dirs, made), token
 
 
-def _token(size: int, crc: int) -> str:
-    return f"{size:x}-{crc:08x}"
+def _times(dirs: dict[str, int], token: str) -> bytes | None:
+    """The times file's bytes; None where a time does not fit its 8 bytes of seconds."""
+    records = []
+    try:
+        for where, when in dirs.items():
+            seconds, nanoseconds = divmod(when, 1_000_000_000)  # as the kernel keeps it
+            records.append(seconds.to_bytes(8, "little", signed=True)
+                           + nanoseconds.to_bytes(4, "little") + os.fsencode(where) + b"\0")
+    except OverflowError:
+        return None
+    return _TIMES_MAGIC + token.encode("ascii") + b"\n" + b"".join(records)
 
 
 def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) -> None:
-    """Write the cache, then its directories' times for the compiled reader, under the
-    cache's token: a times file left from another cache (a launch stopped between the
-    two writes) is never taken for this one's."""
-    body = marshal.dumps((made, hidden, dirs))
-    crc = zlib.crc32(body)
-    write_new(path, _MAGIC + len(body).to_bytes(8, "big") + crc.to_bytes(4, "big") + body)
-    times = b"".join(when.to_bytes(8, "little", signed=True)
-                     + where.encode("utf-8", "surrogateescape") + b"\0"
-                     for where, when in dirs.items())
-    write_new(path + TIMES, _TIMES_MAGIC + _token(len(body), crc).encode("ascii") + b"\n"
-              + times)
+    """Write the cache, then its directories' times for the compiled reader, both under a
+    token drawn now. The times file it replaces is removed first; one that cannot be
+    written leaves none (the times are then read in Python), never the launch refused."""
+    token = os.urandom(16).hex()
+    body = marshal.dumps((made, hidden, dirs, token))
+    times = _times(dirs, token)
+    _remove(path + TIMES)
+    write_new(path, _MAGIC + len(body).to_bytes(8, "big")
+              + zlib.crc32(body).to_bytes(4, "big") + body)
+    if times is not None:
+        try:
+            write_new(path + TIMES, times)
+        except OSError:
+            pass
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def times_token(path: str) -> str | None:
+    """The token the times file at `path` was written with; None where there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with open(fd, "rb") as handle:
+        head = handle.read(_TIMES_HEAD) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    line, found, _ = head.partition(b"\n")
+    if not found or not line.startswith(_TIMES_MAGIC):
+        return None
+    return line[len(_TIMES_MAGIC):].decode("ascii", "replace")
 
 
 def write_new(path: str, data: bytes) -> None:
@@ -138,12 +176,14 @@ def write_new(path: str, data: bytes) -> None:
 
 @record
 class Prefetched:
-    """The cache as read from `path` (None: none, or unreadable), and which of its
-    directories' times changed since (None: it is too old to refresh, and is rebuilt)."""
+    """The cache as read from `path` (None: none, or unreadable), which of its directories'
+    times changed since (None: it is too old to refresh, and is rebuilt), and whether its
+    times file is missing or another cache's (the walk then writes it again)."""
 
     path: str
     loaded: Loaded | None
     changed: frozenset[str] | None
+    times_stale: bool = False
 
 
 def prefetch(path: str) -> Prefetched:
@@ -156,9 +196,10 @@ def prefetch(path: str) -> Prefetched:
     if read is None or not read[0][1] or not fresh(read[0][2], time.time()):
         if reading is not None:
             dirtimes.cancel(reading)
-        return Prefetched(path, loaded, None)
+        return Prefetched(path, loaded, None, True)
     (_, dirs, _), token = read
-    found = dirtimes.finish(reading, token) if reading is not None else None
-    if found is None:
-        found = dirtimes.changed(list(dirs), dirs)
-    return Prefetched(path, loaded, frozenset(found & dirs.keys()))
+    found = dirtimes.finish(reading, token, len(dirs)) if reading is not None else None
+    if found is not None:
+        return Prefetched(path, loaded, frozenset(found & dirs.keys()))
+    changed = frozenset(dirtimes.changed(list(dirs), dirs))
+    return Prefetched(path, loaded, changed, times_token(path + TIMES) != token)

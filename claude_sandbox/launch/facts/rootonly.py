@@ -45,11 +45,11 @@ if TYPE_CHECKING:
     from claude_sandbox.launch.facts.hostfacts import HostFacts
     from claude_sandbox.launch.planner.mounts import Mount, Writable
 
-# -6 is marshal's form; -5 judged directories right by right (-4 covered another user's
-# 0711 directory; -4 and -3 walked the shown trees, -3 in JSON; -2 all of /, the first
-# judged by other-read).
+# -7 shares a token with its times file; -6 is marshal's form; -5 judged directories right
+# by right (-4 covered another user's 0711 directory; -4 and -3 walked the shown trees, -3
+# in JSON; -2 all of /, the first judged by other-read).
 OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4",
-              "root-only-5")
+              "root-only-5", "root-only-6")
 # Pseudo and per-boot file systems: not files an administrator keeps.
 PSEUDO_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "devtmpfs",
                        "debugfs", "tracefs", "securityfs", "pstore", "bpf", "configfs",
@@ -308,9 +308,9 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
             changed = True
     if not save_cache:  # `explain`: it creates nothing
         return hidden
-    # A cache without its times file (written by a version before the compiled reader)
-    # is written again, once: the next launch's times are then read in C.
-    if changed or loaded is None or not os.path.exists(cache + rootcache.TIMES):
+    # A times file missing or another cache's is written again, once.
+    stale = early.times_stale if early else not os.path.exists(cache + rootcache.TIMES)
+    if changed or loaded is None or stale:
         save(cache, hidden, dirs, made)
     if loaded is None:  # the caches of earlier versions, with what they walked
         _remove_old(os.path.dirname(cache))
@@ -321,7 +321,8 @@ def _remove_old(store: str) -> None:
     import shutil
 
     for name in OLD_CACHES:
-        for path in (os.path.join(store, name), os.path.join(store, f"{name}.d")):
+        for path in (os.path.join(store, name), os.path.join(store, f"{name}.d"),
+                     os.path.join(store, name + rootcache.TIMES)):
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             elif os.path.lexists(path):
