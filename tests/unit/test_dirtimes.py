@@ -254,6 +254,10 @@ def test_prefetch_takes_the_readers_answer_only_for_its_own_cache(
     early = rootcache.prefetch(cache)
     assert early.changed == frozenset() and early.times_stale
     assert read_here == [len(now)]  # not the reader's answer: read here
+    # A times file the reader refuses (others may write it) is written again too.
+    rootcache.save(cache, {}, now, time.time())
+    os.chmod(cache + rootcache.TIMES, 0o620)
+    assert rootcache.prefetch(cache).times_stale
     # A cache too old to refresh: the reader started is ended, nothing read early.
     rootcache.save(cache, {}, now, time.time() - rootcache.MAX_AGE - 1)
     assert rootcache.prefetch(cache).changed is None

@@ -143,13 +143,17 @@ def _remove(path: str) -> None:
 
 
 def times_token(path: str) -> str | None:
-    """The token the times file at `path` was written with; None where there is none."""
+    """The token the times file at `path` was written with; None where there is none, or
+    none the reader would read (then it is written again)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     with open(fd, "rb") as handle:
-        head = handle.read(_TIMES_HEAD) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        info = os.fstat(fd)
+        own = (stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid()
+               and not info.st_mode & 0o022)
+        head = handle.read(_TIMES_HEAD) if own else b""
     line, found, _ = head.partition(b"\n")
     if not found or not line.startswith(_TIMES_MAGIC):
         return None
