@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from claude_sandbox.core import process
 from claude_sandbox.core.paths import DIR_TIMES
 from claude_sandbox.install import placed
-from claude_sandbox.launch.facts import dirtimes, rootcache
+from claude_sandbox.launch.facts import dirtimes, rootcache, rootonly
 
 
 def _tree(top: Path, count: int) -> tuple[list[str], dict[str, int]]:
@@ -117,7 +117,9 @@ def _run(reader: str, times_file: str, token: str, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(dirtimes, "DIR_TIMES", reader)
     reading = dirtimes.start(times_file)
     assert reading is not None
-    return dirtimes.finish(reading, token, count)
+    found, refused = dirtimes.finish(reading, token, count)
+    assert refused == (found is None)  # each refusal here is one the file should mend
+    return found
 
 
 @ROOT_ONLY
@@ -258,9 +260,53 @@ def test_prefetch_takes_the_readers_answer_only_for_its_own_cache(
     rootcache.save(cache, {}, now, time.time())
     os.chmod(cache + rootcache.TIMES, 0o620)
     assert rootcache.prefetch(cache).times_stale
+    # One with the cache's token and count that names a directory the cache does not
+    # hold: not this cache's answer, whatever its token says.
+    rootcache.save(cache, {}, now, time.time())
+    loaded = rootcache._load(cache)
+    assert loaded is not None
+    first = next(iter(now))
+    other = {(first + "-elsewhere" if where == first else where): when
+             for where, when in now.items()}
+    _times_file(Path(cache + rootcache.TIMES), loaded[1], other)
+    early = rootcache.prefetch(cache)
+    assert early.changed == frozenset() and early.times_stale
     # A cache too old to refresh: the reader started is ended, nothing read early.
     rootcache.save(cache, {}, now, time.time() - rootcache.MAX_AGE - 1)
     assert rootcache.prefetch(cache).changed is None
+
+
+def test_a_cache_written_under_another_file_system_encoding_is_not_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its names are str decoded with that encoding: here they would name other bytes, or
+    none (a directory read as gone, its covers dropped), so the walk is made anew."""
+    cache = str(tmp_path / "cache")
+    monkeypatch.setattr(rootcache.sys, "getfilesystemencoding", lambda: "iso8859-1")
+    rootcache.save(cache, {"/etc/shadow": False}, {"/etc": 5}, time.time())
+    assert rootcache.load(cache) is not None
+    monkeypatch.undo()
+    assert sys.getfilesystemencoding() != "iso8859-1"
+    assert rootcache.load(cache) is None
+    assert rootcache.prefetch(cache).loaded is None
+
+
+def test_a_save_for_the_times_file_alone_never_refuses_the_launch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing changed, the times file stale, and the store cannot be written (full):
+    the walk's answer stands, only the next launch's read costs more."""
+    tree = tmp_path / "usr"
+    (tree / "lib").mkdir(parents=True)
+    (tmp_path / "store").mkdir()
+    cache = str(tmp_path / "store" / "cache")
+    assert rootonly.private_paths(cache, [], [str(tree)]) == {}
+    early = rootcache.prefetch(cache)
+    stale = rootcache.Prefetched(early.path, early.loaded, early.changed, True)
+
+    def full(path: str, data: bytes) -> None:
+        raise OSError(28, "No space left on device", path)
+
+    monkeypatch.setattr(rootcache, "write_new", full)
+    assert rootonly.private_paths(cache, [], [str(tree)], early=stale) == {}
 
 
 def test_save_writes_the_cache_whatever_the_times_file_cannot_hold(tmp_path: Path) -> None:
@@ -315,6 +361,9 @@ print(sorted(early.changed) == [key], early.times_stale)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, check=False)
     assert done.stdout.split() == ["True", "False"], done.stdout + done.stderr
+    # Here, under UTF-8, the Latin-1 cache's names would name other bytes: not used.
+    assert sys.getfilesystemencoding() == "utf-8"
+    assert rootcache.prefetch(str(tmp_path / "cache")).loaded is None
 
 
 @ROOT_ONLY

@@ -26,6 +26,7 @@ from claude_sandbox.core.record import record
 # directory, measured).
 SPLIT_FROM = 4096
 _DONE = b"done\0"
+_REFUSED = 65  # the reader's status for a times file it would not read (dirtimes.c)
 
 
 def _read(paths: list[str], times: dict[str, int]) -> set[str]:
@@ -129,17 +130,20 @@ def start(times_file: str) -> Reading | None:
     return Reading(child, read_end)
 
 
-def finish(reading: Reading, token: str, count: int) -> set[str] | None:
-    """The changed directories the reader found; None unless it read all `count` of them
-    from the times of the cache `token` names (then the caller reads them itself)."""
+def finish(reading: Reading, token: str, count: int) -> tuple[set[str] | None, bool]:
+    """The changed directories the reader found, or None unless it read all `count` of
+    them from the times of the cache `token` names (then the caller reads them itself);
+    and whether it refused the file or read another cache's (then it is written again)."""
     with open(reading.fd, "rb") as pipe:
         answer = pipe.read()
     _, status = os.waitpid(reading.pid, 0)
+    if status != 0:
+        return None, os.WIFEXITED(status) and os.WEXITSTATUS(status) == _REFUSED
     head, _, rest = answer.partition(b"\0")
     read, _, listed = rest.partition(b"\0")
-    if status != 0 or head != token.encode("ascii") or read != str(count).encode("ascii"):
-        return None
-    return {os.fsdecode(path) for path in listed.split(b"\0") if path}
+    if head != token.encode("ascii") or read != str(count).encode("ascii"):
+        return None, True
+    return {os.fsdecode(path) for path in listed.split(b"\0") if path}, False
 
 
 def cancel(reading: Reading) -> None:

@@ -2,7 +2,8 @@
 
 The cache is read on every root launch, in marshal's form: a magic line, the body's
 length and CRC-32 (8 and 4 bytes, big endian), then the body: when it was made, the
-covers (a path: whether it is a directory) and every directory's time. On 37,000
+covers (a path: whether it is a directory), every directory's time, the token it shares
+with its times file, and the file system encoding its names were decoded with. On 37,000
 directories marshal loads in 11-14 ms where fields split by NUL took 22-28 and JSON
 more. marshal trusts its input: it allocates what a count in it asks for before any
 check could run. So the body is loaded only from a regular file that this user owns and
@@ -16,7 +17,10 @@ read. Both files hold a random token drawn for each save, and the reader's answe
 taken only with the cache's own token and a count of every directory it holds: a times
 file left from another cache (concurrent root launches, a launch stopped between the
 two writes) is never read as this one's. The paths are written as the file system's
-bytes (os.fsencode), the bytes the walk's own `lstat` asks for under any locale.
+bytes (os.fsencode), the bytes the walk's own `lstat` asks for. The names are str, decoded
+with the interpreter's file system encoding, which follows the locale: a cache written
+under another encoding (a root launch under Latin-1, the next under UTF-8) would name
+other bytes, or none, so it is not used, and the walk is made anew.
 
 Reading it and the time of every directory it holds needs nothing of the launch's plan,
 and is most of what a root launch pays (ADR 0015): `prefetch` does it in the late-mount
@@ -30,6 +34,7 @@ import marshal
 import math
 import os
 import stat
+import sys
 import time
 import zlib
 
@@ -49,6 +54,12 @@ TIMES = ".times"
 _TIMES_MAGIC = b"claude-sandbox dir-times 2 "
 _TIMES_HEAD = 4096  # read to find the token: the magic, the token, a newline
 _HEX = frozenset("0123456789abcdef")
+
+# -7 shares a token with its times file; -6 is marshal's form; -5 judged directories right
+# by right (-4 covered another user's 0711 directory; -4 and -3 walked the shown trees, -3
+# in JSON; -2 all of /, the first judged by other-read).
+OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4",
+              "root-only-5", "root-only-6")
 
 Loaded = tuple[dict[str, bool], dict[str, int], float]  # covers, directory times, made
 
@@ -82,8 +93,8 @@ def load(path: str) -> Loaded | None:
 
 
 def _load(path: str) -> tuple[Loaded, str] | None:
-    """The cache and its token (the body's length and CRC-32, as its times file names
-    it), or None."""
+    """The cache and its token (as its times file names it), or None, also where its names
+    were decoded with another file system encoding than this interpreter's."""
     try:
         data = read_own(path)
         if data is None or not data.startswith(_MAGIC):
@@ -93,10 +104,11 @@ def _load(path: str) -> tuple[Loaded, str] | None:
         crc = int.from_bytes(data[_HEAD - 4:_HEAD], "big")
         if size != len(body) or crc != zlib.crc32(body):
             return None
-        made, hidden, dirs, token = marshal.loads(body)
+        made, hidden, dirs, token, encoding = marshal.loads(body)
     except (OSError, ValueError, TypeError, EOFError, MemoryError):
         return None
-    if (type(made) is not float or type(hidden) is not dict or type(dirs) is not dict
+    if (encoding != sys.getfilesystemencoding()
+            or type(made) is not float or type(hidden) is not dict or type(dirs) is not dict
             or type(token) is not str or len(token) != 32 or not set(token) <= _HEX
             or not set(map(type, hidden)) <= {str} or not set(map(type, dirs)) <= {str}
             or not set(map(type, hidden.values())) <= {bool}
@@ -113,7 +125,7 @@ def _times(dirs: dict[str, int], token: str) -> bytes | None:
             seconds, nanoseconds = divmod(when, 1_000_000_000)  # as the kernel keeps it
             records.append(seconds.to_bytes(8, "little", signed=True)
                            + nanoseconds.to_bytes(4, "little") + os.fsencode(where) + b"\0")
-    except OverflowError:
+    except (OverflowError, ValueError):  # ValueError: a name the encoding cannot hold
         return None
     return _TIMES_MAGIC + token.encode("ascii") + b"\n" + b"".join(records)
 
@@ -123,7 +135,7 @@ def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) 
     token drawn now. The times file it replaces is removed first; one that cannot be
     written leaves none (the times are then read in Python), never the launch refused."""
     token = os.urandom(16).hex()
-    body = marshal.dumps((made, hidden, dirs, token))
+    body = marshal.dumps((made, hidden, dirs, token, sys.getfilesystemencoding()))
     times = _times(dirs, token)
     _remove(path + TIMES)
     write_new(path, _MAGIC + len(body).to_bytes(8, "big")
@@ -138,8 +150,8 @@ def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) 
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
-    except FileNotFoundError:
-        pass
+    except OSError:
+        pass  # none there; one that stays is refused by its token
 
 
 def times_token(path: str) -> str | None:
@@ -182,7 +194,8 @@ def write_new(path: str, data: bytes) -> None:
 class Prefetched:
     """The cache as read from `path` (None: none, or unreadable), which of its directories'
     times changed since (None: it is too old to refresh, and is rebuilt), and whether its
-    times file is missing or another cache's (the walk then writes it again)."""
+    times file is missing, another cache's or one the reader refused (the walk then
+    writes it again)."""
 
     path: str
     loaded: Loaded | None
@@ -202,8 +215,26 @@ def prefetch(path: str) -> Prefetched:
             dirtimes.cancel(reading)
         return Prefetched(path, loaded, None, True)
     (_, dirs, _), token = read
-    found = dirtimes.finish(reading, token, len(dirs)) if reading is not None else None
-    if found is not None:
-        return Prefetched(path, loaded, frozenset(found & dirs.keys()))
-    changed = frozenset(dirtimes.changed(list(dirs), dirs))
-    return Prefetched(path, loaded, changed, times_token(path + TIMES) != token)
+    if reading is not None:
+        found, refused = dirtimes.finish(reading, token, len(dirs))
+        # Every path it names is one of the cache's: any other and the answer is not
+        # this cache's, whatever its token says.
+        if found is not None and found <= dirs.keys():
+            return Prefetched(path, loaded, frozenset(found))
+        stale = refused or found is not None
+    else:
+        stale = times_token(path + TIMES) != token  # no reader: only whether it is ours
+    return Prefetched(path, loaded, frozenset(dirtimes.changed(list(dirs), dirs)), stale)
+
+
+def remove_old(store: str) -> None:
+    """The caches of earlier versions, with their memos and times files."""
+    import shutil
+
+    for name in OLD_CACHES:
+        for path in (os.path.join(store, name), os.path.join(store, f"{name}.d"),
+                     os.path.join(store, name + TIMES)):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.unlink(path)

@@ -45,11 +45,6 @@ if TYPE_CHECKING:
     from claude_sandbox.launch.facts.hostfacts import HostFacts
     from claude_sandbox.launch.planner.mounts import Mount, Writable
 
-# -7 shares a token with its times file; -6 is marshal's form; -5 judged directories right
-# by right (-4 covered another user's 0711 directory; -4 and -3 walked the shown trees, -3
-# in JSON; -2 all of /, the first judged by other-read).
-OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4",
-              "root-only-5", "root-only-6")
 # Pseudo and per-boot file systems: not files an administrator keeps.
 PSEUDO_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "devtmpfs",
                        "debugfs", "tracefs", "securityfs", "pstore", "bpf", "configfs",
@@ -308,25 +303,16 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
             changed = True
     if not save_cache:  # `explain`: it creates nothing
         return hidden
-    # A times file missing or another cache's is written again, once.
-    stale = early.times_stale if early else not os.path.exists(cache + rootcache.TIMES)
-    if changed or loaded is None or stale:
+    if changed or loaded is None:
         save(cache, hidden, dirs, made)
+    elif early.times_stale if early else not os.path.exists(cache + rootcache.TIMES):
+        try:  # for the times file alone: a store that cannot take it costs time only
+            save(cache, hidden, dirs, made)
+        except OSError:
+            pass
     if loaded is None:  # the caches of earlier versions, with what they walked
-        _remove_old(os.path.dirname(cache))
+        rootcache.remove_old(os.path.dirname(cache))
     return hidden
-
-
-def _remove_old(store: str) -> None:
-    import shutil
-
-    for name in OLD_CACHES:
-        for path in (os.path.join(store, name), os.path.join(store, f"{name}.d"),
-                     os.path.join(store, name + rootcache.TIMES)):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            elif os.path.lexists(path):
-                os.unlink(path)
 
 
 def shown_trees(mounts: Iterable[Mount], skip: Iterable[str]) -> list[str]:
