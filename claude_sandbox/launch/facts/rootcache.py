@@ -70,9 +70,9 @@ def fresh(made: float, now: float) -> bool:
     return math.isfinite(made) and 0 <= now - made <= MAX_AGE
 
 
-def read_own(path: str) -> bytes | None:
-    """The file's bytes where it is a regular file of this user's that nobody else may
-    write; None otherwise."""
+def read_own(path: str, limit: int = -1) -> bytes | None:
+    """The file's bytes (its first `limit`, when given) where it is a regular file of this
+    user's that nobody else may write; None otherwise."""
     try:
         # O_NONBLOCK: a FIFO put there opens at once, and is refused below.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -83,7 +83,7 @@ def read_own(path: str) -> bytes | None:
         if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
                 or info.st_mode & 0o022):
             return None
-        return handle.read()
+        return handle.read(limit)
 
 
 def load(path: str) -> Loaded | None:
@@ -158,14 +158,9 @@ def times_token(path: str) -> str | None:
     """The token the times file at `path` was written with; None where there is none, or
     none the reader would read (then it is written again)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        head = read_own(path, _TIMES_HEAD) or b""
     except OSError:
         return None
-    with open(fd, "rb") as handle:
-        info = os.fstat(fd)
-        own = (stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid()
-               and not info.st_mode & 0o022)
-        head = handle.read(_TIMES_HEAD) if own else b""
     line, found, _ = head.partition(b"\n")
     if not found or not line.startswith(_TIMES_MAGIC):
         return None
