@@ -78,8 +78,8 @@ def install_files(report: Report) -> None:
 # The programs built here from source, C and static: the command client of hardening =
 # brokered (docs/adr/0009-the-enforced-process-tree.md), the inner stage of hardening =
 # standard (docs/adr/0017-the-inner-stage-in-c.md) and the root-only walk's reader of
-# directory times (docs/adr/0019-the-directory-times-in-c.md). A compiler the installer fetched for
-# them is removed again.
+# directory times (docs/adr/0019-the-directory-times-in-c.md). A compiler the installer
+# fetched for them is removed again.
 BUILD_PACKAGES = ("gcc", "libc6-dev")
 COMMON_FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror")
 

@@ -95,7 +95,7 @@ static char *read_own(const char *path, size_t *size) {
     return data;
 }
 
-/* The records after the first line; exits on anything the writer would not write. */
+/* The records after the first line; exits on any that is not well formed. */
 static struct entry *parse(char *data, size_t size, size_t at, size_t *count) {
     size_t room = 1024, n = 0;
     struct entry *entries = malloc(room * sizeof *entries);
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
             || newline == data + magic)
         fail(EXIT_DATAERR, "the times file has no header of ours");
     for (char *c = data + magic; c < newline; c++)
-        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f') || *c == '-'))
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
             fail(EXIT_DATAERR, "the times file's token is not ours");
     size_t count;
     struct entry *entries = parse(data, size, (size_t)(newline - data) + 1, &count);

@@ -85,9 +85,9 @@ def changed(paths: list[str], times: dict[str, int]) -> set[str]:
 
 @record
 class Reading:
-    """The compiled reader started: its pid, and the read end of its answer."""
+    """The compiled reader started, and the read end of its answer."""
 
-    pid: int
+    child: process.Child
     fd: int
 
 
@@ -104,29 +104,24 @@ def start(times_file: str) -> Reading | None:
     if (not stat.S_ISREG(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022
             or not info.st_mode & 0o100):
         return None
-    parent = os.getpid()
     try:
         read_end, write_end = os.pipe()
     except OSError:
         return None
     try:
-        child = os.fork()
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            # Tied to this helper, which the reader checks again itself (dirtimes.c).
+            child = process.fork_exec([reader, times_file, str(os.getpid())], {},
+                                      {0: null, 1: write_end, 2: null}, setsid=False,
+                                      die_with_parent=True)
+        finally:
+            os.close(null)
     except OSError:
         os.close(read_end)
-        os.close(write_end)
         return None
-    if child == 0:
-        try:
-            null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(null, 0)
-            os.dup2(write_end, 1)
-            os.dup2(null, 2)
-            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-            if process.tie_to_parent(parent):  # kept across exec: it never outlives us
-                os.execve(reader, [reader, times_file, str(parent)], {})
-        finally:
-            os._exit(127)
-    os.close(write_end)
+    finally:
+        os.close(write_end)
     return Reading(child, read_end)
 
 
@@ -136,9 +131,9 @@ def finish(reading: Reading, token: str, count: int) -> tuple[set[str] | None, b
     and whether it refused the file or read another cache's (then it is written again)."""
     with open(reading.fd, "rb") as pipe:
         answer = pipe.read()
-    _, status = os.waitpid(reading.pid, 0)
+    status = reading.child.wait()
     if status != 0:
-        return None, os.WIFEXITED(status) and os.WEXITSTATUS(status) == _REFUSED
+        return None, status == _REFUSED
     head, _, rest = answer.partition(b"\0")
     read, _, listed = rest.partition(b"\0")
     if head != token.encode("ascii") or read != str(count).encode("ascii"):
@@ -148,9 +143,6 @@ def finish(reading: Reading, token: str, count: int) -> tuple[set[str] | None, b
 
 def cancel(reading: Reading) -> None:
     """End a reader whose answer is not wanted (no cache to refresh), and reap it."""
-    try:
-        os.kill(reading.pid, 9)
-    except ProcessLookupError:
-        pass
+    reading.child.kill()
     os.close(reading.fd)
-    os.waitpid(reading.pid, 0)
+    reading.child.wait()

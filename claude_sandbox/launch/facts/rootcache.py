@@ -41,8 +41,7 @@ import zlib
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.facts import dirtimes
 
-# -7: a token shared with its times file; -6: marshal's form; -5: directories judged
-# right by right (rootonly.py lists the earlier ones, removed).
+# The cache's versions: OLD_CACHES, below, lists the earlier ones, which are removed.
 CACHE_NAME = "root-only-7"
 _MAGIC = b"claude-sandbox root-only 7\n"
 _HEAD = len(_MAGIC) + 12
@@ -208,7 +207,7 @@ def prefetch(path: str) -> Prefetched:
     if read is None or not read[0][1] or not fresh(read[0][2], time.time()):
         if reading is not None:
             dirtimes.cancel(reading)
-        return Prefetched(path, loaded, None, True)
+        return Prefetched(path, loaded, None, times_stale=True)
     (_, dirs, _), token = read
     if reading is not None:
         found, refused = dirtimes.finish(reading, token, len(dirs))
