@@ -17,6 +17,9 @@ machine's drift falls on all of them alike.
                         answers it without the sandbox: launch/quick.py, check 94);
                         target: the shim adds at most 60 ms
 
+  8 at once             eight launches started together, jail off and jailed, each in a
+                        workspace of its own (mean, worst); and eight jailed floors
+                        together, the same ratio for the jail's own processes alone
   phases                the median of each phase CLAUDE_SANDBOX_TRACE=1 prints for a
                         jailed launch, against its budget (BUDGETS), over budget marked
   root launch           as root before the rest runs as USER: the same launch as root
@@ -42,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 CORE_PYTHON = "/usr/libexec/claude-sandbox/venv/bin/python"
@@ -172,13 +176,19 @@ def waiting_session(env: dict[str, str]) -> list[tuple[str, int, int]]:
 def concurrent(argv: list[str], env: dict[str, str], rounds: int) -> list[float]:
     """Each launch's time when CONCURRENT start together (each in a workspace of its
     own, as eight projects' agents would), over `rounds` rounds."""
+    return _together(lambda cwd: _timed(argv, env, cwd), rounds)
+
+
+def _together(run: Callable[[str], float], rounds: int) -> list[float]:
+    """Each run's time (ms) when CONCURRENT start together, each given a directory of
+    its own, over `rounds` rounds."""
     times: list[float] = []
     lock = threading.Lock()
     workspaces = [tempfile.mkdtemp(prefix="cs-bench-") for _ in range(CONCURRENT)]
 
     def one(gate: threading.Barrier, cwd: str) -> None:
         gate.wait()
-        took = _timed(argv, env, cwd)
+        took = run(cwd)
         with lock:
             times.append(took)
 
@@ -293,7 +303,9 @@ def main() -> None:
     phases = _phases(base, options.runs)
     rounds = max(1, options.runs // 10)
     loaded = {"8 at once, jail off": concurrent(launch, off, rounds),
-              "8 at once, jailed": concurrent(launch, base, rounds)}
+              "8 at once, jailed": concurrent(launch, base, rounds),
+              "8 at once, jailed floor": _together(
+                  lambda tmp: 1000 * bench_jail.floor_once(tmp), rounds)}
     memory = {"jailed": waiting_session(base), "jail off": waiting_session(off)}
     os.rmdir(workspace)
 
@@ -317,6 +329,12 @@ def main() -> None:
     times8 = statistics.mean(loaded["8 at once, jailed"]) / median["launch, jailed"]
     print(f"8 at once, jailed: {times8:.2f} x one launch (target {TARGET_CONCURRENT}): "
           f"{'met' if times8 <= TARGET_CONCURRENT else 'NOT met'}")
+    # The same ratio for the floor alone: the jail's own processes with no launcher. A
+    # floor that spends as much CPU as it takes wall time cannot, on few cores, stay
+    # under the target when eight start together (docs/adr/0004-launch-cost.md).
+    floor8 = statistics.mean(loaded["8 at once, jailed floor"]) / median["floor: jailed"]
+    print(f"8 at once, the jailed floor alone: {floor8:.2f} x one floor "
+          f"(the launch's target {TARGET_CONCURRENT})")
     if os.environ.get("CS_BENCH_ROOT"):
         root, user = (float(x) for x in os.environ["CS_BENCH_ROOT"].split())
         print(f"root launch: {root:.1f} ms against {user:.1f} as "
