@@ -194,6 +194,10 @@ def serve(broker: Broker, conn: _socket.socket, upstream: _socket.socket, name: 
                     data, ended_here = host.receive()
                     received += len(data)
                     agent.send(data)
+                    if requests.state == "await":  # a WebSocket asked: held till a 101
+                        held = requests.answered(data) or b""
+                        sent += len(held)
+                        host.send(held)
                 ended = ended or ended_here
     except Malformed as bad:
         entry["rule"] = f"{entry.get('rule')}; ended: {bad}"

@@ -41,6 +41,7 @@ import time
 from claude_sandbox.core import kernel
 from claude_sandbox.jail import (
     egressdns,
+    egresshttp,
     egresslisten,
     egresspolicy,
     egressrecord,
@@ -191,6 +192,10 @@ def serve_connection(proxy: Proxy, conn: _socket.socket) -> None:
             entry["other_sentinels"] = broker.seen(first)  # sent in the clear: not injected
         if broker is not None and entry["kind"] == "tls" and broker.terminates(entry["name"], port):
             sent, received = broker.serve(conn, upstream, entry["name"], first, entry)
+        elif entry["kind"] == "http" and not policy.open():
+            # Judged by its Host: every later request on it must be for the same host.
+            sent, received = egresshttp.relay(conn, upstream, first, str(entry["name"]), port,
+                                              entry)
         else:
             sent, received = egressrelay.relay(conn, upstream, first)
         entry.update(sent=sent, received=received)

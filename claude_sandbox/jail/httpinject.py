@@ -12,7 +12,15 @@ connection: the proxy must never rewrite one request while the server reads anot
 So does a request whose Host (or absolute target, or a routing header) is not the
 connection's server name: behind a front end that routes by Host, the real value would
 reach another site; and a method other than the usual ones (TRACE echoes the request
-back). After an upgrade (a WebSocket) the bytes are no longer HTTP and pass as they are.
+back). The same framing, with nothing to put back, holds a plain HTTP connection judged
+by its Host (egresshttp.py): a CDN routes each request by its own Host, so a second
+request on a kept-alive connection would otherwise reach any site the CDN serves.
+
+An upgrade passes the bytes on unframed, so it is taken only where it ends framing for
+good: a WebSocket (h2c would carry new requests, each with its own authority) asked in
+the connection's first request; the client's next bytes wait until the server's answer
+(`answered`), and only a 101 lets them pass as they are. Any other answer, and the
+stream is framed as before.
 """
 
 from __future__ import annotations
@@ -73,14 +81,19 @@ class Requests:
     """The client-to-server stream of one terminated connection to `host`."""
 
     def __init__(self, pairs: dict[bytes, bytes], others: tuple[bytes, ...],
-                 host: bytes) -> None:
+                 host: bytes, port: int = 443, scheme: bytes = b"https") -> None:
         self.pairs = pairs  # this host's sentinels and their real values
         self.others = others  # every other sentinel of the session: noted, never replaced
         self.host = host.lower()  # the connection's server name: every request's Host
+        self.port = str(port).encode()  # the port connected to: every request's
+        self.scheme = scheme  # what a Host without a port defaults by, and an absolute target
         self.buffer = b""
-        self.state = "head"  # head | body | chunk-size | chunk-data | chunk-end | trailer | raw
+        # head | body | chunk-size | chunk-data | chunk-end | trailer | await | raw
+        self.state = "head"
         self.left = 0  # bytes of the body or chunk still to pass
-        self.upgrade = False
+        self.upgrade = False  # a WebSocket was asked for: `answered` decides
+        self.requests = 0  # heads framed so far
+        self.answer = b""  # the server's first bytes, while an upgrade awaits them
         self.injected = 0  # credential values put back, in all
         self.elsewhere = 0  # other credentials' sentinels seen in heads
 
@@ -90,6 +103,10 @@ class Requests:
         buffer = self.buffer + data if self.buffer else data
         at, out = 0, []
         while at < len(buffer):
+            if self.state == "await":
+                if len(buffer) - at > HEAD_MAX:
+                    raise Malformed("more than 64 KiB sent before the upgrade's answer")
+                break  # held until the server answers the upgrade
             if self.state == "raw":
                 out.append(buffer[at:])
                 at = len(buffer)
@@ -121,13 +138,29 @@ class Requests:
         self.buffer = buffer[at:]
         return b"".join(out)
 
+    def answered(self, data: bytes) -> bytes | None:
+        """While an upgrade awaits: the server's bytes, as they come. None until its
+        status line is read; then what of the client's held bytes goes on now."""
+        if self.state != "await":
+            return b""
+        self.answer += data
+        end = self.answer.find(b"\r\n")
+        if end < 0 and len(self.answer) < 64:
+            return None
+        status = self.answer[:end if end >= 0 else 64].split(b" ")
+        self.answer = b""
+        switched = len(status) >= 2 and status[0] == b"HTTP/1.1" and status[1] == b"101"
+        self.state = "raw" if switched else "head"
+        self.upgrade = False
+        return self.feed(b"")
+
     def _other_host(self, authority: bytes) -> bool:
-        """Whether `authority` (a Host value, host[:port]) names another host than the
-        connection's."""
+        """Whether `authority` (a Host value, host[:port]) names another host or port
+        than the connection's; without a port it means the scheme's own."""
         name, _, port = authority.strip().lower().rpartition(b":")
         if not name or not port.isdigit():
-            name, port = authority.strip().lower(), b"443"
-        return name.rstrip(b".") != self.host or port != b"443"
+            name, port = authority.strip().lower(), b"443" if self.scheme == b"https" else b"80"
+        return name.rstrip(b".") != self.host or port != self.port
 
     def _chunk_line(self, line: bytes) -> None:
         if self.state == "chunk-end":
@@ -159,7 +192,7 @@ class Requests:
         if not (target.startswith(b"/") or (target == b"*" and request[0] == b"OPTIONS")):
             # An absolute target names its own host: it must be the connection's.
             scheme, _, rest = target.partition(b"://")
-            if scheme.lower() != b"https" or self._other_host(rest.split(b"/", 1)[0]):
+            if scheme.lower() != self.scheme or self._other_host(rest.split(b"/", 1)[0]):
                 raise Malformed("a request for another host than the connection's")
         out = [lines[0]]
         length: bytes | None = None
@@ -180,7 +213,9 @@ class Requests:
                     raise Malformed("a Transfer-Encoding other than one chunked, in HTTP/1.1")
                 chunked = True
             elif lower == b"upgrade":
-                self.upgrade = True  # even unanswered by a 101: from here, nothing is put in
+                if value.lower() != b"websocket" or self.requests:
+                    raise Malformed("an upgrade other than a WebSocket asked first")
+                self.upgrade = True
             elif lower == b"host":
                 # A server behind a shared front end may route by Host: a real value put
                 # in for one name must never be carried to another (domain fronting).
@@ -198,8 +233,11 @@ class Requests:
             raise Malformed("both Content-Length and Transfer-Encoding")
         if not hosts:
             raise Malformed("a request without a Host")
+        self.requests += 1
         if self.upgrade:
-            self.state = "raw"
+            if chunked or (length is not None and int(length)):
+                raise Malformed("an upgrade with a body")
+            self.state = "await"
         elif chunked:
             self.state = "chunk-size"
         elif length is not None and int(length):

@@ -105,10 +105,54 @@ def test_many_small_chunks_cost_what_one_large_one_does() -> None:
     assert time.monotonic() - started < 5  # quadratic, it took minutes
 
 
-def test_after_an_upgrade_the_bytes_pass_as_they_are() -> None:
-    data = req(headers=b"Upgrade: websocket\r\n") + b"\x81\x05hello" + b"GET / HTTP/1.1"
-    out, _ = feed_all(data)
-    assert out == data
+def test_after_a_websocket_upgrade_the_bytes_wait_for_the_101_then_pass_as_they_are() -> None:
+    head = req(headers=b"Upgrade: websocket\r\n")
+    frames = b"\x81\x05hello" + b"GET / HTTP/1.1\r\nHost: exfil.example\r\n\r\n"
+    out, stream = feed_all(head + frames)
+    assert out == head  # nothing after the upgrade's head goes before the answer
+    assert stream.answered(b"HTTP/1.1 10") is None  # the status line, cut short
+    assert stream.answered(b"1 Switching Protocols\r\n") == frames
+    assert stream.feed(b"\x82\x01x") == b"\x82\x01x"
+
+
+def test_an_upgrade_the_server_does_not_answer_with_101_stays_framed() -> None:
+    # The CDN-fronting case: a request for another site after an upgrade the server
+    # never took; it must meet the Host check, not pass as WebSocket bytes.
+    stream = Requests({S: R}, (), HOST)
+    assert stream.feed(req(headers=b"Upgrade: websocket\r\n")) != b""
+    assert stream.feed(b"GET / HTTP/1.1\r\nHost: exfil.example\r\n\r\n") == b""
+    with pytest.raises(Malformed, match="Host"):
+        stream.answered(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+
+@pytest.mark.parametrize("data", [
+    req(headers=b"Upgrade: h2c\r\n"),  # HTTP/2 would carry requests with their own authority
+    req() + req(headers=b"Upgrade: websocket\r\n"),  # not the connection's first request
+    req(headers=b"Upgrade: websocket\r\n", body=b"x"),
+])
+def test_upgrades_that_could_carry_other_requests_are_refused(data: bytes) -> None:
+    with pytest.raises(Malformed):
+        feed_all(data)
+
+
+def test_the_client_cannot_pile_up_bytes_while_the_upgrade_waits() -> None:
+    stream = Requests({S: R}, (), HOST)
+    stream.feed(req(headers=b"Upgrade: websocket\r\n"))
+    with pytest.raises(Malformed, match="64 KiB"):
+        stream.feed(b"x" * (65 << 10))
+
+
+def test_plain_http_frames_by_port_80_and_its_own_scheme() -> None:
+    stream = Requests({}, (), HOST, 80, b"http")
+    head = b"GET / HTTP/1.1\r\nHost: api.x.com\r\n\r\n"
+    assert stream.feed(head + b"GET http://api.x.com:80/a HTTP/1.1\r\nHost: api.x.com:80\r\n\r\n")
+    for other in (b"Host: api.x.com:443", b"Host: cdn-customer.example"):
+        with pytest.raises(Malformed, match="Host"):
+            Requests({}, (), HOST, 80, b"http").feed(head + b"GET / HTTP/1.1\r\n" + other
+                                                     + b"\r\n\r\n")
+    with pytest.raises(Malformed, match="another host"):
+        Requests({}, (), HOST, 80, b"http").feed(b"GET https://api.x.com/ HTTP/1.1\r\n"
+                                                 b"Host: api.x.com\r\n\r\n")
 
 
 def test_another_credentials_sentinel_is_noted_not_replaced() -> None:
