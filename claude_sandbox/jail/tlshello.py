@@ -18,6 +18,10 @@ _HANDSHAKE = 22
 _CLIENT_HELLO = 1
 _SERVER_NAME = 0
 _HOST_NAME = 0
+# encrypted_client_hello (RFC 9849) and the draft ESNI before it: the name this hello
+# shows is only the outer one, any the agent picks, while a front end that decrypts
+# the inner hello routes by the name inside. Refused by class, whatever the outer name.
+_ENCRYPTED = frozenset({0xFE0D, 0xFFCE})
 
 
 class Malformed(ValueError):
@@ -93,6 +97,9 @@ def server_name(data: bytes) -> str | None:
         if kind in seen:
             raise Malformed("an extension sent twice")  # RFC 8446 4.2: never
         seen.add(kind)
+        if kind in _ENCRYPTED:
+            raise Malformed("an encrypted ClientHello (ECH): the server would read "
+                            "another name than the one judged")
         if kind == _SERVER_NAME:
             found = _host_name(body)
         at += 4 + length
