@@ -28,7 +28,7 @@ from claude_sandbox.launch import decide
 from claude_sandbox.launch.configure import config, profiles
 from claude_sandbox.launch.configure.request import Request
 from claude_sandbox.launch.facts import hostfacts
-from claude_sandbox.launch.overlay import controlexit, controlfiles, gitcheck, gitsession
+from claude_sandbox.launch.overlay import controlexit, controlfiles, gitcheck, gitrepo, gitsession
 from claude_sandbox.launch.planner import limits, plan, render, seccomp
 from claude_sandbox.launch.session import cgroups, notices, state
 from claude_sandbox.launch.session.janitor import Janitor
@@ -297,8 +297,12 @@ def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
         _say(quarantine)
         return
     # The overlaid repositories were applied by rule above: not the user's to review.
-    overlaid = {path for repo in layout.repositories
-                for path in (repo.gitdir, os.path.join(repo.top, ".git"))}
+    # Their `.git` entry too, but only while it still leads there: a `.git` file is the
+    # agent's to rewrite, and one repointed at a repository it made would have git
+    # outside run that one's hooks and config. It goes to check_made as any plant does.
+    overlaid = {repo.gitdir for repo in layout.repositories}
+    overlaid.update(os.path.join(repo.top, ".git") for repo in layout.repositories
+                    if gitrepo.names_gitdir(os.path.join(repo.top, ".git"), repo.gitdir))
     # scan() names paths relative to the root when it has one root.
     def absolute(path: str) -> str:
         return path if os.path.isabs(path) else os.path.normpath(os.path.join(roots[0], path))

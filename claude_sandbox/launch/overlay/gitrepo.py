@@ -90,6 +90,19 @@ def gitfile_target(path: str) -> str | None:
     return os.path.normpath(os.path.join(os.path.dirname(path), target))
 
 
+def names_gitdir(dotgit: str, gitdir: str) -> bool:
+    """Whether the `.git` entry at `dotgit` is still what leads to `gitdir`: that
+    directory itself (not a link), or a regular `.git` file that names it."""
+    try:
+        mode = os.lstat(dotgit).st_mode
+    except OSError:
+        return False
+    if stat.S_ISDIR(mode):
+        return os.path.realpath(dotgit) == os.path.realpath(gitdir)
+    target = gitfile_target(dotgit) if stat.S_ISREG(mode) else None
+    return target is not None and os.path.realpath(target) == os.path.realpath(gitdir)
+
+
 def common_dir(gitdir: str) -> str:
     """A linked worktree's git directory names the repository's in `commondir`."""
     text = read_small(os.path.join(gitdir, "commondir"))

@@ -280,6 +280,10 @@ def check_made(paths: Iterable[str], workspace: str, overlaid: Iterable[str], si
     done = {os.path.realpath(p) for p in overlaid}
     for path in paths:
         gitdir = path
+        if os.path.basename(path) == ".git" and os.path.islink(path):
+            quarantine.take(path, "a .git that is a link: git outside would follow it to "
+                            "whatever git directory the session chose")
+            continue
         if os.path.basename(path) == ".git" and _regular(path):
             target = gitrepo.gitfile_target(path)
             if target is None or not _inside(os.path.realpath(target), workspace):
