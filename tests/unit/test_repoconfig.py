@@ -358,7 +358,7 @@ ALLOWED = [
     ("branch", "feature/x", "description", "what it is for"),
     ("user", None, "name", "A U Thor"),
     ("user", None, "email", "a@example.com"),
-    ("submodule", "lib", "url", "../lib.git"),
+    ("submodule", "lib", "url", "https://example.com/lib.git"),
     ("submodule", "lib", "active", "true"),
     ("submodule", "lib", "branch", "main"),
     ("submodule", "lib", "shallow", "true"),
@@ -479,7 +479,7 @@ class Repo:
 def applied(before: str, after: str) -> tuple[tuple[Change, ...], tuple[tuple[Change, str], ...],
                                                str]:
     found = rc.changes(rc.parse(before), rc.parse(after))
-    applicable, refused = gp.split(found)
+    applicable, refused = gp.split(found, before)
     return applicable, refused, rc.rewrite(before, applicable)
 
 
@@ -564,6 +564,6 @@ def test_changes_orders_new_then_old_and_skips_equal_variables() -> None:
     assert rc.changes(new, new) == ()
     mixed = rc.changes(rc.parse("[remote \"o\"]\nurl = ext::sh\n"), rc.parse("[x]\n"))
     assert gp.split(mixed) == (mixed, ())  # removing a refused value of an allowed name is fine
-    one = rc.changes((), rc.parse("[remote \"o\"]\nurl = a\nurl = ext::sh\n"))
+    one = rc.changes((), rc.parse("[remote \"o\"]\nurl = https://a.example/r\nurl = ext::sh\n"))
     assert gp.split(one)[1][0][1].endswith("ext:: and fd:: URLs run a command or use open "
                                            "descriptors")

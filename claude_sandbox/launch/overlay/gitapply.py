@@ -10,9 +10,11 @@ makes and nothing git runs or follows (docs/adr/0010-the-workspace-exit.md):
 - objects and packs, by their names; refs, HEAD and packed-refs as values
   that parse, each compared with what it was at launch, so a ref moved outside
   meanwhile is not overwritten (the agent's value is kept under
-  refs/claude-sandbox/ instead); the index, logs and git's state files;
-- config keys from an allow-list only (repoconfig.py): remotes, upstreams,
-  identity, submodule URLs; never hooks, includes, fsmonitor, filters or helpers;
+  refs/claude-sandbox/ instead); the index, when git would have let in every
+  entry's path (none in .git, none outside the tree); logs and git's state files;
+- config keys from an allow-list only (gitpolicy.py): remotes and submodules
+  with network URLs, upstreams that name a remote, identity; never hooks,
+  includes, fsmonitor, filters or helpers;
 - never hooks, alternates, grafts, a rebase's todo list, or anything git does
   not make, and never a link, FIFO, socket or device: those are named in one
   line and kept in the store.
@@ -163,13 +165,21 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
             target = os.path.join(real, rel)
             if not os.path.lexists(target):
                 _place(os.path.join(upper, rel), target, copy)
+        elif action == "index":  # a linked worktree's
+            refusal = _apply_worktree_index(os.path.join(upper, rel),
+                                            os.path.join(real, rel), rel in gone)
+            if refusal is not None:
+                lines.append(f"{real}/{rel}: not applied: {refusal}")
+                kept = True
         elif action == "unknown" and rel in files:
             lines.append(f"{real}/{rel}: not applied: not something git makes")
             kept = True
     lines += gitrefs.apply(upper, real, base, files, gone, opaque)
     lines += _apply_head(upper, real, base, files)
     lines += _apply_config(upper, real, base, files, workspace)
-    lines += _apply_index(upper, real, base, files, copy)
+    index_lines, index_kept = _apply_index(upper, real, base, files)
+    lines += index_lines
+    kept = kept or index_kept
     for name in modules:
         sub = apply(os.path.join(upper, "modules", name), os.path.join(real, "modules", name),
                     None, workspace, copy=copy)
@@ -231,7 +241,9 @@ def _classify_worktree(rel: str) -> tuple[str, str]:
     if len(parts) < 3:
         return "skip", ""
     leaf = parts[2]
-    if leaf in ("commondir", "gitdir", "HEAD", "ORIG_HEAD", "index", "locked",
+    if leaf == "index":
+        return "index", ""
+    if leaf in ("commondir", "gitdir", "HEAD", "ORIG_HEAD", "locked",
                 "FETCH_HEAD", "MERGE_HEAD", "MERGE_MSG", "COMMIT_EDITMSG", "AUTO_MERGE") or (
             leaf.startswith("logs/")):
         return "copy", ""
@@ -294,7 +306,7 @@ def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],
         old = repoconfig.parse(base.config)
         new = repoconfig.parse(_config_text(upper, "config"))
         current = _config_text(real, "config")
-        applicable, refused = gitpolicy.split(repoconfig.changes(old, new))
+        applicable, refused = gitpolicy.split(repoconfig.changes(old, new), current)
         # core.worktree (a submodule's) must name a tree in the workspace: git outside
         # would otherwise check files out, and read attributes, wherever it points.
         # Resolved as git resolves it, through every link on the way.
@@ -309,23 +321,24 @@ def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],
     return [f"{real}/config: {change.name} not applied: {why}" for change, why in refused]
 
 
-def _apply_index(upper: str, real: str, base: Snapshot, files: set[str],
-                 copy: bool = False) -> list[str]:
+def _apply_index(upper: str, real: str, base: Snapshot,
+                 files: set[str]) -> tuple[list[str], bool]:
+    """(lines, whether the session's index was refused and is worth keeping)."""
     if "index" not in files:
-        return []
+        return [], False
     from claude_sandbox.launch.overlay import gitindex
 
     target = os.path.join(real, "index")
     if _index_stat(target) != base.index:
         return [f"{target} changed outside during the session; the session's index was not "
-                "applied (git status outside shows its own)"]
+                "applied (git status outside shows its own)"], False
     lines = []
     try:
         before = set(gitindex.read_hidden(target))
-        hidden = [pair for pair in gitindex.read_hidden(os.path.join(upper, "index"))
-                  if pair not in before]
+        data = _checked_index(os.path.join(upper, "index"))
+        hidden = [pair for pair in gitindex.hidden(data) if pair not in before]
     except gitindex.IndexFormat as error:
-        return [f"{target}: the session's index was not applied ({error})"]
+        return [f"{target}: the session's index was not applied ({error})"], True
     for bit in ("skip-worktree", "assume-unchanged"):
         names = [path for path, kind in hidden if kind == bit]
         if names:
@@ -334,8 +347,40 @@ def _apply_index(upper: str, real: str, base: Snapshot, files: set[str],
             lines.append(f"{real}: the session marked {len(names)} file(s) {bit}, so git "
                          f"status and git diff outside do not show their changes: {shown} "
                          f"(undo: git update-index --no-{bit} FILE)")
-    _place(os.path.join(upper, "index"), target, copy)
-    return lines
+    # The bytes checked, not the file: a session still running (review mode) could
+    # replace it meanwhile.
+    gitrefs.write(target, data)
+    return lines, False
+
+
+def _apply_worktree_index(source: str, target: str, gone: bool) -> str | None:
+    """A linked worktree's index, by the main index's rule on its entries; why not, or None."""
+    from claude_sandbox.launch.overlay import gitindex
+
+    if gone:
+        gitrefs.remove(target)
+        return None
+    try:
+        gitrefs.write(target, _checked_index(source))
+    except gitindex.IndexFormat as error:
+        return f"the session's index ({error})"
+    return None
+
+
+def _checked_index(path: str) -> bytes:
+    """The index file at `path`, read once. IndexFormat, naming the entries, when git
+    would not have let one of them in: git reads an index's paths unchecked and would
+    write such an entry where it names (.git/hooks/) at the user's next checkout."""
+    from claude_sandbox.launch.overlay import gitindex
+
+    data = gitindex.read(path) or b""
+    refused = gitindex.refused(data)
+    if refused:
+        named = "; ".join(f"'{gitindex.shown(name)}': {why}" for name, why in refused[:3])
+        more = f"; and {len(refused) - 3} more" if len(refused) > 3 else ""
+        raise gitindex.IndexFormat(f"git would not let in {len(refused)} of its entries: "
+                                   f"{named}{more}")
+    return data
 
 
 _within = paths.under

@@ -1,7 +1,8 @@
-"""Find the git index entries that hide changes from `git status` and `git diff`.
+"""Read the agent's git index: the entries that hide changes, and the paths git refuses.
 
 After a session the launcher reports entries the agent marked skip-worktree or
-assume-unchanged. It reads `.git/index` itself: running git on a repository the
+assume-unchanged, and applies the index only when git itself would have let
+every entry in. It reads `.git/index` itself: running git on a repository the
 agent could have configured would run the agent's hooks, filters and fsmonitor.
 The file may be hostile, so every count and length is checked against the bytes
 actually there before it is used, and anything malformed raises IndexFormat.
@@ -10,6 +11,7 @@ actually there before it is used, and anything malformed raises IndexFormat.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import struct
 
@@ -25,8 +27,10 @@ _EXT_SKIP_WORKTREE = 0x4000
 _EXT_KNOWN = 0x6000
 # ctime, mtime (seconds and nanoseconds), dev, ino, mode, uid, gid, size: 32 bits each.
 _STAT_BYTES = 40
+_MODE_AT = 24  # after ctime, mtime, dev and ino
 _HEADER = struct.Struct(">4sII")
 _U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
 
 
 class IndexFormat(ValueError):
@@ -55,6 +59,17 @@ def hidden(data: bytes, *, hash_size: int = 20) -> tuple[tuple[str, str], ...]:
 
     `hash_size` is 20 for sha1 repositories and 32 for `extensions.objectformat = sha256`.
     """
+    found: list[tuple[str, str]] = []
+    for path, _mode, flags, extended in _entries(data, hash_size):
+        if extended & _EXT_SKIP_WORKTREE:
+            found.append((path, SKIP_WORKTREE))
+        if flags & _ASSUME_VALID:
+            found.append((path, ASSUME_UNCHANGED))
+    return tuple(found)
+
+
+def _entries(data: bytes, hash_size: int) -> list[tuple[str, int, int, int]]:
+    """(path, mode, flags, extended flags) of every entry, in index order."""
     if hash_size not in (20, 32):
         raise ValueError(f"hash_size must be 20 or 32, not {hash_size}")
     # The trailing checksum is not verified (a hostile file can carry a valid one
@@ -72,7 +87,7 @@ def hidden(data: bytes, *, hash_size: int = 20) -> tuple[tuple[str, str], ...]:
     # or a varint and a NUL), so a count the data cannot hold is refused up front.
     if count * (fixed + 2) > end - _HEADER.size:
         raise IndexFormat("entry count larger than the data")
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, int, int, int]] = []
     previous = b""
     pos = _HEADER.size
     for _ in range(count):
@@ -115,13 +130,10 @@ def hidden(data: bytes, *, hash_size: int = 20) -> tuple[tuple[str, str], ...]:
         if not name or (len(name) != length if length < _NAME_MASK else len(name) < length):
             raise IndexFormat("name length does not match the flags")
         previous = name
-        path = name.decode("utf-8", "surrogateescape")
-        if extended & _EXT_SKIP_WORKTREE:
-            found.append((path, SKIP_WORKTREE))
-        if flags & _ASSUME_VALID:
-            found.append((path, ASSUME_UNCHANGED))
+        (mode,) = _U32.unpack_from(data, start + _MODE_AT)
+        found.append((name.decode("utf-8", "surrogateescape"), mode, flags, extended))
     _extensions(data, pos, end)
-    return tuple(found)
+    return found
 
 
 _EXTENSION = struct.Struct(">4sI")
@@ -149,13 +161,22 @@ def read_hidden(
 
     A symlink, FIFO, device or directory there raises IndexFormat without blocking.
     """
+    data = read(path, limit=limit)
+    return () if data is None else hidden(data, hash_size=hash_size)
+
+
+def read(path: str, *, limit: int = 512 << 20) -> bytes | None:
+    """The bytes of the index file at `path`; None when there is none.
+
+    A symlink, FIFO, device or directory there raises IndexFormat without blocking.
+    """
     # O_NONBLOCK: opening a FIFO with no writer must not wait. O_NOFOLLOW: the
     # agent could point the name at any file the launcher can read.
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        return ()  # a repository with nothing ever added has no index
+        return None  # a repository with nothing ever added has no index
     except OSError as error:
         raise IndexFormat(f"cannot open: {error.strerror or error}") from None
     chunks: list[bytes] = []
@@ -177,4 +198,86 @@ def read_hidden(
         raise IndexFormat(f"cannot read: {error.strerror or error}") from None
     finally:
         os.close(fd)
-    return hidden(b"".join(chunks), hash_size=hash_size)
+    return b"".join(chunks)
+
+
+# git checks an entry's path only as the entry is added, never as it reads an index
+# from disk. An entry named .git/hooks/post-checkout that the agent put in its index
+# would reach the real .git at the user's next `git checkout -- .` or `git restore .`,
+# and git would run it. So an index is applied only when git would have let every
+# entry in, by the rules of git's verify_path, with the names that NTFS and HFS+
+# (a workspace on a shared or mounted disk) read as .git.
+_S_IFMT, _S_IFDIR, _S_IFLNK = 0o170000, 0o040000, 0o120000
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+_GITMODULES_SHORT = ("gitmod~1", "gitmod~2", "gitmod~3", "gitmod~4")
+
+
+def _folded(component: str) -> str:
+    """`component` as NTFS or HFS+ would name it, lowercased, near enough to find .git:
+    HFS+ ignores some invisible code points; NTFS ends a name at an alternate stream's
+    ':' and drops trailing dots and spaces."""
+    if not component.isascii():
+        component = _HFS_IGNORED.sub("", component)
+    return component.partition(":")[0].rstrip(". ").lower()
+
+
+def _short_gitmodules(name: str) -> bool:
+    # NTFS's fallback 8.3 name for .gitmodules: up to six characters of "gi7eba",
+    # then "~" and a number, eight characters in all.
+    head, tilde, number = name.partition("~")
+    return (len(name) == 8 and bool(tilde) and len(head) <= 6 and "gi7eba".startswith(head)
+            and number.isascii() and number.isdigit() and number[0] != "0")
+
+
+def path_refusal(path: str, mode: int) -> str | None:
+    """None when git would let an entry named `path` with `mode` into an index, else why not."""
+    kind = mode & _S_IFMT
+    if kind == _S_IFDIR and path.endswith("/"):
+        path = path[:-1]  # a sparse index names a directory with its trailing slash
+    if not path or path.startswith("/"):
+        return "an empty or absolute path"
+    parts = path.split("/")
+    # NTFS separates names at a backslash too.
+    ntfs = path.replace("\\", "/").split("/") if "\\" in path else parts
+    if any(part in ("", ".", "..") for part in parts) or ".." in ntfs:
+        return "an empty, '.' or '..' component: checked out, it lands elsewhere"
+    names = [_folded(part) for part in ntfs]
+    if any(name in (".git", "git~1") for name in names):
+        return ("a .git component (or a name another file system reads as .git): "
+                "checked out, it lands in the git directory, whose hooks git runs")
+    if kind == _S_IFLNK and any(name == ".gitmodules" or name in _GITMODULES_SHORT
+                                or _short_gitmodules(name) for name in names):
+        return ("a .gitmodules that is a symbolic link: git would read submodule URLs "
+                "wherever it points")
+    return None
+
+
+def refused(data: bytes) -> tuple[tuple[str, str], ...]:
+    """(path, why) for every entry git would not have let into the index `data`.
+
+    The file names no hash size: it is read as sha1's and as sha256's and checked
+    under each that reads, so an index that reads one way as sha1 and another as
+    sha256 is checked as git reads it either way. IndexFormat, sha1's reason, when
+    it reads as neither.
+    """
+    found: dict[tuple[str, str], None] = {}
+    failures: list[IndexFormat] = []
+    for hash_size in (20, 32):
+        try:
+            entries = _entries(data, hash_size)
+        except IndexFormat as error:
+            failures.append(error)
+            continue
+        for path, mode, _flags, _extended in entries:
+            why = path_refusal(path, mode)
+            if why is not None:
+                found[(path, why)] = None
+    if len(failures) == 2:
+        raise failures[0]
+    return tuple(found)
+
+
+def shown(path: str) -> str:
+    """`path` safe and unambiguous in a terminal: an invisible code point is the point."""
+    return "".join(c if c.isascii() and c.isprintable()
+                   else c.encode("unicode_escape").decode("ascii") for c in path)

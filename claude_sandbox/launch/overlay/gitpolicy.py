@@ -8,7 +8,7 @@ what git runs, follows or trusts gets a reason of its own, so the user sees why
 
 from __future__ import annotations
 
-from claude_sandbox.launch.overlay.repoconfig import Change, Entry, variable_name
+from claude_sandbox.launch.overlay.repoconfig import Change, Entry, parse, rewrite, variable_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,6 +53,17 @@ _ALLOWED: dict[tuple[str, bool], tuple[str, ...]] = {  # (section, has a subsect
     ("extensions", False): ("objectformat", "worktreeconfig"),
 }
 _BOOLEANS = frozenset({"", "true", "false", "yes", "no", "on", "off"})
+# git fetches from and pushes to a local path (a/b, /a, ./a, ~/a, file://a) by running
+# upload-pack or receive-pack on that repository itself, as the user, with its hooks:
+# a bare repository the agent made in its store, named as a push URL, would run its
+# pre-receive hook at the user's next push. `transport::address` runs a helper. So a
+# URL may only name a network host.
+_URL_KEYS = frozenset({("remote", "url"), ("remote", "pushurl"), ("submodule", "url")})
+_SCHEMES = ("https://", "http://", "ssh://", "git://", "git+ssh://", "ssh+git://")
+_NETWORK = "https://, http://, ssh://, git:// or host:path"
+# branch.*.remote and pushremote name a remote, or are a URL themselves (`.` is the
+# repository itself): a name no remote defines with a url is, to git, a local path.
+_UPSTREAM_KEYS = ("remote", "pushremote")
 
 
 def _name_refusal(section: str, subsection: str | None, key: str) -> str | None:
@@ -77,6 +88,43 @@ def _plain(key: str, value: str | None) -> bool:
     return key != "worktreeconfig" and value.isascii() and value.isdigit() and len(value) < 10
 
 
+def network_url(url: str) -> bool:
+    """Whether git reads `url` as a network host's: one of _SCHEMES, or scp-like
+    `[user@]host:path`, which git tells from a local path by a ':' before any '/'."""
+    scheme = next((s for s in _SCHEMES if url.startswith(s)), None)
+    if scheme is not None:
+        authority = url[len(scheme):].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+        host = authority.rpartition("@")[2]
+        return _host(host if host.startswith("[") else host.partition(":")[0])
+    head, colon, path = url.partition(":")
+    # `name::address` runs git-remote-name; `name://` is a scheme not listed (file://).
+    if not colon or "/" in head or path.startswith((":", "//")):
+        return False
+    return _host(head.rpartition("@")[2])
+
+
+def _host(host: str) -> bool:
+    # ssh would read a host that starts with '-' as an option (-oProxyCommand=...).
+    return bool(host) and not host.startswith("-") and host.isprintable() and not any(
+        c.isspace() for c in host)
+
+
+def _url_refusal(shown: str, value: str | None) -> str | None:
+    url = (value or "").lstrip()
+    if not url:
+        return f"{shown} needs a value"
+    if url.lower().startswith(("ext::", "fd::")):
+        return f"{shown}: ext:: and fd:: URLs run a command or use open descriptors"
+    if url.startswith("-"):
+        return f"{shown} starts with '-', which ssh or git would read as an option"
+    if not url.isprintable():  # a newline once leaked credentials to another host
+        return f"{shown} holds control characters"
+    if not network_url(value or ""):
+        return (f"{shown} must be a network URL ({_NETWORK}): to a local path, file:// or "
+                "a transport:: form git runs that repository's hooks or a helper")
+    return None
+
+
 def refusal(entry: Entry) -> str | None:
     """None when `entry` may go from the agent's config to the real one, else why not."""
     section, key, value = entry.section, entry.key, entry.value
@@ -84,16 +132,14 @@ def refusal(entry: Entry) -> str | None:
     if reason is not None:
         return reason
     shown = variable_name(section, None if entry.subsection is None else "*", key)
-    if key in ("url", "pushurl"):
-        url = (value or "").lstrip()
-        if not url:
+    if (section, key) in _URL_KEYS:
+        return _url_refusal(shown, value)
+    if section == "branch" and key in _UPSTREAM_KEYS:
+        if not value:
             return f"{shown} needs a value"
-        if url.lower().startswith(("ext::", "fd::")):
-            return f"{shown}: ext:: and fd:: URLs run a command or use open descriptors"
-        if url.startswith("-"):
-            return f"{shown} starts with '-', which ssh or git would read as an option"
-        if not url.isprintable():  # a newline once leaked credentials to another host
+        if not value.isprintable():
             return f"{shown} holds control characters"
+        # A name is judged with the whole config, in split().
     elif key == "worktree":
         # The shape only: the caller resolves the path and keeps it in the workspace.
         if not value or value.startswith(("/", "~")) or "\n" in value or "\0" in value:
@@ -103,8 +149,10 @@ def refusal(entry: Entry) -> str | None:
     return None
 
 
-def split(found: Sequence[Change]) -> tuple[tuple[Change, ...], tuple[tuple[Change, str], ...]]:
-    """(the changes that may be applied, the refused ones with why)."""
+def split(found: Sequence[Change], current: str = ""
+          ) -> tuple[tuple[Change, ...], tuple[tuple[Change, str], ...]]:
+    """(the changes that may be applied, the refused ones with why), to be applied to
+    the config text `current` (ConfigSyntax when it does not parse)."""
     applicable: list[Change] = []
     refused: list[tuple[Change, str]] = []
     for change in found:
@@ -117,4 +165,29 @@ def split(found: Sequence[Change]) -> tuple[tuple[Change, ...], tuple[tuple[Chan
             applicable.append(change)
         else:
             refused.append((change, reason))
-    return tuple(applicable), tuple(refused)
+    unbound = _unbound(current, applicable)
+    return tuple(c for c in applicable if c not in unbound), (*refused, *unbound.items())
+
+
+def _remotes(entries: Sequence[Entry]) -> set[str | None]:
+    return {e.subsection for e in entries if (e.section, e.key) == ("remote", "url") and e.value}
+
+
+def _unbound(current: str, applicable: Sequence[Change]) -> dict[Change, str]:
+    """The changes that would leave a branch's remote or pushremote naming no remote,
+    which git would then read as a local path (`evil`: the repository ./evil)."""
+    final = parse(rewrite(current, applicable))
+    named = {e.value for e in final if e.section == "branch" and e.key in _UPSTREAM_KEYS}
+    remotes = _remotes(final)
+    found = {change: "it removes the url of a remote a branch names: git would read the "
+             "name as a local path" for change in applicable
+             if (change.section, change.key) == ("remote", "url")
+             and change.subsection in named and change.subsection not in remotes}
+    if found:  # those urls stay: their remotes stay defined
+        remotes = _remotes(parse(rewrite(current, [c for c in applicable if c not in found])))
+    for change in applicable:
+        if change.section == "branch" and change.key in _UPSTREAM_KEYS and not all(
+                v == "." or v in remotes or network_url(v or "") for v in change.new):
+            found[change] = (f"branch.*.{change.key} names no remote with a url: git would "
+                             "read the name as a local path and run that repository's hooks")
+    return found

@@ -21,13 +21,13 @@ if TYPE_CHECKING:
     from claude_sandbox.launch.overlay.gitapply import Snapshot
 
 
-def write(target: str, text: str) -> None:
+def write(target: str, text: str | bytes) -> None:
     os.makedirs(os.path.dirname(target), exist_ok=True)
     temporary = f"{target}.csbx-{os.getpid()}"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o644)
-    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
-        handle.write(text)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape"))
     os.replace(temporary, target)
 
 
