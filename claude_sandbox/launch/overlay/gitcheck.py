@@ -10,6 +10,12 @@ named, with how to put it back (check 70). The few files whose content steers
 where git looks (HEAD, commondir, gitdir, a linked worktree's files) must be
 regular files that parse; a bad one is quarantined too.
 
+A directory its user cannot list is not one git makes either: a mode of 0311
+on `logs/` hides a link at `logs/HEAD` from a walk, while git outside, which
+needs only to search it, still writes through that link. Such a directory is
+made listable again (named, with its old mode) and walked, so what it hid is
+taken like anything else.
+
 The walk is bounded by the directory's own entries, never by a clock, so it
 always completes: it reads each directory's entries with their types
 (`scandir`, no `stat`) and opens nothing but the few small files it parses.
@@ -67,6 +73,25 @@ class Quarantine:
         self.lines.append(f"moved {path} ({_kind_name(kind)}: {why}) to the quarantine; "
                           f"to put it back: {restore}")
 
+    def open_up(self, path: str) -> bool:
+        """Make a directory no one could list listable by its owner, named with the mode
+        it had; False (and a warning) when it cannot be, and so stays unchecked."""
+        from shlex import quote  # the names are the agent's: a pasted command runs them
+
+        try:
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            os.chmod(path, mode | 0o700)
+        except OSError as error:
+            self.lines.append(f"warning: {path} is a directory that cannot be listed or made "
+                              f"listable ({error.strerror or error}), so what it holds was not "
+                              "checked, and git outside would write through a link in it; list "
+                              "it as its owner and remove what is not a file or a directory")
+            return False
+        self.lines.append(f"made {path} listable (its mode {mode:04o} hid what it holds, and "
+                          "git makes no such directory); to put it back: "
+                          f"chmod {mode:04o} {quote(path)}")
+        return True
+
 
 def _move_file(path: str, target: str) -> None:
     try:
@@ -89,10 +114,35 @@ def _kind_name(kind: int) -> str:
 
 
 def not_plain(gitdir: str) -> Iterator[str]:
-    """Every path under `gitdir` that is neither a regular file nor a directory."""
-    for _, entry in gitrepo.walk(gitdir):
+    """Every path under `gitdir` that is neither a regular file nor a directory, then
+    every directory there (`gitdir` itself too) that could not be listed."""
+    unlisted: list[str] = []
+    for _, entry in gitrepo.walk(gitdir, unlisted=unlisted):
         if not entry.is_dir(follow_symlinks=False) and not entry.is_file(follow_symlinks=False):
             yield entry.path
+    for relative in unlisted:
+        yield os.path.join(gitdir, relative) if relative else gitdir
+
+
+def _take_not_plain(gitdir: str, quarantine: Quarantine) -> None:
+    """Quarantine what not_plain names. A directory it names could not be listed: it is
+    opened up and walked on its own, once, so that what it hid is taken too."""
+    pending, opened = [gitdir], set()
+    while pending:
+        for path in list(not_plain(pending.pop())):
+            if not _is_directory(path):
+                quarantine.take(path, "git makes only regular files and directories")
+            elif path not in opened:
+                opened.add(path)
+                if quarantine.open_up(path):
+                    pending.append(path)
+
+
+def _is_directory(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _bad_pointer(path: str, valid: bool) -> bool:
@@ -101,8 +151,7 @@ def _bad_pointer(path: str, valid: bool) -> bool:
 
 def check(gitdir: str, quarantine: Quarantine) -> None:
     """Quarantine what git does not make in `gitdir`, and its pointers that do not parse."""
-    for path in list(not_plain(gitdir)):
-        quarantine.take(path, "git makes only regular files and directories")
+    _take_not_plain(gitdir, quarantine)
     head = os.path.join(gitdir, "HEAD")
     if _bad_pointer(head, gitrepo.ref_value(gitrepo.read_small(head)) is not None):
         quarantine.take(head, "not a ref or an object id")

@@ -7,6 +7,12 @@ What it needs it reads itself, here: where a workspace's git directory is, the
 values of refs and HEAD, and whether a name is one git itself would make.
 Every open is `O_NOFOLLOW | O_NONBLOCK` and checked to be a regular file
 before a byte is read, so a planted link or FIFO costs nothing.
+
+A git directory the launch does not find has no overlay: the session writes it
+directly, hooks and config included, and git outside then runs them. So a
+`.git` git would follow but this module cannot place (a link, a linked
+worktree's directory outside its repository) refuses the launch instead of
+being passed over.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import os
 import stat
 
+from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
@@ -92,7 +99,8 @@ def gitfile_target(path: str) -> str | None:
 
 def names_gitdir(dotgit: str, gitdir: str) -> bool:
     """Whether the `.git` entry at `dotgit` is still what leads to `gitdir`: that
-    directory itself (not a link), or a regular `.git` file that names it."""
+    directory itself (not a link), or a regular `.git` file that names it or a linked
+    worktree's directory inside it whose `commondir` leads back to it."""
     try:
         mode = os.lstat(dotgit).st_mode
     except OSError:
@@ -100,7 +108,11 @@ def names_gitdir(dotgit: str, gitdir: str) -> bool:
     if stat.S_ISDIR(mode):
         return os.path.realpath(dotgit) == os.path.realpath(gitdir)
     target = gitfile_target(dotgit) if stat.S_ISREG(mode) else None
-    return target is not None and os.path.realpath(target) == os.path.realpath(gitdir)
+    if target is None:
+        return False
+    real, common = os.path.realpath(target), os.path.realpath(gitdir)
+    return real == common or (_in_worktrees(real, common)
+                              and os.path.realpath(common_dir(real)) == common)
 
 
 def common_dir(gitdir: str) -> str:
@@ -124,6 +136,11 @@ def looks_like_gitdir(path: str) -> bool:
             and _is_dir(os.path.join(path, "objects")) and _is_dir(os.path.join(path, "refs")))
 
 
+def _in_worktrees(real: str, common: str) -> bool:
+    """Whether `real` is a directory git makes for a linked worktree: `common`/worktrees/NAME."""
+    return os.path.dirname(real) == os.path.join(common, "worktrees")
+
+
 def find(workspace: str) -> tuple[Repository, ...]:
     """The git directories a launch in `workspace` overlays.
 
@@ -133,10 +150,9 @@ def find(workspace: str) -> tuple[Repository, ...]:
     submodule, a `.bare` layout) leads to the git directory it names, and a
     linked worktree's to the common one, where config, refs and hooks live: the
     overlay covers that. Submodules' git directories live inside it (modules/).
-    A `.git` that is a symbolic link is not followed: the pre-launch check
-    refuses it (gitcheck.py).
+    A `.git` that is a symbolic link (or a FIFO, socket or device) is not
+    followed: the launch is refused (SandboxError, status 77), with what to do.
     """
-    found: list[Repository] = []
     directory = workspace
     try:
         device = os.lstat(workspace).st_dev
@@ -149,42 +165,104 @@ def find(workspace: str) -> tuple[Repository, ...]:
         except OSError:
             info = None
         if info is not None:
-            where = "the workspace's" if directory == workspace else f"{directory}'s"
-            if stat.S_ISDIR(info.st_mode):
-                found.append(Repository(entry, directory, f"{where} .git"))
-            elif stat.S_ISREG(info.st_mode):
-                target = gitfile_target(entry)
-                if target is not None and looks_like_gitdir(target):
-                    common = common_dir(target)
-                    why = (f"the repository {where} .git file names" if common == target
-                           else f"the repository of {where} linked worktree")
-                    if looks_like_gitdir(common):
-                        found.append(Repository(common, directory, why))
-            break
+            return _at_entry(entry, info, directory, workspace)
         parent = os.path.dirname(directory)
         if parent == directory:
-            break
+            return ()
         try:
             if os.lstat(parent).st_dev != device:
-                break
+                return ()
         except OSError:
-            break
+            return ()
         directory = parent
-    return tuple(found)
 
 
-def walk(top: str, start: str = "", *, ordered: bool = False
-         ) -> Iterator[tuple[str, os.DirEntry[str]]]:
+def _at_entry(entry: str, info: os.stat_result, directory: str,
+              workspace: str) -> tuple[Repository, ...]:
+    """The repository the `.git` entry git stops at leads to, if git would use one."""
+    where = "the workspace's" if directory == workspace else f"{directory}'s"
+    if stat.S_ISDIR(info.st_mode):
+        return (Repository(entry, directory, f"{where} .git"),)
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_followed(entry, info)
+    target = gitfile_target(entry)
+    if target is None:
+        return ()  # git refuses a .git file it cannot parse: it writes nothing there
+    if common_dir(target) != target:
+        common = _worktree_common(entry, target)
+        return ((Repository(common, directory, f"the repository of {where} linked worktree"),)
+                if common is not None else ())
+    if looks_like_gitdir(target):  # a commondir in it is gitcheck's to take
+        return (Repository(target, directory, f"the repository {where} .git file names"),)
+    if os.path.lexists(os.path.join(target, "commondir")):
+        raise _worktree_refused(entry, target, "its commondir is not a one-line file")
+    return ()
+
+
+def _worktree_common(entry: str, target: str) -> str | None:
+    """A linked worktree's common git directory, by git's own test, or None.
+
+    git makes the worktree's own directory (HEAD, index, logs) without objects/
+    or refs/: it tests HEAD there and the rest in the common directory. That
+    directory is written as much as the common one, so it must lie inside it,
+    in worktrees/, where the common directory's overlay holds it too."""
+    real = os.path.realpath(target)
+    common = os.path.realpath(common_dir(real))
+    if read_small(os.path.join(real, "HEAD")) is None or not looks_like_gitdir(common):
+        return None  # git would not take it for a repository either
+    if not _in_worktrees(real, common):
+        raise _worktree_refused(entry, target, f"it is not in {common}/worktrees/, where "
+                                "git makes a worktree's directory")
+    return common
+
+
+def _worktree_refused(entry: str, target: str, why: str) -> SandboxError:
+    """git would write a worktree's directory that no overlay of the launch holds."""
+    return SandboxError(
+        f"refusing to launch: {entry} leads to {target}, a linked worktree's git directory, "
+        f"and {why}; the sandbox could not hold its repository, so the session would write "
+        "it directly; make the worktree again with `git worktree add`", EXIT_REFUSED)
+
+
+def _not_followed(entry: str, info: os.stat_result) -> SandboxError:
+    """Why a `.git` that is neither a directory nor a file refuses the launch.
+
+    A link leads git to a directory the session would write directly, with no
+    overlay and no rule, hooks and config included; a `.git` file leads git to
+    the same place, and the launch follows that one to the directory it holds."""
+    from shlex import quote  # the names are the user's: the command is pasted
+
+    if not stat.S_ISLNK(info.st_mode):
+        return SandboxError(f"refusing to launch: {entry} is a FIFO, socket or device, which "
+                            "git never makes and would block on or misread; remove it",
+                            EXIT_REFUSED)
+    target = os.path.realpath(entry)
+    return SandboxError(
+        f"refusing to launch: {entry} is a symbolic link (to {target}); the sandbox cannot "
+        "hold a git directory reached through a link, and the session would write it "
+        "directly, hooks and config that git outside runs included; replace the link with "
+        f"a .git file that git follows the same way: rm {quote(entry)} && "
+        f"printf 'gitdir: %s\\n' {quote(target)} > {quote(entry)}", EXIT_REFUSED)
+
+
+def walk(top: str, start: str = "", *, ordered: bool = False,
+         unlisted: list[str] | None = None) -> Iterator[tuple[str, os.DirEntry[str]]]:
     """(path relative to `top`, entry) for everything under `top`/`start`; `ordered`: in
     name order within each directory. Iterative, bounded by the tree alone: directories
-    are entered, links never followed, unreadable directories skipped."""
+    are entered, links never followed. A directory that cannot be listed is skipped, and
+    its relative path ("" for `top` itself) appended to `unlisted`: what it hides (a link
+    at logs/HEAD behind a mode of 0311) is a check's to name."""
     stack = [start]
     while stack:
         relative = stack.pop()
         try:
             listed = os.scandir(os.path.join(top, relative))
             entries = sorted(listed, key=lambda e: e.name) if ordered else list(listed)
+        except FileNotFoundError:
+            continue  # gone since its entry was read: it hides nothing
         except OSError:
+            if unlisted is not None:
+                unlisted.append(relative)
             continue
         for entry in entries:
             name = f"{relative}/{entry.name}" if relative else entry.name
