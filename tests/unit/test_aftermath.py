@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -51,8 +52,8 @@ def changed(path: Path, since: int) -> None:
 
 def test_the_classes_are_in_report_order() -> None:
     assert [kind for kind, _ in aftermath.CLASSES] == [
-        "special", "link-out", "git", "control", "python-startup", "bytecode", "executable",
-        "dot-config"]
+        "special", "unreadable", "link-out", "git", "control", "python-startup", "bytecode",
+        "executable", "dot-config"]
     assert all(meaning for _, meaning in aftermath.CLASSES)
 
 
@@ -111,10 +112,12 @@ def test_git_directories_files_and_bare_repositories(tmp_path: Path) -> None:
     (bare / "objects").mkdir()
     write(bare / "refs" / "heads" / "main", "0" * 40 + "\n", 0o755)
     write(bare / "hooks" / "pre-receive", "#!/bin/sh\n", 0o755)
-    # Below its top level a .git directory is another module's to check.
+    # A change at any depth names the git directory, not the entry: the entry is
+    # another module's to check.
     write(tmp_path / "old" / ".git" / "objects" / "ab" / "ef", mode=0o755)
     assert scan(tmp_path, since) == [
-        ("git", "cache/mirror.git"), ("git", "module/.git"), ("git", "vendor/lib/.git")]
+        ("git", "cache/mirror.git"), ("git", "module/.git"), ("git", "old/.git"),
+        ("git", "vendor/lib/.git")]
 
 
 def test_a_git_directory_is_reported_when_an_entry_directly_in_it_changed(
@@ -133,6 +136,71 @@ def test_a_bare_root_is_reported_as_itself(tmp_path: Path) -> None:
     (tmp_path / "objects").mkdir()
     (tmp_path / "refs").mkdir()
     assert scan(tmp_path, since) == [("git", ".")]
+
+
+def test_a_git_directory_is_told_by_names_of_any_type_as_git_tells_it(
+        tmp_path: Path) -> None:
+    (tmp_path / "store" / "objects").mkdir(parents=True)
+    (tmp_path / "store" / "refs").mkdir()
+    since = later()
+    # HEAD a link into refs/, objects and refs plain directories: git takes it.
+    plant = tmp_path / "src"
+    (plant / "objects").mkdir(parents=True)
+    (plant / "refs").mkdir()
+    (plant / "HEAD").symlink_to("refs/heads/main")
+    write(plant / "config", "[core]\n\tbare = false\n\tworktree = .\n")
+    # objects and refs links to directories; a HEAD and a commondir.
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    write(linked / "HEAD", "ref: refs/heads/main\n")
+    (linked / "objects").symlink_to("../store/objects")
+    (linked / "refs").symlink_to("../store/refs")
+    write(tmp_path / "common" / "HEAD", "ref: refs/heads/main\n")
+    write(tmp_path / "common" / "commondir", "../store\n")
+    write(tmp_path / "headless" / "objects" / "x")  # no HEAD: git looks further up
+    write(tmp_path / "headless" / "refs" / "y")
+    assert scan(tmp_path, since) == [
+        ("git", "common"), ("git", "linked"), ("git", "src")]
+
+
+def test_the_names_test_against_git_itself(tmp_path: Path) -> None:
+    plant = tmp_path / "src"
+    (plant / "objects").mkdir(parents=True)
+    (plant / "refs").mkdir()
+    (plant / "HEAD").symlink_to("refs/heads/main")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+    told = subprocess.run(["git", "-C", str(plant), "rev-parse", "--git-dir"], env=env,
+                          capture_output=True, text=True, check=False)
+    assert told.returncode == 0 and told.stdout.strip() == "."
+    assert aftermath.git_directory(os.listdir(plant))
+    assert not aftermath.git_directory(["HEAD", "objects"])
+    assert not aftermath.git_directory(["objects", "refs", "commondir"])
+
+
+def test_a_git_directory_is_reported_for_a_change_at_any_depth(tmp_path: Path) -> None:
+    for name in ("hook", "modules", "worktree", "log", "quiet"):
+        git = tmp_path / name / ".git"
+        write(git / "HEAD", "ref: refs/heads/main\n")
+        write(git / "hooks" / "pre-commit", "#!/bin/sh\n", 0o755)
+        write(git / "modules" / "lib" / "config")
+        write(git / "worktrees" / "wt" / "config.worktree")
+        write(git / "logs" / "refs" / "heads" / "main")
+    since = later()
+    # Each rewritten or replaced in place: only the entry's own directory changes.
+    write(tmp_path / "hook" / ".git" / "hooks" / "pre-commit", "#!/bin/sh\nevil\n")
+    write(tmp_path / "modules" / ".git" / "modules" / "lib" / "config", "[core]\n")
+    write(tmp_path / "worktree" / ".git" / "worktrees" / "wt" / "config.worktree", "[core]\n")
+    log = tmp_path / "log" / ".git" / "logs" / "refs" / "heads" / "main"
+    log.unlink()
+    log.symlink_to("/etc/passwd")  # git appends to the reflog through the link
+    for name in ("hook", "modules", "worktree", "log", "quiet"):
+        git = tmp_path / name / ".git"
+        assert all(os.lstat(git / entry).st_ctime_ns < since
+                   for entry in (".", *os.listdir(git)))
+    assert scan(tmp_path, since) == [
+        ("git", "hook/.git"), ("git", "log/.git"), ("git", "modules/.git"),
+        ("git", "worktree/.git")]
 
 
 def test_control_files_at_any_depth_each_directory_once(tmp_path: Path) -> None:
@@ -282,22 +350,59 @@ def test_a_root_that_is_a_link_or_missing_is_skipped(tmp_path: Path) -> None:
                           CONTROL) == (Finding(str(tmp_path / "real" / "run"), "executable"),)
 
 
-def test_an_unreadable_directory_is_skipped(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    since = later()
-    write(tmp_path / "locked" / "run", mode=0o755)
-    write(tmp_path / "open" / "run", mode=0o755)
+def refuse_listing(monkeypatch: pytest.MonkeyPatch, *refused: Path) -> None:
+    """os.scandir refuses `refused` as the kernel refuses a directory without read
+    permission: chmod stops no one when the tests run as root."""
     real_scandir = os.scandir
-    locked = str(tmp_path / "locked")
+    names = {str(path) for path in refused}
 
     def scandir(path: str) -> Iterator[os.DirEntry[str]]:
-        # chmod 0 stops no one when the tests run as root: refuse as the kernel would.
-        if path == locked:
+        if str(path) in names:
             raise PermissionError(13, "Permission denied", path)
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    assert scan(tmp_path, since) == [("executable", "open/run")]
+
+
+def test_a_directory_left_unreadable_is_named_and_an_old_one_skipped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path / "old-locked" / "run", mode=0o755)
+    since = later()
+    # What the agent put in `locked` before it took the read bit away stays usable to
+    # a program outside that knows the names.
+    write(tmp_path / "locked" / "run", mode=0o755)
+    (tmp_path / "locked" / "rc").symlink_to("/etc/passwd")
+    write(tmp_path / "open" / "run", mode=0o755)
+    changed(tmp_path / "locked", since)
+    assert os.lstat(tmp_path / "old-locked").st_ctime_ns < since
+    refuse_listing(monkeypatch, tmp_path / "locked", tmp_path / "old-locked")
+    assert scan(tmp_path, since) == [("unreadable", "locked"), ("executable", "open/run")]
+
+
+def test_an_unreadable_control_directory_or_root_is_named_as_unreadable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    since = later()
+    write(tmp_path / "ws" / ".claude" / "settings.json", "{}")
+    refuse_listing(monkeypatch, tmp_path / "ws" / ".claude")
+    assert scan(tmp_path / "ws", since) == [("unreadable", ".claude")]
+    refuse_listing(monkeypatch, tmp_path / "ws")
+    assert scan(tmp_path / "ws", since) == [("unreadable", ".")]
+
+
+def test_an_unreadable_directory_in_a_git_directory_names_the_git_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Old, all of it: only the listing is refused. git outside still opens
+    # logs/HEAD by name, and what the check after the session cannot list it cannot
+    # clean, so the repository is named.
+    write(tmp_path / "sub" / ".git" / "logs" / "HEAD")
+    write(tmp_path / "bare" / "HEAD", "ref: refs/heads/main\n")
+    (tmp_path / "bare" / "objects").mkdir()
+    write(tmp_path / "bare" / "refs" / "heads" / "main")
+    write(tmp_path / "shut" / ".git" / "HEAD")
+    since = later()
+    refuse_listing(monkeypatch, tmp_path / "sub" / ".git" / "logs",
+                   tmp_path / "bare" / "refs" / "heads", tmp_path / "shut" / ".git")
+    assert scan(tmp_path, since) == [("git", "bare"), ("git", "shut/.git"), ("git", "sub/.git")]
 
 
 def test_report_lines_name_each_class_once_in_order() -> None:
@@ -309,6 +414,13 @@ def test_report_lines_name_each_class_once_in_order() -> None:
         "the session created or changed 3 executable files (a regular file with an execute "
         "bit): bin/run, tools/x, y; review them before running them outside"]
     assert aftermath.report_lines((), "/nowhere/list") == []
+
+
+def test_report_lines_say_what_an_unreadable_directory_asks() -> None:
+    assert aftermath.report_lines((Finding("sub/.cache", "unreadable"),), None) == [
+        "the session created or changed 1 unreadable directory (a directory the session "
+        "left unreadable: what is in it cannot be reviewed): sub/.cache; make it readable "
+        "and review what is in it before a program outside opens anything there"]
 
 
 def test_report_lines_cut_long_classes_and_write_the_full_list(tmp_path: Path) -> None:

@@ -13,7 +13,10 @@ by the tree alone and kept fast instead: iterative, links never followed, and at
 most one lstat per entry (DirEntry.stat(follow_symlinks=False)).
 
 A change is told by the inode's change time, which no process can set back
-(utimensat sets only the access and modification times).
+(utimensat sets only the access and modification times). A directory the walk
+cannot list is named for itself when the session changed it: git and other
+programs outside open names in it with search permission alone, so what the
+agent left there (a link, a hook) works while no review could see it.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
+
+    Listing = list[tuple[os.DirEntry[str], os.stat_result]]
 
 CLASSES: tuple[tuple[str, str], ...] = (
     ("special", "a FIFO, socket or device"),
+    ("unreadable", "a directory the session left unreadable: what is in it cannot be reviewed"),
     ("link-out", "a symbolic link to outside the writable roots"),
     ("git", "a git directory or .git file, with its own config and hooks"),
     ("control", "a file that an agent, editor or tool loads as project settings"),
@@ -42,6 +48,9 @@ _RANK = {kind: rank for rank, (kind, _) in enumerate(CLASSES)}
 _WORDS = {
     "special": ("special file", "special files",
                 "review {it} before a program outside opens {it}: it blocks or talks to the agent"),
+    "unreadable": ("unreadable directory", "unreadable directories",
+                   "make {it} readable and review what is in {it} before a program outside "
+                   "opens anything there"),
     "link-out": ("symbolic link", "symbolic links", "review {it} before a program outside "
                  "follows {it}"),
     "git": ("git repository", "git repositories", "review {it} before running git there outside"),
@@ -83,8 +92,9 @@ def scan(roots: Sequence[str], since_ns: int, control_names: frozenset[str]) -> 
     """Every root walked completely, links never followed; each entry changed since
     `since_ns` given the first class that fits; ordered by class, then path.
 
-    A .git directory or bare repository is named, not entered; a control directory is
-    named once for anything changed in it; unreadable directories are skipped."""
+    A .git directory or bare repository is named, not entered, for anything changed in
+    it at any depth; a control directory is named once for anything changed in it; a
+    directory that cannot be listed is named when the session changed it."""
     walked: list[tuple[str, int]] = []
     for root in roots:
         root = os.path.abspath(root)
@@ -120,11 +130,17 @@ def _walk(root: str, root_ctime: int, since_ns: int, control_names: frozenset[st
         if owner and owner in found:
             continue  # its control directory is named already: nothing more to say
         entries = _listing(directory)
-        if dotgit or _bare(entries):
-            # Not descended (another module checks repositories); named when it, or
-            # what lies directly in it (HEAD, config, hooks/), changed.
-            if ctime >= since_ns or any(info.st_ctime_ns >= since_ns for _, info in entries):
+        if dotgit or (entries is not None and git_directory([e.name for e, _ in entries])):
+            # Not descended for classes (another module checks repositories); named
+            # when anything in it changed, at any depth: git follows a link in logs/,
+            # runs a hook rewritten in place, reads a submodule's config in modules/,
+            # and each changes only its own directory's ctime.
+            if ctime >= since_ns or _git_changed(entries, since_ns):
                 add(owner or directory, "control" if owner and owner != directory else "git")
+            continue
+        if entries is None:
+            if ctime >= since_ns:
+                add(directory, "unreadable")
             continue
         if owner == directory and ctime >= since_ns:
             add(owner, "control")  # reported once, as the directory
@@ -148,9 +164,12 @@ def _walk(root: str, root_ctime: int, since_ns: int, control_names: frozenset[st
                     add(entry.path, kind)
 
 
-def _listing(directory: str) -> list[tuple[os.DirEntry[str], os.stat_result]]:
-    """The entries of `directory` with their lstat; empty when it cannot be read."""
-    listed: list[tuple[os.DirEntry[str], os.stat_result]] = []
+def _listing(directory: str) -> Listing | None:
+    """The entries of `directory` with their lstat; None when it cannot be listed.
+
+    Only a directory gone since its parent was listed counts as empty: one that refuses
+    to be listed (mode 0311, say) still lets git open the names it knows in it."""
+    listed: Listing = []
     try:
         with os.scandir(directory) as entries:
             for entry in entries:
@@ -158,19 +177,45 @@ def _listing(directory: str) -> list[tuple[os.DirEntry[str], os.stat_result]]:
                     listed.append((entry, entry.stat(follow_symlinks=False)))
                 except OSError:
                     pass  # removed while we listed: nothing left to report
+    except (FileNotFoundError, NotADirectoryError):
+        return []
     except OSError:
-        pass  # unreadable: skipped, as a program outside cannot read it either
+        return None
     return listed
 
 
-def _bare(entries: list[tuple[os.DirEntry[str], os.stat_result]]) -> bool:
-    """A bare repository: a regular HEAD, objects/ and refs/ (git's own test, simplified)."""
-    if len(entries) < 3:
+def git_directory(names: Collection[str]) -> bool:
+    """git's test for a git directory (setup.c, is_git_directory), on the names in it
+    alone and so wider than git's: an entry HEAD, and an entry commondir or entries
+    objects and refs, each of any type.
+
+    git takes a HEAD that is a link into refs/, objects and refs that it may search
+    (access X_OK: a link to a directory does), or a commondir naming where they are.
+    Any narrower test (a regular HEAD, real directories) lets a plant that git still
+    takes pass unnamed: this one is meant for every caller that holds the names."""
+    if len(names) < 2:
         return False  # most directories: no set to build
-    modes = {entry.name: info.st_mode for entry, info in entries
-             if entry.name in ("HEAD", "objects", "refs")}
-    return (len(modes) == 3 and stat.S_ISREG(modes["HEAD"]) and stat.S_ISDIR(modes["objects"])
-            and stat.S_ISDIR(modes["refs"]))
+    held = set(names)
+    return "HEAD" in held and ("commondir" in held or ("objects" in held and "refs" in held))
+
+
+def _git_changed(entries: Listing | None, since_ns: int) -> bool:
+    """Anything in a git directory changed since `since_ns`, at any depth, or a directory
+    in it that cannot be listed (what git would find there cannot be told). Each
+    directory's entries are checked before any below them: one the session used stops
+    the walk at its top level."""
+    listed, below = entries, []
+    while True:
+        if listed is None:
+            return True
+        for entry, info in listed:
+            if info.st_ctime_ns >= since_ns:
+                return True
+            if stat.S_ISDIR(info.st_mode):
+                below.append(entry.path)
+        if not below:
+            return False
+        listed = _listing(below.pop())
 
 
 def _classify(path: str, name: str, mode: int, dotted: bool,

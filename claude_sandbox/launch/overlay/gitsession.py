@@ -8,7 +8,7 @@ git upper is applied by rule (gitapply.py), the real directory is checked
 again, and what was not applied is kept in the store and named. Repositories
 the session made or changed that had no overlay (a nested one the agent
 created) are checked the same way, and their hooks and configuration changed
-in the session are quarantined (ADR 0010, check 70).
+in the session are quarantined (gitmade.py; ADR 0010, check 70).
 
 A launcher killed before it applied leaves its session's directory behind. Each
 session's directory holds a lock its launcher keeps for its whole life, so the
@@ -29,7 +29,12 @@ from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.overlay import gitapply, gitcheck, gitrepo
+from claude_sandbox.launch.overlay.gitmade import check_made as check_made
+from claude_sandbox.launch.overlay.gitmade import strip_made as strip_made
 from claude_sandbox.launch.planner.overlays import View
+
+# check_made and strip_made live in gitmade.py; they are named here too, where the
+# session's end and the review's apply import them.
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -270,76 +275,3 @@ def remove_tree(path: str) -> None:
         subprocess.run([paths.tool("rm"), "-rf", "--one-file-system", "--", path],
                        check=False, capture_output=True, stdin=subprocess.DEVNULL,
                        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
-
-
-def check_made(paths: Iterable[str], workspace: str, overlaid: Iterable[str], since_ns: int,
-               quarantine: gitcheck.Quarantine) -> None:
-    """Repositories the session made or changed without an overlay: checked, and their
-    hooks and configuration from the session quarantined (the config is replaced by
-    its allowed keys)."""
-    done = {os.path.realpath(p) for p in overlaid}
-    for path in paths:
-        gitdir = path
-        if os.path.basename(path) == ".git" and os.path.islink(path):
-            quarantine.take(path, "a .git that is a link: git outside would follow it to "
-                            "whatever git directory the session chose")
-            continue
-        if os.path.basename(path) == ".git" and _regular(path):
-            target = gitrepo.gitfile_target(path)
-            if target is None or not _inside(os.path.realpath(target), workspace):
-                quarantine.take(path, "a .git file that names a git directory outside the "
-                                "workspace: git outside would use that directory's config")
-                continue
-            gitdir = target
-        # A worktree's or submodule's git directory inside an overlaid one was applied
-        # with it.
-        resolved = os.path.realpath(gitdir)
-        if any(_inside(resolved, d) for d in done) or not os.path.isdir(gitdir):
-            continue
-        gitcheck.check(gitdir, quarantine)
-        strip_made(gitdir, since_ns, quarantine)
-
-
-def strip_made(gitdir: str, since_ns: int, quarantine: gitcheck.Quarantine) -> None:
-    from claude_sandbox.launch.overlay import gitpolicy, repoconfig
-
-    hooks = os.path.join(gitdir, "hooks")
-    try:
-        entries = list(os.scandir(hooks))
-    except OSError:
-        entries = []
-    for entry in entries:
-        if not entry.name.endswith(".sample") and _since(entry.path, since_ns):
-            quarantine.take(entry.path, "a git hook made in the session: git outside runs it")
-    config = os.path.join(gitdir, "config")
-    if not _since(config, since_ns):
-        return
-    text = gitrepo.read_small(config, 4 << 20) or ""
-    try:
-        allowed, refused = gitpolicy.split(repoconfig.changes((), repoconfig.parse(text)))
-        names = ", ".join(change.name for change, _ in refused)
-    except repoconfig.ConfigSyntax:
-        allowed, names = (), "it does not parse"
-    if names:
-        quarantine.take(config, f"configuration made in the session that git would run or "
-                        f"follow: {names}")
-        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
-            handle.write(repoconfig.rewrite("", allowed))
-
-
-def _since(path: str, since_ns: int) -> bool:
-    try:
-        return os.lstat(path).st_ctime_ns >= since_ns
-    except OSError:
-        return False
-
-
-def _regular(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-_inside = paths.under
