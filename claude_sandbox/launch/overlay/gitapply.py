@@ -342,8 +342,9 @@ def _apply_index(upper: str, real: str, base: Snapshot,
     for bit in ("skip-worktree", "assume-unchanged"):
         names = [path for path, kind in hidden if kind == bit]
         if names:
-            shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10
-                                             else "")
+            # The names are the agent's: escaped, so that none drives the terminal.
+            shown = ", ".join(gitindex.shown(n) for n in names[:10]) + (
+                f" and {len(names) - 10} more" if len(names) > 10 else "")
             lines.append(f"{real}: the session marked {len(names)} file(s) {bit}, so git "
                          f"status and git diff outside do not show their changes: {shown} "
                          f"(undo: git update-index --no-{bit} FILE)")
