@@ -29,6 +29,7 @@ from typing import Any
 
 from claude_sandbox.core import paths
 from claude_sandbox.launch.configure import profiles
+from claude_sandbox.launch.session import state
 from claude_sandbox.tools.verifyfacts import TOOLS_PYTHON, brokered_facts, gather
 from claude_sandbox.tools.verifyplant import forge_root_only_cache, plant, plant_store_canary
 from claude_sandbox.tools.verifyshow import FAILING, Row, render_plain, render_rich, write_junit
@@ -169,6 +170,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
     sys.path.insert(0, directory)
     outside_module = importlib.import_module("outside")  # verification/outside.py
     users_module = importlib.import_module("outside_users")  # probes as another user
+    git_module = importlib.import_module("outside_git")  # check 98
 
     sys.path.remove(directory)
     base_env = dict(os.environ if environ is None else environ)
@@ -203,6 +205,9 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, facts["home"], base_env))
                 results.append(outside_module.check_74_review_plants_run_nothing_outside(
                     SHIM, agent, facts["home"], base_env))
+                results.append(git_module.check_98_git_plants_run_nothing_outside(
+                    SHIM, agent, facts["home"], state.agent_home(facts["store_root"], agent),
+                    base_env))
                 fronted = outside_module.fronted_record(
                     SHIM, agent, facts["home"], base_env, facts["allowed_name"],
                     facts["egress_policy"])

@@ -1,0 +1,128 @@
+"""Check 98, run outside: in a live session the agent plants what the user's own git
+would run (ADR 0010's amendments of 2026-12-06), and git run outside afterwards runs none.
+
+- a repository in a subdirectory, as git's own test reads one (HEAD a link to refs/),
+  whose config sets core.fsmonitor: `git status` there;
+- remote.origin.pushurl naming a repository the agent made in its own home, with a
+  pre-receive hook: `git push`;
+- an index entry at .git/hooks/post-checkout: `git restore .`;
+- a `.git` file repointed at a repository the agent made in its own home, with
+  core.worktree and core.fsmonitor: `git status` (a second workspace, whose git
+  directory is a separate one inside it).
+
+Each plant writes a line to a directory outside the sandbox when it runs; the check
+passes when that directory stays empty. The plants are made by Python inside: no shell
+quoting between here and there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+
+from outside import Result, _git, _launch_in
+
+_PLANTS = r'''
+import hashlib, os, struct, subprocess, sys
+marks, outside_home = sys.argv[1], sys.argv[2]
+
+def git(*argv, stdin=None):
+    return subprocess.run(["git", *argv], input=stdin, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+def hook(path, name):
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\necho ran >> {marks}/{name}\n")
+    os.chmod(path, 0o755)
+
+# A repository in src/: HEAD a link to refs/, objects/ and refs/, a config with fsmonitor.
+os.makedirs("src/objects")
+os.makedirs("src/refs")
+os.symlink("refs/heads/main", "src/HEAD")
+with open("src/config", "w") as f:
+    f.write("[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n"
+            f'\tfsmonitor = "echo ran >> {marks}/bare; false"\n')
+# A push URL to a repository in the agent's home, as the user sees that home outside.
+git("init", "-q", "--bare", os.path.join(os.environ["HOME"], "csbx-verify-push.git"))
+hook(os.path.join(os.environ["HOME"], "csbx-verify-push.git", "hooks", "pre-receive"), "push")
+git("config", "remote.origin.pushurl", os.path.join(outside_home, "csbx-verify-push.git"))
+# An index whose second entry is a hook: git's restore outside would write it and run it.
+blob = git("hash-object", "-w", "--stdin", stdin=f"#!/bin/sh\necho ran >> {marks}/index\n")
+
+def entry(path, oid, mode):
+    e = struct.pack(">10I", 0, 0, 0, 0, 0, 0, mode, os.getuid(), os.getgid(), 0)
+    e += bytes.fromhex(oid) + struct.pack(">H", len(path)) + path
+    return e + b"\0" * (8 - len(e) % 8)
+
+rows = sorted([(b".git/hooks/post-checkout", blob, 0o100755),
+               (b"app.txt", git("rev-parse", "HEAD:app.txt"), 0o100644)])
+body = b"DIRC" + struct.pack(">II", 2, len(rows)) + b"".join(entry(*r) for r in rows)
+with open(".git/index", "wb") as f:
+    f.write(body + hashlib.sha1(body).digest())
+print("made")
+'''
+
+_REPOINT = r'''
+import os, subprocess, sys
+marks, outside_home, workspace = sys.argv[1], sys.argv[2], os.getcwd()
+evil = os.path.join(os.environ["HOME"], "csbx-verify-gitfile.git")
+subprocess.run(["git", "init", "-q", "--bare", evil], check=True)
+with open(os.path.join(evil, "config"), "a") as f:
+    f.write(f'[core]\n\tbare = false\n\tworktree = {workspace}\n'
+            f'\tfsmonitor = "echo ran >> {marks}/gitfile; false"\n')
+with open(".git", "w") as f:
+    f.write(f"gitdir: {os.path.join(outside_home, 'csbx-verify-gitfile.git')}\n")
+print("made")
+'''
+
+
+def _scratch(home: str, separate: bool) -> str:
+    """A repository with one commit and a network remote; `separate`: its git directory
+    is `.csbx-gitdir` inside it, and `.git` a file naming it."""
+    repo = tempfile.mkdtemp(prefix="csbx-verify-git98-", dir="/var/tmp")
+    extra = ["--separate-git-dir", os.path.join(repo, ".csbx-gitdir")] if separate else []
+    _git(["init", "-q", "-b", "main", *extra], repo, home)
+    with open(os.path.join(repo, "app.txt"), "w", encoding="utf-8") as handle:
+        handle.write("app\n")
+    for argv in (["add", "app.txt"], ["commit", "-qm", "app"],
+                 ["remote", "add", "origin", "https://csbx-verify.invalid/r.git"]):
+        _git(argv, repo, home)
+    return repo
+
+
+def check_98_git_plants_run_nothing_outside(shim: str, agent: str, home: str,
+                                            store_home: str,
+                                            environ: Mapping[str, str]) -> Result:
+    """A live session plants a repository in a subdirectory, a local push URL, a hook in
+    the index and a repointed `.git` file; git run outside afterwards runs none of them."""
+    marks = tempfile.mkdtemp(prefix="csbx-verify-marks98-", dir="/var/tmp")
+    repos = [_scratch(home, separate=False), _scratch(home, separate=True)]
+    live = {**environ, "CLAUDE_SANDBOX_WORKSPACE_MODE": "live"}
+    try:
+        for repo, plants in zip(repos, (_PLANTS, _REPOINT), strict=True):
+            with open(os.path.join(repo, ".csbx-plant.py"), "w", encoding="utf-8") as handle:
+                handle.write(plants)
+            made = _launch_in(shim, agent, repo, live,
+                              f"/usr/bin/python3 .csbx-plant.py {marks} {store_home}")
+            if "made" not in made.stdout:
+                return Result("98", "FAIL", f"the session could not plant: {made.stderr[-300:]}")
+        first, second = repos
+        _git(["status"], os.path.join(first, "src"), home)
+        _git(["push", "-q", "origin", "main"], first, home)
+        _git(["restore", "."], first, home)
+        _git(["status"], second, home)
+        ran = sorted(os.listdir(marks))
+        hook = os.path.lexists(os.path.join(first, ".git", "hooks", "post-checkout"))
+    finally:
+        for path in (marks, *repos):
+            shutil.rmtree(path, ignore_errors=True)
+        for name in ("csbx-verify-push.git", "csbx-verify-gitfile.git"):
+            shutil.rmtree(os.path.join(store_home, name), ignore_errors=True)
+    if ran or hook:
+        return Result("98", "FAIL", f"ran outside: {', '.join(ran) or 'nothing'}; the index's "
+                      f"hook written into .git: {hook}")
+    return Result("98", "PASS", "git status, push and restore outside ran none of a "
+                  "subdirectory repository, a local push URL, a hook in the index and a "
+                  "repointed .git file")
