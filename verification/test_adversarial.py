@@ -326,6 +326,58 @@ def test_a48_sni_host_mismatch(request: Req) -> None:
     _blocked(request, f"TLS {outcome}; two Host headers: 403")
 
 
+def _with_extension(hello: bytes, kind: int, body: bytes) -> bytes:
+    """A one-record ClientHello with one more extension at its end, every length fixed."""
+    message = hello[9:]
+    at = 2 + 32
+    at += 1 + message[at]
+    at += 2 + int.from_bytes(message[at:at + 2], "big")
+    at += 1 + message[at]
+    extra = kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
+    total = int.from_bytes(message[at:at + 2], "big") + len(extra)
+    message = message[:at] + total.to_bytes(2, "big") + message[at + 2:] + extra
+    handshake = b"\x01" + len(message).to_bytes(3, "big") + message
+    return hello[:3] + len(handshake).to_bytes(2, "big") + handshake
+
+
+def test_a70_encrypted_client_hello(request: Req) -> None:
+    import ssl
+
+    _name_exposed()
+    allowed = FACTS.get("allowed_name") or "registry.npmjs.org"
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=allowed)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    hello, refused = outgoing.read(), []
+    for kind in (0xFE0D, 0xFFCE):  # encrypted_client_hello, and the draft ESNI
+        with socket.create_connection((FAR, 443), timeout=15) as sock:
+            sock.sendall(_with_extension(hello, kind, secrets.token_bytes(64)))
+            reply = sock.recv(100)
+        # A fatal access_denied alert (21, then level 2, description 49) is the refusal.
+        if not (reply[:1] == b"\x15" and reply[-2:] == b"\x02\x31"):
+            pytest.fail(f"a hello for {allowed} with extension {kind:#06x} got {reply[:16]!r}")
+        refused.append(f"{kind:#06x}")
+    _blocked(request, f"hellos for {allowed} carrying {', '.join(refused)}: access_denied")
+
+
+def test_a71_second_request_for_another_site(request: Req) -> None:
+    _name_exposed()
+    allowed = FACTS.get("allowed_name") or "registry.npmjs.org"
+    pipelined = (f"HEAD / HTTP/1.1\r\nHost: {allowed}\r\n\r\n"
+                 f"HEAD / HTTP/1.1\r\nHost: {unlisted_name()}\r\n\r\n").encode()
+    got = b""
+    with socket.create_connection((FAR, 80), timeout=20) as sock:
+        sock.sendall(pipelined)
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                got += chunk
+    answers = len(re.findall(rb"(?:^|\r\n)HTTP/1\.[01] \d{3}", got))
+    if answers > 1:
+        pytest.fail(f"the second request, for an unlisted site, was answered: {got[:200]!r}")
+    _blocked(request, f"{answers} answer(s): the connection ended at the second request")
+
+
 def test_a49_ipv6_and_mapped_addresses(request: Req) -> None:
     _name_exposed()
     status_code, body = http_request(f"::ffff:{FAR}", 80, unlisted_name(), socket.AF_INET6)
