@@ -81,3 +81,36 @@ def test_learn_ends_with_the_lines_that_would_allow_the_session(
     assert "http://evil.test/ 200 evil host=evil.test" in ran.stdout, ran.stdout + ran.stderr
     assert "allow-domain = evil.test\n" in ran.stderr and "allow-domain = other.test\n" in \
         ran.stderr, ran.stderr
+
+
+PIPELINED = r"""
+import socket, sys
+allowed, other = sys.argv[1], sys.argv[2]
+with socket.create_connection((allowed, 80), timeout=20) as sock:
+    sock.sendall(f"GET /first HTTP/1.1\r\nHost: {allowed}\r\n\r\n".encode())
+    got = sock.recv(65536)  # the first answer, whole: the echo sends it in one write
+    sock.sendall(f"POST /c HTTP/1.1\r\nHost: {other}\r\nContent-Length: 6\r\n\r\nsecret"
+                 .encode())
+    while chunk := sock.recv(65536):
+        got += chunk
+print("answers", got.count(b"HTTP/1.1 200"))
+"""
+
+
+def test_a_second_request_on_a_kept_alive_connection_for_another_site_never_reaches_it(
+        launcher: Launcher, echo_hosts: dict[str, str]) -> None:
+    # The echo server answers every Host it is asked for, on a kept-alive connection,
+    # as a CDN's front end does: only the proxy stands between the second request and it.
+    from tests.netfixtures import ECHO_HOST, ECHO_OTHER
+
+    config = f"allow-domain = {ECHO_HOST}\n"
+    ran = launcher.shell("python3", "-c", PIPELINED, ECHO_HOST, ECHO_OTHER, env=JAILED,
+                         config=config, hosts=echo_hosts["hosts"])
+    assert "answers 1" in ran.stdout, ran.stdout + ran.stderr
+    with open(echo_hosts["log"]) as f:
+        seen = f.read()
+    assert f"Host: {ECHO_HOST}" in seen and ECHO_OTHER not in seen and "secret" not in seen
+    entries: list[dict[str, object]] = _log(launcher, config)["entries"]  # type: ignore[assignment]
+    ended = [e for e in entries if e["name"] == ECHO_HOST]
+    assert ended and "a Host that is not the connection's server name" in str(
+        ended[-1]["rule"]), ended

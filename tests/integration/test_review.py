@@ -30,7 +30,7 @@ SESSION = (
     "printf '#!/bin/sh\\necho hi\\n' > run.sh && chmod 4755 run.sh && "
     "printf '#!/bin/sh\\ntouch /tmp/csbx-review-hook-ran\\n' > .git/hooks/post-checkout && "
     "chmod +x .git/hooks/post-checkout && git config core.fsmonitor /nonexistent/csbx-fsm && "
-    "git remote add origin /tmp/nowhere.git && "
+    "git remote add origin https://csbx-test.invalid/nowhere.git && "
     "git add a.txt b.txt c.txt src run.sh && git commit -qm agent-commit && echo session-done"
 )
 
@@ -102,7 +102,7 @@ def test_review_keeps_the_workspace_until_apply(launcher: Launcher) -> None:
     log = _git(launcher, "log", "--format=%s")
     assert log.stdout.split() == ["agent-commit", "init"]
     assert _git(launcher, "config", "--get", "remote.origin.url").stdout.strip() == \
-        "/tmp/nowhere.git"
+        "https://csbx-test.invalid/nowhere.git"
     assert _git(launcher, "config", "--get", "core.fsmonitor").stdout == ""
     status = _git(launcher, "status", "--porcelain")
     assert status.stdout.split() == ["??", "out"], status.stdout  # the commit matches the tree

@@ -98,11 +98,17 @@ def test_the_daily_git_workflows_work_inside_and_land_outside(
     lib = os.path.join(repo, "lib-src")
     outside(launcher, "init", "-q", "-b", "main", lib)
     outside(launcher, "-C", lib, "commit", "-q", "--allow-empty", "-m", "lib")
+    # origin names a network host, as a forge's remote does; `local`, the bare repository
+    # beside, is pushed to inside but never lands in the config outside: git runs a
+    # local remote's own hooks at a push (ADR 0010's amendment of 2026-12-06).
     script = " && ".join([
         "git config user.email agent@example.com",
-        f"git remote add origin {remote}",
+        "git remote add origin https://csbx-test.invalid/r.git",
+        f"git remote add local {remote}",
         "echo two > two && git add two && git commit -qm two",
-        "git push -q -u origin main",
+        "git push -q local main",
+        "git update-ref refs/remotes/origin/main HEAD",
+        "git branch -q -u origin/main main",
         f"git -c protocol.file.allow=always submodule add -q {lib} sub 2>&1",
         "git commit -qm sub",
         "git worktree add -q -b side wt",
@@ -111,7 +117,11 @@ def test_the_daily_git_workflows_work_inside_and_land_outside(
     result = inside(launcher, script)
     assert result.returncode == 0, result.stderr + result.stdout
     assert outside(launcher, "config", "user.email").stdout.strip() == "agent@example.com"
-    assert outside(launcher, "remote", "get-url", "origin").stdout.strip() == remote
+    assert outside(launcher, "remote", "get-url", "origin").stdout.strip() == \
+        "https://csbx-test.invalid/r.git"
+    assert outside(launcher, "config", "--get", "remote.local.url", check=False).stdout == ""
+    assert "remote.local.url not applied" in result.stderr, result.stderr
+    assert "must be a network URL" in result.stderr, result.stderr
     assert outside(launcher, "rev-parse", "--abbrev-ref", "main@{upstream}").stdout.strip() \
         == "origin/main"
     log = outside(launcher, "log", "--oneline").stdout
