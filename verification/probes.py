@@ -303,6 +303,21 @@ def http_request(address: str, port: int, host: str,
     return (parts[1].decode() if len(parts) > 1 else "-"), body.decode(errors="replace")
 
 
+def hello_with_extension(hello: bytes, kind: int, body: bytes) -> bytes:
+    """A one-record ClientHello with one more extension at its end, every length fixed:
+    a real hello from Python's TLS, carrying what Python itself would not send."""
+    message = hello[9:]
+    at = 2 + 32
+    at += 1 + message[at]
+    at += 2 + int.from_bytes(message[at:at + 2], "big")
+    at += 1 + message[at]
+    extra = kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
+    total = int.from_bytes(message[at:at + 2], "big") + len(extra)
+    message = message[:at] + total.to_bytes(2, "big") + message[at + 2:] + extra
+    handshake = b"\x01" + len(message).to_bytes(3, "big") + message
+    return hello[:3] + len(handshake).to_bytes(2, "big") + handshake
+
+
 def tls_outcome(address: str, port: int, name: str) -> str:
     """What a TLS client with this server name meets: "handshake", or the error."""
     import ssl

@@ -33,6 +33,7 @@ from probes import (
     dns_query,
     errname,
     fresh_procfs,
+    hello_with_extension,
     http_request,
     iproute,
     later_fact,
@@ -326,20 +327,6 @@ def test_a48_sni_host_mismatch(request: Req) -> None:
     _blocked(request, f"TLS {outcome}; two Host headers: 403")
 
 
-def _with_extension(hello: bytes, kind: int, body: bytes) -> bytes:
-    """A one-record ClientHello with one more extension at its end, every length fixed."""
-    message = hello[9:]
-    at = 2 + 32
-    at += 1 + message[at]
-    at += 2 + int.from_bytes(message[at:at + 2], "big")
-    at += 1 + message[at]
-    extra = kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
-    total = int.from_bytes(message[at:at + 2], "big") + len(extra)
-    message = message[:at] + total.to_bytes(2, "big") + message[at + 2:] + extra
-    handshake = b"\x01" + len(message).to_bytes(3, "big") + message
-    return hello[:3] + len(handshake).to_bytes(2, "big") + handshake
-
-
 def test_a70_encrypted_client_hello(request: Req) -> None:
     import ssl
 
@@ -352,7 +339,7 @@ def test_a70_encrypted_client_hello(request: Req) -> None:
     hello, refused = outgoing.read(), []
     for kind in (0xFE0D, 0xFFCE):  # encrypted_client_hello, and the draft ESNI
         with socket.create_connection((FAR, 443), timeout=15) as sock:
-            sock.sendall(_with_extension(hello, kind, secrets.token_bytes(64)))
+            sock.sendall(hello_with_extension(hello, kind, secrets.token_bytes(64)))
             reply = sock.recv(100)
         # A fatal access_denied alert (21, then level 2, description 49) is the refusal.
         if not (reply[:1] == b"\x15" and reply[-2:] == b"\x02\x31"):

@@ -7,12 +7,18 @@ are built by hand as resolvers send them.
 from __future__ import annotations
 
 import ssl
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claude_sandbox.jail import dnsmsg, egresspolicy, httphead, tlshello
+
+# The shipped probes' own hello builder (probe A70 sends what these tests parse).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "verification"))
+from probes import hello_with_extension
 
 
 def hello(name: str | None) -> bytes:
@@ -32,28 +38,15 @@ def test_the_server_name_of_a_real_hello() -> None:
             tlshello.server_name(data[:cut])
 
 
-def with_extension(data: bytes, kind: int, body: bytes) -> bytes:
-    """A real one-record hello with one more extension at the end, every length fixed."""
-    hello_body = data[9:]
-    at = 2 + 32
-    at += 1 + hello_body[at]
-    at += 2 + int.from_bytes(hello_body[at:at + 2], "big")
-    at += 1 + hello_body[at]
-    extra = kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
-    total = int.from_bytes(hello_body[at:at + 2], "big") + len(extra)
-    hello_body = hello_body[:at] + total.to_bytes(2, "big") + hello_body[at + 2:] + extra
-    handshake = b"\x01" + len(hello_body).to_bytes(3, "big") + hello_body
-    return data[:3] + len(handshake).to_bytes(2, "big") + handshake
-
-
 @pytest.mark.parametrize("kind", [0xFE0D, 0xFFCE])
 def test_an_encrypted_hello_is_refused_whatever_its_outer_name(kind: int) -> None:
     # The outer name may be any allowed one on the front end that holds the ECH key;
     # the inner hello, which it routes by, names the agent's own site.
     plain = hello("registry.npmjs.org")
-    assert tlshello.server_name(with_extension(plain, 0x4469, b"\x00")) == "registry.npmjs.org"
+    grease = hello_with_extension(plain, 0x4469, b"\x00")
+    assert tlshello.server_name(grease) == "registry.npmjs.org"
     with pytest.raises(tlshello.Malformed, match="encrypted ClientHello"):
-        tlshello.server_name(with_extension(plain, kind, b"\x00" * 40))
+        tlshello.server_name(hello_with_extension(plain, kind, b"\x00" * 40))
 
 
 def test_a_hello_without_a_name_or_with_an_address() -> None:
