@@ -130,19 +130,12 @@ def _take_not_plain(gitdir: str, quarantine: Quarantine) -> None:
     pending, opened = [gitdir], set()
     while pending:
         for path in list(not_plain(pending.pop())):
-            if not _is_directory(path):
+            if not gitrepo.real_dir(path):
                 quarantine.take(path, "git makes only regular files and directories")
             elif path not in opened:
                 opened.add(path)
                 if quarantine.open_up(path):
                     pending.append(path)
-
-
-def _is_directory(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 def _bad_pointer(path: str, valid: bool) -> bool:

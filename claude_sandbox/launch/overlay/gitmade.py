@@ -64,7 +64,7 @@ def strip_made(gitdir: str, since_ns: int, quarantine: gitcheck.Quarantine) -> N
                                 "outside runs it")
         for config in _config_files(directory):
             # A directory by a config's name is no config git reads, nor one to move.
-            if _since(config, since_ns) and not _real_dir(config):
+            if _since(config, since_ns) and not gitrepo.real_dir(config):
                 _strip_config(config, quarantine)
 
 
@@ -143,7 +143,7 @@ def _files(path: str) -> list[str]:
 
 
 def _entries(path: str) -> list[tuple[str, bool]]:
-    if not _real_dir(path):
+    if not gitrepo.real_dir(path):
         return []
     try:
         with os.scandir(path) as listed:
@@ -155,13 +155,6 @@ def _entries(path: str) -> list[tuple[str, bool]]:
 def _since(path: str, since_ns: int) -> bool:
     try:
         return os.lstat(path).st_ctime_ns >= since_ns
-    except OSError:
-        return False
-
-
-def _real_dir(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
 

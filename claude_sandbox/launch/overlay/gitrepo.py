@@ -123,7 +123,8 @@ def common_dir(gitdir: str) -> str:
     return os.path.normpath(os.path.join(gitdir, text.rstrip("\n")))
 
 
-def _is_dir(path: str) -> bool:
+def real_dir(path: str) -> bool:
+    """A directory itself, not a link to one."""
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
@@ -133,7 +134,7 @@ def _is_dir(path: str) -> bool:
 def looks_like_gitdir(path: str) -> bool:
     """git's own test for a git directory: HEAD, objects/ and refs/ (none a link)."""
     return (read_small(os.path.join(path, "HEAD")) is not None
-            and _is_dir(os.path.join(path, "objects")) and _is_dir(os.path.join(path, "refs")))
+            and real_dir(os.path.join(path, "objects")) and real_dir(os.path.join(path, "refs")))
 
 
 def _in_worktrees(real: str, common: str) -> bool:
