@@ -104,8 +104,9 @@ def network_url(url: str) -> bool:
 
 
 def _host(host: str) -> bool:
-    # ssh would read a host that starts with '-' as an option (-oProxyCommand=...).
-    return bool(host) and not host.startswith("-") and host.isprintable() and not any(
+    # ssh would read a host that starts with '-' as an option (-oProxyCommand=...); one
+    # that starts with '~' reads as a home directory's path wherever a ':' is not seen.
+    return bool(host) and not host.startswith(("-", "~")) and host.isprintable() and not any(
         c.isspace() for c in host)
 
 
