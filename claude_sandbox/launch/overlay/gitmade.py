@@ -38,9 +38,14 @@ def check_made(paths: Iterable[str], workspace: str, overlaid: Iterable[str], si
             continue
         if os.path.basename(path) == ".git" and _regular(path):
             target = gitrepo.gitfile_target(path)
-            if target is None or not _inside(os.path.realpath(target), workspace):
+            if target is None or not _inside(target, workspace):
                 quarantine.take(path, "a .git file that names a git directory outside the "
                                 "workspace: git outside would use that directory's config")
+                continue
+            if not gitrepo.real_dir(target):
+                # Nothing here can check what git would find there: it is not passed over.
+                quarantine.take(path, "a .git file that names no git directory the launch "
+                                "can check")
                 continue
             gitdir = target
         # A worktree's or submodule's git directory inside an overlaid one was applied
@@ -66,6 +71,33 @@ def strip_made(gitdir: str, since_ns: int, quarantine: gitcheck.Quarantine) -> N
             # A directory by a config's name is no config git reads, nor one to move.
             if _since(config, since_ns) and not gitrepo.real_dir(config):
                 _strip_config(config, quarantine)
+        for index in _index_files(directory):
+            if _since(index, since_ns) and not gitrepo.real_dir(index):
+                _check_index(index, quarantine)
+
+
+def _index_files(gitdir: str) -> list[str]:
+    """The index and each linked worktree's: git checks entries out where they name."""
+    worktrees = _subdirs(os.path.join(gitdir, "worktrees"))
+    return [os.path.join(gitdir, "index"), *(os.path.join(w, "index") for w in worktrees)]
+
+
+def _check_index(index: str, quarantine: gitcheck.Quarantine) -> None:
+    """An index git's own path rule would refuse an entry of (one at .git/hooks/...,
+    which `git restore .` outside writes and then runs) is taken, whole."""
+    from claude_sandbox.launch.overlay import gitindex
+
+    try:
+        data = gitindex.read(index)
+        refused = gitindex.refused(data) if data is not None else ()
+    except gitindex.IndexFormat as error:
+        quarantine.take(index, f"an index the launch cannot read ({error}): what git "
+                        "would check out from it cannot be told")
+        return
+    if refused:
+        name, why = refused[0]
+        quarantine.take(index, f"an index with an entry git would not have let in "
+                        f"('{gitindex.shown(name)}': {why}): git outside writes it on restore")
 
 
 def _config_files(gitdir: str) -> list[str]:

@@ -87,14 +87,22 @@ def ref_value(text: str | None) -> str | None:
 
 
 def gitfile_target(path: str) -> str | None:
-    """Where a `.git` file (`gitdir: PATH`) points, made absolute, or None."""
+    """Where a `.git` file (`gitdir: PATH`) leads, resolved as git resolves it, or None.
+
+    git strips every trailing CR and LF, joins a relative PATH to the file's directory,
+    and lets the kernel resolve the result: `..` after a link climbs from the link's
+    target, not from its name. A text-only reading (normpath) would judge another
+    directory than the one git opens."""
     text = read_small(path)
-    if text is None or not text.startswith("gitdir: "):
+    if text is None:
         return None
-    target = text[len("gitdir: "):].rstrip("\n")
-    if not target or "\n" in target or "\0" in target:
+    text = text.rstrip("\r\n")
+    if not text.startswith("gitdir: "):
         return None
-    return os.path.normpath(os.path.join(os.path.dirname(path), target))
+    target = text[len("gitdir: "):]
+    if not target or any(c in target for c in "\r\n\0"):
+        return None
+    return os.path.realpath(os.path.join(os.path.dirname(path), target))
 
 
 def names_gitdir(dotgit: str, gitdir: str) -> bool:
