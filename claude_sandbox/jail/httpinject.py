@@ -169,7 +169,9 @@ class Requests:
             self.state = "chunk-size"
         elif self.state == "chunk-size":
             size = line.split(b";", 1)[0].strip(b" \t")
-            if not size or len(size) > 12 or not set(size) <= _HEX:
+            # Under 2 GiB: a front end that keeps a chunk's size in 32 bits would read
+            # a larger one as another length, and the rest of the chunk as requests.
+            if not size or len(size) > 8 or not set(size) <= _HEX or int(size, 16) >= 1 << 31:
                 raise Malformed("a bad chunk size")
             self.left = int(size, 16)
             self.state = "chunk-data" if self.left else "trailer"

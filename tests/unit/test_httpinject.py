@@ -125,6 +125,15 @@ def test_an_upgrade_the_server_does_not_answer_with_101_stays_framed() -> None:
         stream.answered(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 
 
+def test_a_chunk_size_a_32_bit_front_end_would_read_otherwise_is_refused() -> None:
+    head = b"POST / HTTP/1.1\r\nHost: api.x.com\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for size in (b"80000000", b"100000000", b"000000001"):
+        with pytest.raises(Malformed, match="chunk size"):
+            feed_all(head + size + b"\r\n")
+    out, _ = feed_all(head + b"7fffffff\r\n")
+    assert out.endswith(b"7fffffff\r\n")
+
+
 @pytest.mark.parametrize("data", [
     req(headers=b"Upgrade: h2c\r\n"),  # HTTP/2 would carry requests with their own authority
     req() + req(headers=b"Upgrade: websocket\r\n"),  # not the connection's first request
