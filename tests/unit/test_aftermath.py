@@ -418,9 +418,10 @@ def test_report_lines_name_each_class_once_in_order() -> None:
 
 def test_report_lines_say_what_an_unreadable_directory_asks() -> None:
     assert aftermath.report_lines((Finding("sub/.cache", "unreadable"),), None) == [
-        "the session created or changed 1 unreadable directory (a directory the session "
-        "left unreadable: what is in it cannot be reviewed): sub/.cache; make it readable "
-        "and review what is in it before a program outside opens anything there"]
+        "the session created or changed 1 unreadable directory (a directory that could not "
+        "be listed: what is in it was hidden from review): sub/.cache; review what is in it "
+        "(made readable first where the walk could not) before a program outside opens "
+        "anything there"]
 
 
 def test_report_lines_cut_long_classes_and_write_the_full_list(tmp_path: Path) -> None:

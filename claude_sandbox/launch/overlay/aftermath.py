@@ -14,27 +14,36 @@ most one lstat per entry (DirEntry.stat(follow_symlinks=False)).
 
 A change is told by the inode's change time, which no process can set back
 (utimensat sets only the access and modification times). A directory the walk
-cannot list is named for itself when the session changed it: git and other
-programs outside open names in it with search permission alone, so what the
-agent left there (a link, a hook) works while no review could see it.
+cannot list hides what is below it while git and other programs outside open
+the names they know there with search permission alone: a hook the agent wrote
+into a nested repository under `chmod 0311 vendor/lib` would run at the user's
+next commit there. So such a directory of ours is given its owner's read and
+search bits, named with the mode it had, and walked like any other; one that
+cannot be opened so is named for itself when the session changed it.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from shlex import quote
 
 from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
+    from typing import Protocol
 
     Listing = list[tuple[os.DirEntry[str], os.stat_result]]
 
+    class Adder(Protocol):
+        def __call__(self, path: str, kind: str, note: str = "") -> None: ...
+
 CLASSES: tuple[tuple[str, str], ...] = (
     ("special", "a FIFO, socket or device"),
-    ("unreadable", "a directory the session left unreadable: what is in it cannot be reviewed"),
+    ("unreadable", "a directory that could not be listed: what is in it was hidden from "
+                   "review"),
     ("link-out", "a symbolic link to outside the writable roots"),
     ("git", "a git directory or .git file, with its own config and hooks"),
     ("control", "a file that an agent, editor or tool loads as project settings"),
@@ -49,8 +58,8 @@ _WORDS = {
     "special": ("special file", "special files",
                 "review {it} before a program outside opens {it}: it blocks or talks to the agent"),
     "unreadable": ("unreadable directory", "unreadable directories",
-                   "make {it} readable and review what is in {it} before a program outside "
-                   "opens anything there"),
+                   "review what is in {it} (made readable first where the walk could not) "
+                   "before a program outside opens anything there"),
     "link-out": ("symbolic link", "symbolic links", "review {it} before a program outside "
                  "follows {it}"),
     "git": ("git repository", "git repositories", "review {it} before running git there outside"),
@@ -82,10 +91,12 @@ _EXEC_BITS = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 class Finding:
     """One entry the session created or changed. `path` is relative to the root when
     scan() was given one root (report_lines has no roots to relativize against), else
-    absolute."""
+    absolute. `note`: what the walk did about it, where it did anything (an unreadable
+    directory's mode changed, or left as it was and so not checked below)."""
 
     path: str
     kind: str
+    note: str = ""
 
 
 def scan(roots: Sequence[str], since_ns: int, control_names: frozenset[str]) -> tuple[Finding, ...]:
@@ -94,7 +105,8 @@ def scan(roots: Sequence[str], since_ns: int, control_names: frozenset[str]) -> 
 
     A .git directory or bare repository is named, not entered, for anything changed in
     it at any depth; a control directory is named once for anything changed in it; a
-    directory that cannot be listed is named when the session changed it."""
+    directory of ours that cannot be listed is made listable, named with its old mode, and
+    walked; one that still cannot be is named when the session changed it."""
     walked: list[tuple[str, int]] = []
     for root in roots:
         root = os.path.abspath(root)
@@ -109,19 +121,24 @@ def scan(roots: Sequence[str], since_ns: int, control_names: frozenset[str]) -> 
     lexical = tuple(r.rstrip("/") + "/" for r, _ in walked)
     real = tuple(os.path.realpath(r).rstrip("/") + "/" for r, _ in walked)
     found: dict[str, int] = {}  # absolute path -> rank; a path reached twice keeps its first
+    notes: dict[str, str] = {}
+
+    def add(path: str, kind: str, note: str = "") -> None:
+        found[path] = min(found.get(path, len(CLASSES)), _RANK[kind])
+        if note:
+            notes[path] = note
+
     for root, ctime in walked:
-        _walk(root, ctime, since_ns, control_names, (lexical, real), found)
+        _walk(root, ctime, since_ns, control_names, (lexical, real), add, found)
     cut = len(walked[0][0].rstrip("/")) + 1 if len(roots) == 1 and walked else 0
     ranked = sorted((rank, path) for path, rank in found.items())
-    return tuple(Finding((path[cut:] or ".") if cut else path, CLASSES[rank][0])
-                 for rank, path in ranked)
+    return tuple(Finding((path[cut:] or ".") if cut else path, CLASSES[rank][0],
+                         notes.get(path, "")) for rank, path in ranked)
 
 
 def _walk(root: str, root_ctime: int, since_ns: int, control_names: frozenset[str],
-          inside: tuple[tuple[str, ...], tuple[str, ...]], found: dict[str, int]) -> None:
-    def add(path: str, kind: str) -> None:
-        found[path] = min(found.get(path, len(CLASSES)), _RANK[kind])
-
+          inside: tuple[tuple[str, ...], tuple[str, ...]], add: Adder,
+          found: Collection[str]) -> None:
     # (directory, its ctime, the control directory it lies in, below a dot directory,
     # named .git). Iterative: a deep tree must not exhaust the interpreter's stack.
     stack = [(root, root_ctime, "", False, False)]
@@ -129,18 +146,21 @@ def _walk(root: str, root_ctime: int, since_ns: int, control_names: frozenset[st
         directory, ctime, owner, dotted, dotgit = stack.pop()
         if owner and owner in found:
             continue  # its control directory is named already: nothing more to say
-        entries = _listing(directory)
-        if dotgit or (entries is not None and git_directory([e.name for e, _ in entries])):
+        entries, note, named = _listed(directory, ctime >= since_ns)
+        git = dotgit or (entries is not None and git_directory([e.name for e, _ in entries]))
+        if named and (owner or not git):  # a git directory's own finding carries the note
+            add(directory, "unreadable", note)
+        if git:
             # Not descended for classes (another module checks repositories); named
             # when anything in it changed, at any depth: git follows a link in logs/,
             # runs a hook rewritten in place, reads a submodule's config in modules/,
-            # and each changes only its own directory's ctime.
-            if ctime >= since_ns or _git_changed(entries, since_ns):
-                add(owner or directory, "control" if owner and owner != directory else "git")
+            # and each changes only its own directory's ctime. One that could not be
+            # listed is named too: what it held could not be told.
+            if note or ctime >= since_ns or _git_changed(entries, since_ns, add):
+                add(owner or directory, "control" if owner and owner != directory else "git",
+                    "" if owner else note)
             continue
         if entries is None:
-            if ctime >= since_ns:
-                add(directory, "unreadable")
             continue
         if owner == directory and ctime >= since_ns:
             add(owner, "control")  # reported once, as the directory
@@ -168,20 +188,62 @@ def _listing(directory: str) -> Listing | None:
     """The entries of `directory` with their lstat; None when it cannot be listed.
 
     Only a directory gone since its parent was listed counts as empty: one that refuses
-    to be listed (mode 0311, say) still lets git open the names it knows in it."""
+    to be listed (mode 0311, say) still lets git open the names it knows in it. One
+    whose entries cannot be looked at (mode 0600) cannot be listed either: its names
+    alone tell nothing, and `chmod u+x` outside makes what is there usable."""
     listed: Listing = []
     try:
         with os.scandir(directory) as entries:
             for entry in entries:
                 try:
                     listed.append((entry, entry.stat(follow_symlinks=False)))
-                except OSError:
+                except FileNotFoundError:
                     pass  # removed while we listed: nothing left to report
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError:
         return None
     return listed
+
+
+def _listed(directory: str, changed: bool) -> tuple[Listing | None, str, bool]:
+    """(the entries of `directory`, a note for the report, whether to name it as
+    unreadable). A directory of ours that cannot be listed is opened up and listed again:
+    an agent that takes the read bit away must not hide a repository below it from the
+    checks. It is named whenever its mode was changed, so the user can put it back."""
+    entries = _listing(directory)
+    if entries is not None:
+        return entries, "", False
+    modes = _open_up(directory)
+    entries = _listing(directory) if modes else None
+    return entries, _unlisted_note(directory, modes, entries is not None), bool(modes) or changed
+
+
+def _open_up(directory: str) -> tuple[int, int] | None:
+    """(old mode, new mode) once `directory`, ours, has its owner's read and search bits;
+    None when it is not a directory of ours, already has them, or cannot be changed."""
+    try:
+        # The path as reached, not followed: a link swapped in must not have its
+        # target's mode changed.
+        info = os.lstat(directory)
+        mode = stat.S_IMODE(info.st_mode)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or (
+                mode & 0o500 == 0o500):
+            return None
+        os.chmod(directory, mode | 0o500)
+    except OSError:
+        return None
+    return mode, mode | 0o500
+
+
+def _unlisted_note(directory: str, modes: tuple[int, int] | None, listed: bool) -> str:
+    if modes is None:
+        return "it could not be listed or made listable: nothing below it could be checked"
+    old, new = modes
+    done = ("so that what it holds was checked" if listed else
+            "and still it could not be listed: nothing below it could be checked")
+    return (f"its mode {old:04o} was made {new:04o} {done}; to put it back: "
+            f"chmod {old:04o} {quote(directory)}")
 
 
 def git_directory(names: Collection[str]) -> bool:
@@ -199,11 +261,13 @@ def git_directory(names: Collection[str]) -> bool:
     return "HEAD" in held and ("commondir" in held or ("objects" in held and "refs" in held))
 
 
-def _git_changed(entries: Listing | None, since_ns: int) -> bool:
+def _git_changed(entries: Listing | None, since_ns: int, add: Adder) -> bool:
     """Anything in a git directory changed since `since_ns`, at any depth, or a directory
     in it that cannot be listed (what git would find there cannot be told). Each
     directory's entries are checked before any below them: one the session used stops
-    the walk at its top level."""
+    the walk at its top level. A directory of ours in it that cannot be listed is opened
+    up as in the workspace, and named with its old mode; the git directory is then named
+    too, so that the check after the session judges what it hid."""
     listed, below = entries, []
     while True:
         if listed is None:
@@ -215,7 +279,11 @@ def _git_changed(entries: Listing | None, since_ns: int) -> bool:
                 below.append(entry.path)
         if not below:
             return False
-        listed = _listing(below.pop())
+        directory = below.pop()
+        listed, note, named = _listed(directory, False)
+        if named:
+            add(directory, "unreadable", note)
+            return True
 
 
 def _classify(path: str, name: str, mode: int, dotted: bool,
@@ -265,11 +333,11 @@ def _points_out(path: str, inside: tuple[tuple[str, ...], tuple[str, ...]]) -> b
 
 def report_lines(findings: Sequence[Finding], full_list: str | None,
                  limit: int = 10) -> list[str]:
-    """One line per class with findings; the complete list written to `full_list` when a
-    line had to be cut."""
+    """One line per class with findings, each path with its note; the complete list written
+    to `full_list` when a line had to be cut."""
     by_kind: dict[str, list[str]] = {}
     for finding in findings:
-        by_kind.setdefault(finding.kind, []).append(_shown(finding.path))
+        by_kind.setdefault(finding.kind, []).append(_named(finding))
     cut = any(len(paths) > limit for paths in by_kind.values())
     written = bool(full_list) and cut and _write_full_list(full_list or "", findings)
     lines = []
@@ -290,14 +358,19 @@ def report_lines(findings: Sequence[Finding], full_list: str | None,
     return lines
 
 
+def _named(finding: Finding) -> str:
+    return _shown(finding.path) + (f" ({_shown(finding.note)})" if finding.note else "")
+
+
 def _shown(path: str) -> str:
     """The path, with control characters escaped: a name must not drive the terminal."""
     return path if path.isprintable() else path.encode("unicode_escape").decode("ascii")
 
 
 def _write_full_list(full_list: str, findings: Sequence[Finding]) -> bool:
-    """Write `kind<TAB>path` lines, 0600, never through a link: a fresh `.part` file
-    (O_EXCL, O_NOFOLLOW) renamed over the name, which replaces a link rather than follow it."""
+    """Write `kind<TAB>path[<TAB>note]` lines, 0600, never through a link: a fresh `.part`
+    file (O_EXCL, O_NOFOLLOW) renamed over the name, which replaces a link rather than
+    follow it."""
     part = full_list + ".part"
     try:
         try:
@@ -308,7 +381,9 @@ def _write_full_list(full_list: str, findings: Sequence[Finding]) -> bool:
                      0o600)
         with open(fd, "w", encoding="utf-8") as out:
             os.fchmod(fd, 0o600)  # whatever the umask
-            out.writelines(f"{f.kind}\t{_shown(f.path)}\n" for f in findings)
+            for f in findings:
+                note = f"\t{_shown(f.note)}" if f.note else ""
+                out.write(f"{f.kind}\t{_shown(f.path)}{note}\n")
         os.replace(part, full_list)
     except OSError:
         return False  # the lines then name no file

@@ -64,6 +64,12 @@ _NETWORK = "https://, http://, ssh://, git:// or host:path"
 # branch.*.remote and pushremote name a remote, or are a URL themselves (`.` is the
 # repository itself): a name no remote defines with a url is, to git, a local path.
 _UPSTREAM_KEYS = ("remote", "pushremote")
+# The user types a remote's name too (`git push origin HEAD:x`), whether or not a branch
+# names it: once its url is gone, git reads `origin` as ./origin, which the agent may
+# have made a repository with a pre-receive hook. So a url or pushurl the repository had
+# at launch may change to another network URL, never go.
+_REMOVED = ("it removes a remote's {key} the repository had at launch: git would then read "
+            "the remote's name as a local path and run that repository's hooks")
 
 
 def _name_refusal(section: str, subsection: str | None, key: str) -> str | None:
@@ -162,6 +168,7 @@ def split(found: Sequence[Change], current: str = ""
                    for value in change.new] or [
                        _name_refusal(change.section, change.subsection, change.key)]
         reason = next((reason for reason in reasons if reason is not None), None)
+        reason = _removal_refusal(change) or reason
         if reason is None:
             applicable.append(change)
         else:
@@ -170,22 +177,26 @@ def split(found: Sequence[Change], current: str = ""
     return tuple(c for c in applicable if c not in unbound), (*refused, *unbound.items())
 
 
+def _removal_refusal(change: Change) -> str | None:
+    """Why a change that removes or empties a remote's url or pushurl set at launch (in
+    `change.old`) may not be applied; None for any other change."""
+    if change.section != "remote" or change.key not in ("url", "pushurl"):
+        return None
+    if any(change.old) and not any(change.new):
+        return _REMOVED.format(key=change.key)
+    return None
+
+
 def _remotes(entries: Sequence[Entry]) -> set[str | None]:
     return {e.subsection for e in entries if (e.section, e.key) == ("remote", "url") and e.value}
 
 
 def _unbound(current: str, applicable: Sequence[Change]) -> dict[Change, str]:
     """The changes that would leave a branch's remote or pushremote naming no remote,
-    which git would then read as a local path (`evil`: the repository ./evil)."""
-    final = parse(rewrite(current, applicable))
-    named = {e.value for e in final if e.section == "branch" and e.key in _UPSTREAM_KEYS}
-    remotes = _remotes(final)
-    found = {change: "it removes the url of a remote a branch names: git would read the "
-             "name as a local path" for change in applicable
-             if (change.section, change.key) == ("remote", "url")
-             and change.subsection in named and change.subsection not in remotes}
-    if found:  # those urls stay: their remotes stay defined
-        remotes = _remotes(parse(rewrite(current, [c for c in applicable if c not in found])))
+    which git would then read as a local path (`evil`: the repository ./evil). A url
+    set at launch cannot go (_removal_refusal): only the upstreams are judged here."""
+    remotes = _remotes(parse(rewrite(current, applicable)))
+    found: dict[Change, str] = {}
     for change in applicable:
         if change.section == "branch" and change.key in _UPSTREAM_KEYS and not all(
                 v == "." or v in remotes or network_url(v or "") for v in change.new):
