@@ -307,11 +307,20 @@ def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
     def absolute(path: str) -> str:
         return path if os.path.isabs(path) else os.path.normpath(os.path.join(roots[0], path))
 
-    findings = [f for f in aftermath.scan(roots, since_ns, names)
-                if absolute(f.path) not in overlaid]
-    gitsession.check_made([absolute(f.path) for f in findings if f.kind == "git"],
-                          layout.workspace,
-                          [repo.gitdir for repo in layout.repositories], since_ns, quarantine)
+    findings: list[aftermath.Finding] = []
+    try:
+        findings = [f for f in aftermath.scan(roots, since_ns, names)
+                    if absolute(f.path) not in overlaid]
+        gitsession.check_made([absolute(f.path) for f in findings if f.kind == "git"],
+                              layout.workspace,
+                              [repo.gitdir for repo in layout.repositories], since_ns,
+                              quarantine)
+    except (OSError, UnicodeError, ValueError) as error:
+        # What the agent left can race or trip the walk; what was found is still said,
+        # and the user is told the check is not whole.
+        quarantine.lines.append(f"warning: the check of what the session left did not finish "
+                                f"({error}): review {layout.workspace} before running git or "
+                                "tools there outside")
     _say(quarantine)
     report = os.path.join(the_plan.workspace_store, "last-session.txt")
     for line in aftermath.report_lines(findings, report):

@@ -29,6 +29,7 @@ import stat
 from shlex import quote
 
 from claude_sandbox.core.record import record
+from claude_sandbox.launch.overlay import gitrepo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def scan(roots: Sequence[str], since_ns: int, control_names: frozenset[str]) -> 
             notes[path] = note
 
     for root, ctime in walked:
-        _walk(root, ctime, since_ns, control_names, (lexical, real), add, found)
+        _walk(root, ctime, since_ns, control_names, (lexical, real), add)
     cut = len(walked[0][0].rstrip("/")) + 1 if len(roots) == 1 and walked else 0
     ranked = sorted((rank, path) for path, rank in found.items())
     return tuple(Finding((path[cut:] or ".") if cut else path, CLASSES[rank][0],
@@ -137,15 +138,12 @@ def scan(roots: Sequence[str], since_ns: int, control_names: frozenset[str]) -> 
 
 
 def _walk(root: str, root_ctime: int, since_ns: int, control_names: frozenset[str],
-          inside: tuple[tuple[str, ...], tuple[str, ...]], add: Adder,
-          found: Collection[str]) -> None:
+          inside: tuple[tuple[str, ...], tuple[str, ...]], add: Adder) -> None:
     # (directory, its ctime, the control directory it lies in, below a dot directory,
     # named .git). Iterative: a deep tree must not exhaust the interpreter's stack.
     stack = [(root, root_ctime, "", False, False)]
     while stack:
         directory, ctime, owner, dotted, dotgit = stack.pop()
-        if owner and owner in found:
-            continue  # its control directory is named already: nothing more to say
         entries, note, named = _listed(directory, ctime >= since_ns)
         git = dotgit or (entries is not None and git_directory([e.name for e, _ in entries]))
         if named and (owner or not git):  # a git directory's own finding carries the note
@@ -157,20 +155,22 @@ def _walk(root: str, root_ctime: int, since_ns: int, control_names: frozenset[st
             # and each changes only its own directory's ctime. One that could not be
             # listed is named too: what it held could not be told.
             if note or ctime >= since_ns or _git_changed(entries, since_ns, add):
-                add(owner or directory, "control" if owner and owner != directory else "git",
-                    "" if owner else note)
+                # One inside a control directory is a repository all the same: only a
+                # "git" finding reaches check_made, and git outside runs its hooks.
+                add(directory, "git", note)
+                if owner and owner != directory:
+                    add(owner, "control")
             continue
         if entries is None:
             continue
         if owner == directory and ctime >= since_ns:
             add(owner, "control")  # reported once, as the directory
-            continue
         for entry, info in entries:
             name, mode, changed = entry.name, info.st_mode, info.st_ctime_ns >= since_ns
             if owner:
+                # Named once, as the directory; walked on only for repositories below.
                 if changed:
                     add(owner, "control")
-                    break
                 if stat.S_ISDIR(mode):
                     stack.append((entry.path, info.st_ctime_ns, owner, dotted, name == ".git"))
                 continue
@@ -222,18 +222,8 @@ def _listed(directory: str, changed: bool) -> tuple[Listing | None, str, bool]:
 def _open_up(directory: str) -> tuple[int, int] | None:
     """(old mode, new mode) once `directory`, ours, has its owner's read and search bits;
     None when it is not a directory of ours, already has them, or cannot be changed."""
-    try:
-        # The path as reached, not followed: a link swapped in must not have its
-        # target's mode changed.
-        info = os.lstat(directory)
-        mode = stat.S_IMODE(info.st_mode)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or (
-                mode & 0o500 == 0o500):
-            return None
-        os.chmod(directory, mode | 0o500)
-    except OSError:
-        return None
-    return mode, mode | 0o500
+    mode = gitrepo.add_mode(directory, 0o500, own_only=True)
+    return None if mode is None else (mode, mode | 0o500)
 
 
 def _unlisted_note(directory: str, modes: tuple[int, int] | None, listed: bool) -> str:

@@ -65,7 +65,8 @@ class Quarantine:
             _move_file(path, target)
             restore = f"mv {quote(target)} {quote(path)}"
         else:  # a FIFO, socket or device holds no data: its kind is all there is
-            with open(target + ".what", "w", encoding="utf-8") as note:
+            # The name is the agent's bytes: kept as they are, never an encoding error.
+            with open(target + ".what", "w", encoding="utf-8", errors="surrogateescape") as note:
                 note.write(f"{_kind_name(kind)} at {path}\n")
             restore = f"(it held no data: recreate it by hand if you made it: {path})"
         if kind != stat.S_IFREG:
@@ -78,14 +79,12 @@ class Quarantine:
         it had; False (and a warning) when it cannot be, and so stays unchecked."""
         from shlex import quote  # the names are the agent's: a pasted command runs them
 
-        try:
-            mode = stat.S_IMODE(os.lstat(path).st_mode)
-            os.chmod(path, mode | 0o700)
-        except OSError as error:
+        mode = gitrepo.add_mode(path, 0o700)
+        if mode is None:
             self.lines.append(f"warning: {path} is a directory that cannot be listed or made "
-                              f"listable ({error.strerror or error}), so what it holds was not "
-                              "checked, and git outside would write through a link in it; list "
-                              "it as its owner and remove what is not a file or a directory")
+                              "listable, so what it holds was not checked, and git outside "
+                              "would write through a link in it; list it as its owner and "
+                              "remove what is not a file or a directory")
             return False
         self.lines.append(f"made {path} listable (its mode {mode:04o} hid what it holds, and "
                           "git makes no such directory); to put it back: "

@@ -31,30 +31,44 @@ def check_made(paths: Iterable[str], workspace: str, overlaid: Iterable[str], si
     its allowed keys)."""
     done = {os.path.realpath(p) for p in overlaid}
     for path in paths:
-        gitdir = path
-        if os.path.basename(path) == ".git" and os.path.islink(path):
-            quarantine.take(path, "a .git that is a link: git outside would follow it to "
-                            "whatever git directory the session chose")
-            continue
-        if os.path.basename(path) == ".git" and _regular(path):
-            target = gitrepo.gitfile_target(path)
-            if target is None or not _inside(target, workspace):
-                quarantine.take(path, "a .git file that names a git directory outside the "
-                                "workspace: git outside would use that directory's config")
-                continue
-            if not gitrepo.real_dir(target):
-                # Nothing here can check what git would find there: it is not passed over.
-                quarantine.take(path, "a .git file that names no git directory the launch "
-                                "can check")
-                continue
-            gitdir = target
-        # A worktree's or submodule's git directory inside an overlaid one was applied
-        # with it.
-        resolved = os.path.realpath(gitdir)
-        if any(_inside(resolved, d) for d in done) or not os.path.isdir(gitdir):
-            continue
-        gitcheck.check(gitdir, quarantine)
-        strip_made(gitdir, since_ns, quarantine)
+        try:
+            _check_one(path, workspace, done, since_ns, quarantine)
+        except (OSError, UnicodeError, ValueError) as error:
+            # The agent chooses what is there (a read-only hooks directory, a name no
+            # encoding takes, a path too long for the quarantine): one repository it
+            # made uncheckable is named loudly, and the others are still checked.
+            quarantine.lines.append(f"warning: {path} could not be checked ({error}); git "
+                                    "outside may run what the session left there: review it "
+                                    "before running git in it")
+
+
+def _check_one(path: str, workspace: str, done: set[str], since_ns: int,
+               quarantine: gitcheck.Quarantine) -> None:
+    """One repository, or the `.git` entry that leads to it."""
+    gitdir = path
+    if os.path.basename(path) == ".git" and os.path.islink(path):
+        quarantine.take(path, "a .git that is a link: git outside would follow it to "
+                        "whatever git directory the session chose")
+        return
+    if os.path.basename(path) == ".git" and _regular(path):
+        target = gitrepo.gitfile_target(path)
+        if target is None or not _inside(target, workspace):
+            quarantine.take(path, "a .git file that names a git directory outside the "
+                            "workspace: git outside would use that directory's config")
+            return
+        if not gitrepo.real_dir(target):
+            # Nothing here can check what git would find there: it is not passed over.
+            quarantine.take(path, "a .git file that names no git directory the launch "
+                            "can check")
+            return
+        gitdir = target
+    # A worktree's or submodule's git directory inside an overlaid one was applied
+    # with it.
+    resolved = os.path.realpath(gitdir)
+    if any(_inside(resolved, d) for d in done) or not os.path.isdir(gitdir):
+        return
+    gitcheck.check(gitdir, quarantine)
+    strip_made(gitdir, since_ns, quarantine)
 
 
 def strip_made(gitdir: str, since_ns: int, quarantine: gitcheck.Quarantine) -> None:

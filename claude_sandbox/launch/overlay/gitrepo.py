@@ -131,6 +131,32 @@ def common_dir(gitdir: str) -> str:
     return os.path.normpath(os.path.join(gitdir, text.rstrip("\n")))
 
 
+def add_mode(path: str, bits: int, *, own_only: bool = False) -> int | None:
+    """The mode `path` had, once `bits` are added to it; None when it is not a directory
+    (a link is not one), is another user's (`own_only`), has them already, or cannot
+    be changed.
+
+    The directory is opened without following a link and changed through that
+    descriptor: a link swapped in between a look and a chmod by path would have its
+    target's mode changed instead (a key made world-readable)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        mode = stat.S_IMODE(info.st_mode)
+        if (own_only and info.st_uid != os.geteuid()) or mode & bits == bits:
+            return None
+        # An O_PATH descriptor takes no fchmod; its /proc link reaches the same inode.
+        os.chmod(f"/proc/self/fd/{fd}", mode | bits)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return mode
+
+
 def real_dir(path: str) -> bool:
     """A directory itself, not a link to one."""
     try:
