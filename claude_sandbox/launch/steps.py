@@ -316,8 +316,9 @@ def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
                               [repo.gitdir for repo in layout.repositories], since_ns,
                               quarantine)
     except (OSError, UnicodeError, ValueError) as error:
-        # What the agent left can race or trip the walk; what was found is still said,
-        # and the user is told the check is not whole.
+        # What the agent left can race or trip the walk: the quarantine's lines and
+        # whatever the walk had returned are still said, and the user is told the
+        # check is not whole.
         quarantine.lines.append(f"warning: the check of what the session left did not finish "
                                 f"({error}): review {layout.workspace} before running git or "
                                 "tools there outside")
