@@ -3,6 +3,8 @@ would run (ADR 0010's amendments of 2026-12-06), and git run outside afterwards 
 
 - a repository in a subdirectory, as git's own test reads one (HEAD a link to refs/),
   whose config sets core.fsmonitor: `git status` there;
+- a repository inside a control directory (docs/.vscode/x), with core.fsmonitor:
+  `git status` there;
 - remote.origin.pushurl naming a repository the agent made in its own home, with a
   pre-receive hook: `git push`;
 - an index entry at .git/hooks/post-checkout: `git restore .`;
@@ -44,6 +46,11 @@ os.symlink("refs/heads/main", "src/HEAD")
 with open("src/config", "w") as f:
     f.write("[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n"
             f'\tfsmonitor = "echo ran >> {marks}/bare; false"\n')
+# A repository inside a control directory: named as one, it must still be checked.
+os.makedirs("docs/.vscode/x")
+git("init", "-q", "docs/.vscode/x")
+with open("docs/.vscode/x/.git/config", "a") as f:
+    f.write(f'[core]\n\tfsmonitor = "echo ran >> {marks}/control; false"\n')
 # A push URL to a repository in the agent's home, as the user sees that home outside.
 git("init", "-q", "--bare", os.path.join(os.environ["HOME"], "csbx-verify-push.git"))
 hook(os.path.join(os.environ["HOME"], "csbx-verify-push.git", "hooks", "pre-receive"), "push")
@@ -110,6 +117,7 @@ def check_98_git_plants_run_nothing_outside(shim: str, agent: str, home: str,
                 return Result("98", "FAIL", f"the session could not plant: {made.stderr[-300:]}")
         first, second = repos
         _git(["status"], os.path.join(first, "src"), home)
+        _git(["status"], os.path.join(first, "docs", ".vscode", "x"), home)
         _git(["push", "-q", "origin", "main"], first, home)
         _git(["restore", "."], first, home)
         _git(["status"], second, home)
@@ -124,5 +132,5 @@ def check_98_git_plants_run_nothing_outside(shim: str, agent: str, home: str,
         return Result("98", "FAIL", f"ran outside: {', '.join(ran) or 'nothing'}; the index's "
                       f"hook written into .git: {hook}")
     return Result("98", "PASS", "git status, push and restore outside ran none of a "
-                  "subdirectory repository, a local push URL, a hook in the index and a "
-                  "repointed .git file")
+                  "subdirectory repository, one in a control directory, a local push URL, a "
+                  "hook in the index and a repointed .git file")
