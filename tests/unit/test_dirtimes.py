@@ -263,12 +263,12 @@ def test_prefetch_takes_the_readers_answer_only_for_its_own_cache(
     # One with the cache's token and count that names a directory the cache does not
     # hold: not this cache's answer, whatever its token says.
     rootcache.save(cache, {}, now, time.time())
-    loaded = rootcache._load(cache)
+    loaded = rootcache.read(cache)
     assert loaded is not None
     first = next(iter(now))
     other = {(first + "-elsewhere" if where == first else where): when
              for where, when in now.items()}
-    _times_file(Path(cache + rootcache.TIMES), loaded[1], other)
+    _times_file(Path(cache + rootcache.TIMES), loaded.token, other)
     early = rootcache.prefetch(cache)
     assert early.changed == frozenset() and early.times_stale
     # A cache too old to refresh: the reader started is ended, nothing read early.
@@ -287,7 +287,7 @@ def test_a_cache_written_under_another_file_system_encoding_is_not_used(
     monkeypatch.undo()
     assert sys.getfilesystemencoding() != "iso8859-1"
     assert rootcache.load(cache) is None
-    assert rootcache.prefetch(cache).loaded is None
+    assert rootcache.prefetch(cache).cache is None
 
 
 def test_a_save_for_the_times_file_alone_never_refuses_the_launch(
@@ -300,7 +300,7 @@ def test_a_save_for_the_times_file_alone_never_refuses_the_launch(
     cache = str(tmp_path / "store" / "cache")
     assert rootonly.private_paths(cache, [], [str(tree)]) == {}
     early = rootcache.prefetch(cache)
-    stale = rootcache.Prefetched(early.path, early.loaded, early.changed, True)
+    stale = rootcache.Prefetched(early.path, early.cache, early.changed, True)
 
     def full(path: str, data: bytes) -> None:
         raise OSError(28, "No space left on device", path)
@@ -363,7 +363,7 @@ print(sorted(early.changed) == [key], early.times_stale)
     assert done.stdout.split() == ["True", "False"], done.stdout + done.stderr
     # Here, under UTF-8, the Latin-1 cache's names would name other bytes: not used.
     assert sys.getfilesystemencoding() == "utf-8"
-    assert rootcache.prefetch(str(tmp_path / "cache")).loaded is None
+    assert rootcache.prefetch(str(tmp_path / "cache")).cache is None
 
 
 @ROOT_ONLY

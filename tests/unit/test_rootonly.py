@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import time
 
 import pytest
 
@@ -260,7 +261,7 @@ def test_a_users_tree_outside_the_shown_ones_is_never_listed(
     hidden = rootonly.private_paths(os.path.join(base, "cache"), [], [shown])
     # Root's own 0600 file is hidden (as another user, DAC keeps root out already).
     assert hidden == ({os.path.join(shown, "key"): False} if os.getuid() == 0 else {})
-    cached = rootonly.load(os.path.join(base, "cache"))
+    cached = rootcache.load(os.path.join(base, "cache"))
     assert cached is not None and list(cached[1]) == [shown]
 
 
@@ -272,12 +273,12 @@ def test_this_launchs_own_workspace_is_not_read_again_and_the_next_launch_catche
     os.makedirs(os.path.join(workspace, "node_modules"))
     cache = os.path.join(base, "cache")
     assert rootonly.private_paths(cache, [], [shown], [workspace]) == {}
-    loaded = rootonly.load(cache)
+    loaded = rootcache.load(cache)
     assert loaded is not None and workspace in loaded[1]  # walked once, with the tree
     # The agent makes directories in its workspace; this launch does not look at them.
     for i in range(20):
         os.makedirs(os.path.join(workspace, "node_modules", f"d{i}"))
-    hidden, dirs, _ = rootonly.load(cache) or ({}, {}, 0.0)
+    hidden, dirs, _ = rootcache.load(cache) or ({}, {}, 0.0)
     assert not rootonly.refresh(hidden, dirs, [], rootonly._groups(), own=[workspace])
     # A launch from another workspace, which shows this one read-only, reads them again.
     assert rootonly.refresh(hidden, dirs, [], rootonly._groups(), own=[base + "/elsewhere"])
@@ -289,14 +290,14 @@ def test_the_cache_keeps_any_name_and_a_damaged_one_is_rebuilt(
     path = os.path.join(str(tmp_path), "cache")
     hidden = {"/etc/shadow": False, "/srv/a\nb \udcff": True}
     dirs = {"/": 1, "/etc": 1_700_000_000_123_456_789, "/x\udcfe/y z": -1}
-    rootonly.save(path, hidden, dirs, 12.5)
-    assert rootonly.load(path) == (hidden, dirs, 12.5)
+    rootcache.save(path, hidden, dirs, 12.5)
+    assert rootcache.load(path) == (hidden, dirs, 12.5)
     with open(path, "rb") as handle:
         whole = handle.read()
     for damaged in (whole[:-3], whole.replace(b"\0", b"", 1), b"", b"{}", whole + b"\0x"):
         with open(path, "wb") as handle:
             handle.write(damaged)
-        assert rootonly.load(path) is None, damaged[:40]
+        assert rootcache.load(path) is None, damaged[:40]
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="a directory another user owns is made by root")
@@ -335,15 +336,15 @@ def test_the_cache_read_before_the_plan_finds_what_a_launch_finds_alone(
     alone = rootonly.private_paths(cache, [], [shown], [workspace], save_cache=False)
     assert rootonly.private_paths(cache, [], [shown], [workspace], early=early) == alone \
         == {secret: False}
-    loaded = rootonly.load(cache)
+    loaded = rootcache.load(cache)
     assert loaded is not None and os.path.join(workspace, "node_modules") not in loaded[1]
     # Too old to refresh: nothing is read early, and the walk rebuilds it all.
-    rootonly.save(cache, *loaded[:2], made=loaded[2] - rootcache.MAX_AGE - 1)
+    rootcache.save(cache, *loaded[:2], made=loaded[2] - rootcache.MAX_AGE - 1)
     assert rootcache.prefetch(cache).changed is None
     none = os.path.join(base, "none")
     assert rootcache.prefetch(none) == rootcache.Prefetched(none, None, None, True)
     # Made in the future (a clock set back): never refreshed, rebuilt.
-    rootonly.save(cache, *loaded[:2], made=loaded[2] + 3600)
+    rootcache.save(cache, *loaded[:2], made=loaded[2] + 3600)
     assert rootcache.prefetch(cache).changed is None
     assert not rootcache.fresh(float("nan"), 0.0) and not rootcache.fresh(float("inf"), 0.0)
 
@@ -353,9 +354,10 @@ def test_a_cache_read_from_another_path_is_not_the_walks(tmp_path: os.PathLike[s
     shown = os.path.join(base, "opt")
     os.makedirs(shown)
     walk = rootonly.Walk(os.path.join(base, "cache"), (), (shown,), (), (), ())
-    other = rootcache.Prefetched(os.path.join(base, "elsewhere"),
-                                 ({os.path.join(shown, "x"): False}, {shown: 1}, 0.0),
-                                 frozenset())
+    elsewhere = os.path.join(base, "elsewhere")
+    rootcache.save(elsewhere, {os.path.join(shown, "x"): False}, {shown: 1}, time.time(),
+                   [shown])
+    other = rootcache.Prefetched(elsewhere, rootcache.read(elsewhere), frozenset())
     assert rootonly.covers(walk, early=other) == rootonly.covers(walk)
 
 
@@ -363,22 +365,70 @@ def test_only_a_cache_nobody_else_may_write_is_loaded(tmp_path: os.PathLike[str]
     """marshal trusts its input: a cache another user could have written, a link, a FIFO
     or a body whose checksum differs is refused before it is read."""
     path = os.path.join(str(tmp_path), "cache")
-    rootonly.save(path, {"/etc/shadow": False}, {"/etc": 5}, 12.5)
-    assert rootonly.load(path) is not None
+    rootcache.save(path, {"/etc/shadow": False}, {"/etc": 5}, 12.5)
+    assert rootcache.load(path) is not None
     os.chmod(path, 0o620)
-    assert rootonly.load(path) is None
+    assert rootcache.load(path) is None
     os.chmod(path, 0o600)
     link = os.path.join(str(tmp_path), "link")
     os.symlink(path, link)
-    assert rootonly.load(link) is None
+    assert rootcache.load(link) is None
     fifo = os.path.join(str(tmp_path), "fifo")
     os.mkfifo(fifo, 0o600)
-    assert rootonly.load(fifo) is None
+    assert rootcache.load(fifo) is None
     with open(path, "rb") as handle:
         whole = bytearray(handle.read())
     whole[-2] ^= 1
     with open(path, "wb") as handle:
         handle.write(whole)
-    assert rootonly.load(path) is None
+    assert rootcache.load(path) is None
     # No temporary left.
     assert sorted(os.listdir(str(tmp_path))) == ["cache", "cache.times", "fifo", "link"]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="root's own 0600 files are what is hidden")
+def test_a_launch_that_finds_nothing_changed_loads_no_directory_times(
+        tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader found no directory changed and every tree shown was walked before: the
+    covers come from the cache's head alone. A tree shown for the first time loads the
+    times and is walked; a times part that is not the one written rebuilds the cache.
+    The covers are the same each time."""
+    base = str(tmp_path)
+    shown, more = os.path.join(base, "usr"), os.path.join(base, "opt")
+    secrets = []
+    for tree in (shown, more):
+        os.makedirs(os.path.join(tree, "lib"))
+        secrets.append(os.path.join(tree, "lib", "key"))
+        os.close(os.open(secrets[-1], os.O_WRONLY | os.O_CREAT, 0o600))
+    cache = os.path.join(base, "cache")
+    assert rootonly.private_paths(cache, [], [shown]) == {secrets[0]: False}
+    loads: list[str] = []
+    directories = rootcache.directories
+
+    def counted(cached: rootcache.Cache) -> dict[str, int] | None:
+        loads.append("times")
+        return directories(cached)
+
+    monkeypatch.setattr(rootcache, "directories", counted)
+
+    def unchanged() -> rootcache.Prefetched:  # the reader's answer: nothing changed
+        return rootcache.Prefetched(cache, rootcache.read(cache), frozenset())
+
+    assert rootonly.private_paths(cache, [], [shown], early=unchanged()) == {
+        secrets[0]: False}
+    assert loads == []
+    both = {secret: False for secret in secrets}
+    assert rootonly.private_paths(cache, [], [shown, more], early=unchanged()) == both
+    assert loads == ["times"]
+    cached = rootcache.read(cache)
+    assert cached is not None and cached.walked == {shown, more}
+    with open(cache, "r+b") as handle:  # the last byte of the times part
+        handle.seek(-1, os.SEEK_END)
+        last = handle.read(1)
+        handle.seek(-1, os.SEEK_END)
+        handle.write(bytes([last[0] ^ 1]))
+    damaged = rootcache.read(cache)
+    assert damaged is not None and directories(damaged) is None
+    early = rootcache.Prefetched(cache, damaged, frozenset({os.path.join(shown, "lib")}))
+    assert rootonly.private_paths(cache, [], [shown, more], early=early) == both
+    assert rootcache.load(cache) is not None  # written anew

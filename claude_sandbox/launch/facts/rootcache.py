@@ -1,15 +1,19 @@
 """The root-only walk's cache (rootonly.py), and its first half read early.
 
-The cache is read on every root launch, in marshal's form: a magic line, the body's
-length and CRC-32 (8 and 4 bytes, big endian), then the body: when it was made, the
-covers (a path: whether it is a directory), every directory's time, the token it shares
-with its times file, and the file system encoding its names were decoded with. On 37,000
-directories marshal loads in 11-14 ms where fields split by NUL took 22-28 and JSON
-more. marshal trusts its input: it allocates what a count in it asks for before any
-check could run. So the body is loaded only from a regular file that this user owns and
-no one else may write, whose length and checksum are the ones `save` wrote: root's own
-file in root's private store, written whole under a name no one can guess and renamed
-into place. Anything else is refused, and the cache rebuilt.
+The cache is read on every root launch, in marshal's form, in two parts: a magic line,
+the head's length and the CRC-32 of each part (8, 4 and 4 bytes, big endian), then the
+head (when the cache was made, the covers (a path: whether it is a directory), how many
+directories it holds, which of the trees last shown it walked, the token it shares with
+its times file, and the file system encoding its names were decoded with), then every
+directory's time. On 37,000 directories the second part takes 11-14 ms to load and 3
+more to check, a fifth of the helper's work on a root launch; it is loaded only when the
+launch needs it (`directories`): when a directory changed, a tree was not walked
+before, or the times file is to be written again. marshal trusts its input: it
+allocates what a count in it asks for before any check could run. So a part is loaded
+only from a regular file that this user owns and no one else may write, read once, whose
+head is the one `save` wrote and whose part matches its checksum: root's own file in
+root's private store, written whole under a name no one can guess and renamed into
+place. Anything else is refused, and the cache rebuilt.
 
 Beside it, `save` writes every directory's time again, flat, for the compiled reader
 (dirtimes.c): no dict of tens of thousands of entries to build before the times are
@@ -41,10 +45,14 @@ import zlib
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.facts import dirtimes
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 # The cache's versions: OLD_CACHES, below, lists the earlier ones, which are removed.
-CACHE_NAME = "root-only-7"
-_MAGIC = b"claude-sandbox root-only 7\n"
-_HEAD = len(_MAGIC) + 12
+CACHE_NAME = "root-only-8"
+_MAGIC = b"claude-sandbox root-only 8\n"
+_HEAD = len(_MAGIC) + 16
 # A mode changed in place (chmod) does not change a directory's time: past this age the
 # cache is rebuilt in full.
 MAX_AGE = 24 * 3600
@@ -54,13 +62,28 @@ _TIMES_MAGIC = b"claude-sandbox dir-times 2 "
 _TIMES_HEAD = 4096  # read to find the token: the magic, the token, a newline
 _HEX = frozenset("0123456789abcdef")
 
-# -7 shares a token with its times file; -6 is marshal's form; -5 judged directories right
-# by right (-4 covered another user's 0711 directory; -4 and -3 walked the shown trees, -3
-# in JSON; -2 all of /, the first judged by other-read).
+# -8 loads its directories' times only when asked; -7 shares a token with its times file;
+# -6 is marshal's form; -5 judged directories right by right (-4 covered another user's
+# 0711 directory; -4 and -3 walked the shown trees, -3 in JSON; -2 all of /, the first
+# judged by other-read).
 OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4",
-              "root-only-5", "root-only-6")
+              "root-only-5", "root-only-6", "root-only-7")
 
 Loaded = tuple[dict[str, bool], dict[str, int], float]  # covers, directory times, made
+
+
+@record
+class Cache:
+    """A cache as read: its head at once, its directories' times (`directories`) only
+    when a launch needs them. `walked`: the trees shown at its save that it holds."""
+
+    hidden: dict[str, bool]
+    made: float
+    count: int
+    walked: frozenset[str]
+    token: str
+    times: bytes  # the directories' part, marshal's form, loaded only once `crc` matches
+    crc: int
 
 
 def fresh(made: float, now: float) -> bool:
@@ -86,34 +109,52 @@ def read_own(path: str, limit: int = -1) -> bytes | None:
 
 
 def load(path: str) -> Loaded | None:
-    """The cache, or None where it is missing or not exactly what `save` wrote."""
-    read = _load(path)
-    return None if read is None else read[0]
+    """The cache whole, or None where it is missing or not exactly what `save` wrote."""
+    cache = read(path)
+    dirs = None if cache is None else directories(cache)
+    return None if cache is None or dirs is None else (cache.hidden, dirs, cache.made)
 
 
-def _load(path: str) -> tuple[Loaded, str] | None:
-    """The cache and its token (as its times file names it), or None, also where its names
-    were decoded with another file system encoding than this interpreter's."""
+def read(path: str) -> Cache | None:
+    """The cache with its head loaded, or None where it is missing, not what `save` wrote
+    or written under another file system encoding than this interpreter's."""
     try:
         data = read_own(path)
         if data is None or not data.startswith(_MAGIC):
             return None
-        size = int.from_bytes(data[len(_MAGIC):len(_MAGIC) + 8], "big")
-        body = data[_HEAD:]
-        crc = int.from_bytes(data[_HEAD - 4:_HEAD], "big")
-        if size != len(body) or crc != zlib.crc32(body):
+        at = len(_MAGIC)
+        size = int.from_bytes(data[at:at + 8], "big")
+        crc, times_crc = data[at + 8:at + 12], int.from_bytes(data[at + 12:_HEAD], "big")
+        head = data[_HEAD:_HEAD + size]
+        if size != len(head) or int.from_bytes(crc, "big") != zlib.crc32(head):
             return None
-        made, hidden, dirs, token, encoding = marshal.loads(body)
+        made, hidden, count, walked, token, encoding = marshal.loads(head)
     except (OSError, ValueError, TypeError, EOFError, MemoryError):
         return None
     if (encoding != sys.getfilesystemencoding()
-            or type(made) is not float or type(hidden) is not dict or type(dirs) is not dict
+            or type(made) is not float or type(hidden) is not dict or type(count) is not int
+            or type(walked) is not frozenset or not set(map(type, walked)) <= {str}
             or type(token) is not str or len(token) != 32 or not set(token) <= _HEX
-            or not set(map(type, hidden)) <= {str} or not set(map(type, dirs)) <= {str}
-            or not set(map(type, hidden.values())) <= {bool}
-            or not set(map(type, dirs.values())) <= {int}):
+            or not set(map(type, hidden)) <= {str}
+            or not set(map(type, hidden.values())) <= {bool}):
         return None
-    return (hidden, dirs, made), token
+    return Cache(hidden, made, count, walked, token, data[_HEAD + size:], times_crc)
+
+
+def directories(cache: Cache) -> dict[str, int] | None:
+    """Every directory's time, as the cache holds them; None where that part is not the
+    one its head was written with (the cache is then rebuilt)."""
+    if zlib.crc32(cache.times) != cache.crc:
+        return None
+    try:
+        dirs = marshal.loads(cache.times)
+    except (ValueError, TypeError, EOFError, MemoryError):
+        return None
+    if (type(dirs) is not dict or len(dirs) != cache.count
+            or not set(map(type, dirs)) <= {str} or not set(map(type, dirs.values())) <= {int}
+            or not cache.walked <= dirs.keys()):
+        return None
+    return dirs
 
 
 def _times(dirs: dict[str, int], token: str) -> bytes | None:
@@ -129,16 +170,21 @@ def _times(dirs: dict[str, int], token: str) -> bytes | None:
     return _TIMES_MAGIC + token.encode("ascii") + b"\n" + b"".join(records)
 
 
-def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float) -> None:
+def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float,
+         shown: Iterable[str] = ()) -> None:
     """Write the cache, then its directories' times for the compiled reader, both under a
-    token drawn now. The times file it replaces is removed first; one that cannot be
-    written leaves none (the times are then read in Python), never the launch refused."""
+    token drawn now. `shown`: the trees this launch shows; those it holds are named in its
+    head, so that a launch showing no other needs none of its times when none changed.
+    The times file it replaces is removed first; one that cannot be written leaves none
+    (the times are then read in Python), never the launch refused."""
     token = os.urandom(16).hex()
-    body = marshal.dumps((made, hidden, dirs, token, sys.getfilesystemencoding()))
+    walked = frozenset(tree for tree in shown if tree in dirs)
+    head = marshal.dumps((made, hidden, len(dirs), walked, token, sys.getfilesystemencoding()))
+    body = marshal.dumps(dirs)
     times = _times(dirs, token)
     _remove(path + TIMES)
-    write_new(path, _MAGIC + len(body).to_bytes(8, "big")
-              + zlib.crc32(body).to_bytes(4, "big") + body)
+    write_new(path, _MAGIC + len(head).to_bytes(8, "big") + zlib.crc32(head).to_bytes(4, "big")
+              + zlib.crc32(body).to_bytes(4, "big") + head + body)
     if times is not None:
         try:
             write_new(path + TIMES, times)
@@ -187,38 +233,46 @@ def write_new(path: str, data: bytes) -> None:
 @record
 class Prefetched:
     """The cache as read from `path` (None: none, or unreadable), which of its directories'
-    times changed since (None: it is too old to refresh, and is rebuilt), and whether its
+    times changed since (None: it is too old to refresh, and is rebuilt), whether its
     times file is missing, another cache's or one the reader refused (the walk then
-    writes it again)."""
+    writes it again), and its directories' times where they were loaded here (a change
+    found, or the times read in Python)."""
 
     path: str
-    loaded: Loaded | None
+    cache: Cache | None
     changed: frozenset[str] | None
     times_stale: bool = False
+    dirs: dict[str, int] | None = None
 
 
 def prefetch(path: str) -> Prefetched:
-    """Load the cache and read the time of every directory it holds, before the plan: what
+    """Read the cache and the time of every directory it holds, before the plan: what
     rootonly.private_paths would do first, whatever the plan says. The compiled reader
-    reads the times while the cache loads; where it could not, they are read here."""
+    reads the times while the cache's head loads; where it could not, they are read
+    here. Where the reader found nothing changed, the cache's own times are not loaded."""
     reading = dirtimes.start(path + TIMES) if os.path.exists(path + TIMES) else None
-    read = _load(path)
-    loaded = None if read is None else read[0]
-    if read is None or not read[0][1] or not fresh(read[0][2], time.time()):
+    cache = read(path)
+    if cache is None or not cache.count or not fresh(cache.made, time.time()):
         if reading is not None:
             dirtimes.cancel(reading)
-        return Prefetched(path, loaded, None, times_stale=True)
-    (_, dirs, _), token = read
+        return Prefetched(path, cache, None, times_stale=True)
     if reading is not None:
-        found, refused = dirtimes.finish(reading, token, len(dirs))
+        found, refused = dirtimes.finish(reading, cache.token, cache.count)
+        if found == set():
+            return Prefetched(path, cache, frozenset())
         # Every path it names is one of the cache's: any other and the answer is not
         # this cache's, whatever its token says.
-        if found is not None and found <= dirs.keys():
-            return Prefetched(path, loaded, frozenset(found))
+        dirs = directories(cache) if found else None
+        if dirs is not None and found is not None and found <= dirs.keys():
+            return Prefetched(path, cache, frozenset(found), dirs=dirs)
         stale = refused or found is not None
     else:
-        stale = times_token(path + TIMES) != token  # no reader: only whether it is ours
-    return Prefetched(path, loaded, frozenset(dirtimes.changed(list(dirs), dirs)), stale)
+        stale = times_token(path + TIMES) != cache.token  # no reader: only whether it is ours
+    dirs = directories(cache)
+    if dirs is None:
+        return Prefetched(path, None, None, times_stale=True)
+    return Prefetched(path, cache, frozenset(dirtimes.changed(list(dirs), dirs)), stale,
+                      dirs)
 
 
 def remove_old(store: str) -> None:

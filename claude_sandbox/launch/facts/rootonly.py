@@ -36,7 +36,7 @@ import time
 from claude_sandbox.core import mountinfo, paths
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.facts import dirtimes, rootcache
-from claude_sandbox.launch.facts.rootcache import CACHE_NAME, Prefetched, load, save
+from claude_sandbox.launch.facts.rootcache import CACHE_NAME, Prefetched, save
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -280,37 +280,46 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
     `skip` (and below). `early`: the cache and its changed directories, read before
     the plan (rootcache.prefetch)."""
     groups = _groups()
-    loaded = early.loaded if early is not None else load(cache)
-    now = time.time()
-    fresh = loaded is not None and rootcache.fresh(loaded[2], now)
+    roots = list(roots)
+    cached = early.cache if early is not None else rootcache.read(cache)
+    fresh = cached is not None and rootcache.fresh(cached.made, time.time())
+    known = early.changed if early is not None else None
+    stale = early.times_stale if early else not os.path.exists(cache + rootcache.TIMES)
+    # The times of every directory are loaded only where this launch uses them: a change
+    # to re-list, a tree not walked before, a times file to write again (rootcache.py).
+    dirs = None
+    if cached is not None and fresh and (known is None or known or not set(roots)
+                                          <= cached.walked or (stale and save_cache)):
+        dirs = early.dirs if early is not None and early.dirs is not None else (
+            rootcache.directories(cached))
+        fresh = dirs is not None
     # The full rebuild judges every entry again (a mode changed in place); the memos of
     # large directories serve only refreshes between rebuilds.
     listings = Listings(f"{cache}.d") if save_cache else _ReadOnly(f"{cache}.d")
     rebuild = _Rebuild(listings.directory) if save_cache else _ReadOnlyRebuild(
         listings.directory)
-    if loaded is None or not fresh:
+    if cached is None or not fresh:
         hidden: dict[str, bool] = {}
-        dirs: dict[str, int] = {}
-        made = now
+        dirs, made = {}, time.time()
     else:
-        hidden, dirs, made = loaded
-    known = early.changed if early is not None else None
-    changed = (refresh(hidden, dirs, skip, groups, listings, own, known) if fresh and dirs
-               else False)
+        hidden, made = dict(cached.hidden), cached.made
+    if dirs is None:  # nothing changed, and every tree shown was walked before
+        return hidden
+    changed = refresh(hidden, dirs, skip, groups, listings, own, known) if fresh else False
     for root in roots:
         if root not in dirs and not _under(root, hidden):
             _scan(root, frozenset(skip), hidden, dirs, groups, listings if fresh else rebuild)
             changed = True
     if not save_cache:  # `explain`: it creates nothing
         return hidden
-    if changed or loaded is None:
-        save(cache, hidden, dirs, made)
-    elif early.times_stale if early else not os.path.exists(cache + rootcache.TIMES):
+    if changed or cached is None:
+        save(cache, hidden, dirs, made, roots)
+    elif stale:
         try:  # for the times file alone: a store that cannot take it costs time only
-            save(cache, hidden, dirs, made)
+            save(cache, hidden, dirs, made, roots)
         except OSError:
             pass
-    if loaded is None:  # the caches of earlier versions, with what they walked
+    if cached is None:  # the caches of earlier versions, with what they walked
         rootcache.remove_old(os.path.dirname(cache))
     return hidden
 
