@@ -295,20 +295,23 @@ def tie_to_parent(parent: int) -> bool:
     return os.getppid() == parent
 
 
-def capture(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Run `argv` with stdin from /dev/null; (exit status, stdout). Status -1: it hung (5 s).
+def capture(argv: list[str], env: dict[str, str], *, stdin: int | None = None,
+            timeout: float = 5.0) -> tuple[int, str]:
+    """Run `argv` with stdin from the descriptor `stdin` (/dev/null if None); (exit status,
+    stdout). Status -1: it hung (past `timeout` seconds).
 
     stderr is discarded: the callers want an answer, not the tool's diagnostics.
     """
     read_end, write_end = os.pipe()
     null = os.open(os.devnull, os.O_RDWR)
     try:
-        child = fork_exec(argv, env, {0: null, 1: write_end, 2: null}, setsid=False)
+        child = fork_exec(argv, env, {0: null if stdin is None else stdin, 1: write_end,
+                                      2: null}, setsid=False)
     finally:
         os.close(write_end)
         os.close(null)
     chunks = []
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + timeout
     os.set_blocking(read_end, False)
     try:
         while True:

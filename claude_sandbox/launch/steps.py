@@ -285,12 +285,12 @@ def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
 
     layout = the_plan.layout
     quarantine = prepared.quarantine
-    gitsession.finish(prepared.layers, layout.workspace, quarantine)
+    names = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
+    gitsession.finish(prepared.layers, layout.workspace, quarantine, names)
     # In review mode the workspace was not written: what waits there is for
     # `claude-sandbox review`; the allow-write roots outside it were.
     review = _review(the_plan)
     controlexit.move_created(layout, the_plan.workspace_store, quarantine.lines, review)
-    names = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
     roots = [r for r in (*(() if review else (layout.workspace,)), *layout.allow_write)
              if os.path.isdir(r)]
     if not roots:

@@ -32,7 +32,7 @@ import stat
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.overlay import gitrefs, gitrepo
+from claude_sandbox.launch.overlay import controlfiles, gitcontrol, gitrefs, gitrepo, gitstaged
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,19 +56,11 @@ def snapshot(gitdir: str) -> Snapshot:
                                                     256 << 20))
     return Snapshot(gitrepo.read_small(os.path.join(gitdir, "HEAD")), loose,
                     tuple(packed.items()), _config_text(gitdir, "config"),
-                    _index_stat(os.path.join(gitdir, "index")))
+                    gitstaged.stat_of(os.path.join(gitdir, "index")))
 
 
 def _config_text(gitdir: str, name: str) -> str:
     return gitrepo.read_small(os.path.join(gitdir, name), 4 << 20) or ""
-
-
-def _index_stat(path: str) -> tuple[int, int, int] | None:
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 # Top-level files git writes while it works, carried over as they are.
@@ -78,6 +70,8 @@ STATE_FILES = frozenset((
     "AUTO_MERGE", "BISECT_LOG", "BISECT_START", "BISECT_EXPECTED_REV", "BISECT_ANCESTORS_OK",
     "BISECT_NAMES", "BISECT_TERMS", "NOTES_EDITMSG", "description", "shallow",
 ))  # fmt: skip
+# The built-in control names, where the caller has no configuration of its own.
+CONTROLS = controlfiles.names(controlfiles.CONTROL)
 # Files git leaves for itself that mean nothing outside: dropped without a word.
 _TRANSIENT = ("gc.log", "gc.pid", "index.lock", "HEAD.lock", "config.lock", "packed-refs.lock")
 # Never carried over: each line says what it would do outside.
@@ -122,19 +116,24 @@ def _opaque(path: str) -> bool:
 
 
 def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
-          copy: bool = False) -> Result:
+          copy: bool = False, controls: frozenset[str] = CONTROLS) -> Result:
     """Carry what `upper` holds over to the git directory `real`; `base` is it at launch.
 
     `base` None: a git directory the launch did not see (a submodule's new one):
     what it holds now is the base. `copy`: never move a file out of `upper`, which
     sessions keep writing (review mode): a moved file would stay one inode with
-    whatever in the upper is hard-linked to it.
+    whatever in the upper is hard-linked to it. `controls`: the control names; a ref,
+    HEAD, state file or index that would bring one's new content out waits
+    (gitcontrol.py).
     """
     lines: list[str] = []
     kept = False
     entries = list(_entries(upper))
     if base is None:
         base = snapshot(real)
+    known = [v for _, v in (*base.loose, *base.packed, ("HEAD", base.head or ""))
+             if gitrepo.is_object_id(v.strip())]
+    history = gitcontrol.History(real, [v.strip() for v in known])
     files = {rel for rel, kind in entries if kind == "file"}
     gone = {rel for rel, kind in entries if kind == "whiteout"}
     opaque = {rel for rel, kind in entries if kind == "opaque"}
@@ -156,6 +155,10 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         elif action in ("copy", "hide"):
             if rel in gone:
                 gitrefs.remove(os.path.join(real, rel))
+            elif rel in _POINTERS and _pointer_waits(upper, rel, history, controls):
+                lines.append(f"{real}/{rel}: not applied: it names the session's commits "
+                             "that change control files, or that git cannot read")
+                kept = True
             else:
                 _place(os.path.join(upper, rel), os.path.join(real, rel), copy)
                 if action == "hide":
@@ -166,23 +169,24 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
             if not os.path.lexists(target):
                 _place(os.path.join(upper, rel), target, copy)
         elif action == "index":  # a linked worktree's
-            refusal = _apply_worktree_index(os.path.join(upper, rel),
-                                            os.path.join(real, rel), rel in gone)
+            refusal = gitstaged.apply_worktree_index(os.path.join(upper, rel),
+                                                     os.path.join(real, rel), rel in gone,
+                                                     controls)
             if refusal is not None:
                 lines.append(f"{real}/{rel}: not applied: {refusal}")
                 kept = True
         elif action == "unknown" and rel in files:
             lines.append(f"{real}/{rel}: not applied: not something git makes")
             kept = True
-    lines += gitrefs.apply(upper, real, base, files, gone, opaque)
-    lines += _apply_head(upper, real, base, files)
+    lines += gitrefs.apply(upper, real, base, files, gone, opaque, history, controls)
+    lines += _apply_head(upper, real, base, files, history, controls)
     lines += _apply_config(upper, real, base, files, workspace)
-    index_lines, index_kept = _apply_index(upper, real, base, files)
+    index_lines, index_kept = gitstaged.apply_index(upper, real, base.index, files, controls)
     lines += index_lines
     kept = kept or index_kept
     for name in modules:
         sub = apply(os.path.join(upper, "modules", name), os.path.join(real, "modules", name),
-                    None, workspace, copy=copy)
+                    None, workspace, copy=copy, controls=controls)
         lines += sub.lines
         kept = kept or sub.kept
     return Result(tuple(lines), kept)
@@ -281,7 +285,8 @@ def _place(source: str, target: str, copy: bool = False) -> None:
     os.replace(temporary, target)
 
 
-def _apply_head(upper: str, real: str, base: Snapshot, files: set[str]) -> list[str]:
+def _apply_head(upper: str, real: str, base: Snapshot, files: set[str],
+                history: gitcontrol.History, controls: frozenset[str]) -> list[str]:
     if "HEAD" not in files:
         return []
     text = gitrepo.read_small(os.path.join(upper, "HEAD"))
@@ -292,8 +297,30 @@ def _apply_head(upper: str, real: str, base: Snapshot, files: set[str]) -> list[
     if gitrepo.read_small(os.path.join(real, "HEAD")) != base.head:
         return [f"{real}/HEAD changed outside during the session; the session's HEAD "
                 f"({text.strip()}) was not applied"]
+    if gitrepo.is_object_id(text.strip()):  # detached: read like a ref's new value
+        found = history.changes(text.strip(), controls)
+        if found != ():
+            keep = gitcontrol.HELD + "HEAD"
+            gitrefs.write(os.path.join(real, keep), text)
+            return [gitcontrol.held_line(real, "HEAD", keep, found)]
     gitrefs.write(os.path.join(real, "HEAD"), text)
     return []
+
+
+# State files that name commits a git command outside may take up (`git reset --hard
+# ORIG_HEAD`, `git merge FETCH_HEAD`): read like a ref's new value.
+_POINTERS = frozenset(("ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD",
+                       "REVERT_HEAD", "AUTO_MERGE"))
+
+
+def _pointer_waits(upper: str, rel: str, history: gitcontrol.History,
+                   controls: frozenset[str]) -> bool:
+    """Whether a commit the state file `rel` names (each line's first word) would bring
+    a control file's new content out."""
+    text = gitrepo.read_small(os.path.join(upper, rel), 1 << 20) or ""
+    words = [(line.split() or [""])[0] for line in text.splitlines()]
+    return any(gitrepo.is_object_id(word) and history.changes(word, controls) != ()
+               for word in words)
 
 
 def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],
@@ -319,69 +346,6 @@ def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],
     except repoconfig.ConfigSyntax as error:
         return [f"{real}/config: the session's changes were not applied ({error})"]
     return [f"{real}/config: {change.name} not applied: {why}" for change, why in refused]
-
-
-def _apply_index(upper: str, real: str, base: Snapshot,
-                 files: set[str]) -> tuple[list[str], bool]:
-    """(lines, whether the session's index was refused and is worth keeping)."""
-    if "index" not in files:
-        return [], False
-    from claude_sandbox.launch.overlay import gitindex
-
-    target = os.path.join(real, "index")
-    if _index_stat(target) != base.index:
-        return [f"{target} changed outside during the session; the session's index was not "
-                "applied (git status outside shows its own)"], False
-    lines = []
-    try:
-        before = set(gitindex.read_hidden(target))
-        data = _checked_index(os.path.join(upper, "index"))
-        hidden = [pair for pair in gitindex.hidden(data) if pair not in before]
-    except gitindex.IndexFormat as error:
-        return [f"{target}: the session's index was not applied ({error})"], True
-    for bit in ("skip-worktree", "assume-unchanged"):
-        names = [path for path, kind in hidden if kind == bit]
-        if names:
-            # The names are the agent's: escaped, so that none drives the terminal.
-            shown = ", ".join(gitindex.shown(n) for n in names[:10]) + (
-                f" and {len(names) - 10} more" if len(names) > 10 else "")
-            lines.append(f"{real}: the session marked {len(names)} file(s) {bit}, so git "
-                         f"status and git diff outside do not show their changes: {shown} "
-                         f"(undo: git update-index --no-{bit} FILE)")
-    # The bytes checked, not the file: a session still running (review mode) could
-    # replace it meanwhile.
-    gitrefs.write(target, data)
-    return lines, False
-
-
-def _apply_worktree_index(source: str, target: str, gone: bool) -> str | None:
-    """A linked worktree's index, by the main index's rule on its entries; why not, or None."""
-    from claude_sandbox.launch.overlay import gitindex
-
-    if gone:
-        gitrefs.remove(target)
-        return None
-    try:
-        gitrefs.write(target, _checked_index(source))
-    except gitindex.IndexFormat as error:
-        return f"the session's index ({error})"
-    return None
-
-
-def _checked_index(path: str) -> bytes:
-    """The index file at `path`, read once. IndexFormat, naming the entries, when git
-    would not have let one of them in: git reads an index's paths unchecked and would
-    write such an entry where it names (.git/hooks/) at the user's next checkout."""
-    from claude_sandbox.launch.overlay import gitindex
-
-    data = gitindex.read(path) or b""
-    refused = gitindex.refused(data)
-    if refused:
-        named = "; ".join(f"'{gitindex.shown(name)}': {why}" for name, why in refused[:3])
-        more = f"; and {len(refused) - 3} more" if len(refused) > 3 else ""
-        raise gitindex.IndexFormat(f"git would not let in {len(refused)} of its entries: "
-                                   f"{named}{more}")
-    return data
 
 
 _within = paths.under

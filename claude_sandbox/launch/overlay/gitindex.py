@@ -54,13 +54,19 @@ def _varint(data: bytes, pos: int, end: int, most: int) -> tuple[int, int]:
             return value, pos
 
 
+def staged(data: bytes, *, hash_size: int = 20) -> frozenset[tuple[str, str]]:
+    """(path, object id) of every entry, each stage of a path in conflict included."""
+    return frozenset((path, oid) for path, _mode, _flags, _extended, oid
+                     in _entries(data, hash_size))
+
+
 def hidden(data: bytes, *, hash_size: int = 20) -> tuple[tuple[str, str], ...]:
     """(path, "skip-worktree" | "assume-unchanged") for each flagged entry, in index order.
 
     `hash_size` is 20 for sha1 repositories and 32 for `extensions.objectformat = sha256`.
     """
     found: list[tuple[str, str]] = []
-    for path, _mode, flags, extended in _entries(data, hash_size):
+    for path, _mode, flags, extended, _oid in _entries(data, hash_size):
         if extended & _EXT_SKIP_WORKTREE:
             found.append((path, SKIP_WORKTREE))
         if flags & _ASSUME_VALID:
@@ -68,8 +74,8 @@ def hidden(data: bytes, *, hash_size: int = 20) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def _entries(data: bytes, hash_size: int) -> list[tuple[str, int, int, int]]:
-    """(path, mode, flags, extended flags) of every entry, in index order."""
+def _entries(data: bytes, hash_size: int) -> list[tuple[str, int, int, int, str]]:
+    """(path, mode, flags, extended flags, object id) of every entry, in index order."""
     if hash_size not in (20, 32):
         raise ValueError(f"hash_size must be 20 or 32, not {hash_size}")
     # The trailing checksum is not verified (a hostile file can carry a valid one
@@ -87,7 +93,7 @@ def _entries(data: bytes, hash_size: int) -> list[tuple[str, int, int, int]]:
     # or a varint and a NUL), so a count the data cannot hold is refused up front.
     if count * (fixed + 2) > end - _HEADER.size:
         raise IndexFormat("entry count larger than the data")
-    found: list[tuple[str, int, int, int]] = []
+    found: list[tuple[str, int, int, int, str]] = []
     previous = b""
     pos = _HEADER.size
     for _ in range(count):
@@ -131,7 +137,8 @@ def _entries(data: bytes, hash_size: int) -> list[tuple[str, int, int, int]]:
             raise IndexFormat("name length does not match the flags")
         previous = name
         (mode,) = _U32.unpack_from(data, start + _MODE_AT)
-        found.append((name.decode("utf-8", "surrogateescape"), mode, flags, extended))
+        oid = data[start + _STAT_BYTES:start + _STAT_BYTES + hash_size].hex()
+        found.append((name.decode("utf-8", "surrogateescape"), mode, flags, extended, oid))
     _extensions(data, pos, end)
     return found
 
@@ -268,7 +275,7 @@ def refused(data: bytes) -> tuple[tuple[str, str], ...]:
         except IndexFormat as error:
             failures.append(error)
             continue
-        for path, mode, _flags, _extended in entries:
+        for path, mode, _flags, _extended, _oid in entries:
             why = path_refusal(path, mode)
             if why is not None:
                 found[(path, why)] = None

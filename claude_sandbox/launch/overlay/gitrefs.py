@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import stat
 
-from claude_sandbox.launch.overlay import gitrepo
+from claude_sandbox.launch.overlay import gitcontrol, gitrepo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -82,7 +82,11 @@ def planned(upper: str, base: Snapshot, files: set[str], gone: set[str],
 
 
 def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str],
-          opaque: set[str]) -> list[str]:
+          opaque: set[str], history: gitcontrol.History | None = None,
+          controls: frozenset[str] = frozenset()) -> list[str]:
+    """Apply the agent's ref changes; a line each for what was not. `history`: where a
+    value's new commits are read, and a ref whose commits change a control file waits
+    under refs/claude-sandbox/held/ (gitcontrol.py)."""
     lines: list[str] = []
     now = gitrepo.all_refs(real)
     deleted: list[str] = []
@@ -93,6 +97,14 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
                 write(os.path.join(real, keep), value + "\n")
                 lines.append(f"{real}: {name} changed outside during the session; the "
                              f"session's value is kept as {keep}")
+            continue
+        # A symbolic ref (ref: refs/...) names a ref, read where that ref moves.
+        found = (history.changes(value, controls)
+                 if history and value and gitrepo.is_object_id(value) else ())
+        if value is not None and found != ():
+            keep = gitcontrol.HELD + name[len("refs/"):]
+            write(os.path.join(real, keep), value + "\n")
+            lines.append(gitcontrol.held_line(real, name, keep, found))
             continue
         if value is None:
             deleted.append(name)

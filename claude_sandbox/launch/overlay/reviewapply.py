@@ -38,7 +38,8 @@ class NotApplied(Exception):
 
 
 def apply(directory: str, workspace: str, chosen: Sequence[Change],
-          quarantine: gitcheck.Quarantine, *, force: bool = False) -> tuple[list[str], bool]:
+          quarantine: gitcheck.Quarantine, *, force: bool = False,
+          controls: frozenset[str] = gitapply.CONTROLS) -> tuple[list[str], bool]:
     """Apply each chosen change; (lines to print, whether every one was applied).
 
     Directories that replace old ones first, the repositories last: their HEAD and
@@ -69,7 +70,8 @@ def apply(directory: str, workspace: str, chosen: Sequence[Change],
             continue
         try:
             if change.what == "repository":
-                lines += _apply_repository(directory, workspace, change.path, quarantine)
+                lines += _apply_repository(directory, workspace, change.path, quarantine,
+                                           controls)
             else:
                 _apply_one(upper, workspace, change)
                 lines.append(f"applied: {change.what} {change.path}")
@@ -249,7 +251,7 @@ def _copy_file(source: str, parent: int, name: str) -> None:
 
 
 def _apply_repository(directory: str, workspace: str, rel: str,
-                      quarantine: gitcheck.Quarantine) -> list[str]:
+                      quarantine: gitcheck.Quarantine, controls: frozenset[str]) -> list[str]:
     upper = os.path.join(directory, "upper", rel)
     real = os.path.join(workspace, rel)
     os.close(_open_parent(os.path.join(directory, "upper"), workspace, rel))
@@ -265,7 +267,7 @@ def _apply_repository(directory: str, workspace: str, rel: str,
         # applied earlier as a plain change (logs -> ~) must not lead git's files out.
         gitcheck.check(real, quarantine)
     result = gitapply.apply(upper, real, review.base(directory, rel, real), workspace,
-                            copy=True)
+                            copy=True, controls=controls)
     if os.path.isdir(real):  # absent when the rule carried nothing over
         gitcheck.check(real, quarantine)
     if made:

@@ -70,7 +70,8 @@ def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
             state.check_state_dir(cfg.state_dir, os.getuid())
         state.private_dir(store, os.getuid(), "the sandbox's state store")
         lines, complete = reviewapply.apply(directory, workspace, chosen,
-                                            gitcheck.Quarantine(store), force=force)
+                                            gitcheck.Quarantine(store), force=force,
+                                            controls=control)
         for line in lines:
             print(_shown(line))
         left = review.count_pending(os.path.join(directory, "upper"), workspace)

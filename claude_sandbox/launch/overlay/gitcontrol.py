@@ -1,0 +1,160 @@
+"""Control files reached through git: a ref or an index that would bring one out waits.
+
+Inside, an existing control file (controlfiles.py) is read-only, or an overlay view whose
+copy stays in the store: the file outside never changes. But git records what the
+agent's view holds. A commit of that copy, or the copy staged in the index, applied to
+the real repository puts its content one `git checkout .`, `git stash`, `git reset
+--hard` or merge away from the worktree, where the program that runs it (direnv, a hook
+manager, an editor) finds it. So before the session's git is applied:
+
+- each ref the session moved to an object not reachable at launch: every commit it adds
+  is read (`git log --full-history -m`, limited to control names at any depth, the class
+  the session-end report uses). One that changes a control file leaves the ref where it
+  was; the session's value is kept under refs/claude-sandbox/held/ and named, with the
+  commands to review it and take it. A detached HEAD is read the same way;
+- an index whose entries under a control name are not the launch's is not applied, and
+  is kept with what else the session's git wrote and was not applied.
+
+git reads the objects the applier has already copied (regular files only) through a git
+directory of our own, empty but for HEAD: no configuration, hook, replace ref or
+alternate the session wrote is read, nothing is fetched. Where git cannot tell (none
+installed, a timeout, a value that is not a commit or that git cannot read), the ref
+waits too (docs/adr/0010-the-workspace-exit.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.process import capture
+from claude_sandbox.launch.overlay import gitindex, gitrepo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+HELD = "refs/claude-sandbox/held/"
+TIMEOUT = 60.0  # seconds for one history: a long one waits rather than pass unread
+_GLOB = re.compile(r"([*?\[\\])")
+_SHOWN = 5  # control paths named in one line
+
+
+def is_control(path: str, names: frozenset[str]) -> bool:
+    """Whether a tree path (/-separated) has a control name as any of its parts."""
+    return any(part in names for part in path.split("/"))
+
+
+def pathspecs(names: Iterable[str]) -> list[str]:
+    """git pathspecs for every control name at any depth, and what lies below it."""
+    found = []
+    for name in sorted(names):
+        literal = _GLOB.sub(r"\\\1", name)  # an operator's name with a glob character
+        found += [f":(glob)**/{literal}", f":(glob)**/{literal}/**"]
+    return found
+
+
+class History:
+    """git, over the real git directory `real`'s objects, in a git directory of our own."""
+
+    def __init__(self, real: str, known: Iterable[str]) -> None:
+        self.real = real
+        self.git = paths.find_tool("git")
+        self._known = sorted(set(known))
+        self._present: list[str] | None = None
+
+    def _run(self, own: str, args: list[str], lines: Iterable[str]) -> tuple[int, str]:
+        if self.git is None:
+            return 127, ""
+        with open(os.path.join(own, "input"), "w", encoding="utf-8",
+                  errors="surrogateescape") as handle:
+            handle.write("".join(f"{line}\n" for line in lines))
+        env = {"PATH": ":".join(paths.SYSTEM_DIRS), "HOME": own, "GIT_DIR": own,
+               "GIT_OBJECT_DIRECTORY": os.path.join(self.real, "objects"),
+               "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+               "GIT_NO_REPLACE_OBJECTS": "1", "GIT_NO_LAZY_FETCH": "1",
+               "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        fd = os.open(os.path.join(own, "input"), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return capture([self.git, "--no-pager", *args], env, stdin=fd, timeout=TIMEOUT)
+        finally:
+            os.close(fd)
+
+    def _own(self, prefix: str, sha256: bool) -> str:
+        os.mkdir(os.path.join(prefix, "refs"))
+        _write(os.path.join(prefix, "HEAD"), "ref: refs/heads/none\n")
+        if sha256:
+            _write(os.path.join(prefix, "config"), "[core]\n\trepositoryformatversion = 1\n"
+                   "[extensions]\n\tobjectformat = sha256\n")
+        # A shallow clone's boundary: without it git walks to parents it does not have.
+        shallow = gitrepo.read_small(os.path.join(self.real, "shallow"), 64 << 20)
+        if shallow:
+            _write(os.path.join(prefix, "shallow"), shallow)
+        return prefix
+
+    def changes(self, new: str, names: frozenset[str]) -> tuple[str, ...] | None:
+        """The control paths that the commits reachable from `new`, and from nothing
+        known at launch, change, each once; () for none; None where git cannot tell."""
+        if new in self._known:
+            return ()
+        import tempfile  # here: the launch path imports this module, and rarely needs it
+
+        with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
+            own = self._own(prefix, len(new) == 64)
+            if self._present is None:
+                # git log refuses a negative it cannot read: the values known at launch
+                # that name no object (a broken ref) are left out.
+                status, out = self._run(own, ["cat-file", "--batch-check=%(objectname) "
+                                              "%(objecttype)"], self._known)
+                if status != 0:
+                    return None
+                self._present = [line.split()[0] for line in out.splitlines()
+                                 if len(line.split()) == 2 and line.split()[1] != "missing"]
+            # ^{commit}: a tree, a blob or a missing object is refused, never read as empty.
+            status, out = self._run(own, ["log", "--stdin", "--format=", "--name-only", "-z",
+                                          "--full-history", "-m", "--no-renames",
+                                          "--no-ext-diff", "--no-textconv", "--",
+                                          *pathspecs(names)],
+                                    [f"{new}^{{commit}}", *(f"^{k}" for k in self._present)])
+        if status != 0:
+            return None
+        return tuple(dict.fromkeys(p.strip("\n") for p in out.split("\0")
+                                   if p.strip("\n") and is_control(p.strip("\n"), names)))
+
+
+def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None) -> str:
+    """What the user is told of a ref that waits: why, where its value is, what to run."""
+    if found is None:
+        why = "git could not read the commits it adds (not a commit, or unreadable)"
+    else:
+        shown = ", ".join(gitindex.shown(p) for p in found[:_SHOWN]) + (
+            f" and {len(found) - _SHOWN} more" if len(found) > _SHOWN else "")
+        why = f"the session's commits change control files ({shown}), which programs " \
+              "outside run"
+    what = "HEAD" if name == "HEAD" else name
+    return (f"{real}: {what} was not moved: {why}; the session's value is kept as {keep} "
+            f"(review: git log -p {what}..{keep}; take it: git update-ref {what} {keep})")
+
+
+def staged_changes(before: bytes | None, after: bytes, names: frozenset[str]) -> list[str]:
+    """The control paths whose staged entry in the index `after` is not the one in
+    `before` (the index at launch; None: there was none), read as sha1's and as sha256's
+    as git may read either."""
+    found: dict[str, None] = {}
+    for hash_size in (20, 32):
+        try:
+            new = gitindex.staged(after, hash_size=hash_size)
+        except gitindex.IndexFormat:
+            continue
+        try:
+            old = gitindex.staged(before, hash_size=hash_size) if before else frozenset()
+        except gitindex.IndexFormat:
+            old = frozenset()
+        found.update((path, None) for path, _oid in sorted(new - old) if is_control(path, names))
+    return list(found)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "x", encoding="utf-8", errors="surrogateescape") as handle:
+        handle.write(text)

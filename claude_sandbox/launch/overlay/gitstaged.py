@@ -1,0 +1,91 @@
+"""The session's index, applied to the real git directory by rule (gitapply.py, ADR 0010).
+
+An index is applied only when every entry is one git would have let in (git reads an
+index's paths unchecked, and would write an entry naming .git/hooks/ there at the
+user's next checkout), and when it stages no control file's content that the index
+outside does not already hold: `git checkout .` outside would write it into the
+worktree, where the program that runs it finds it (gitcontrol.py). The bits that hide
+changes from `git status` outside (skip-worktree, assume-unchanged) set in the session
+are applied and named.
+"""
+
+from __future__ import annotations
+
+import os
+
+from claude_sandbox.launch.overlay import gitcontrol, gitindex, gitrefs
+
+
+def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
+                files: set[str], controls: frozenset[str]) -> tuple[list[str], bool]:
+    """(lines, whether the session's index was refused and is worth keeping).
+    `at_launch`: the real index's inode, size and time when the session began."""
+    if "index" not in files:
+        return [], False
+    target = os.path.join(real, "index")
+    if stat_of(target) != at_launch:
+        return [f"{target} changed outside during the session; the session's index was not "
+                "applied (git status outside shows its own)"], False
+    lines = []
+    try:
+        before = set(gitindex.read_hidden(target))
+        data = checked(os.path.join(upper, "index"), target, controls)
+        hidden = [pair for pair in gitindex.hidden(data) if pair not in before]
+    except gitindex.IndexFormat as error:
+        return [f"{target}: the session's index was not applied ({error})"], True
+    for bit in ("skip-worktree", "assume-unchanged"):
+        names = [path for path, kind in hidden if kind == bit]
+        if names:
+            # The names are the agent's: escaped, so that none drives the terminal.
+            lines.append(f"{real}: the session marked {len(names)} file(s) {bit}, so git "
+                         f"status and git diff outside do not show their changes: "
+                         f"{_shown(names, 10)} (undo: git update-index --no-{bit} FILE)")
+    # The bytes checked, not the file: a session still running (review mode) could
+    # replace it meanwhile.
+    gitrefs.write(target, data)
+    return lines, False
+
+
+def apply_worktree_index(source: str, target: str, gone: bool,
+                         controls: frozenset[str]) -> str | None:
+    """A linked worktree's index, by the main index's rules; why not, or None."""
+    if gone:
+        gitrefs.remove(target)
+        return None
+    try:
+        gitrefs.write(target, checked(source, target, controls))
+    except gitindex.IndexFormat as error:
+        return f"the session's index ({error})"
+    return None
+
+
+def checked(path: str, target: str, controls: frozenset[str]) -> bytes:
+    """The index file at `path`, read once; IndexFormat, naming the entries, where git
+    would not have let one of them in, or where it stages a control file's content
+    that the index at `target` (the real one, now) does not hold."""
+    data = gitindex.read(path) or b""
+    refused = gitindex.refused(data)
+    if refused:
+        named = "; ".join(f"'{gitindex.shown(name)}': {why}" for name, why in refused[:3])
+        more = f"; and {len(refused) - 3} more" if len(refused) > 3 else ""
+        raise gitindex.IndexFormat(f"git would not let in {len(refused)} of its entries: "
+                                   f"{named}{more}")
+    staged = gitcontrol.staged_changes(gitindex.read(target), data, controls)
+    if staged:
+        raise gitindex.IndexFormat(
+            f"it stages control files ({_shown(staged, 5)}), which programs outside run; "
+            "`git checkout .` would write them into the worktree")
+    return data
+
+
+def _shown(names: list[str], most: int) -> str:
+    return ", ".join(gitindex.shown(n) for n in names[:most]) + (
+        f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def stat_of(path: str) -> tuple[int, int, int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)

