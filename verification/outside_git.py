@@ -1,5 +1,7 @@
-"""Check 98, run outside: in a live session the agent plants what the user's own git
-would run (ADR 0010's amendments of 2026-12-06), and git run outside afterwards runs none.
+"""Checks 98 and 99, run outside.
+
+Check 98: in a live session the agent plants what the user's own git would run (ADR
+0010's amendments of 2026-12-06), and git run outside afterwards runs none.
 
 - a repository in a subdirectory, as git's own test reads one (HEAD a link to refs/),
   whose config sets core.fsmonitor: `git status` there;
@@ -15,6 +17,9 @@ would run (ADR 0010's amendments of 2026-12-06), and git run outside afterwards 
 Each plant writes a line to a directory outside the sandbox when it runs; the check
 passes when that directory stays empty. The plants are made by Python inside: no shell
 quoting between here and there.
+
+Check 99: a control file the session commits or stages does not reach the worktree
+through the user's own git (ADR 0010's amendment of 2026-12-06, second; gitcontrol.py).
 """
 
 from __future__ import annotations
@@ -134,3 +139,68 @@ def check_98_git_plants_run_nothing_outside(shim: str, agent: str, home: str,
     return Result("98", "PASS", "git status, push and restore outside ran none of a "
                   "subdirectory repository, one in a control directory, a local push URL, a "
                   "hook in the index and a repointed .git file")
+
+
+# Check 99's plants: a commit of a control file the agent cannot write in the worktree
+# (.envrc is bound read-only, .husky is not there), made with git's own plumbing, and a
+# staged copy of .envrc on top of it. Each file's content writes a mark when it runs.
+_COMMITTED = r'''
+import os, subprocess, sys
+marks = sys.argv[1]
+
+def git(*argv, stdin=None):
+    return subprocess.run(["git", *argv], input=stdin, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+hook = git("hash-object", "-w", "--stdin", stdin=f"#!/bin/sh\necho ran >> {marks}/husky\n")
+git("update-index", "--add", "--cacheinfo", f"100755,{hook},.husky/pre-commit")
+git("commit", "-q", "-m", "tooling")
+envrc = git("hash-object", "-w", "--stdin", stdin=f"echo ran >> {marks}/envrc\n")
+git("update-index", "--cacheinfo", f"100644,{envrc},.envrc")
+print("made")
+'''
+
+
+def check_99_control_files_do_not_come_out_through_git(shim: str, agent: str, home: str,
+                                                       environ: Mapping[str, str]) -> Result:
+    """A live session commits .husky/pre-commit and stages a new .envrc; afterwards the
+    branch outside has not moved, and the user's `git checkout .` and `git reset --hard`
+    write neither into the worktree."""
+    marks = tempfile.mkdtemp(prefix="csbx-verify-marks99-", dir="/var/tmp")
+    repo = _scratch(home, separate=False)
+    live = {**environ, "CLAUDE_SANDBOX_WORKSPACE_MODE": "live"}
+    try:
+        with open(os.path.join(repo, ".envrc"), "w", encoding="utf-8") as handle:
+            handle.write("export APP=1\n")
+        for argv in (["add", ".envrc"], ["commit", "-qm", "envrc"]):
+            _git(argv, repo, home)
+        before = _git(["rev-parse", "main"], repo, home).stdout.strip()
+        with open(os.path.join(repo, ".csbx-plant.py"), "w", encoding="utf-8") as handle:
+            handle.write(_COMMITTED)
+        made = _launch_in(shim, agent, repo, live, f"/usr/bin/python3 .csbx-plant.py {marks}")
+        if "made" not in made.stdout:
+            return Result("99", "FAIL", f"the session could not plant: {made.stderr[-300:]}")
+        after = _git(["rev-parse", "main"], repo, home).stdout.strip()
+        held = _git(["rev-parse", "-q", "--verify", "refs/claude-sandbox/held/heads/main"],
+                    repo, home).returncode == 0
+        _git(["checkout", "--", "."], repo, home)
+        _git(["reset", "-q", "--hard"], repo, home)
+        out = [name for name in (".envrc", ".husky/pre-commit")
+               if marks in _read(os.path.join(repo, name))]
+    finally:
+        for path in (marks, repo):
+            shutil.rmtree(path, ignore_errors=True)
+    if after != before or out or not held:
+        return Result("99", "FAIL", f"main moved: {after != before}; in the worktree after "
+                      f"checkout and reset: {', '.join(out) or 'neither'}; the session's "
+                      f"value held: {held}")
+    return Result("99", "PASS", "a committed .husky/pre-commit and a staged .envrc stayed "
+                  "out of the branch and the index; checkout and reset outside wrote neither")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""

@@ -170,7 +170,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
     sys.path.insert(0, directory)
     outside_module = importlib.import_module("outside")  # verification/outside.py
     users_module = importlib.import_module("outside_users")  # probes as another user
-    git_module = importlib.import_module("outside_git")  # check 98
+    git_module = importlib.import_module("outside_git")  # checks 98 and 99
 
     sys.path.remove(directory)
     base_env = dict(os.environ if environ is None else environ)
@@ -208,6 +208,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                 results.append(git_module.check_98_git_plants_run_nothing_outside(
                     SHIM, agent, facts["home"], state.agent_home(facts["store_root"], agent),
                     base_env))
+                results.append(git_module.check_99_control_files_do_not_come_out_through_git(
+                    SHIM, agent, facts["home"], base_env))
                 fronted = outside_module.fronted_record(
                     SHIM, agent, facts["home"], base_env, facts["allowed_name"],
                     facts["egress_policy"])
