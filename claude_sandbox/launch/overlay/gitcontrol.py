@@ -25,11 +25,10 @@ waits too (docs/adr/0010-the-workspace-exit.md).
 from __future__ import annotations
 
 import os
-import re
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.process import capture
-from claude_sandbox.launch.overlay import gitindex, gitrepo
+from claude_sandbox.launch.overlay import gitrepo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,7 +36,9 @@ if TYPE_CHECKING:
 
 HELD = "refs/claude-sandbox/held/"
 TIMEOUT = 60.0  # seconds for one history: a long one waits rather than pass unread
-_GLOB = re.compile(r"([*?\[\\])")
+# Escaped in an operator's name: wildmatch's special characters (not `re`: the launch
+# path imports this module, and `re` costs milliseconds at every launch).
+_GLOB = str.maketrans({c: "\\" + c for c in "*?[\\"})
 _SHOWN = 5  # control paths named in one line
 
 
@@ -50,7 +51,7 @@ def pathspecs(names: Iterable[str]) -> list[str]:
     """git pathspecs for every control name at any depth, and what lies below it."""
     found = []
     for name in sorted(names):
-        literal = _GLOB.sub(r"\\\1", name)  # an operator's name with a glob character
+        literal = name.translate(_GLOB)
         found += [f":(glob)**/{literal}", f":(glob)**/{literal}/**"]
     return found
 
@@ -125,6 +126,8 @@ class History:
 
 def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None) -> str:
     """What the user is told of a ref that waits: why, where its value is, what to run."""
+    from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
+
     if found is None:
         why = "git could not read the commits it adds (not a commit, or unreadable)"
     else:
@@ -141,6 +144,8 @@ def staged_changes(before: bytes | None, after: bytes, names: frozenset[str]) ->
     """The control paths whose staged entry in the index `after` is not the one in
     `before` (the index at launch; None: there was none), read as sha1's and as sha256's
     as git may read either."""
+    from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
+
     found: dict[str, None] = {}
     for hash_size in (20, 32):
         try:

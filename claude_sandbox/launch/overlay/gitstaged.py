@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import os
 
-from claude_sandbox.launch.overlay import gitcontrol, gitindex, gitrefs
+from claude_sandbox.launch.overlay import gitcontrol, gitrefs
 
 
 def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
                 files: set[str], controls: frozenset[str]) -> tuple[list[str], bool]:
     """(lines, whether the session's index was refused and is worth keeping).
     `at_launch`: the real index's inode, size and time when the session began."""
+    from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
+
     if "index" not in files:
         return [], False
     target = os.path.join(real, "index")
@@ -49,6 +51,8 @@ def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
 def apply_worktree_index(source: str, target: str, gone: bool,
                          controls: frozenset[str]) -> str | None:
     """A linked worktree's index, by the main index's rules; why not, or None."""
+    from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
+
     if gone:
         gitrefs.remove(target)
         return None
@@ -63,6 +67,8 @@ def checked(path: str, target: str, controls: frozenset[str]) -> bytes:
     """The index file at `path`, read once; IndexFormat, naming the entries, where git
     would not have let one of them in, or where it stages a control file's content
     that the index at `target` (the real one, now) does not hold."""
+    from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
+
     data = gitindex.read(path) or b""
     refused = gitindex.refused(data)
     if refused:
@@ -79,6 +85,8 @@ def checked(path: str, target: str, controls: frozenset[str]) -> bytes:
 
 
 def _shown(names: list[str], most: int) -> str:
+    from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
+
     return ", ".join(gitindex.shown(n) for n in names[:most]) + (
         f" and {len(names) - most} more" if len(names) > most else "")
 
