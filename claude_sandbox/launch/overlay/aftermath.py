@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import os
 import stat
-from shlex import quote
 
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.overlay import gitrepo
+from claude_sandbox.launch.overlay.controlexit import quote  # shlex (and re) only when used
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
