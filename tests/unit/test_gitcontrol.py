@@ -147,6 +147,8 @@ def test_a_detached_head_and_orig_head_at_such_a_commit_are_not_applied(
     result = apply(repo, upper, base)
     assert (repo / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
     assert (repo / ".git" / gitcontrol.HELD / "HEAD").exists()
+    assert any("git update-ref --no-deref HEAD refs/claude-sandbox/held/HEAD" in line
+               for line in result.lines)
     assert any("ORIG_HEAD: not applied" in line for line in result.lines)
 
 
@@ -157,7 +159,8 @@ def test_a_ref_to_what_git_cannot_read_as_a_commit_waits(repo: Path, tmp_path: P
                           .write_text(tree + "\n"))
     result = apply(repo, upper, base)
     assert not (repo / ".git" / "refs" / "heads" / "t").exists()
-    assert any("git could not read" in line for line in result.lines)
+    line = next(line for line in result.lines if "git could not read" in line)
+    assert "review: git log -p refs/claude-sandbox/held/heads/t;" in line  # a new ref
 
 
 def test_without_git_a_new_commit_waits(repo: Path, tmp_path: Path,

@@ -124,8 +124,10 @@ class History:
                                    if p.strip("\n") and is_control(p.strip("\n"), names)))
 
 
-def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None) -> str:
-    """What the user is told of a ref that waits: why, where its value is, what to run."""
+def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None, *,
+              existed: bool = True) -> str:
+    """What the user is told of a ref that waits: why, where its value is, what to run.
+    `existed`: the ref was there at launch (what it adds is then read against it)."""
     from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
 
     if found is None:
@@ -135,9 +137,11 @@ def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None) ->
             f" and {len(found) - _SHOWN} more" if len(found) > _SHOWN else "")
         why = f"the session's commits change control files ({shown}), which programs " \
               "outside run"
-    what = "HEAD" if name == "HEAD" else name
-    return (f"{real}: {what} was not moved: {why}; the session's value is kept as {keep} "
-            f"(review: git log -p {what}..{keep}; take it: git update-ref {what} {keep})")
+    review = f"git log -p {name}..{keep}" if existed else f"git log -p {keep}"
+    # HEAD is detached to the value, never moves the branch it names.
+    take = f"git update-ref {'--no-deref ' if name == 'HEAD' else ''}{name} {keep}"
+    return (f"{real}: {name} was not moved: {why}; the session's value is kept as {keep} "
+            f"(review: {review}; take it: {take})")
 
 
 def staged_changes(before: bytes | None, after: bytes, names: frozenset[str]) -> list[str]:

@@ -104,7 +104,7 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
         if value is not None and found != ():
             keep = gitcontrol.HELD + name[len("refs/"):]
             write(os.path.join(real, keep), value + "\n")
-            lines.append(gitcontrol.held_line(real, name, keep, found))
+            lines.append(gitcontrol.held_line(real, name, keep, found, existed=old is not None))
             continue
         if value is None:
             deleted.append(name)
