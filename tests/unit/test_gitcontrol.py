@@ -11,6 +11,7 @@ import filecmp
 import os
 import shutil
 import subprocess
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -219,3 +220,124 @@ def test_pathspecs_escape_glob_characters() -> None:
                                                ":(glob)**/a\\*\\[b]\\?/**"]
     assert gitcontrol.is_control("x/.vscode/y", frozenset({".vscode"}))
     assert not gitcontrol.is_control("x/vscode/.vscodeX", frozenset({".vscode"}))
+
+
+def _evil(repo: Path, view: Path, branch: str) -> str:
+    """A commit changing .envrc on `branch`, made in the session, the index left as it was."""
+    git(repo, "checkout", "-q", "-b", branch, gitdir=view)
+    made = commit(repo, {".envrc": "evil\n"}, "c", view)
+    git(repo, "checkout", "-q", "main", gitdir=view)
+    return made
+
+
+def test_a_symbolic_ref_into_the_held_values_is_not_applied(repo: Path,
+                                                             tmp_path: Path) -> None:
+    def act(view: Path) -> None:
+        _evil(repo, view, "evil")
+        git(repo, "symbolic-ref", "refs/heads/feature", gitcontrol.HELD + "heads/evil",
+            gitdir=view)
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert not (repo / ".git" / "refs" / "heads" / "feature").exists()
+    assert any("refs/heads/feature not applied: it points at the values" in line
+               for line in result.lines)
+
+
+def test_a_held_value_is_not_known_at_the_next_session(repo: Path, tmp_path: Path) -> None:
+    before = git(repo, "rev-parse", "main")
+    made: list[str] = []
+    upper, base = session(repo, tmp_path, lambda view: made.append(_evil(repo, view, "e")))
+    apply(repo, upper, base)
+    assert git(repo, "rev-parse", gitcontrol.HELD + "heads/e") == made[0]
+    shutil.rmtree(tmp_path / "view")
+    shutil.rmtree(tmp_path / "upper")
+    upper, base = session(repo, tmp_path, lambda view: git(
+        repo, "update-ref", "refs/heads/main", made[0], gitdir=view))
+    apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == before
+
+
+def test_state_files_and_reflogs_naming_such_a_commit_are_not_applied(
+        repo: Path, tmp_path: Path) -> None:
+    """MERGE_AUTOSTASH (applied by `git merge --abort`), BISECT_START (`git bisect
+    reset`), a worktree's HEAD, and a reflog line `git checkout -` follows."""
+    def act(view: Path) -> None:
+        made = _evil(repo, view, "gone")
+        git(repo, "branch", "-q", "-D", "gone", gitdir=view)
+        (view / "MERGE_AUTOSTASH").write_text(made + "\n")
+        (view / "BISECT_START").write_text(made + "\n")
+        (view / "worktrees" / "w").mkdir(parents=True)
+        (view / "worktrees" / "w" / "HEAD").write_text(made + "\n")
+        head = git(repo, "rev-parse", "HEAD", gitdir=view)
+        with open(view / "logs" / "HEAD", "a") as handle:
+            handle.write(f"{head} {head} t <t@t> 0 +0000\tcheckout: moving from {made} to "
+                         "main\n")
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    for rel in ("MERGE_AUTOSTASH", "BISECT_START", "worktrees/w/HEAD"):
+        assert not (repo / ".git" / rel).exists(), rel
+    refused = {line.split(": not applied")[0].rsplit("/.git/", 1)[-1] for line in result.lines
+               if ": not applied: it names the session's commits" in line}
+    assert {"MERGE_AUTOSTASH", "BISECT_START", "worktrees/w/HEAD", "logs/HEAD"} <= refused
+
+
+def test_a_shallow_list_that_cuts_known_history_is_not_applied(repo: Path,
+                                                                tmp_path: Path) -> None:
+    known = git(repo, "rev-parse", "main")
+    upper, base = session(repo, tmp_path, lambda view: (view / "shallow").write_text(
+        known + "\n"))
+    result = apply(repo, upper, base)
+    assert not (repo / ".git" / "shallow").exists()
+    assert any("shallow: not applied: it marks commits known at launch" in line
+               for line in result.lines)
+
+
+def test_objects_are_carried_by_their_content(repo: Path, tmp_path: Path) -> None:
+    """A loose object whose bytes are another object's is refused; a pack's index is
+    made again (the session's is garbage here), so the pack reads as it is."""
+    readme = git(repo, "rev-parse", "HEAD:README")
+    made: list[str] = []
+
+    def act(view: Path) -> None:
+        made.append(commit(repo, {"src/b.py": "y = 2\n"}, "c", view))
+        git(repo, "repack", "-q", "-a", "-d", gitdir=view)
+        for index in (view / "objects" / "pack").glob("*.idx"):
+            index.write_bytes(b"\xfftOc" + b"\0" * 1100)
+        forged = zlib.compress(b"blob 6\0pwned\n")
+        loose = view / "objects" / "ab" / ("c" * 38)
+        loose.parent.mkdir(exist_ok=True)
+        loose.write_bytes(forged)
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == made[0]
+    assert git(repo, "show", "main:src/b.py") == "y = 2"
+    assert git(repo, "rev-parse", "HEAD:README") == readme
+    assert any("abcc" in line.replace("/", "") and "not the object its name says" in line
+               for line in result.lines)
+    assert not (repo / ".git" / "objects" / "ab" / ("c" * 38)).exists()
+
+
+def test_one_git_run_reads_many_refs_to_one_tip(repo: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[list[str]] = []
+    run = gitcontrol.History._run
+
+    def counted(self: gitcontrol.History, own: str, args: list[str],
+                lines: list[str]) -> tuple[int, str]:
+        runs.append(args)
+        return run(self, own, args, lines)
+
+    monkeypatch.setattr(gitcontrol.History, "_run", counted)
+
+    def act(view: Path) -> None:
+        commit(repo, {"a.txt": "a\n"}, "c", view)
+        for i in range(30):
+            git(repo, "branch", "-q", f"b{i}", gitdir=view)
+
+    upper, base = session(repo, tmp_path, act)
+    apply(repo, upper, base)
+    assert [args[0] for args in runs] == ["cat-file", "log"]
+    assert git(repo, "rev-parse", "b29") == git(repo, "rev-parse", "main")

@@ -7,10 +7,12 @@ root may make outside overlayfs; an opaque directory carries user.overlay.opaque
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 
 import pytest
@@ -279,12 +281,16 @@ def test_an_applied_repository_shares_no_inode_with_the_upper(
     directory, upper, ws = store
     _git("init", "-q", "-b", "main", cwd=ws)
     _git("commit", "-q", "--allow-empty", "-m", "x", cwd=ws)
-    object_dir = os.path.join(upper, ".git/objects/ab")
-    _write(os.path.join(object_dir, "c" * 38), "blob\n")
-    os.link(os.path.join(object_dir, "c" * 38), os.path.join(upper, "alias"))
+    body = b"blob 5\0blob\n"  # a real loose object: carried only when it hashes to its name
+    name = hashlib.sha1(body).hexdigest()
+    object_dir = os.path.join(upper, ".git/objects", name[:2])
+    os.makedirs(object_dir, exist_ok=True)
+    with open(os.path.join(object_dir, name[2:]), "wb") as handle:
+        handle.write(zlib.compress(body))
+    os.link(os.path.join(object_dir, name[2:]), os.path.join(upper, "alias"))
     chosen = [c for c in review.changes(upper, ws, CONTROL) if c.what == "repository"]
     reviewapply.apply(directory, ws, chosen, gitcheck.Quarantine(directory), force=True)
-    real = os.stat(os.path.join(ws, ".git/objects/ab", "c" * 38))
+    real = os.stat(os.path.join(ws, ".git/objects", name[:2], name[2:]))
     assert real.st_ino != os.stat(os.path.join(upper, "alias")).st_ino
 
 

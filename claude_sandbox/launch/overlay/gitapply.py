@@ -131,12 +131,24 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     entries = list(_entries(upper))
     if base is None:
         base = snapshot(real)
-    known = [v for _, v in (*base.loose, *base.packed, ("HEAD", base.head or ""))
-             if gitrepo.is_object_id(v.strip())]
-    history = gitcontrol.History(real, [v.strip() for v in known])
     files = {rel for rel, kind in entries if kind == "file"}
     gone = {rel for rel, kind in entries if kind == "whiteout"}
     opaque = {rel for rel, kind in entries if kind == "opaque"}
+    # The objects first, by content (gitobjects.py): what is read below reads them.
+    for rel in sorted(rel for rel in files if _classify(rel)[0] == "object"):
+        refusal = _place_object(upper, real, rel, copy)
+        if refusal is not None:
+            lines.append(f"{real}/{rel}: not applied: {refusal}")
+            kept = True
+    history = gitcontrol.History(real, [*base.loose, *base.packed,
+                                        ("HEAD", (base.head or "").strip())])
+    hash_size = 32 if any(len(v) == 64 for _, v in (*base.loose, *base.packed)) else 20
+    # Every value the session's refs, HEAD and state files name, read together first:
+    # where none adds a control file's change, one git run clears them all.
+    planned = gitrefs.planned(upper, base, files, gone, opaque)
+    head = gitrepo.read_small(os.path.join(upper, "HEAD")) if "HEAD" in files else None
+    history.read([*(v for _, _, v in planned if v), *gitcontrol.ids(head or ""),
+                  *_named(upper, files)], controls)
     for rel, kind in entries:
         if kind == "other":
             lines.append(f"{real}/{rel}: not applied: git makes only regular files and "
@@ -155,23 +167,19 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         elif action in ("copy", "hide"):
             if rel in gone:
                 gitrefs.remove(os.path.join(real, rel))
-            elif rel in _POINTERS and _pointer_waits(upper, rel, history, controls):
-                lines.append(f"{real}/{rel}: not applied: it names the session's commits "
-                             "that change control files, or that git cannot read")
+            elif action == "copy" and (refusal := gitcontrol.copy_refusal(
+                    upper, rel, history, controls)):
+                lines.append(f"{real}/{rel}: not applied: {refusal}")
                 kept = True
             else:
                 _place(os.path.join(upper, rel), os.path.join(real, rel), copy)
                 if action == "hide":
                     lines.append(f"{real}/{rel} was changed in the session: it hides files "
                                  "from git status and git diff outside; review it")
-        elif action == "object" and rel in files:
-            target = os.path.join(real, rel)
-            if not os.path.lexists(target):
-                _place(os.path.join(upper, rel), target, copy)
         elif action == "index":  # a linked worktree's
             refusal = gitstaged.apply_worktree_index(os.path.join(upper, rel),
                                                      os.path.join(real, rel), rel in gone,
-                                                     controls)
+                                                     controls, hash_size)
             if refusal is not None:
                 lines.append(f"{real}/{rel}: not applied: {refusal}")
                 kept = True
@@ -181,7 +189,8 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     lines += gitrefs.apply(upper, real, base, files, gone, opaque, history, controls)
     lines += _apply_head(upper, real, base, files, history, controls)
     lines += _apply_config(upper, real, base, files, workspace)
-    index_lines, index_kept = gitstaged.apply_index(upper, real, base.index, files, controls)
+    index_lines, index_kept = gitstaged.apply_index(upper, real, base.index, files, controls,
+                                                    hash_size)
     lines += index_lines
     kept = kept or index_kept
     for name in modules:
@@ -237,6 +246,25 @@ def _object_name(rel: str) -> bool:
         return gitrepo.is_object_id(stem) and suffix in (
             "pack", "idx", "rev", "bitmap", "keep", "promisor", "mtimes")
     return False
+
+
+def _place_object(upper: str, real: str, rel: str, copy: bool) -> str | None:
+    """Carry one object file over by its content; why not, or None."""
+    from claude_sandbox.launch.overlay import gitobjects
+
+    source, target = os.path.join(upper, rel), os.path.join(real, rel)
+    parts = rel.split("/")
+    if parts[1] != "pack":
+        if os.path.lexists(target):
+            return None
+        refusal = gitobjects.loose_refusal(source, parts[1] + parts[2])
+        if refusal is None:
+            _place(source, target, copy)
+        return refusal
+    if not parts[2].endswith(".pack"):
+        return None  # its index is made again; the rest is the session's word only
+    return gitobjects.place_pack(source, os.path.join(real, "objects"),
+                                 lambda from_, to: _place(from_, to, copy))
 
 
 def _classify_worktree(rel: str) -> tuple[str, str]:
@@ -297,6 +325,9 @@ def _apply_head(upper: str, real: str, base: Snapshot, files: set[str],
     if gitrepo.read_small(os.path.join(real, "HEAD")) != base.head:
         return [f"{real}/HEAD changed outside during the session; the session's HEAD "
                 f"({text.strip()}) was not applied"]
+    if text.startswith("ref: " + gitcontrol.OURS):
+        return [f"{real}/HEAD: not applied: it points at the values the exit keeps aside, "
+                "unread (refs/claude-sandbox/)"]
     if gitrepo.is_object_id(text.strip()):  # detached: read like a ref's new value
         found = history.changes(text.strip(), controls)
         if found != ():
@@ -307,20 +338,12 @@ def _apply_head(upper: str, real: str, base: Snapshot, files: set[str],
     return []
 
 
-# State files that name commits a git command outside may take up (`git reset --hard
-# ORIG_HEAD`, `git merge FETCH_HEAD`): read like a ref's new value.
-_POINTERS = frozenset(("ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD",
-                       "REVERT_HEAD", "AUTO_MERGE"))
-
-
-def _pointer_waits(upper: str, rel: str, history: gitcontrol.History,
-                   controls: frozenset[str]) -> bool:
-    """Whether a commit the state file `rel` names (each line's first word) would bring
-    a control file's new content out."""
-    text = gitrepo.read_small(os.path.join(upper, rel), 1 << 20) or ""
-    words = [(line.split() or [""])[0] for line in text.splitlines()]
-    return any(gitrepo.is_object_id(word) and history.changes(word, controls) != ()
-               for word in words)
+def _named(upper: str, files: set[str]) -> list[str]:
+    """Every object id the copied state files and reflogs name."""
+    texts = (gitrepo.read_small(os.path.join(upper, rel), 64 << 20) or ""
+             for rel in sorted(files) if _classify(rel)[0] == "copy"
+             and not rel.startswith("lfs/"))
+    return [value for text in texts for value in gitcontrol.ids(text)]
 
 
 def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],

@@ -25,6 +25,7 @@ waits too (docs/adr/0010-the-workspace-exit.md).
 from __future__ import annotations
 
 import os
+import time
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.process import capture
@@ -34,8 +35,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-HELD = "refs/claude-sandbox/held/"
-TIMEOUT = 60.0  # seconds for one history: a long one waits rather than pass unread
+OURS = "refs/claude-sandbox/"  # what the exit keeps aside, unread: never a known value
+HELD = OURS + "held/"
+TIMEOUT = 60.0  # seconds for one git run: a long history waits rather than pass unread
+DEADLINE = 120.0  # seconds for one repository in all, past which every value waits
+MOST = 1000  # distinct values read for one repository; past them every value waits
 # Escaped in an operator's name: wildmatch's special characters (not `re`: the launch
 # path imports this module, and `re` costs milliseconds at every launch).
 _GLOB = str.maketrans({c: "\\" + c for c in "*?[\\"})
@@ -57,16 +61,26 @@ def pathspecs(names: Iterable[str]) -> list[str]:
 
 
 class History:
-    """git, over the real git directory `real`'s objects, in a git directory of our own."""
+    """git, over the real git directory `real`'s objects, in a git directory of our own.
 
-    def __init__(self, real: str, known: Iterable[str]) -> None:
+    `known`: every ref's value at launch but the sandbox's own (refs/claude-sandbox/,
+    where values wait unread: known, they would pass unread at the next session). What
+    git found is kept by value; past DEADLINE seconds in all, or past MOST values, every
+    value not yet read waits."""
+
+    def __init__(self, real: str, known: Iterable[tuple[str, str]]) -> None:
         self.real = real
         self.git = paths.find_tool("git")
-        self._known = sorted(set(known))
+        self._known = sorted({value for name, value in known
+                              if not name.startswith(OURS) and gitrepo.is_object_id(value)})
         self._present: list[str] | None = None
+        self._found: dict[str, tuple[str, ...] | None] = {}
+        self._spent = 0.0
+        # Read before anything is applied: the session's own shallow list is not ours.
+        self._shallow = gitrepo.read_small(os.path.join(real, "shallow"), 64 << 20)
 
     def _run(self, own: str, args: list[str], lines: Iterable[str]) -> tuple[int, str]:
-        if self.git is None:
+        if self.git is None or self._spent > DEADLINE:
             return 127, ""
         with open(os.path.join(own, "input"), "w", encoding="utf-8",
                   errors="surrogateescape") as handle:
@@ -77,10 +91,13 @@ class History:
                "GIT_NO_REPLACE_OBJECTS": "1", "GIT_NO_LAZY_FETCH": "1",
                "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
         fd = os.open(os.path.join(own, "input"), os.O_RDONLY | os.O_CLOEXEC)
+        started = time.monotonic()
         try:
-            return capture([self.git, "--no-pager", *args], env, stdin=fd, timeout=TIMEOUT)
+            return capture([self.git, "--no-pager", *args], env, stdin=fd,
+                           timeout=max(1.0, min(TIMEOUT, DEADLINE - self._spent)))
         finally:
             os.close(fd)
+            self._spent += time.monotonic() - started
 
     def _own(self, prefix: str, sha256: bool) -> str:
         os.mkdir(os.path.join(prefix, "refs"))
@@ -89,20 +106,17 @@ class History:
             _write(os.path.join(prefix, "config"), "[core]\n\trepositoryformatversion = 1\n"
                    "[extensions]\n\tobjectformat = sha256\n")
         # A shallow clone's boundary: without it git walks to parents it does not have.
-        shallow = gitrepo.read_small(os.path.join(self.real, "shallow"), 64 << 20)
-        if shallow:
-            _write(os.path.join(prefix, "shallow"), shallow)
+        if self._shallow:
+            _write(os.path.join(prefix, "shallow"), self._shallow)
         return prefix
 
-    def changes(self, new: str, names: frozenset[str]) -> tuple[str, ...] | None:
-        """The control paths that the commits reachable from `new`, and from nothing
-        known at launch, change, each once; () for none; None where git cannot tell."""
-        if new in self._known:
-            return ()
+    def _log(self, values: list[str], names: frozenset[str]) -> tuple[str, ...] | None:
+        """The control paths the commits reachable from `values`, and from nothing known,
+        change; None where git cannot tell."""
         import tempfile  # here: the launch path imports this module, and rarely needs it
 
         with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
-            own = self._own(prefix, len(new) == 64)
+            own = self._own(prefix, len(values[0]) == 64)
             if self._present is None:
                 # git log refuses a negative it cannot read: the values known at launch
                 # that name no object (a broken ref) are left out.
@@ -117,11 +131,49 @@ class History:
                                           "--full-history", "-m", "--no-renames",
                                           "--no-ext-diff", "--no-textconv", "--",
                                           *pathspecs(names)],
-                                    [f"{new}^{{commit}}", *(f"^{k}" for k in self._present)])
+                                    [*(f"{v}^{{commit}}" for v in values),
+                                     *(f"^{k}" for k in self._present)])
         if status != 0:
             return None
         return tuple(dict.fromkeys(p.strip("\n") for p in out.split("\0")
                                    if p.strip("\n") and is_control(p.strip("\n"), names)))
+
+    def read(self, values: Iterable[str], names: frozenset[str]) -> None:
+        """Read `values` together: where their new commits change no control file (the
+        common case), one git run clears them all; otherwise each is read alone."""
+        new = sorted({v for v in values if v not in self._known and v not in self._found})
+        if len(self._found) + len(new) > MOST:
+            new = new[:max(0, MOST - len(self._found))]
+        if new and self._log(new, names) == ():
+            self._found.update((v, ()) for v in new)
+
+    @property
+    def shallow(self) -> str | None:
+        """The repository's shallow list before the session's was applied."""
+        return self._shallow
+
+    def unknown(self, value: str) -> bool:
+        """Whether `value` names a commit reachable from no value known at launch (one
+        the session made or fetched); False where git cannot tell."""
+        if value in self._known or self._log([value], frozenset()) is None:
+            return False
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
+            status, out = self._run(self._own(prefix, len(value) == 64),
+                                    ["log", "--stdin", "-1", "--format=%H"],
+                                    [f"{value}^{{commit}}",
+                                     *(f"^{k}" for k in self._present or ())])
+        return status == 0 and out.strip() == value
+
+    def changes(self, new: str, names: frozenset[str]) -> tuple[str, ...] | None:
+        """The control paths that the commits reachable from `new`, and from nothing
+        known at launch, change, each once; () for none; None where git cannot tell."""
+        if new in self._known:
+            return ()
+        if new not in self._found:
+            self._found[new] = None if len(self._found) >= MOST else self._log([new], names)
+        return self._found[new]
 
 
 def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None, *,
@@ -142,6 +194,39 @@ def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None, *,
     take = f"git update-ref {'--no-deref ' if name == 'HEAD' else ''}{name} {keep}"
     return (f"{real}: {name} was not moved: {why}; the session's value is kept as {keep} "
             f"(review: {review}; take it: {take})")
+
+
+def ids(text: str) -> list[str]:
+    """Every object id in a state file or reflog: a line's value, a reflog's old and new
+    ids, and any id its message names (`checkout: moving from ID to main`)."""
+    words = (word.strip("'\"(),.:;") for word in text.split())
+    # The null id (a reflog's "before" of a new ref) names no object.
+    return [word for word in words if gitrepo.is_object_id(word) and word.strip("0")]
+
+
+def copy_refusal(upper: str, rel: str, history: History,
+                  controls: frozenset[str]) -> str | None:
+    """Why a state file, reflog or worktree pointer is not carried over, or None. Each
+    names commits a command outside takes up (`git reset --hard ORIG_HEAD`, `git
+    checkout -`, `git stash pop`, `git merge --abort` with MERGE_AUTOSTASH, `git bisect
+    reset`): read like a ref's new value. A pointer into the values kept aside, or a
+    shallow list that cuts the history known at launch, is refused too."""
+    if rel.startswith("lfs/"):
+        return None
+    text = gitrepo.read_small(os.path.join(upper, rel), 64 << 20)
+    if text is None:
+        return "too large to read"
+    if OURS in text:
+        return "it names the values the exit keeps aside, unread (refs/claude-sandbox/)"
+    if rel == "shallow":
+        added = set(text.split()) - set((history.shallow or "").split())
+        if not all(history.unknown(value) for value in added):
+            return "it marks commits known at launch shallow: git would lose their history"
+        return None
+    if any(history.changes(value, controls) != () for value in ids(text)):
+        return "it names the session's commits that change control files, or that git " \
+               "cannot read"
+    return None
 
 
 def staged_changes(before: bytes | None, after: bytes, names: frozenset[str]) -> list[str]:

@@ -10,6 +10,7 @@ actually there before it is used, and anything malformed raises IndexFormat.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -76,6 +77,27 @@ def hidden(data: bytes, *, hash_size: int = 20) -> tuple[tuple[str, str], ...]:
 
 def _entries(data: bytes, hash_size: int) -> list[tuple[str, int, int, int, str]]:
     """(path, mode, flags, extended flags, object id) of every entry, in index order."""
+    return _parse(data, hash_size)[0]
+
+
+def without_extensions(data: bytes, hash_size: int) -> bytes:
+    """The index `data` with its entries alone, its checksum made again. Its extensions
+    are caches git makes again (the cache-tree, the untracked cache, fsmonitor's, the
+    offsets), or the session's word on what a command outside brings back (the
+    cache-tree becomes the tree of the user's next commit; resolve-undo the content
+    `git checkout -m` writes). A sparse index is refused: its directory entries mean
+    something only with their extension."""
+    found, end = _parse(data, hash_size)
+    for _path, mode, _flags, extended, _oid in found:
+        if mode == 0o040000 and extended & _EXT_SKIP_WORKTREE:
+            raise IndexFormat("a sparse index (git sparse-checkout disable undoes it)")
+    body = data[:end]
+    digest = hashlib.sha256(body) if hash_size == 32 else hashlib.sha1(body)
+    return body + digest.digest()
+
+
+def _parse(data: bytes, hash_size: int) -> tuple[list[tuple[str, int, int, int, str]], int]:
+    """Every entry (as _entries), and where the entries end."""
     if hash_size not in (20, 32):
         raise ValueError(f"hash_size must be 20 or 32, not {hash_size}")
     # The trailing checksum is not verified (a hostile file can carry a valid one
@@ -140,7 +162,7 @@ def _entries(data: bytes, hash_size: int) -> list[tuple[str, int, int, int, str]
         oid = data[start + _STAT_BYTES:start + _STAT_BYTES + hash_size].hex()
         found.append((name.decode("utf-8", "surrogateescape"), mode, flags, extended, oid))
     _extensions(data, pos, end)
-    return found
+    return found, pos
 
 
 _EXTENSION = struct.Struct(">4sI")

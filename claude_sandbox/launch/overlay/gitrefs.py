@@ -98,6 +98,10 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
                 lines.append(f"{real}: {name} changed outside during the session; the "
                              f"session's value is kept as {keep}")
             continue
+        if value is not None and value.startswith("ref: " + gitcontrol.OURS):
+            lines.append(f"{real}: {name} not applied: it points at the values the exit "
+                         "keeps aside, unread (refs/claude-sandbox/)")
+            continue
         # A symbolic ref (ref: refs/...) names a ref, read where that ref moves.
         found = (history.changes(value, controls)
                  if history and value and gitrepo.is_object_id(value) else ())

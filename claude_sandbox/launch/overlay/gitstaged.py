@@ -17,9 +17,11 @@ from claude_sandbox.launch.overlay import gitcontrol, gitrefs
 
 
 def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
-                files: set[str], controls: frozenset[str]) -> tuple[list[str], bool]:
+                files: set[str], controls: frozenset[str],
+                hash_size: int = 20) -> tuple[list[str], bool]:
     """(lines, whether the session's index was refused and is worth keeping).
-    `at_launch`: the real index's inode, size and time when the session began."""
+    `at_launch`: the real index's inode, size and time when the session began;
+    `hash_size`: the repository's object ids' (20, or 32 for sha256)."""
     from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
 
     if "index" not in files:
@@ -31,7 +33,7 @@ def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
     lines = []
     try:
         before = set(gitindex.read_hidden(target))
-        data = checked(os.path.join(upper, "index"), target, controls)
+        data = checked(os.path.join(upper, "index"), target, controls, hash_size)
         hidden = [pair for pair in gitindex.hidden(data) if pair not in before]
     except gitindex.IndexFormat as error:
         return [f"{target}: the session's index was not applied ({error})"], True
@@ -48,8 +50,8 @@ def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
     return lines, False
 
 
-def apply_worktree_index(source: str, target: str, gone: bool,
-                         controls: frozenset[str]) -> str | None:
+def apply_worktree_index(source: str, target: str, gone: bool, controls: frozenset[str],
+                         hash_size: int = 20) -> str | None:
     """A linked worktree's index, by the main index's rules; why not, or None."""
     from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
 
@@ -57,16 +59,17 @@ def apply_worktree_index(source: str, target: str, gone: bool,
         gitrefs.remove(target)
         return None
     try:
-        gitrefs.write(target, checked(source, target, controls))
+        gitrefs.write(target, checked(source, target, controls, hash_size))
     except gitindex.IndexFormat as error:
         return f"the session's index ({error})"
     return None
 
 
-def checked(path: str, target: str, controls: frozenset[str]) -> bytes:
-    """The index file at `path`, read once; IndexFormat, naming the entries, where git
-    would not have let one of them in, or where it stages a control file's content
-    that the index at `target` (the real one, now) does not hold."""
+def checked(path: str, target: str, controls: frozenset[str], hash_size: int = 20) -> bytes:
+    """The index file at `path`, read once, its entries alone (gitindex's
+    without_extensions); IndexFormat, naming the entries, where git would not have let
+    one of them in, or where it stages a control file's content that the index at
+    `target` (the real one, now) does not hold."""
     from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
 
     data = gitindex.read(path) or b""
@@ -81,7 +84,7 @@ def checked(path: str, target: str, controls: frozenset[str]) -> bytes:
         raise gitindex.IndexFormat(
             f"it stages control files ({_shown(staged, 5)}), which programs outside run; "
             "`git checkout .` would write them into the worktree")
-    return data
+    return gitindex.without_extensions(data, hash_size)
 
 
 def _shown(names: list[str], most: int) -> str:
