@@ -216,10 +216,15 @@ def test_a_shallow_clone_is_read_to_its_boundary(tmp_path: Path, repo: Path) -> 
 
 
 def test_pathspecs_escape_glob_characters() -> None:
-    assert gitcontrol.pathspecs({"a*[b]?"}) == [":(glob)**/a\\*\\[b]\\?",
-                                               ":(glob)**/a\\*\\[b]\\?/**"]
+    assert gitcontrol.pathspecs({"a*[b]?"}) == [":(glob,icase)**/a\\*\\[b]\\?",
+                                               ":(glob,icase)**/a\\*\\[b]\\?/**"]
+    assert gitcontrol.pathspecs({"tools/husky"}) == [":(glob,icase)tools/husky",
+                                                    ":(glob,icase)tools/husky/**"]
     assert gitcontrol.is_control("x/.vscode/y", frozenset({".vscode"}))
+    assert gitcontrol.is_control("x/.VSCode/y", frozenset({".vscode"}))
     assert not gitcontrol.is_control("x/vscode/.vscodeX", frozenset({".vscode"}))
+    assert gitcontrol.is_control("tools/husky/pre-commit", frozenset({"tools/husky"}))
+    assert not gitcontrol.is_control("x/tools/husky/pre-commit", frozenset({"tools/husky"}))
 
 
 def _evil(repo: Path, view: Path, branch: str) -> str:
@@ -341,3 +346,19 @@ def test_one_git_run_reads_many_refs_to_one_tip(repo: Path, tmp_path: Path,
     apply(repo, upper, base)
     assert [args[0] for args in runs] == ["cat-file", "log"]
     assert git(repo, "rev-parse", "b29") == git(repo, "rev-parse", "main")
+
+
+def test_a_path_held_through_a_link_is_read_as_a_control_path(repo: Path,
+                                                               tmp_path: Path) -> None:
+    """The repository tracks .husky -> tools/husky; the launch held tools/husky (the
+    link's target): a commit changing tools/husky/pre-commit waits like one of .husky."""
+    before = git(repo, "rev-parse", "main")
+
+    def act(view: Path) -> None:
+        commit(repo, {"tools/husky/pre-commit": "evil\n"}, "c", view)
+        git(repo, "rm", "-q", "--cached", "tools/husky/pre-commit", gitdir=view)
+
+    upper, base = session(repo, tmp_path, act)
+    gitapply.apply(upper, str(repo / ".git"), base, str(repo),
+                   held=(str(repo / "tools" / "husky"),))
+    assert git(repo, "rev-parse", "main") == before

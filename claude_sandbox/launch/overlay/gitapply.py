@@ -116,7 +116,8 @@ def _opaque(path: str) -> bool:
 
 
 def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
-          copy: bool = False, controls: frozenset[str] = CONTROLS) -> Result:
+          copy: bool = False, controls: frozenset[str] = CONTROLS,
+          held: tuple[str, ...] = ()) -> Result:
     """Carry what `upper` holds over to the git directory `real`; `base` is it at launch.
 
     `base` None: a git directory the launch did not see (a submodule's new one):
@@ -124,8 +125,10 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     sessions keep writing (review mode): a moved file would stay one inode with
     whatever in the upper is hard-linked to it. `controls`: the control names; a ref,
     HEAD, state file or index that would bring one's new content out waits
-    (gitcontrol.py).
+    (gitcontrol.py); `held`: the absolute paths the launch held, link targets included,
+    read as control paths too.
     """
+    controls = controls | gitcontrol.held_paths(held, real)
     lines: list[str] = []
     kept = False
     entries = list(_entries(upper))

@@ -47,17 +47,38 @@ _SHOWN = 5  # control paths named in one line
 
 
 def is_control(path: str, names: frozenset[str]) -> bool:
-    """Whether a tree path (/-separated) has a control name as any of its parts."""
-    return any(part in names for part in path.split("/"))
+    """Whether a tree path (/-separated) is a control path: one with a control name as
+    any of its parts, or at or below one of `names` that holds a `/` (a path the launch
+    held through a link, relative to the repository's top). Case is folded: git on a
+    case-insensitive file system writes `.ENVRC` as `.envrc`."""
+    folded = path.lower()
+    lowered = {name.lower() for name in names}
+    return any(part in lowered for part in folded.split("/")) or any(
+        folded == name or folded.startswith(name + "/") for name in lowered if "/" in name)
 
 
 def pathspecs(names: Iterable[str]) -> list[str]:
-    """git pathspecs for every control name at any depth, and what lies below it."""
+    """git pathspecs for every control name at any depth and every held path, and what
+    lies below each, case folded."""
     found = []
     for name in sorted(names):
         literal = name.translate(_GLOB)
-        found += [f":(glob)**/{literal}", f":(glob)**/{literal}/**"]
+        if "/" in name:
+            found += [f":(glob,icase){literal}", f":(glob,icase){literal}/**"]
+        else:
+            found += [f":(glob,icase)**/{literal}", f":(glob,icase)**/{literal}/**"]
     return found
+
+
+def held_paths(held: Iterable[str], real: str) -> frozenset[str]:
+    """The absolute paths the launch held (control paths, the targets of links to them),
+    relative to the top of the repository whose git directory is `real`; none where
+    `real` is not a worktree's `.git` (a submodule's, under modules/)."""
+    if os.path.basename(real) != ".git":
+        return frozenset()
+    top = os.path.dirname(real)
+    return frozenset(os.path.relpath(path, top) for path in held
+                     if path.startswith(top + "/"))
 
 
 class History:

@@ -143,10 +143,11 @@ def _prepare_one(view: View, quarantine: gitcheck.Quarantine) -> Layer:
 
 
 def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarantine,
-           controls: frozenset[str] = gitapply.CONTROLS) -> None:
+           controls: frozenset[str] = gitapply.CONTROLS, held: tuple[str, ...] = ()) -> None:
     """Apply each git layer to its real directory, check it, keep what was not applied;
-    in review mode, say what waits for review. `controls`: the control names, whose new
-    content a ref or the index must not bring out (gitcontrol.py)."""
+    in review mode, say what waits for review. `controls`: the control names, and `held`
+    the paths the launch held, whose new content a ref or the index must not bring out
+    (gitcontrol.py)."""
     for layer in layers:
         if layer.view.kind == "workspace":
             from claude_sandbox.launch.overlay import review
@@ -170,7 +171,7 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
         directory = os.path.dirname(layer.upper)
         try:
             result = gitapply.apply(layer.upper, layer.view.target, layer.base, workspace,
-                                    controls=controls)
+                                    controls=controls, held=held)
             gitcheck.check(layer.view.target, quarantine)
         except (OSError, ValueError) as error:
             # Never half-applied in silence: what is left stays in the store, named.
