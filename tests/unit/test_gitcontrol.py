@@ -362,3 +362,26 @@ def test_a_path_held_through_a_link_is_read_as_a_control_path(repo: Path,
     gitapply.apply(upper, str(repo / ".git"), base, str(repo),
                    held=(str(repo / "tools" / "husky"),))
     assert git(repo, "rev-parse", "main") == before
+
+
+def test_a_commit_moving_a_submodule_to_one_that_changes_a_control_file_waits(
+        repo: Path, tmp_path: Path) -> None:
+    """`git submodule update` outside would check the submodule's new commit out."""
+    source = tmp_path / "subsource"
+    source.mkdir()
+    git(source, "init", "-q", "-b", "main")
+    commit(source, {"lib.txt": "lib\n"}, "lib")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(source), "sub")
+    git(repo, "commit", "-q", "-m", "sub")
+    before = git(repo, "rev-parse", "main")
+
+    def act(view: Path) -> None:
+        inner = commit(repo / "sub", {".envrc": "evil\n"}, "c", view / "modules" / "sub")
+        git(repo / "sub", "reset", "-q", "--hard", "HEAD~1", gitdir=view / "modules" / "sub")
+        git(repo, "update-index", "--cacheinfo", f"160000,{inner},sub", gitdir=view)
+        git(repo, "commit", "-q", "-m", "bump", gitdir=view)
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == before
+    assert any("sub/.envrc" in line for line in result.lines), result.lines

@@ -143,8 +143,24 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         if refusal is not None:
             lines.append(f"{real}/{rel}: not applied: {refusal}")
             kept = True
+    modules = sorted({rel.split("/")[1] for rel in files | gone
+                      if rel.startswith("modules/") and rel.count("/") >= 2})
+    # The submodules' git directories first, each known as it was: a commit here that
+    # moves one is read there too (gitcontrol.History._gitlinks).
+    bases: dict[str, gitcontrol.History] = {}
+    for name in modules:
+        module = os.path.join(real, "modules", name)
+        sub_base = snapshot(module) if os.path.isdir(module) else None
+        sub = apply(os.path.join(upper, "modules", name), module, sub_base, workspace,
+                    copy=copy, controls=controls)
+        lines += sub.lines
+        kept = kept or sub.kept
+        if sub_base is not None:
+            bases[name] = gitcontrol.History(module, [
+                *sub_base.loose, *sub_base.packed, ("HEAD", (sub_base.head or "").strip())])
     history = gitcontrol.History(real, [*base.loose, *base.packed,
                                         ("HEAD", (base.head or "").strip())])
+    history.modules.update(bases)
     hash_size = 32 if any(len(v) == 64 for _, v in (*base.loose, *base.packed)) else 20
     # Every value the session's refs, HEAD and state files name, read together first:
     # where none adds a control file's change, one git run clears them all.
@@ -157,11 +173,9 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
             lines.append(f"{real}/{rel}: not applied: git makes only regular files and "
                          "directories (a link or special file)")
             kept = True
-    modules = sorted({rel.split("/")[1] for rel in files | gone
-                      if rel.startswith("modules/") and rel.count("/") >= 2})
     for rel in sorted(files | gone):
         if rel.startswith("modules/") and rel.count("/") >= 2:
-            continue  # a submodule's git directory: applied as one, below
+            continue  # a submodule's git directory: applied as one, above
         action, why = _classify(rel)
         if action == "refuse":
             if rel in files:
@@ -196,11 +210,6 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
                                                     hash_size)
     lines += index_lines
     kept = kept or index_kept
-    for name in modules:
-        sub = apply(os.path.join(upper, "modules", name), os.path.join(real, "modules", name),
-                    None, workspace, copy=copy, controls=controls)
-        lines += sub.lines
-        kept = kept or sub.kept
     return Result(tuple(lines), kept)
 
 

@@ -96,6 +96,7 @@ class History:
                               if not name.startswith(OURS) and gitrepo.is_object_id(value)})
         self._present: list[str] | None = None
         self._found: dict[str, tuple[str, ...] | None] = {}
+        self.modules: dict[str, History] = {}  # a submodule's, by its path in the tree
         self._spent = 0.0
         # Read before anything is applied: the session's own shallow list is not ours.
         self._shallow = gitrepo.read_small(os.path.join(real, "shallow"), 64 << 20)
@@ -154,10 +155,50 @@ class History:
                                           *pathspecs(names)],
                                     [*(f"{v}^{{commit}}" for v in values),
                                      *(f"^{k}" for k in self._present)])
+            if status != 0:
+                return None
+            found = tuple(dict.fromkeys(p.strip("\n") for p in out.split("\0")
+                                        if p.strip("\n") and is_control(p.strip("\n"), names)))
+            if os.path.isdir(os.path.join(self.real, "modules")):
+                linked = self._gitlinks(own, values, names)
+                return None if linked is None else (*found, *linked)
+        return found
+
+    def _gitlinks(self, own: str, values: list[str],
+                  names: frozenset[str]) -> tuple[str, ...] | None:
+        """The control paths inside the submodules the new commits move (`git submodule
+        update` checks the new commit out there), read in each one's git directory under
+        modules/, by its path, known as it was at launch (`self.modules`, where the session
+        changed it). None where the submodule's git directory is not found by its path
+        (renamed): it cannot be read."""
+        status, out = self._run(own, ["log", "--stdin", "--format=", "--raw", "-z",
+                                      "--no-abbrev", "--full-history", "-m", "--no-renames"],
+                                [*(f"{v}^{{commit}}" for v in values),
+                                 *(f"^{k}" for k in self._present or ())])
         if status != 0:
             return None
-        return tuple(dict.fromkeys(p.strip("\n") for p in out.split("\0")
-                                   if p.strip("\n") and is_control(p.strip("\n"), names)))
+        fields = [f.strip("\n") for f in out.split("\0")]
+        found: list[str] = []
+        for at, field in enumerate(fields[:-1]):
+            parts = field.split()
+            if field.startswith(":") and len(parts) >= 4 and parts[1] == "160000":
+                path, commit = fields[at + 1], parts[3]
+                module = self._module(path)
+                inside = None if module is None else module.changes(commit, names)
+                if inside is None:
+                    return None
+                found += [f"{path}/{p}" for p in inside]
+        return tuple(found)
+
+    def _module(self, path: str) -> History | None:
+        if path not in self.modules:
+            module = os.path.join(self.real, "modules", path)
+            if not gitrepo.real_dir(module):
+                return None
+            head = (gitrepo.read_small(os.path.join(module, "HEAD")) or "").strip()
+            self.modules[path] = History(module, [*gitrepo.all_refs(module).items(),
+                                                  ("HEAD", head)])
+        return self.modules[path]
 
     def read(self, values: Iterable[str], names: frozenset[str]) -> None:
         """Read `values` together: where their new commits change no control file (the
