@@ -385,3 +385,22 @@ def test_a_commit_moving_a_submodule_to_one_that_changes_a_control_file_waits(
     result = apply(repo, upper, base)
     assert git(repo, "rev-parse", "main") == before
     assert any("sub/.envrc" in line for line in result.lines), result.lines
+
+
+def test_a_remote_tracking_reflog_from_the_session_is_not_carried(repo: Path,
+                                                                  tmp_path: Path) -> None:
+    """A line naming the user's own commit there makes `git rebase` drop it (fork point)."""
+    mine = git(repo, "rev-parse", "main")
+    git(repo, "update-ref", "refs/remotes/origin/main", mine)
+    log = repo / ".git" / "logs" / "refs" / "remotes" / "origin" / "main"
+    before = log.read_text() if log.exists() else None
+
+    def act(view: Path) -> None:
+        path = view / "logs" / "refs" / "remotes" / "origin" / "main"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(f"{'0' * 40} {mine} t <t@t> 0 +0000\tfetch: forged\n")
+
+    upper, base = session(repo, tmp_path, act)
+    apply(repo, upper, base)
+    assert (log.read_text() if log.exists() else None) == before

@@ -238,6 +238,11 @@ def _classify(rel: str) -> tuple[str, str]:
         return "hide", ""
     if rel in ("HEAD", "config", "index", "packed-refs") or rel.startswith("refs/"):
         return "special", ""  # each has its own step below
+    if rel.startswith("logs/refs/remotes/"):
+        # A remote-tracking ref's reflog is what `git rebase` (and `pull --rebase`) reads
+        # for the fork point: a line naming the user's own commit drops it from the
+        # rebase. The session's lines there are not carried; the refs themselves are.
+        return "skip", ""
     if rel in STATE_FILES or rel.startswith(("logs/", "lfs/objects/")):
         return "copy", ""
     if rel.startswith("objects/"):
