@@ -32,7 +32,14 @@ import stat
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.overlay import controlfiles, gitcontrol, gitrefs, gitrepo, gitstaged
+from claude_sandbox.launch.overlay import (
+    controlfiles,
+    gitcontrol,
+    gitobjects,
+    gitrefs,
+    gitrepo,
+    gitstaged,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -139,7 +146,8 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     opaque = {rel for rel, kind in entries if kind == "opaque"}
     # The objects first, by content (gitobjects.py): what is read below reads them.
     for rel in sorted(rel for rel in files if _classify(rel)[0] == "object"):
-        refusal = _place_object(upper, real, rel, copy)
+        refusal = gitobjects.place(upper, real, rel,
+                                   lambda source, target: _place(source, target, copy))
         if refusal is not None:
             lines.append(f"{real}/{rel}: not applied: {refusal}")
             kept = True
@@ -263,25 +271,6 @@ def _object_name(rel: str) -> bool:
         return gitrepo.is_object_id(stem) and suffix in (
             "pack", "idx", "rev", "bitmap", "keep", "promisor", "mtimes")
     return False
-
-
-def _place_object(upper: str, real: str, rel: str, copy: bool) -> str | None:
-    """Carry one object file over by its content; why not, or None."""
-    from claude_sandbox.launch.overlay import gitobjects
-
-    source, target = os.path.join(upper, rel), os.path.join(real, rel)
-    parts = rel.split("/")
-    if parts[1] != "pack":
-        if os.path.lexists(target):
-            return None
-        refusal = gitobjects.loose_refusal(source, parts[1] + parts[2])
-        if refusal is None:
-            _place(source, target, copy)
-        return refusal
-    if not parts[2].endswith(".pack"):
-        return None  # its index is made again; the rest is the session's word only
-    return gitobjects.place_pack(source, os.path.join(real, "objects"),
-                                 lambda from_, to: _place(from_, to, copy))
 
 
 def _classify_worktree(rel: str) -> tuple[str, str]:

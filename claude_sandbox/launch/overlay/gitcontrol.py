@@ -81,6 +81,28 @@ def held_paths(held: Iterable[str], real: str) -> frozenset[str]:
                      if path.startswith(top + "/"))
 
 
+def own_gitdir(prefix: str, sha256: bool, shallow: str | None = None) -> str:
+    """An empty git directory of our own in `prefix` (HEAD, refs/, the object format, a
+    shallow list): git run there reads no configuration, hook or ref of a repository."""
+    os.mkdir(os.path.join(prefix, "refs"))
+    _write(os.path.join(prefix, "HEAD"), "ref: refs/heads/none\n")
+    if sha256:
+        _write(os.path.join(prefix, "config"), "[core]\n\trepositoryformatversion = 1\n"
+               "[extensions]\n\tobjectformat = sha256\n")
+    if shallow:
+        _write(os.path.join(prefix, "shallow"), shallow)
+    return prefix
+
+
+def own_env(own: str, objects: str) -> dict[str, str]:
+    """git's environment in `own` over the object directory `objects`: no system or user
+    configuration, no replace refs, nothing fetched, no prompt."""
+    return {"PATH": ":".join(paths.SYSTEM_DIRS), "HOME": own, "GIT_DIR": own,
+            "GIT_OBJECT_DIRECTORY": objects, "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull, "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+
+
 class History:
     """git, over the real git directory `real`'s objects, in a git directory of our own.
 
@@ -107,11 +129,7 @@ class History:
         with open(os.path.join(own, "input"), "w", encoding="utf-8",
                   errors="surrogateescape") as handle:
             handle.write("".join(f"{line}\n" for line in lines))
-        env = {"PATH": ":".join(paths.SYSTEM_DIRS), "HOME": own, "GIT_DIR": own,
-               "GIT_OBJECT_DIRECTORY": os.path.join(self.real, "objects"),
-               "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-               "GIT_NO_REPLACE_OBJECTS": "1", "GIT_NO_LAZY_FETCH": "1",
-               "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        env = own_env(own, os.path.join(self.real, "objects"))
         fd = os.open(os.path.join(own, "input"), os.O_RDONLY | os.O_CLOEXEC)
         started = time.monotonic()
         try:
@@ -122,15 +140,8 @@ class History:
             self._spent += time.monotonic() - started
 
     def _own(self, prefix: str, sha256: bool) -> str:
-        os.mkdir(os.path.join(prefix, "refs"))
-        _write(os.path.join(prefix, "HEAD"), "ref: refs/heads/none\n")
-        if sha256:
-            _write(os.path.join(prefix, "config"), "[core]\n\trepositoryformatversion = 1\n"
-                   "[extensions]\n\tobjectformat = sha256\n")
         # A shallow clone's boundary: without it git walks to parents it does not have.
-        if self._shallow:
-            _write(os.path.join(prefix, "shallow"), self._shallow)
-        return prefix
+        return own_gitdir(prefix, sha256, self._shallow)
 
     def _log(self, values: list[str], names: frozenset[str]) -> tuple[str, ...] | None:
         """The control paths the commits reachable from `values`, and from nothing known,

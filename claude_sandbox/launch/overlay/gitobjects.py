@@ -10,8 +10,12 @@ worktree at the next checkout of it. So (ADR 0010):
   that is there;
 - of a pack only the `.pack` is carried: its index is made again by `git index-pack`,
   which computes every id from the content and compares each with an object the
-  repository already holds. The pack's reverse index, bitmap, mtimes, keep and promisor
-  files are the session's word only and are dropped; git makes what it needs again.
+  repository already holds, and the pack is named by the checksum it computed. The
+  pack's reverse index, bitmap, mtimes, keep and promisor files are the session's word
+  only and are dropped; git makes what it needs again.
+
+Each is checked as the copy placed beside its target, under a name git does not read,
+never as the session's file: in review mode a session may still write that one.
 """
 
 from __future__ import annotations
@@ -22,13 +26,54 @@ import zlib
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.process import capture
+from claude_sandbox.launch.overlay import gitcontrol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+
 TIMEOUT = 300.0  # seconds for one pack's index: a pack that takes longer is kept back
 _CHUNK = 1 << 20
+
+
+def place(upper: str, real: str, rel: str,
+          place_file: Callable[[str, str], None]) -> str | None:
+    """Carry the object file `rel` of `upper` over to the git directory `real` by its
+    content, checked as the copy `place_file` put beside its target under a name git
+    does not read; why not, or None."""
+    source, target = os.path.join(upper, rel), os.path.join(real, rel)
+    parts = rel.split("/")
+    if parts[1] == "pack" and not parts[2].endswith(".pack"):
+        return None  # its index is made again; the rest is the session's word only
+    if os.path.lexists(target):
+        return None
+    placed = os.path.join(os.path.dirname(target), f"csbx-check-{os.getpid()}")
+    place_file(source, placed + (".pack" if parts[1] == "pack" else ""))
+    if parts[1] != "pack":
+        refusal = loose_refusal(placed, parts[1] + parts[2])
+        if refusal is None:
+            os.replace(placed, target)
+            return None
+        _remove(placed)
+        return refusal
+    found = index_pack(placed + ".pack", os.path.join(real, "objects"))
+    if isinstance(found, str):
+        _remove(placed + ".pack")
+        _remove(placed + ".idx")
+        return found
+    checksum, index = found
+    named = os.path.join(os.path.dirname(target), f"pack-{checksum}")
+    os.replace(placed + ".pack", named + ".pack")
+    os.replace(index, named + ".idx")  # last: git reads a pack once its index is there
+    return None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def loose_refusal(source: str, name: str) -> str | None:
@@ -47,36 +92,24 @@ def loose_refusal(source: str, name: str) -> str | None:
     return None
 
 
-def place_pack(source: str, real_objects: str,
-               place: Callable[[str, str], None]) -> str | None:
-    """Index the pack at `source` anew and place it with that index in `real_objects`;
-    why not, or None. `place(source, target)` moves or copies a file into place."""
+def index_pack(pack: str, real_objects: str) -> str | tuple[str, str]:
+    """Index the pack at `pack` anew, over the objects of `real_objects`: (its checksum,
+    the index made), or why not. `pack` is the copy the applier placed, not the file
+    the session may still write (review mode)."""
     git = paths.find_tool("git")
     if git is None:
         return "git is not installed to index it"
+    index = pack[:-len(".pack")] + ".idx"
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="csbx-gitobjects-") as own:
-        os.mkdir(os.path.join(own, "refs"))
-        with open(os.path.join(own, "HEAD"), "w", encoding="ascii") as handle:
-            handle.write("ref: refs/heads/none\n")
-        index = os.path.join(own, "pack.idx")
-        env = {"PATH": ":".join(paths.SYSTEM_DIRS), "HOME": own, "GIT_DIR": own,
-               "GIT_OBJECT_DIRECTORY": real_objects, "GIT_CONFIG_NOSYSTEM": "1",
-               "GIT_CONFIG_GLOBAL": os.devnull, "GIT_NO_LAZY_FETCH": "1", "LC_ALL": "C"}
-        name = os.path.basename(source)[len("pack-"):-len(".pack")]
-        if len(name) == 64:
-            with open(os.path.join(own, "config"), "w", encoding="ascii") as handle:
-                handle.write("[core]\n\trepositoryformatversion = 1\n"
-                             "[extensions]\n\tobjectformat = sha256\n")
-        status, out = capture([git, "index-pack", "-o", index, source], env,
-                              timeout=TIMEOUT)
-        checksum = out.strip().rpartition("\t")[2] if status == 0 else ""
-        if len(checksum) not in (40, 64) or checksum != name:
-            return "git index-pack did not index it as the pack its name says"
-        target = os.path.join(real_objects, "pack", f"pack-{checksum}")
-        if os.path.lexists(target + ".idx"):
-            return None  # the repository has it already
-        place(source, target + ".pack")
-        place(index, target + ".idx")  # last: git reads a pack once its index is there
-    return None
+    with tempfile.TemporaryDirectory(prefix="csbx-gitobjects-") as prefix:
+        for sha256 in (False, True):  # an index of the other format fails to be made
+            own = os.path.join(prefix, "sha256" if sha256 else "sha1")
+            os.mkdir(own)
+            status, out = capture([git, "index-pack", "-o", index, pack],
+                                  gitcontrol.own_env(gitcontrol.own_gitdir(own, sha256),
+                                                     real_objects), timeout=TIMEOUT)
+            checksum = out.strip().rpartition("\t")[2]
+            if status == 0 and len(checksum) == (64 if sha256 else 40):
+                return checksum, index
+    return "git index-pack could not index it"
