@@ -8,6 +8,7 @@ end finds it."""
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import os
 import shutil
 import subprocess
@@ -344,7 +345,8 @@ def test_one_git_run_reads_many_refs_to_one_tip(repo: Path, tmp_path: Path,
 
     upper, base = session(repo, tmp_path, act)
     apply(repo, upper, base)
-    assert [args[0] for args in runs] == ["cat-file", "log"]
+    # One for the negatives, one for the control paths, one for the submodules moved.
+    assert [args[0] for args in runs] == ["cat-file", "log", "log"]
     assert git(repo, "rev-parse", "b29") == git(repo, "rev-parse", "main")
 
 
@@ -404,3 +406,107 @@ def test_a_remote_tracking_reflog_from_the_session_is_not_carried(repo: Path,
     upper, base = session(repo, tmp_path, act)
     apply(repo, upper, base)
     assert (log.read_text() if log.exists() else None) == before
+
+
+@pytest.mark.parametrize(("rel", "text"), [
+    ("ORIG_HEAD", "{made_upper}\n"),  # git reads an id in capitals as the same id
+    ("BISECT_START", "{made}~0\n"),  # a revision, resolved where an id would be read
+    ("BISECT_START", "claude-sandbox/held/heads/e\n"),  # a name git resolves there
+    ("logs/HEAD", "{head} {head} t <t@t> 0 +0000\tcheckout: moving from {made}~0 to main\n"),
+])
+def test_state_files_and_reflogs_are_taken_only_in_the_form_git_writes(
+        repo: Path, tmp_path: Path, rel: str, text: str) -> None:
+    def act(view: Path) -> None:
+        made = _evil(repo, view, "e")
+        git(repo, "branch", "-q", "-D", "e", gitdir=view)
+        head = git(repo, "rev-parse", "HEAD", gitdir=view)
+        with open(view / rel, "a" if rel.startswith("logs/") else "w") as handle:
+            handle.write(text.format(made=made, made_upper=made.upper(), head=head))
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert any(line.startswith(f"{repo}/.git/{rel}: not applied") for line in result.lines), \
+        result.lines
+
+
+def test_an_upstream_into_the_held_values_is_not_applied(repo: Path, tmp_path: Path) -> None:
+    upper, base = session(repo, tmp_path, lambda view: (
+        git(repo, "config", "branch.main.remote", ".", gitdir=view),
+        git(repo, "config", "branch.main.merge", gitcontrol.HELD + "heads/main", gitdir=view)))
+    result = apply(repo, upper, base)
+    config = (repo / ".git" / "config").read_text()
+    assert "claude-sandbox" not in config
+    assert any("branch.*.merge names the values" in line for line in result.lines), result.lines
+
+
+def test_a_crash_in_one_repository_is_named_and_stops_nothing_else(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from claude_sandbox.launch.overlay import gitcheck, gitsession
+    from claude_sandbox.launch.planner.overlays import View
+
+    def boom(*args: object, **kwargs: object) -> gitapply.Result:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(gitapply, "apply", boom)
+    quarantine = gitcheck.Quarantine(str(tmp_path / "store"))
+    upper = tmp_path / "layer" / "upper"
+    upper.mkdir(parents=True)
+    view = View("git", str(repo / ".git"), str(tmp_path / "layer"), "test")
+    layer = gitsession.Layer(view, str(upper), str(tmp_path / "layer" / "work"), None, None)
+    gitsession.finish([layer], str(repo), quarantine)
+    assert any("could not all be applied (maximum recursion" in line
+               for line in quarantine.lines)
+
+
+def test_a_ref_name_deeper_than_git_makes_is_not_applied(repo: Path, tmp_path: Path) -> None:
+    name = "refs/heads/" + "/".join(["a"] * 200)
+
+    def act(view: Path) -> None:
+        (view / name).parent.mkdir(parents=True)
+        (view / name).write_text(git(repo, "rev-parse", "main") + "\n")
+
+    upper, base = session(repo, tmp_path, act)
+    apply(repo, upper, base)  # no RecursionError from making its directories
+    assert not (repo / ".git" / "refs" / "heads" / "a" / "a").exists()
+
+
+def test_a_loose_object_is_read_no_further_than_its_header_says(tmp_path: Path) -> None:
+    from claude_sandbox.launch.overlay import gitobjects
+
+    body = b"blob 3\0abc"
+    name = hashlib.sha1(body).hexdigest()
+    cases = {"whole": zlib.compress(body), "trailing": zlib.compress(body) + b"junk",
+             "bomb": zlib.compress(b"blob 3\0" + b"a" * (8 << 20)),
+             "headless": zlib.compress(b"abc")}
+    found = {}
+    for case, data in cases.items():
+        (tmp_path / case).write_bytes(data)
+        found[case] = gitobjects.loose_refusal(str(tmp_path / case), name)
+    assert found["whole"] is None
+    assert "one whole object" in (found["trailing"] or "")
+    assert "more than its header says" in (found["bomb"] or "")
+    assert "no header of git's" in (found["headless"] or "")
+
+
+def test_a_submodule_whose_git_directory_is_in_its_tree_is_read_there(
+        repo: Path, tmp_path: Path) -> None:
+    """Not absorbed (`sub/.git` a directory): read in it; where neither that nor
+    modules/sub is a directory, the ref waits (a commit git cannot read)."""
+    sub = repo / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "-b", "main")
+    first = commit(sub, {"lib.txt": "lib\n"}, "lib")
+    inner = commit(sub, {".envrc": "evil\n"}, "c")
+    git(sub, "reset", "-q", "--hard", first)  # the evil commit dangles in sub/.git
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{first},sub")
+    git(repo, "commit", "-q", "-m", "sub")
+    before = git(repo, "rev-parse", "main")
+
+    def act(view: Path) -> None:
+        git(repo, "update-index", "--cacheinfo", f"160000,{inner},sub", gitdir=view)
+        git(repo, "commit", "-q", "-m", "bump", gitdir=view)
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == before
+    assert any("sub/.envrc" in line for line in result.lines), result.lines

@@ -135,7 +135,7 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     (gitcontrol.py); `held`: the absolute paths the launch held, link targets included,
     read as control paths too.
     """
-    controls = controls | gitcontrol.held_paths(held, real)
+    controls = controls | gitcontrol.held_paths(held, _top(real, workspace))
     lines: list[str] = []
     kept = False
     entries = list(_entries(upper))
@@ -166,10 +166,11 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         if sub_base is not None:
             bases[name] = gitcontrol.History(module, [
                 *sub_base.loose, *sub_base.packed, ("HEAD", (sub_base.head or "").strip())])
+    hash_size = 32 if _sha256(base.config) else 20
     history = gitcontrol.History(real, [*base.loose, *base.packed,
-                                        ("HEAD", (base.head or "").strip())])
+                                        ("HEAD", (base.head or "").strip())],
+                                 sha256=hash_size == 32, top=_top(real, workspace))
     history.modules.update(bases)
-    hash_size = 32 if any(len(v) == 64 for _, v in (*base.loose, *base.packed)) else 20
     # Every value the session's refs, HEAD and state files name, read together first:
     # where none adds a control file's change, one git run clears them all.
     planned = gitrefs.planned(upper, base, files, gone, opaque)
@@ -239,6 +240,8 @@ def _classify(rel: str) -> tuple[str, str]:
     """What to do with one path of the upper directory: the table the module docstring reads."""
     if rel.endswith(_TRANSIENT) or "/tmp_" in rel or rel.endswith(".lock"):
         return "skip", ""
+    if len(rel) > 1024 or rel.count("/") > 64:
+        return "refuse", "nested deeper than git makes"
     for prefix, why in _REFUSED:
         if rel == prefix.rstrip("/") or rel.startswith(prefix):
             return "refuse", why
@@ -271,6 +274,24 @@ def _object_name(rel: str) -> bool:
         return gitrepo.is_object_id(stem) and suffix in (
             "pack", "idx", "rev", "bitmap", "keep", "promisor", "mtimes")
     return False
+
+
+def _sha256(config: str) -> bool:
+    """Whether the repository's config at launch names sha256 as its object format."""
+    from claude_sandbox.launch.overlay import repoconfig
+
+    try:
+        entries = repoconfig.parse(config)
+    except repoconfig.ConfigSyntax:
+        return False
+    return any((e.section, e.key) == ("extensions", "objectformat")
+               and (e.value or "").lower() == "sha256" for e in entries)
+
+
+def _top(real: str, workspace: str) -> str:
+    """The working tree of the git directory `real`: its parent for a `.git`, else the
+    workspace (a linked worktree's or a separate git directory's)."""
+    return os.path.dirname(real) if os.path.basename(real) == ".git" else workspace
 
 
 def _classify_worktree(rel: str) -> tuple[str, str]:
@@ -348,7 +369,7 @@ def _named(upper: str, files: set[str]) -> list[str]:
     """Every object id the copied state files and reflogs name."""
     texts = (gitrepo.read_small(os.path.join(upper, rel), 64 << 20) or ""
              for rel in sorted(files) if _classify(rel)[0] == "copy"
-             and not rel.startswith("lfs/"))
+             and gitcontrol.names_commits(rel))
     return [value for text in texts for value in gitcontrol.ids(text)]
 
 

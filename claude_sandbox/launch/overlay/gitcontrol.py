@@ -70,15 +70,11 @@ def pathspecs(names: Iterable[str]) -> list[str]:
     return found
 
 
-def held_paths(held: Iterable[str], real: str) -> frozenset[str]:
+def held_paths(held: Iterable[str], top: str) -> frozenset[str]:
     """The absolute paths the launch held (control paths, the targets of links to them),
-    relative to the top of the repository whose git directory is `real`; none where
-    `real` is not a worktree's `.git` (a submodule's, under modules/)."""
-    if os.path.basename(real) != ".git":
-        return frozenset()
-    top = os.path.dirname(real)
+    relative to `top`, the repository's working tree."""
     return frozenset(os.path.relpath(path, top) for path in held
-                     if path.startswith(top + "/"))
+                     if path.startswith(top.rstrip("/") + "/"))
 
 
 def own_gitdir(prefix: str, sha256: bool, shallow: str | None = None) -> str:
@@ -111,8 +107,12 @@ class History:
     git found is kept by value; past DEADLINE seconds in all, or past MOST values, every
     value not yet read waits."""
 
-    def __init__(self, real: str, known: Iterable[tuple[str, str]]) -> None:
+    def __init__(self, real: str, known: Iterable[tuple[str, str]], *, sha256: bool = False,
+                 top: str = "") -> None:
         self.real = real
+        self.sha256 = sha256  # the repository's object format: ids of the other length
+        # name no object of it, and are read as values git cannot read
+        self.top = top  # its working tree, where a submodule not absorbed has its .git
         self.git = paths.find_tool("git")
         self._known = sorted({value for name, value in known
                               if not name.startswith(OURS) and gitrepo.is_object_id(value)})
@@ -149,7 +149,7 @@ class History:
         import tempfile  # here: the launch path imports this module, and rarely needs it
 
         with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
-            own = self._own(prefix, len(values[0]) == 64)
+            own = self._own(prefix, self.sha256)
             if self._present is None:
                 # git log refuses a negative it cannot read: the values known at launch
                 # that name no object (a broken ref) are left out.
@@ -170,9 +170,8 @@ class History:
                 return None
             found = tuple(dict.fromkeys(p.strip("\n") for p in out.split("\0")
                                         if p.strip("\n") and is_control(p.strip("\n"), names)))
-            if os.path.isdir(os.path.join(self.real, "modules")):
-                linked = self._gitlinks(own, values, names)
-                return None if linked is None else (*found, *linked)
+            linked = self._gitlinks(own, values, names)
+            return None if linked is None else (*found, *linked)
         return found
 
     def _gitlinks(self, own: str, values: list[str],
@@ -202,19 +201,26 @@ class History:
         return tuple(found)
 
     def _module(self, path: str) -> History | None:
+        """A submodule's git directory, absorbed (modules/PATH) or in its own working
+        tree (PATH/.git); None where neither is a directory."""
         if path not in self.modules:
             module = os.path.join(self.real, "modules", path)
             if not gitrepo.real_dir(module):
+                module = os.path.join(self.top, path, ".git") if self.top else ""
+            if not module or not gitrepo.real_dir(module):
                 return None
             head = (gitrepo.read_small(os.path.join(module, "HEAD")) or "").strip()
             self.modules[path] = History(module, [*gitrepo.all_refs(module).items(),
-                                                  ("HEAD", head)])
+                                                  ("HEAD", head)], sha256=self.sha256,
+                                         top=os.path.join(self.top, path) if self.top else "")
         return self.modules[path]
 
     def read(self, values: Iterable[str], names: frozenset[str]) -> None:
         """Read `values` together: where their new commits change no control file (the
         common case), one git run clears them all; otherwise each is read alone."""
-        new = sorted({v for v in values if v not in self._known and v not in self._found})
+        size = 64 if self.sha256 else 40
+        new = sorted({v for v in values if v not in self._known and v not in self._found
+                      and len(v) == size})
         if len(self._found) + len(new) > MOST:
             new = new[:max(0, MOST - len(self._found))]
         if new and self._log(new, names) == ():
@@ -233,7 +239,7 @@ class History:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
-            status, out = self._run(self._own(prefix, len(value) == 64),
+            status, out = self._run(self._own(prefix, self.sha256),
                                     ["log", "--stdin", "-1", "--format=%H"],
                                     [f"{value}^{{commit}}",
                                      *(f"^{k}" for k in self._present or ())])
@@ -244,6 +250,8 @@ class History:
         known at launch, change, each once; () for none; None where git cannot tell."""
         if new in self._known:
             return ()
+        if len(new) != (64 if self.sha256 else 40):
+            return None
         if new not in self._found:
             self._found[new] = None if len(self._found) >= MOST else self._log([new], names)
         return self._found[new]
@@ -271,10 +279,65 @@ def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None, *,
 
 def ids(text: str) -> list[str]:
     """Every object id in a state file or reflog: a line's value, a reflog's old and new
-    ids, and any id its message names (`checkout: moving from ID to main`)."""
-    words = (word.strip("'\"(),.:;") for word in text.split())
+    ids, and any id its message names (`checkout: moving from ID to main`), in any case
+    (git reads an id in capitals as the same id)."""
+    words = (word.strip("'\"(),.:;").lower() for word in text.split())
     # The null id (a reflog's "before" of a new ref) names no object.
     return [word for word in words if gitrepo.is_object_id(word) and word.strip("0")]
+
+
+# The state files git reads as one revision each (a line, or FETCH_HEAD's first field):
+# what git writes there is a full object id, or a branch where noted.
+_REVISIONS = frozenset(("ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD",
+                        "REVERT_HEAD", "AUTO_MERGE", "MERGE_AUTOSTASH", "BISECT_START",
+                        "BISECT_EXPECTED_REV", "HEAD"))
+_MOVING = "checkout: moving from "
+
+
+def _form_refusal(rel: str, text: str) -> str | None:
+    """Why the state file or reflog `rel` is not in the form git writes it, or None.
+    git reads these as revisions: a written `ID~0`, an id in capitals or another name
+    would be resolved where a plain id would be read (`git bisect reset`, `git merge
+    --abort`'s autostash, `git checkout -`)."""
+    leaf = rel.rsplit("/", 1)[-1]
+    lines = text.splitlines()
+    if rel.startswith(("logs/", "worktrees/")) and "/logs/" in f"/{rel}":
+        for line in lines:
+            ids_, _, message = line.partition("\t")
+            words = ids_.split()
+            if len(words) < 2 or not all(_plain_id(w) for w in words[:2]):
+                return "a reflog line not in the form git writes"
+            if message.startswith(_MOVING):
+                source, _, target = message[len(_MOVING):].partition(" to ")
+                if not all(_plain_id(w) or _branch(w) for w in (source, target)):
+                    return "a checkout line naming other than an id or a branch"
+        return None
+    if leaf not in _REVISIONS:
+        return None
+    for line in lines:
+        first = line.split("\t")[0] if leaf == "FETCH_HEAD" else line
+        if leaf == "HEAD" and first.startswith("ref: "):
+            continue  # a worktree's HEAD naming a branch (refs/claude-sandbox/: refused)
+        if not (_plain_id(first) or (leaf == "BISECT_START" and _branch(first))):
+            return "not in the form git writes (a full object id)"
+    return None
+
+
+def names_commits(rel: str) -> bool:
+    """Whether git takes up the commits the copied file `rel` names: a state file it
+    reads as a revision, a reflog, a linked worktree's pointer. Messages (COMMIT_EDITMSG)
+    name none, whatever ids their text quotes."""
+    leaf = rel.rsplit("/", 1)[-1]
+    return leaf in _REVISIONS or "/logs/" in f"/{rel}"
+
+
+def _plain_id(word: str) -> bool:
+    return gitrepo.is_object_id(word)  # lower-case hex of a full id's length
+
+
+def _branch(word: str) -> bool:
+    return gitrepo.valid_refname(f"refs/heads/{word}") and not gitrepo.is_object_id(
+        word.lower())
 
 
 def copy_refusal(upper: str, rel: str, history: History,
@@ -289,14 +352,18 @@ def copy_refusal(upper: str, rel: str, history: History,
     text = gitrepo.read_small(os.path.join(upper, rel), 64 << 20)
     if text is None:
         return "too large to read"
-    if OURS in text:
+    if "claude-sandbox/" in text:  # as a ref, or a name git resolves to one
         return "it names the values the exit keeps aside, unread (refs/claude-sandbox/)"
+    form = _form_refusal(rel, text)
+    if form is not None:
+        return form
     if rel == "shallow":
         added = set(text.split()) - set((history.shallow or "").split())
         if not all(history.unknown(value) for value in added):
             return "it marks commits known at launch shallow: git would lose their history"
         return None
-    if any(history.changes(value, controls) != () for value in ids(text)):
+    if names_commits(rel) and any(history.changes(value, controls) != ()
+                                  for value in ids(text)):
         return "it names the session's commits that change control files, or that git " \
                "cannot read"
     return None

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 TIMEOUT = 300.0  # seconds for one pack's index: a pack that takes longer is kept back
 _CHUNK = 1 << 20
+_KINDS = (b"blob", b"tree", b"commit", b"tag")
 
 
 def place(upper: str, real: str, rel: str,
@@ -77,17 +78,36 @@ def _remove(path: str) -> None:
 
 
 def loose_refusal(source: str, name: str) -> str | None:
-    """Why the loose object at `source` is not carried as `name` (its id), or None."""
+    """Why the loose object at `source` is not carried as `name` (its id), or None. It
+    inflates no further than the size its header declares (a zlib bomb is refused
+    early), and nothing may follow the stream (git's fsck refuses such a file, and the
+    user's next push would fail on it)."""
     digest = hashlib.sha256() if len(name) == 64 else hashlib.sha1()
     inflate = zlib.decompressobj()
+    declared: int | None = None
+    seen = 0
     try:
         with open(source, "rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(inflate.decompress(chunk))
-        digest.update(inflate.flush())
-    except (OSError, zlib.error) as error:
+            while chunk := inflate.unconsumed_tail or handle.read(_CHUNK):
+                out = inflate.decompress(chunk, _CHUNK)
+                if declared is None:
+                    head, nul, _ = out.partition(b"\0")
+                    kind, _, size = head.partition(b" ")
+                    if not nul or kind not in _KINDS or not size.isdigit():
+                        return "it does not read as an object (no header of git's)"
+                    declared = len(head) + 1 + int(size)
+                seen += len(out)
+                if seen > declared:
+                    return "it holds more than its header says"
+                digest.update(out)
+                if inflate.eof:
+                    break
+            trailing = inflate.unused_data or handle.read(1)
+    except (OSError, zlib.error, ValueError) as error:
         return f"it does not read as an object ({error})"
-    if not inflate.eof or digest.hexdigest() != name:
+    if not inflate.eof or trailing or seen != declared:
+        return "it does not read as one whole object"
+    if digest.hexdigest() != name:
         return "its content is not the object its name says"
     return None
 

@@ -66,6 +66,8 @@ def valid_refname(name: str) -> bool:
     """git's check-ref-format rules, for a full name under refs/ (or a pseudo-ref)."""
     if not name or name.startswith("/") or name.endswith(("/", ".", ".lock")):
         return False
+    if len(name) > 1024 or name.count("/") > 64:  # deeper than git makes, and than makedirs
+        return False
     if ".." in name or "@{" in name or "//" in name or name == "@":
         return False
     if any(ord(c) < 0x20 or c in " ~^:?*[\\\x7f" for c in name):

@@ -173,7 +173,7 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
             result = gitapply.apply(layer.upper, layer.view.target, layer.base, workspace,
                                     controls=controls, held=held)
             gitcheck.check(layer.view.target, quarantine)
-        except (OSError, ValueError) as error:
+        except Exception as error:  # one layer's failure stops no other, nor the exit
             # Never half-applied in silence: what is left stays in the store, named.
             result = gitapply.Result((f"{layer.view.target}: the session's git changes could "
                                       f"not all be applied ({error})",), True)
