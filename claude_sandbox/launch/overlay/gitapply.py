@@ -166,7 +166,7 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         if sub_base is not None:
             bases[name] = gitcontrol.History(module, [
                 *sub_base.loose, *sub_base.packed, ("HEAD", (sub_base.head or "").strip())])
-    hash_size = 32 if _sha256(base.config) else 20
+    hash_size = 32 if gitobjects.sha256(base.config) else 20
     history = gitcontrol.History(real, [*base.loose, *base.packed,
                                         ("HEAD", (base.head or "").strip())],
                                  sha256=hash_size == 32, top=_top(real, workspace))
@@ -274,18 +274,6 @@ def _object_name(rel: str) -> bool:
         return gitrepo.is_object_id(stem) and suffix in (
             "pack", "idx", "rev", "bitmap", "keep", "promisor", "mtimes")
     return False
-
-
-def _sha256(config: str) -> bool:
-    """Whether the repository's config at launch names sha256 as its object format."""
-    from claude_sandbox.launch.overlay import repoconfig
-
-    try:
-        entries = repoconfig.parse(config)
-    except repoconfig.ConfigSyntax:
-        return False
-    return any((e.section, e.key) == ("extensions", "objectformat")
-               and (e.value or "").lower() == "sha256" for e in entries)
 
 
 def _top(real: str, workspace: str) -> str:

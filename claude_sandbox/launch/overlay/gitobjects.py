@@ -70,6 +70,18 @@ def place(upper: str, real: str, rel: str,
     return None
 
 
+def sha256(config: str) -> bool:
+    """Whether the repository's config at launch names sha256 as its object format."""
+    from claude_sandbox.launch.overlay import repoconfig
+
+    try:
+        entries = repoconfig.parse(config)
+    except repoconfig.ConfigSyntax:
+        return False
+    return any((e.section, e.key) == ("extensions", "objectformat")
+               and (e.value or "").lower() == "sha256" for e in entries)
+
+
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
