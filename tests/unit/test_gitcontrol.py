@@ -510,3 +510,43 @@ def test_a_submodule_whose_git_directory_is_in_its_tree_is_read_there(
     result = apply(repo, upper, base)
     assert git(repo, "rev-parse", "main") == before
     assert any("sub/.envrc" in line for line in result.lines), result.lines
+
+
+def test_a_branch_reflog_naming_the_users_other_commits_is_not_carried(
+        repo: Path, tmp_path: Path) -> None:
+    """feature tracks main; a forged chain in main's reflog through feature's tip would
+    make `git rebase` on feature drop the user's commits (the fork point)."""
+    start = git(repo, "rev-parse", "main")
+    git(repo, "checkout", "-q", "-b", "feature")
+    mine = commit(repo, {"f.txt": "mine\n"}, "mine")
+    git(repo, "checkout", "-q", "main")
+    log = repo / ".git" / "logs" / "refs" / "heads" / "main"
+    before = log.read_text()
+
+    def act(view: Path) -> None:
+        made = commit(repo, {"m.txt": "m\n"}, "m", view)
+        path = view / "logs" / "refs" / "heads" / "main"
+        text = path.read_text()
+        forged = (f"{start} {mine} t <t@t> 0 +0000\tforged\n"
+                  f"{mine} {made} t <t@t> 0 +0000\tforged\n")
+        path.write_text(text[:len(before)] + forged)
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert log.read_text() == before
+    assert any("a line names a commit the branch never held" in line for line in result.lines)
+
+
+def test_a_branch_reflog_that_follows_the_session_is_carried(repo: Path,
+                                                             tmp_path: Path) -> None:
+    def act(view: Path) -> None:
+        commit(repo, {"a.txt": "a\n"}, "a", view)
+        commit(repo, {"b.txt": "b\n"}, "b", view)
+        git(repo, "reset", "-q", "--hard", "HEAD~1", gitdir=view)
+        commit(repo, {"c.txt": "c\n"}, "c", view)
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert not any("logs/refs/heads/main" in line for line in result.lines), result.lines
+    assert len((repo / ".git" / "logs" / "refs" / "heads" / "main").read_text()
+               .splitlines()) == 5

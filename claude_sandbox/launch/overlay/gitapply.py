@@ -36,6 +36,7 @@ from claude_sandbox.launch.overlay import (
     controlfiles,
     gitcontrol,
     gitobjects,
+    gitreflog,
     gitrefs,
     gitrepo,
     gitstaged,
@@ -174,6 +175,7 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     # Every value the session's refs, HEAD and state files name, read together first:
     # where none adds a control file's change, one git run clears them all.
     planned = gitrefs.planned(upper, base, files, gone, opaque)
+    moves = {name: (old, new) for name, old, new in planned}
     head = gitrepo.read_small(os.path.join(upper, "HEAD")) if "HEAD" in files else None
     history.read([*(v for _, _, v in planned if v), *gitcontrol.ids(head or ""),
                   *_named(upper, files)], controls)
@@ -194,7 +196,8 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
             if rel in gone:
                 gitrefs.remove(os.path.join(real, rel))
             elif action == "copy" and (refusal := gitcontrol.copy_refusal(
-                    upper, rel, history, controls)):
+                    upper, rel, history, controls) or gitreflog.refusal(upper, real, rel,
+                                                                         moves, history)):
                 lines.append(f"{real}/{rel}: not applied: {refusal}")
                 kept = True
             else:

@@ -245,6 +245,16 @@ class History:
                                      *(f"^{k}" for k in self._present or ())])
         return status == 0 and out.strip() == value
 
+    def reaches(self, ancestor: str, descendant: str) -> bool:
+        """Whether `ancestor` is `descendant` or one of its ancestors; False where git
+        cannot tell."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
+            status, _ = self._run(self._own(prefix, self.sha256),
+                                  ["merge-base", "--is-ancestor", ancestor, descendant], ())
+        return status == 0
+
     def changes(self, new: str, names: frozenset[str]) -> tuple[str, ...] | None:
         """The control paths that the commits reachable from `new`, and from nothing
         known at launch, change, each once; () for none; None where git cannot tell."""
