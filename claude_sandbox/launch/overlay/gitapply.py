@@ -40,6 +40,7 @@ from claude_sandbox.launch.overlay import (
     gitrefs,
     gitrepo,
     gitstaged,
+    gitstate,
 )
 
 TYPE_CHECKING = False
@@ -177,7 +178,7 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     planned = gitrefs.planned(upper, base, files, gone, opaque)
     moves = {name: (old, new) for name, old, new in planned}
     head = gitrepo.read_small(os.path.join(upper, "HEAD")) if "HEAD" in files else None
-    history.read([*(v for _, _, v in planned if v), *gitcontrol.ids(head or ""),
+    history.read([*(v for _, _, v in planned if v), *gitstate.ids(head or ""),
                   *_named(upper, files)], controls)
     for rel, kind in entries:
         if kind == "other":
@@ -195,7 +196,7 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         elif action in ("copy", "hide"):
             if rel in gone:
                 gitrefs.remove(os.path.join(real, rel))
-            elif action == "copy" and (refusal := gitcontrol.copy_refusal(
+            elif action == "copy" and (refusal := gitstate.copy_refusal(
                     upper, rel, history, controls) or gitreflog.refusal(upper, real, rel,
                                                                          moves, history)):
                 lines.append(f"{real}/{rel}: not applied: {refusal}")
@@ -360,8 +361,8 @@ def _named(upper: str, files: set[str]) -> list[str]:
     """Every object id the copied state files and reflogs name."""
     texts = (gitrepo.read_small(os.path.join(upper, rel), 64 << 20) or ""
              for rel in sorted(files) if _classify(rel)[0] == "copy"
-             and gitcontrol.names_commits(rel))
-    return [value for text in texts for value in gitcontrol.ids(text)]
+             and gitstate.names_commits(rel))
+    return [value for text in texts for value in gitstate.ids(text)]
 
 
 def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],

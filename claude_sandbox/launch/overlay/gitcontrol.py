@@ -9,9 +9,13 @@ manager, an editor) finds it. So before the session's git is applied:
 
 - each ref the session moved to an object not reachable at launch: every commit it adds
   is read (`git log --full-history -m`, limited to control names at any depth, the class
-  the session-end report uses). One that changes a control file leaves the ref where it
+  the session-end report uses, case folded, and to the paths the launch held through
+  links), and so is every submodule commit a gitlink there moves to, in that
+  submodule's git directory. One that changes a control file leaves the ref where it
   was; the session's value is kept under refs/claude-sandbox/held/ and named, with the
-  commands to review it and take it. A detached HEAD is read the same way;
+  commands to review it and take it. Nothing there is ever a known value, and nothing
+  may name it. A detached HEAD is read the same way, and so are the commits state files
+  and reflogs name (gitstate.py);
 - an index whose entries under a control name are not the launch's is not applied, and
   is kept with what else the session's git wrote and was not applied.
 
@@ -285,98 +289,6 @@ def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None, *,
     take = f"git update-ref {'--no-deref ' if name == 'HEAD' else ''}{name} {keep}"
     return (f"{real}: {name} was not moved: {why}; the session's value is kept as {keep} "
             f"(review: {review}; take it: {take})")
-
-
-def ids(text: str) -> list[str]:
-    """Every object id in a state file or reflog: a line's value, a reflog's old and new
-    ids, and any id its message names (`checkout: moving from ID to main`), in any case
-    (git reads an id in capitals as the same id)."""
-    words = (word.strip("'\"(),.:;").lower() for word in text.split())
-    # The null id (a reflog's "before" of a new ref) names no object.
-    return [word for word in words if gitrepo.is_object_id(word) and word.strip("0")]
-
-
-# The state files git reads as one revision each (a line, or FETCH_HEAD's first field):
-# what git writes there is a full object id, or a branch where noted.
-_REVISIONS = frozenset(("ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD",
-                        "REVERT_HEAD", "AUTO_MERGE", "MERGE_AUTOSTASH", "BISECT_START",
-                        "BISECT_EXPECTED_REV", "HEAD"))
-_MOVING = "checkout: moving from "
-
-
-def _form_refusal(rel: str, text: str) -> str | None:
-    """Why the state file or reflog `rel` is not in the form git writes it, or None.
-    git reads these as revisions: a written `ID~0`, an id in capitals or another name
-    would be resolved where a plain id would be read (`git bisect reset`, `git merge
-    --abort`'s autostash, `git checkout -`)."""
-    leaf = rel.rsplit("/", 1)[-1]
-    lines = text.splitlines()
-    if rel.startswith(("logs/", "worktrees/")) and "/logs/" in f"/{rel}":
-        for line in lines:
-            ids_, _, message = line.partition("\t")
-            words = ids_.split()
-            if len(words) < 2 or not all(_plain_id(w) for w in words[:2]):
-                return "a reflog line not in the form git writes"
-            if message.startswith(_MOVING):
-                source, _, target = message[len(_MOVING):].partition(" to ")
-                if not all(_plain_id(w) or _branch(w) for w in (source, target)):
-                    return "a checkout line naming other than an id or a branch"
-        return None
-    if leaf not in _REVISIONS:
-        return None
-    for line in lines:
-        first = line.split("\t")[0] if leaf == "FETCH_HEAD" else line
-        if leaf == "HEAD" and first.startswith("ref: "):
-            continue  # a worktree's HEAD naming a branch (refs/claude-sandbox/: refused)
-        if not (_plain_id(first) or (leaf == "BISECT_START" and _branch(first))):
-            return "not in the form git writes (a full object id)"
-    return None
-
-
-def names_commits(rel: str) -> bool:
-    """Whether git takes up the commits the copied file `rel` names: a state file it
-    reads as a revision, a reflog, a linked worktree's pointer. Messages (COMMIT_EDITMSG)
-    name none, whatever ids their text quotes."""
-    leaf = rel.rsplit("/", 1)[-1]
-    return leaf in _REVISIONS or "/logs/" in f"/{rel}"
-
-
-def _plain_id(word: str) -> bool:
-    return gitrepo.is_object_id(word)  # lower-case hex of a full id's length
-
-
-def _branch(word: str) -> bool:
-    return gitrepo.valid_refname(f"refs/heads/{word}") and not gitrepo.is_object_id(
-        word.lower())
-
-
-def copy_refusal(upper: str, rel: str, history: History,
-                  controls: frozenset[str]) -> str | None:
-    """Why a state file, reflog or worktree pointer is not carried over, or None. Each
-    names commits a command outside takes up (`git reset --hard ORIG_HEAD`, `git
-    checkout -`, `git stash pop`, `git merge --abort` with MERGE_AUTOSTASH, `git bisect
-    reset`): read like a ref's new value. A pointer into the values kept aside, or a
-    shallow list that cuts the history known at launch, is refused too."""
-    if rel.startswith("lfs/"):
-        return None
-    text = gitrepo.read_small(os.path.join(upper, rel), 64 << 20)
-    if text is None:
-        return "too large to read"
-    if "claude-sandbox/" in text:  # as a ref, or a name git resolves to one
-        return "it names the values the exit keeps aside, unread (refs/claude-sandbox/)"
-    form = _form_refusal(rel, text)
-    if form is not None:
-        return form
-    if rel == "shallow":
-        added = set(text.split()) - set((history.shallow or "").split())
-        if not all(history.unknown(value) for value in added):
-            return "it marks commits known at launch shallow: git would lose their history"
-        return None
-    if names_commits(rel) and any(history.changes(value, controls) != ()
-                                  for value in ids(text)):
-        return "it names the session's commits that change control files, or that git " \
-               "cannot read"
-    return None
 
 
 def staged_changes(before: bytes | None, after: bytes, names: frozenset[str]) -> list[str]:
