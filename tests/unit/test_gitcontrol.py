@@ -550,3 +550,22 @@ def test_a_branch_reflog_that_follows_the_session_is_carried(repo: Path,
     assert not any("logs/refs/heads/main" in line for line in result.lines), result.lines
     assert len((repo / ".git" / "logs" / "refs" / "heads" / "main").read_text()
                .splitlines()) == 5
+
+
+def test_an_index_moving_a_submodule_to_such_a_commit_is_not_applied(
+        repo: Path, tmp_path: Path) -> None:
+    """`git submodule update` checks out what the index records, committed or not."""
+    sub = repo / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "-b", "main")
+    first = commit(sub, {"lib.txt": "lib\n"}, "lib")
+    inner = commit(sub, {".envrc": "evil\n"}, "c")
+    git(sub, "reset", "-q", "--hard", first)
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{first},sub")
+    git(repo, "commit", "-q", "-m", "sub")
+    upper, base = session(repo, tmp_path, lambda view: git(
+        repo, "update-index", "--cacheinfo", f"160000,{inner},sub", gitdir=view))
+    result = apply(repo, upper, base)
+    assert git(repo, "ls-files", "-s", "sub").split()[1] == first
+    assert any("stages control files (sub/.envrc)" in line for line in result.lines), \
+        result.lines

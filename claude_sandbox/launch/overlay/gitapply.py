@@ -209,7 +209,7 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         elif action == "index":  # a linked worktree's
             refusal = gitstaged.apply_worktree_index(os.path.join(upper, rel),
                                                      os.path.join(real, rel), rel in gone,
-                                                     controls, hash_size)
+                                                     controls, hash_size, history)
             if refusal is not None:
                 lines.append(f"{real}/{rel}: not applied: {refusal}")
                 kept = True
@@ -220,7 +220,7 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     lines += _apply_head(upper, real, base, files, history, controls)
     lines += _apply_config(upper, real, base, files, workspace)
     index_lines, index_kept = gitstaged.apply_index(upper, real, base.index, files, controls,
-                                                    hash_size)
+                                                    hash_size, history)
     lines += index_lines
     kept = kept or index_kept
     return Result(tuple(lines), kept)

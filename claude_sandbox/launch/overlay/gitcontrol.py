@@ -197,14 +197,14 @@ class History:
             parts = field.split()
             if field.startswith(":") and len(parts) >= 4 and parts[1] == "160000":
                 path, commit = fields[at + 1], parts[3]
-                module = self._module(path)
+                module = self.module(path)
                 inside = None if module is None else module.changes(commit, names)
                 if inside is None:
                     return None
                 found += [f"{path}/{p}" for p in inside]
         return tuple(found)
 
-    def _module(self, path: str) -> History | None:
+    def module(self, path: str) -> History | None:
         """A submodule's git directory, absorbed (modules/PATH) or in its own working
         tree (PATH/.git); None where neither is a directory."""
         if path not in self.modules:
@@ -291,10 +291,13 @@ def held_line(real: str, name: str, keep: str, found: tuple[str, ...] | None, *,
             f"(review: {review}; take it: {take})")
 
 
-def staged_changes(before: bytes | None, after: bytes, names: frozenset[str]) -> list[str]:
+def staged_changes(before: bytes | None, after: bytes, names: frozenset[str],
+                   history: History | None = None) -> list[str]:
     """The control paths whose staged entry in the index `after` is not the one in
     `before` (the index at launch; None: there was none), read as sha1's and as sha256's
-    as git may read either."""
+    as git may read either; and, with `history`, the submodules a new gitlink entry
+    moves to a commit that changes one (`git submodule update` checks out what the
+    index records), or to one that cannot be read."""
     from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
 
     found: dict[str, None] = {}
@@ -308,6 +311,14 @@ def staged_changes(before: bytes | None, after: bytes, names: frozenset[str]) ->
         except gitindex.IndexFormat:
             old = frozenset()
         found.update((path, None) for path, _oid in sorted(new - old) if is_control(path, names))
+        if history is not None:
+            moved = gitindex.gitlinks(after, hash_size=hash_size) - old
+            for path, commit in sorted(moved):
+                module = history.module(path)
+                inside = None if module is None else module.changes(commit, names)
+                if inside is None:
+                    found[f"{path} (a submodule commit git cannot read)"] = None
+                found.update((f"{path}/{p}", None) for p in inside or ())
     return list(found)
 
 

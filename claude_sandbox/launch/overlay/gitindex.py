@@ -55,6 +55,12 @@ def _varint(data: bytes, pos: int, end: int, most: int) -> tuple[int, int]:
             return value, pos
 
 
+def gitlinks(data: bytes, *, hash_size: int = 20) -> frozenset[tuple[str, str]]:
+    """(path, commit id) of every submodule entry (a gitlink, mode 160000)."""
+    return frozenset((path, oid) for path, mode, _flags, _extended, oid
+                     in _entries(data, hash_size) if mode == 0o160000)
+
+
 def staged(data: bytes, *, hash_size: int = 20) -> frozenset[tuple[str, str]]:
     """(path, object id) of every entry, each stage of a path in conflict included."""
     return frozenset((path, oid) for path, _mode, _flags, _extended, oid

@@ -17,8 +17,8 @@ from claude_sandbox.launch.overlay import gitcontrol, gitrefs
 
 
 def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
-                files: set[str], controls: frozenset[str],
-                hash_size: int = 20) -> tuple[list[str], bool]:
+                files: set[str], controls: frozenset[str], hash_size: int = 20,
+                history: gitcontrol.History | None = None) -> tuple[list[str], bool]:
     """(lines, whether the session's index was refused and is worth keeping).
     `at_launch`: the real index's inode, size and time when the session began;
     `hash_size`: the repository's object ids' (20, or 32 for sha256)."""
@@ -33,7 +33,7 @@ def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
     lines = []
     try:
         before = set(gitindex.read_hidden(target))
-        data = checked(os.path.join(upper, "index"), target, controls, hash_size)
+        data = checked(os.path.join(upper, "index"), target, controls, hash_size, history)
         hidden = [pair for pair in gitindex.hidden(data) if pair not in before]
     except gitindex.IndexFormat as error:
         return [f"{target}: the session's index was not applied ({error})"], True
@@ -51,7 +51,8 @@ def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
 
 
 def apply_worktree_index(source: str, target: str, gone: bool, controls: frozenset[str],
-                         hash_size: int = 20) -> str | None:
+                         hash_size: int = 20,
+                         history: gitcontrol.History | None = None) -> str | None:
     """A linked worktree's index, by the main index's rules; why not, or None."""
     from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
 
@@ -59,13 +60,14 @@ def apply_worktree_index(source: str, target: str, gone: bool, controls: frozens
         gitrefs.remove(target)
         return None
     try:
-        gitrefs.write(target, checked(source, target, controls, hash_size))
+        gitrefs.write(target, checked(source, target, controls, hash_size, history))
     except gitindex.IndexFormat as error:
         return f"the session's index ({error})"
     return None
 
 
-def checked(path: str, target: str, controls: frozenset[str], hash_size: int = 20) -> bytes:
+def checked(path: str, target: str, controls: frozenset[str], hash_size: int = 20,
+            history: gitcontrol.History | None = None) -> bytes:
     """The index file at `path`, read once, its entries alone (gitindex's
     without_extensions); IndexFormat, naming the entries, where git would not have let
     one of them in, or where it stages a control file's content that the index at
@@ -79,7 +81,7 @@ def checked(path: str, target: str, controls: frozenset[str], hash_size: int = 2
         more = f"; and {len(refused) - 3} more" if len(refused) > 3 else ""
         raise gitindex.IndexFormat(f"git would not let in {len(refused)} of its entries: "
                                    f"{named}{more}")
-    staged = gitcontrol.staged_changes(gitindex.read(target), data, controls)
+    staged = gitcontrol.staged_changes(gitindex.read(target), data, controls, history)
     if staged:
         raise gitindex.IndexFormat(
             f"it stages control files ({_shown(staged, 5)}), which programs outside run; "
