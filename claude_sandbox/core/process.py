@@ -296,9 +296,10 @@ def tie_to_parent(parent: int) -> bool:
 
 
 def capture(argv: list[str], env: dict[str, str], *, stdin: int | None = None,
-            timeout: float = 5.0) -> tuple[int, str]:
+            timeout: float = 5.0, limit: int = 1 << 30) -> tuple[int, str]:
     """Run `argv` with stdin from the descriptor `stdin` (/dev/null if None); (exit status,
-    stdout). Status -1: it hung (past `timeout` seconds).
+    stdout). Status -1: it hung (past `timeout` seconds) or wrote more than `limit` bytes
+    (it is killed: the answer is not read into memory whatever its size).
 
     stderr is discarded: the callers want an answer, not the tool's diagnostics.
     """
@@ -311,6 +312,7 @@ def capture(argv: list[str], env: dict[str, str], *, stdin: int | None = None,
         os.close(write_end)
         os.close(null)
     chunks = []
+    size = 0
     deadline = time.monotonic() + timeout
     os.set_blocking(read_end, False)
     try:
@@ -327,6 +329,11 @@ def capture(argv: list[str], env: dict[str, str], *, stdin: int | None = None,
             if not chunk:
                 break
             chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                child.kill()
+                child.wait()
+                return -1, ""
     finally:
         os.close(read_end)
     return child.wait(), b"".join(chunks).decode("utf-8", "surrogateescape")

@@ -286,14 +286,16 @@ def _workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
     layout = the_plan.layout
     quarantine = prepared.quarantine
     names = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
+    # In review mode the workspace was not written: what waits there is for
+    # `claude-sandbox review`; the allow-write roots outside it were. The control paths
+    # the session made go first: nothing the git apply below may meet (a history that
+    # takes long, a kill) leaves them in the workspace.
+    review = _review(the_plan)
+    controlexit.move_created(layout, the_plan.workspace_store, quarantine.lines, review)
     # What the launch held, a link's target included: git must not bring it out either.
     held = tuple(path for held_plan in layout.controls for path in (
         *held_plan.views, *held_plan.read_only, *(link.target for link in held_plan.links)))
     gitsession.finish(prepared.layers, layout.workspace, quarantine, names, held)
-    # In review mode the workspace was not written: what waits there is for
-    # `claude-sandbox review`; the allow-write roots outside it were.
-    review = _review(the_plan)
-    controlexit.move_created(layout, the_plan.workspace_store, quarantine.lines, review)
     roots = [r for r in (*(() if review else (layout.workspace,)), *layout.allow_write)
              if os.path.isdir(r)]
     if not roots:

@@ -542,14 +542,84 @@ def test_a_branch_reflog_that_follows_the_session_is_carried(repo: Path,
     def act(view: Path) -> None:
         commit(repo, {"a.txt": "a\n"}, "a", view)
         commit(repo, {"b.txt": "b\n"}, "b", view)
-        git(repo, "reset", "-q", "--hard", "HEAD~1", gitdir=view)
-        commit(repo, {"c.txt": "c\n"}, "c", view)
 
     upper, base = session(repo, tmp_path, act)
     result = apply(repo, upper, base)
     assert not any("logs/refs/heads/main" in line for line in result.lines), result.lines
     assert len((repo / ".git" / "logs" / "refs" / "heads" / "main").read_text()
-               .splitlines()) == 5
+               .splitlines()) == 3
+
+
+def test_a_reflog_through_a_session_commit_on_another_branch_is_not_carried(
+        repo: Path, tmp_path: Path) -> None:
+    """The session commits S on the user's feature, then moves main through S: a rebase
+    of feature would take S, and the user's commits below it, as main's."""
+    git(repo, "branch", "-q", "feature")
+    log = repo / ".git" / "logs" / "refs" / "heads" / "main"
+    before = log.read_text()
+
+    def act(view: Path) -> None:
+        git(repo, "checkout", "-q", "feature", gitdir=view)
+        made = commit(repo, {"s.txt": "s\n"}, "s", view)
+        git(repo, "checkout", "-q", "main", gitdir=view)
+        start = git(repo, "rev-parse", "main", gitdir=view)
+        git(repo, "update-ref", "refs/heads/main", made, gitdir=view)
+        git(repo, "update-ref", "refs/heads/main", start, gitdir=view)
+        commit(repo, {"n.txt": "n\n"}, "n", view)
+
+    upper, base = session(repo, tmp_path, act)
+    apply(repo, upper, base)
+    assert log.read_text() == before
+
+
+def test_held_values_named_in_another_case_are_refused(repo: Path, tmp_path: Path) -> None:
+    """On a case-insensitive file system refs/Claude-Sandbox/ opens the held ref."""
+    def act(view: Path) -> None:
+        (view / "refs" / "heads" / "x").write_text("ref: refs/Claude-Sandbox/held/heads/e\n")
+        git(repo, "config", "branch.main.remote", ".", gitdir=view)
+        git(repo, "config", "branch.main.merge", "refs/Claude-Sandbox/held/heads/e",
+            gitdir=view)
+
+    upper, base = session(repo, tmp_path, act)
+    apply(repo, upper, base)
+    assert not (repo / ".git" / "refs" / "heads" / "x").exists()
+    assert "Claude-Sandbox" not in (repo / ".git" / "config").read_text()
+
+
+def test_the_object_format_is_not_changed_by_a_session(repo: Path, tmp_path: Path) -> None:
+    upper, base = session(repo, tmp_path, lambda view: (
+        git(repo, "config", "core.repositoryformatversion", "1", gitdir=view),
+        git(repo, "config", "extensions.objectformat", "sha256", gitdir=view)))
+    result = apply(repo, upper, base)
+    assert "objectformat" not in (repo / ".git" / "config").read_text()
+    assert any("extensions.objectformat is set when a repository is made" in line
+               for line in result.lines), result.lines
+
+
+def test_packs_past_the_budget_are_kept_back(repo: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from claude_sandbox.launch.overlay import gitobjects
+
+    monkeypatch.setattr(gitobjects, "PACKS", 1)
+
+    def act(view: Path) -> None:
+        for name in ("a", "b"):
+            commit(repo, {f"{name}.txt": f"{name}\n"}, name, view)
+            git(repo, "repack", "-q", gitdir=view)  # one new pack each
+
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert result.kept
+    assert sum("more packs than the session's end indexes" in line
+               for line in result.lines) == 1
+
+
+def test_capture_stops_an_answer_past_its_limit() -> None:
+    from claude_sandbox.core.process import capture
+
+    assert capture(["/bin/sh", "-c", "head -c 3000000 /dev/zero"], {}, limit=1 << 20) == (
+        -1, "")
+    assert capture(["/bin/sh", "-c", "echo ok"], {}, limit=1 << 20) == (0, "ok\n")
 
 
 def test_an_index_moving_a_submodule_to_such_a_commit_is_not_applied(

@@ -372,7 +372,6 @@ ALLOWED = [
     ("core", None, "precomposeunicode", None),
     ("core", None, "symlinks", "off"),
     ("core", None, "worktree", "../tree"),
-    ("extensions", None, "objectformat", "sha256"),
     ("extensions", None, "worktreeconfig", "true"),
 ]
 
@@ -437,8 +436,9 @@ REFUSED = [
     ("core", None, "worktree", "/elsewhere", "relative path"),
     ("core", None, "worktree", "~/x", "relative path"),
     ("core", None, "worktree", None, "relative path"),
-    ("extensions", None, "objectformat", "md5", "plain value"),
-    ("extensions", None, "objectformat", None, "plain value"),
+    ("extensions", None, "objectformat", "sha256", "when a repository is made"),
+    ("extensions", None, "objectformat", "md5", "when a repository is made"),
+    ("extensions", None, "objectformat", None, "when a repository is made"),
     ("extensions", None, "worktreeconfig", "2", "plain value"),
     ("extensions", None, "partialclone", "origin", "not on the allow-list"),
 ]

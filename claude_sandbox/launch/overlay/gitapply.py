@@ -126,7 +126,7 @@ def _opaque(path: str) -> bool:
 
 def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
           copy: bool = False, controls: frozenset[str] = CONTROLS,
-          held: tuple[str, ...] = ()) -> Result:
+          held: tuple[str, ...] = (), top: str | None = None) -> Result:
     """Carry what `upper` holds over to the git directory `real`; `base` is it at launch.
 
     `base` None: a git directory the launch did not see (a submodule's new one):
@@ -135,9 +135,11 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     whatever in the upper is hard-linked to it. `controls`: the control names; a ref,
     HEAD, state file or index that would bring one's new content out waits
     (gitcontrol.py); `held`: the absolute paths the launch held, link targets included,
-    read as control paths too.
+    read as control paths too, relative to `top` (the working tree; a submodule's is its
+    superproject's joined with its path).
     """
-    controls = controls | gitcontrol.held_paths(held, _top(real, workspace))
+    top = top or _top(real, workspace)
+    controls = controls | gitcontrol.held_paths(held, top)
     lines: list[str] = []
     kept = False
     entries = list(_entries(upper))
@@ -147,9 +149,10 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     gone = {rel for rel, kind in entries if kind == "whiteout"}
     opaque = {rel for rel, kind in entries if kind == "opaque"}
     # The objects first, by content (gitobjects.py): what is read below reads them.
+    budget = gitobjects.Budget()
     for rel in sorted(rel for rel in files if _classify(rel)[0] == "object"):
         refusal = gitobjects.place(upper, real, rel,
-                                   lambda source, target: _place(source, target, copy))
+                                   lambda source, target: _place(source, target, copy), budget)
         if refusal is not None:
             lines.append(f"{real}/{rel}: not applied: {refusal}")
             kept = True
@@ -162,7 +165,7 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         module = os.path.join(real, "modules", name)
         sub_base = snapshot(module) if os.path.isdir(module) else None
         sub = apply(os.path.join(upper, "modules", name), module, sub_base, workspace,
-                    copy=copy, controls=controls)
+                    copy=copy, controls=controls, held=held, top=os.path.join(top, name))
         lines += sub.lines
         kept = kept or sub.kept
         if sub_base is not None:
@@ -171,7 +174,7 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     hash_size = 32 if gitobjects.sha256(base.config) else 20
     history = gitcontrol.History(real, [*base.loose, *base.packed,
                                         ("HEAD", (base.head or "").strip())],
-                                 sha256=hash_size == 32, top=_top(real, workspace))
+                                 sha256=hash_size == 32, top=top)
     history.modules.update(bases)
     # Every value the session's refs, HEAD and state files name, read together first:
     # where none adds a control file's change, one git run clears them all.
@@ -344,7 +347,7 @@ def _apply_head(upper: str, real: str, base: Snapshot, files: set[str],
     if gitrepo.read_small(os.path.join(real, "HEAD")) != base.head:
         return [f"{real}/HEAD changed outside during the session; the session's HEAD "
                 f"({text.strip()}) was not applied"]
-    if text.startswith("ref: " + gitcontrol.OURS):
+    if text.lower().startswith("ref: " + gitcontrol.OURS):
         return [f"{real}/HEAD: not applied: it points at the values the exit keeps aside, "
                 "unread (refs/claude-sandbox/)"]
     if gitrepo.is_object_id(text.strip()):  # detached: read like a ref's new value

@@ -44,6 +44,7 @@ HELD = OURS + "held/"
 TIMEOUT = 60.0  # seconds for one git run: a long history waits rather than pass unread
 DEADLINE = 120.0  # seconds for one repository in all, past which every value waits
 MOST = 1000  # distinct values read for one repository; past them every value waits
+OUTPUT = 64 << 20  # bytes of one git run's answer: a larger one cannot be told, and waits
 # Escaped in an operator's name: wildmatch's special characters (not `re`: the launch
 # path imports this module, and `re` costs milliseconds at every launch).
 _GLOB = str.maketrans({c: "\\" + c for c in "*?[\\"})
@@ -118,8 +119,8 @@ class History:
         # name no object of it, and are read as values git cannot read
         self.top = top  # its working tree, where a submodule not absorbed has its .git
         self.git = paths.find_tool("git")
-        self._known = sorted({value for name, value in known
-                              if not name.startswith(OURS) and gitrepo.is_object_id(value)})
+        self._known = sorted({value for name, value in known if not name.lower().startswith(
+            OURS) and gitrepo.is_object_id(value)})
         self._present: list[str] | None = None
         self._found: dict[str, tuple[str, ...] | None] = {}
         self.modules: dict[str, History] = {}  # a submodule's, by its path in the tree
@@ -138,7 +139,8 @@ class History:
         started = time.monotonic()
         try:
             return capture([self.git, "--no-pager", *args], env, stdin=fd,
-                           timeout=max(1.0, min(TIMEOUT, DEADLINE - self._spent)))
+                           timeout=max(1.0, min(TIMEOUT, DEADLINE - self._spent)),
+                           limit=OUTPUT)
         finally:
             os.close(fd)
             self._spent += time.monotonic() - started
@@ -147,6 +149,18 @@ class History:
         # A shallow clone's boundary: without it git walks to parents it does not have.
         return own_gitdir(prefix, sha256, self._shallow)
 
+    def _negatives(self, own: str) -> list[str] | None:
+        """The values known at launch that name an object: git refuses a negative it
+        cannot read (a broken ref)."""
+        if self._present is None:
+            status, out = self._run(own, ["cat-file", "--batch-check=%(objectname) "
+                                          "%(objecttype)"], self._known)
+            if status != 0:
+                return None
+            self._present = [line.split()[0] for line in out.splitlines()
+                             if len(line.split()) == 2 and line.split()[1] != "missing"]
+        return self._present
+
     def _log(self, values: list[str], names: frozenset[str]) -> tuple[str, ...] | None:
         """The control paths the commits reachable from `values`, and from nothing known,
         change; None where git cannot tell."""
@@ -154,22 +168,16 @@ class History:
 
         with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
             own = self._own(prefix, self.sha256)
-            if self._present is None:
-                # git log refuses a negative it cannot read: the values known at launch
-                # that name no object (a broken ref) are left out.
-                status, out = self._run(own, ["cat-file", "--batch-check=%(objectname) "
-                                              "%(objecttype)"], self._known)
-                if status != 0:
-                    return None
-                self._present = [line.split()[0] for line in out.splitlines()
-                                 if len(line.split()) == 2 and line.split()[1] != "missing"]
+            negatives = self._negatives(own)
+            if negatives is None:
+                return None
             # ^{commit}: a tree, a blob or a missing object is refused, never read as empty.
             status, out = self._run(own, ["log", "--stdin", "--format=", "--name-only", "-z",
                                           "--full-history", "-m", "--no-renames",
                                           "--no-ext-diff", "--no-textconv", "--",
                                           *pathspecs(names)],
                                     [*(f"{v}^{{commit}}" for v in values),
-                                     *(f"^{k}" for k in self._present)])
+                                     *(f"^{k}" for k in negatives)])
             if status != 0:
                 return None
             found = tuple(dict.fromkeys(p.strip("\n") for p in out.split("\0")
@@ -238,13 +246,15 @@ class History:
     def unknown(self, value: str) -> bool:
         """Whether `value` names a commit reachable from no value known at launch (one
         the session made or fetched); False where git cannot tell."""
-        if value in self._known or self._log([value], frozenset()) is None:
+        if value in self._known or len(value) != (64 if self.sha256 else 40):
             return False
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
-            status, out = self._run(self._own(prefix, self.sha256),
-                                    ["log", "--stdin", "-1", "--format=%H"],
+            own = self._own(prefix, self.sha256)
+            if self._negatives(own) is None:
+                return False
+            status, out = self._run(own, ["rev-list", "--stdin", "-1"],
                                     [f"{value}^{{commit}}",
                                      *(f"^{k}" for k in self._present or ())])
         return status == 0 and out.strip() == value

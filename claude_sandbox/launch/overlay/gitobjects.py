@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import zlib
 
 from claude_sandbox.core import paths
@@ -33,13 +34,29 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
-TIMEOUT = 300.0  # seconds for one pack's index: a pack that takes longer is kept back
+PACKS = 16  # packs one repository's session may bring: more are kept in the store
+PACK_SECONDS = 300.0  # for indexing them all: a pack past it is kept in the store
 _CHUNK = 1 << 20
 _KINDS = (b"blob", b"tree", b"commit", b"tag")
 
 
-def place(upper: str, real: str, rel: str,
-          place_file: Callable[[str, str], None]) -> str | None:
+class Budget:
+    """What one repository's packs may cost the session's end: PACKS of them, indexed
+    within PACK_SECONDS in all; past either, the rest is kept in the store and named."""
+
+    def __init__(self) -> None:
+        self.packs = 0
+        self.seconds = 0.0
+
+    def refusal(self) -> str | None:
+        if self.packs >= PACKS or self.seconds >= PACK_SECONDS:
+            return (f"more packs than the session's end indexes ({PACKS}, or "
+                    f"{PACK_SECONDS:.0f} s in all): repack inside, or take it from the store")
+        return None
+
+
+def place(upper: str, real: str, rel: str, place_file: Callable[[str, str], None],
+          budget: Budget | None = None) -> str | None:
     """Carry the object file `rel` of `upper` over to the git directory `real` by its
     content, checked as the copy `place_file` put beside its target under a name git
     does not read; why not, or None."""
@@ -58,7 +75,16 @@ def place(upper: str, real: str, rel: str,
             return None
         _remove(placed)
         return refusal
-    found = index_pack(placed + ".pack", os.path.join(real, "objects"))
+    budget = budget or Budget()
+    over = budget.refusal()
+    if over is not None:
+        _remove(placed + ".pack")
+        return over
+    started = time.monotonic()
+    found = index_pack(placed + ".pack", os.path.join(real, "objects"),
+                       PACK_SECONDS - budget.seconds)
+    budget.packs += 1
+    budget.seconds += time.monotonic() - started
     if isinstance(found, str):
         _remove(placed + ".pack")
         _remove(placed + ".idx")
@@ -124,7 +150,8 @@ def loose_refusal(source: str, name: str) -> str | None:
     return None
 
 
-def index_pack(pack: str, real_objects: str) -> str | tuple[str, str]:
+def index_pack(pack: str, real_objects: str,
+               seconds: float = 300.0) -> str | tuple[str, str]:
     """Index the pack at `pack` anew, over the objects of `real_objects`: (its checksum,
     the index made), or why not. `pack` is the copy the applier placed, not the file
     the session may still write (review mode)."""
@@ -140,7 +167,8 @@ def index_pack(pack: str, real_objects: str) -> str | tuple[str, str]:
             os.mkdir(own)
             status, out = capture([git, "index-pack", "-o", index, pack],
                                   gitcontrol.own_env(gitcontrol.own_gitdir(own, sha256),
-                                                     real_objects), timeout=TIMEOUT)
+                                                     real_objects),
+                                  timeout=max(1.0, seconds), limit=1 << 20)
             checksum = out.strip().rpartition("\t")[2]
             if status == 0 and len(checksum) == (64 if sha256 else 40):
                 return checksum, index

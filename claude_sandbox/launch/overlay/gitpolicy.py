@@ -139,10 +139,13 @@ def refusal(entry: Entry) -> str | None:
     if reason is not None:
         return reason
     shown = variable_name(section, None if entry.subsection is None else "*", key)
-    if "claude-sandbox/" in (value or "") or "claude-sandbox/" in (entry.subsection or ""):
+    if "claude-sandbox/" in f"{value or ''} {entry.subsection or ''}".lower():
         # An upstream or refspec there would take up what the exit keeps aside unread
         # (refs/claude-sandbox/, gitcontrol.py): `git pull` would merge a held branch.
         return f"{shown} names the values the session's end keeps aside (refs/claude-sandbox/)"
+    if section == "extensions" and key in ("objectformat", "compatobjectformat"):
+        return f"{shown} is set when a repository is made, never after: git outside would " \
+               "read every object and the index as another format"
     if (section, key) in _URL_KEYS:
         return _url_refusal(shown, value)
     if section == "branch" and key in _UPSTREAM_KEYS:

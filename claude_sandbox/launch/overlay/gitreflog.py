@@ -6,8 +6,10 @@ from the rebase. A line the session appended there naming the user's own commit 
 drop that commit silently. So a branch's reflog is carried only where the session's
 lines are appended to what is there and follow the branch's own moves in the session,
 from its value at launch to the one applied, and where each commit they name is one
-the session made or one the branch held before or after: a forged chain through the
-user's commit on another branch names a commit in neither. The reflog of a branch the
+the branch reaches before or after: a forged chain through the user's commit on
+another branch, or through one the session made there, names a commit it reaches in
+neither. (A session that rewound the branch loses its reflog lines: a commit it
+dropped is reached by neither.) The reflog of a branch the
 session did not move gains no line. (A remote-tracking ref's reflog is not carried at all,
 gitapply.py; the ids every reflog names are read by gitcontrol.py.)
 """
@@ -48,8 +50,8 @@ def refusal(upper: str, real: str, rel: str,
         return "its lines do not end where the branch does"
     named = {word for line in added for word in line.split("\t")[0].split()[:2]}
     for commit in sorted(named - {old, new, "0" * len(new)}):
-        # Most lines name what the branch still reaches: one git run each, first.
-        if not (history.reaches(commit, new) or history.unknown(commit)
-                or (old and history.reaches(commit, old))):
+        # Not "a commit the session made": one it made on the user's other branch would
+        # pass, and drop the user's commits below it from a rebase there.
+        if not (history.reaches(commit, new) or (old and history.reaches(commit, old))):
             return "a line names a commit the branch never held"
     return None

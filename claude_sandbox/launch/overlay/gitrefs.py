@@ -98,7 +98,7 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
                 lines.append(f"{real}: {name} changed outside during the session; the "
                              f"session's value is kept as {keep}")
             continue
-        if value is not None and value.startswith("ref: " + gitcontrol.OURS):
+        if value is not None and value.lower().startswith("ref: " + gitcontrol.OURS):
             lines.append(f"{real}: {name} not applied: it points at the values the exit "
                          "keeps aside, unread (refs/claude-sandbox/)")
             continue

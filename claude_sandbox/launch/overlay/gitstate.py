@@ -97,7 +97,7 @@ def copy_refusal(upper: str, rel: str, history: History,
     text = gitrepo.read_small(os.path.join(upper, rel), 64 << 20)
     if text is None:
         return "too large to read"
-    if "claude-sandbox/" in text:  # as a ref, or a name git resolves to one
+    if "claude-sandbox/" in text.lower():  # a ref, or a name git resolves to one, any case
         return "it names the values the exit keeps aside, unread (refs/claude-sandbox/)"
     form = _form_refusal(rel, text)
     if form is not None:
