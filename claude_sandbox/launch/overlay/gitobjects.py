@@ -20,10 +20,8 @@ never as the session's file: in review mode a session may still write that one.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
-import zlib
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.process import capture
@@ -120,6 +118,11 @@ def loose_refusal(source: str, name: str) -> str | None:
     inflates no further than the size its header declares (a zlib bomb is refused
     early), and nothing may follow the stream (git's fsck refuses such a file, and the
     user's next push would fail on it)."""
+    # Here, not at the top: the launch path imports this module, and hashlib loads
+    # OpenSSL's libcrypto (4-11 ms) for nothing a launch needs.
+    import hashlib
+    import zlib
+
     digest = hashlib.sha256() if len(name) == 64 else hashlib.sha1()
     inflate = zlib.decompressobj()
     declared: int | None = None
