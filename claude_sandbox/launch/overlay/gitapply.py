@@ -149,7 +149,8 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     gone = {rel for rel, kind in entries if kind == "whiteout"}
     opaque = {rel for rel, kind in entries if kind == "opaque"}
     # The objects first, by content (gitobjects.py): what is read below reads them.
-    budget = gitobjects.Budget()
+    hash_size = 32 if gitobjects.sha256(base.config) else 20
+    budget = gitobjects.Budget(sha256=hash_size == 32)
     for rel in sorted(rel for rel in files if _classify(rel)[0] == "object"):
         refusal = gitobjects.place(upper, real, rel,
                                    lambda source, target: _place(source, target, copy), budget)
@@ -171,7 +172,6 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         if sub_base is not None:
             bases[name] = gitcontrol.History(module, [
                 *sub_base.loose, *sub_base.packed, ("HEAD", (sub_base.head or "").strip())])
-    hash_size = 32 if gitobjects.sha256(base.config) else 20
     history = gitcontrol.History(real, [*base.loose, *base.packed,
                                         ("HEAD", (base.head or "").strip())],
                                  sha256=hash_size == 32, top=top)

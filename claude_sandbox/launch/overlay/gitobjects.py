@@ -42,7 +42,8 @@ class Budget:
     """What one repository's packs may cost the session's end: PACKS of them, indexed
     within PACK_SECONDS in all; past either, the rest is kept in the store and named."""
 
-    def __init__(self) -> None:
+    def __init__(self, sha256: bool = False) -> None:
+        self.sha256 = sha256  # the repository's object format: the packs' too
         self.packs = 0
         self.seconds = 0.0
 
@@ -80,7 +81,7 @@ def place(upper: str, real: str, rel: str, place_file: Callable[[str, str], None
         return over
     started = time.monotonic()
     found = index_pack(placed + ".pack", os.path.join(real, "objects"),
-                       PACK_SECONDS - budget.seconds)
+                       PACK_SECONDS - budget.seconds, sha256=budget.sha256)
     budget.packs += 1
     budget.seconds += time.monotonic() - started
     if isinstance(found, str):
@@ -153,11 +154,11 @@ def loose_refusal(source: str, name: str) -> str | None:
     return None
 
 
-def index_pack(pack: str, real_objects: str,
-               seconds: float = 300.0) -> str | tuple[str, str]:
-    """Index the pack at `pack` anew, over the objects of `real_objects`: (its checksum,
-    the index made), or why not. `pack` is the copy the applier placed, not the file
-    the session may still write (review mode)."""
+def index_pack(pack: str, real_objects: str, seconds: float = 300.0, *,
+               sha256: bool = False) -> str | tuple[str, str]:
+    """Index the pack at `pack` anew, over the objects of `real_objects` (of the object
+    format `sha256` says): (its checksum, the index made), or why not. `pack` is the
+    copy the applier placed, not the file the session may still write (review mode)."""
     git = paths.find_tool("git")
     if git is None:
         return "git is not installed to index it"
@@ -165,14 +166,11 @@ def index_pack(pack: str, real_objects: str,
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="csbx-gitobjects-") as prefix:
-        for sha256 in (False, True):  # an index of the other format fails to be made
-            own = os.path.join(prefix, "sha256" if sha256 else "sha1")
-            os.mkdir(own)
-            status, out = capture([git, "index-pack", "-o", index, pack],
-                                  gitcontrol.own_env(gitcontrol.own_gitdir(own, sha256),
-                                                     real_objects),
-                                  timeout=max(1.0, seconds), limit=1 << 20)
-            checksum = out.strip().rpartition("\t")[2]
-            if status == 0 and len(checksum) == (64 if sha256 else 40):
-                return checksum, index
+        status, out = capture([git, "index-pack", "-o", index, pack],
+                              gitcontrol.own_env(gitcontrol.own_gitdir(prefix, sha256),
+                                                 real_objects),
+                              timeout=max(1.0, seconds), limit=1 << 20)
+    checksum = out.strip().rpartition("\t")[2]
+    if status == 0 and len(checksum) == (64 if sha256 else 40):
+        return checksum, index
     return "git index-pack could not index it"
