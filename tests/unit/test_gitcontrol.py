@@ -366,6 +366,16 @@ def test_a_path_held_through_a_link_is_read_as_a_control_path(repo: Path,
     assert git(repo, "rev-parse", "main") == before
 
 
+def _held_for_sub_envrc(repo: Path, tmp_path: Path, act: Callable[[Path], object],
+                        before: str) -> None:
+    """The session's `act` moved main; it stays at `before`, and the line names
+    sub/.envrc."""
+    upper, base = session(repo, tmp_path, act)
+    result = apply(repo, upper, base)
+    assert git(repo, "rev-parse", "main") == before
+    assert any("sub/.envrc" in line for line in result.lines), result.lines
+
+
 def test_a_commit_moving_a_submodule_to_one_that_changes_a_control_file_waits(
         repo: Path, tmp_path: Path) -> None:
     """`git submodule update` outside would check the submodule's new commit out."""
@@ -383,10 +393,7 @@ def test_a_commit_moving_a_submodule_to_one_that_changes_a_control_file_waits(
         git(repo, "update-index", "--cacheinfo", f"160000,{inner},sub", gitdir=view)
         git(repo, "commit", "-q", "-m", "bump", gitdir=view)
 
-    upper, base = session(repo, tmp_path, act)
-    result = apply(repo, upper, base)
-    assert git(repo, "rev-parse", "main") == before
-    assert any("sub/.envrc" in line for line in result.lines), result.lines
+    _held_for_sub_envrc(repo, tmp_path, act, before)
 
 
 def test_a_remote_tracking_reflog_from_the_session_is_not_carried(repo: Path,
@@ -506,10 +513,7 @@ def test_a_submodule_whose_git_directory_is_in_its_tree_is_read_there(
         git(repo, "update-index", "--cacheinfo", f"160000,{inner},sub", gitdir=view)
         git(repo, "commit", "-q", "-m", "bump", gitdir=view)
 
-    upper, base = session(repo, tmp_path, act)
-    result = apply(repo, upper, base)
-    assert git(repo, "rev-parse", "main") == before
-    assert any("sub/.envrc" in line for line in result.lines), result.lines
+    _held_for_sub_envrc(repo, tmp_path, act, before)
 
 
 def test_a_branch_reflog_naming_the_users_other_commits_is_not_carried(
