@@ -39,6 +39,8 @@ RESOLVER_PORT = 15053
 MARK = 0x6373  # "cs": the proxy's own upstream sockets (SO_MARK)
 _MARK = f"-m mark --mark {MARK:#x}"
 _DNS = paths.DNS_FORWARDER
+# What a path may hold to be written into the filter's shell script unquoted.
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-")
 
 # Each table's rules, as iptables-save prints them.
 FILTER = (
@@ -57,27 +59,65 @@ NAT = (
     f"-A OUTPUT -p tcp -m tcp --dport 53 -j REDIRECT --to-ports {RESOLVER_PORT}",
     f"-A OUTPUT ! -d 127.0.0.0/8 -p tcp -j REDIRECT --to-ports {PROXY_PORT}",
 )
+# nat first: iptables-restore commits table by table, and nat's module is the one a
+# host most often lacks, so a legacy run that fails leaves nothing behind.
 _TABLES = {
-    "filter": (("INPUT", "FORWARD", "OUTPUT"), FILTER),
     "nat": (("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"), NAT),
+    "filter": (("INPUT", "FORWARD", "OUTPUT"), FILTER),
 }
 
 
-def request() -> list[str]:
+def request(directory: str) -> list[str]:
     """The holder request that starts programming both tables and printing them back;
     its answer comes with `["finish"]` (holder.py), which session.py asks for once the
-    routes are locked: the kernel's commit of the tables waits about 30 ms (an RCU grace
-    period), which the route lock overlaps.
+    routes are locked. `directory`: the launch's private directory (dirs.py).
 
     One run does both (`iptables-restore && iptables-save`): a separate read-back
     run right after the restore was seen to lose the holder's reply under CPU load.
+
+    The legacy back end is tried first where it is installed and is not already what
+    `iptables-restore` runs. The nf_tables back end's commit waits for an RCU grace
+    period: 25-35 ms of wall time in a new namespace, against 5-7 ms for the same
+    tables through the legacy one (ADR 0004, amendment of 2026-12-06, third). Both
+    enforce the same rules, and check() reads back whichever wrote them. Where the
+    legacy one cannot (its modules absent from the host's kernel, say), its error is
+    dropped and the nf_tables one runs from the same text.
     """
     restore, save = paths.tool("iptables-restore"), paths.tool("iptables-save")
-    script = f"{restore} && exec {save}"
     lines = []
     for table, (chains, rules) in _TABLES.items():
         lines += [f"*{table}", *(f":{chain} ACCEPT [0:0]" for chain in chains), *rules, "COMMIT"]
-    return ["start", "\n".join([*lines, ""]), paths.tool("sh"), "-c", script]
+    text = "\n".join([*lines, ""])
+    script = f"{restore} && exec {save}"
+    legacy = _legacy(restore, directory)
+    if legacy:
+        script = f"{legacy}\n{text}RULES\n{script}"
+    return ["start", text, paths.tool("sh"), "-c", script]
+
+
+def _legacy(restore: str, directory: str) -> str:
+    """The legacy back end's part of the script, or "" where it is not to be tried.
+
+    Its lock is a file in the launch's private directory: the namespace is the
+    launch's own, so nothing else programs it, and the host's lock (/run/xtables.lock,
+    root's, 0600) is one an unprivileged user cannot open and another program may
+    hold. Its save names each table: listing them reads /proc/net/ip_tables_names,
+    which a namespace's own root may not read. The rules travel in a here-document,
+    so that standard input still holds them for the nf_tables run when the restore
+    fails. nat comes first (_TABLES): its module is the one a host most often lacks,
+    and a restore that fails there has committed nothing.
+    """
+    legacy_restore = paths.find_tool("iptables-legacy-restore")
+    legacy_save = paths.find_tool("iptables-legacy-save")
+    if not legacy_restore or not legacy_save or not directory or set(directory) - _PLAIN:
+        return ""
+    if os.path.realpath(legacy_restore) == os.path.realpath(restore):
+        return ""  # iptables-restore is the legacy one already
+    lock = f"XTABLES_LOCKFILE={directory}/xtables.lock"
+    saves = " && ".join(f"{lock} {legacy_save} -t {table}" for table in _TABLES)
+    # Once the legacy restore has written the tables, its read-back is the answer,
+    # failed or not: the nf_tables run is only for a legacy back end that could not.
+    return f"{lock} {legacy_restore} 2>/dev/null <<'RULES' && {{ {saves}; exit; }}"
 
 
 def _tables(saved: str) -> dict[str, tuple[list[list[str]], list[str]]]:

@@ -14,6 +14,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -121,11 +122,12 @@ def redirect_row() -> Finding:
     and read back in a namespace of the jail's kind, exactly as a launch does it."""
     from claude_sandbox.jail import netfilter
 
-    _, table, *argv = netfilter.request()
     try:
-        ran = subprocess.run([paths.tool("unshare"), "--user", "--map-root-user", "--net",
-                              *argv], input=table, capture_output=True, text=True, timeout=20,
-                             check=False)
+        with tempfile.TemporaryDirectory(prefix="csbx-doctor-") as directory:
+            _, table, *argv = netfilter.request(directory)
+            ran = subprocess.run([paths.tool("unshare"), "--user", "--map-root-user", "--net",
+                                  *argv], input=table, capture_output=True, text=True,
+                                 timeout=20, check=False)
         netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
     except SandboxError as error:
         return Finding(False, str(error).removeprefix("egress jail: "),

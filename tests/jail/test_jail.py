@@ -6,11 +6,13 @@ import contextlib
 import hashlib
 import json
 import os
+import pwd
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zipfile
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.jail import channel, dirs, egresspolicy, lock, netfilter, routes
 from claude_sandbox.jail import session as jail
@@ -670,10 +673,12 @@ def test_a_packet_filter_that_reads_back_otherwise_refuses_before_the_session(
     refusal (an agent's UDP would leave) ends the launch there, the session never run."""
     real = netfilter.request
 
-    def short() -> list[str]:
-        op, script, *argv = real()
-        assert netfilter.FILTER[-1] + "\n" in script
-        return [op, script.replace(netfilter.FILTER[-1] + "\n", ""), *argv]
+    def short(directory: str) -> list[str]:
+        # Cut from the text and from the script, which carries it for the legacy back end.
+        op, text, *argv = real(directory)
+        cut = netfilter.FILTER[-1] + "\n"
+        assert cut in text
+        return [op, text.replace(cut, ""), *(arg.replace(cut, "") for arg in argv)]
 
     monkeypatch.setattr(netfilter, "request", short)
     marker = os.path.join(tmp_path, "ran")
@@ -683,6 +688,55 @@ def test_a_packet_filter_that_reads_back_otherwise_refuses_before_the_session(
         j.run(["/bin/sh", "-c", f"touch {marker}"], {"PATH": "/usr/bin:/bin"})
     assert not os.path.exists(marker)
     assert_torn_down(j, private_dir)
+
+
+@pytest.mark.parametrize("user", ["root", "sbxuser"])
+@pytest.mark.parametrize("legacy", [True, False], ids=["legacy", "nf_tables"])
+def test_the_packet_filter_reads_back_as_planned_from_either_back_end(
+    user: str, legacy: bool,
+) -> None:
+    """The filter's script tries iptables' legacy back end first (its commit does not
+    wait for an RCU grace period) and the nf_tables one when the legacy one cannot
+    write: either way exactly the planned tables are written and read back, in a
+    namespace of the jail's kind, as root and as a user (whose namespace's root may
+    open neither the host's xtables lock nor /proc/net/ip_tables_names)."""
+    if not paths.find_tool("iptables-legacy-restore"):
+        pytest.skip("iptables' legacy back end is not installed")
+    info = pwd.getpwnam(user)
+    directory = tempfile.mkdtemp(prefix="csbx-filter-", dir="/tmp")
+    try:
+        os.chown(directory, info.pw_uid, info.pw_gid)
+        _, text, *argv = netfilter.request(directory)
+        script = argv[-1]
+        assert "iptables-legacy-restore" in script
+        if not legacy:  # a host whose kernel has no legacy tables
+            script = script.replace(paths.tool("iptables-legacy-restore"), "/bin/false")
+        become = [] if user == "root" else ["runuser", "-u", user, "--"]
+        ran = subprocess.run([*become, "unshare", "--user", "--map-root-user", "--net",
+                              *argv[:-1], script], input=text, capture_output=True,
+                             text=True, timeout=30, check=False)
+        netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
+        assert ("(nf_tables)" in ran.stdout.splitlines()[0]) is not legacy, ran.stdout
+    finally:
+        dirs.remove_dir(directory)
+
+
+def test_a_legacy_read_back_that_fails_refuses_rather_than_trying_again() -> None:
+    """Once the legacy back end has written the tables, its read-back is the answer: a
+    failed one refuses the launch; the nf_tables run is not a second chance."""
+    if not paths.find_tool("iptables-legacy-restore"):
+        pytest.skip("iptables' legacy back end is not installed")
+    directory = tempfile.mkdtemp(prefix="csbx-filter-", dir="/tmp")
+    try:
+        _, text, *argv = netfilter.request(directory)
+        script = argv[-1].replace("-save -t filter", "-save -t nosuch")
+        ran = subprocess.run(["unshare", "--user", "--map-root-user", "--net", *argv[:-1],
+                              script], input=text, capture_output=True, text=True,
+                             timeout=30, check=False)
+        with pytest.raises(SandboxError, match="iptables failed"):
+            netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
+    finally:
+        dirs.remove_dir(directory)
 
 
 def _zombies() -> set[int]:
