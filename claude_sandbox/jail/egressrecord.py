@@ -100,17 +100,18 @@ def line(entry: Mapping[str, Any]) -> bytes:
 
 def read(path: str) -> list[dict[str, Any]]:
     """Every well-formed entry of a record; a line cut short (a killed proxy) is skipped."""
-    import json
+    from claude_sandbox.core import jsontext
 
     entries = []
+    scan = jsontext.scanner()
     with open(path, "rb") as f:
         for raw in f:
             try:
-                entry = json.loads(raw)
-            except ValueError:
+                found = jsontext.values(raw.decode("utf-8"), scan)
+            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
                 continue
-            if isinstance(entry, dict):
-                entries.append(entry)
+            if len(found) == 1 and isinstance(found[0], dict):
+                entries.append(found[0])
     return entries
 
 

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import ipaddress
-import json
 
+from claude_sandbox.core import jsontext
 from claude_sandbox.core.errors import SandboxError, jail_error
 from claude_sandbox.jail.routes import (
     EXPECTED_RULES_V4,
@@ -36,19 +36,10 @@ def _fail(what: str) -> SandboxError:
 
 def parse_json_stream(text: str) -> list[object]:
     """The JSON documents `ip -j -batch` prints one after another."""
-    decoder = json.JSONDecoder()
-    docs: list[object] = []
-    pos = 0
-    while True:
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        if pos >= len(text):
-            return docs
-        try:
-            doc, pos = decoder.raw_decode(text, pos)
-        except (ValueError, RecursionError) as exc:
-            raise _fail("output is not JSON") from exc
-        docs.append(doc)
+    try:
+        return jsontext.values(text)
+    except (ValueError, RecursionError) as exc:
+        raise _fail("output is not JSON") from exc
 
 
 def _str(obj: dict[str, object], key: str, default: str | None) -> str | None:
@@ -72,7 +63,12 @@ def _normalise_dst(dst: str, family: int) -> str:
 
 def _extra(attributes: Iterable[tuple[object, object]]) -> tuple[tuple[str, str], ...]:
     """The attributes not modelled, comparable: any unexpected one is a difference."""
-    return tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in attributes))
+    found = list(attributes)
+    if not found:  # as in every read-back that matches: json stays unimported (jsontext.py)
+        return ()
+    import json
+
+    return tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in found))
 
 
 _ROUTE_KEYS = frozenset(
