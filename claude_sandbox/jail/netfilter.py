@@ -75,13 +75,14 @@ def request(directory: str) -> list[str]:
     One run does both (`iptables-restore && iptables-save`): a separate read-back
     run right after the restore was seen to lose the holder's reply under CPU load.
 
-    The legacy back end is tried first where it is installed and is not already what
-    `iptables-restore` runs. The nf_tables back end's commit waits for an RCU grace
-    period: 25-35 ms of wall time in a new namespace, against 5-7 ms for the same
-    tables through the legacy one (ADR 0004, amendment of 2026-12-06, third). Both
-    enforce the same rules, and check() reads back whichever wrote them. Where the
-    legacy one cannot (its modules absent from the host's kernel, say), its error is
-    dropped and the nf_tables one runs from the same text.
+    The legacy back end is tried first where it is installed, in the form a user's
+    namespace needs (_legacy), even where `iptables-restore` is the legacy one already.
+    The nf_tables back end's commit waits for an RCU grace period: 25-35 ms of wall
+    time in a new namespace, against 5-7 ms for the same tables through the legacy one
+    (ADR 0004, amendment of 2026-12-06, third). Both enforce the same rules, and check()
+    reads back whichever wrote them. Where the legacy one cannot (its modules absent
+    from the host's kernel, say), its error is dropped and `iptables-restore` runs from
+    the same text.
     """
     restore, save = paths.tool("iptables-restore"), paths.tool("iptables-save")
     lines = []
@@ -89,13 +90,13 @@ def request(directory: str) -> list[str]:
         lines += [f"*{table}", *(f":{chain} ACCEPT [0:0]" for chain in chains), *rules, "COMMIT"]
     text = "\n".join([*lines, ""])
     script = f"{restore} && exec {save}"
-    legacy = _legacy(restore, directory)
+    legacy = _legacy(directory)
     if legacy:
         script = f"{legacy}\n{text}RULES\n{script}"
     return ["start", text, paths.tool("sh"), "-c", script]
 
 
-def _legacy(restore: str, directory: str) -> str:
+def _legacy(directory: str) -> str:
     """The legacy back end's part of the script, or "" where it is not to be tried.
 
     Its lock is a file in the launch's private directory: the namespace is the
@@ -111,8 +112,6 @@ def _legacy(restore: str, directory: str) -> str:
     legacy_save = paths.find_tool("iptables-legacy-save")
     if not legacy_restore or not legacy_save or not directory or set(directory) - _PLAIN:
         return ""
-    if os.path.realpath(legacy_restore) == os.path.realpath(restore):
-        return ""  # iptables-restore is the legacy one already
     lock = f"XTABLES_LOCKFILE={directory}/xtables.lock"
     saves = " && ".join(f"{lock} {legacy_save} -t {table}" for table in _TABLES)
     # Once the legacy restore has written the tables, its read-back is the answer,
