@@ -147,8 +147,19 @@ def _imported_modules(stderr: str) -> set[str]:
     return names
 
 
-def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: Launcher) -> None:
-    """Every interpreter of a jailed launch (_launch, _jail_holder, _enter) under -X importtime."""
+@pytest.mark.parametrize("git", [False, True], ids=["plain", "git-workspace"])
+def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: Launcher,
+                                                                    git: bool) -> None:
+    """Every interpreter of a jailed launch (_launch, _jail_holder, _enter) under -X importtime;
+    also in a git workspace, whose session end applies and removes the .git overlay."""
+    if git:
+        git_as_root = ["git", "-c", "safe.directory=*"]  # the workspace is the user's
+        for argv in (["init", "-q", "."], ["-c", "user.name=t", "-c",
+                     "user.email=t@example.invalid", "commit", "-q", "--allow-empty", "-m", "t"]):
+            subprocess.run([*git_as_root, *argv], cwd=launcher.workspace, check=True,
+                           capture_output=True)
+        subprocess.run(["chown", "-R", f"{launcher.uid}:{launcher.uid}", launcher.workspace],
+                       check=True)
     result = launcher.run(
         [
             CORE_PYTHON,
@@ -196,6 +207,8 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
     # json.decoder imports re, and re enum: 4-5 ms an interpreter, twice a launch, for
     # reading `ip -j` and the egress record, which core/jsontext.py reads without them.
     assert not {"json.decoder", "re", "enum"} & modules, {"json.decoder", "re", "enum"} & modules
+    # shutil (fnmatch, re, the compressors: 8 ms) removed the session's git overlay.
+    assert "shutil" not in modules
 
 
 def test_forged_is_sandbox_outside_still_wraps(launcher: Launcher) -> None:

@@ -108,3 +108,29 @@ def test_the_launch_holds_its_own_lock_until_finish(tmp_path: Path) -> None:
         os.close(lock)
     gitsession.finish([layer], str(tmp_path / "repo"), quarantine)
     assert not os.path.exists(os.path.dirname(layer.upper))
+
+
+def test_remove_tree_takes_deep_closed_trees_and_follows_no_link(tmp_path: Path) -> None:
+    """What a session left: deeper than the interpreter's stack, a directory of mode 000
+    (overlayfs' work directory), links to what is not ours, which stay."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("mine\n")
+    top = tmp_path / "session"
+    deep = top / "upper"
+    deep.mkdir(parents=True)
+    for _ in range(max(sys.getrecursionlimit() + 200, 2500)):  # past PATH_MAX too
+        deep = deep / "d"
+        os.mkdir(deep)  # one level at a time: a path this long is past PATH_MAX
+        os.chdir(deep)
+        deep = Path(".")
+    os.chdir(tmp_path)
+    work = top / "work" / "work"
+    work.mkdir(parents=True)
+    (work / "f").write_text("x")
+    work.chmod(0)
+    (top / "link").symlink_to(outside)
+    (top / "file-link").symlink_to(outside / "keep")
+    gitsession.remove_tree(str(top))
+    assert not top.exists()
+    assert (outside / "keep").read_text() == "mine\n"

@@ -254,24 +254,37 @@ def _claim(directory: str) -> int | None:
 def remove_tree(path: str) -> None:
     """Remove a directory tree of ours; overlayfs leaves its work directory mode 000.
 
-    Python's own removal recurses, and a tree the agent made may be deeper than the
-    interpreter's stack: then coreutils, which walk iteratively, remove it."""
-    import shutil
-
-    # Top down, iteratively: each directory is opened up before the walk lists it.
+    Iterative, so that a tree the agent made deeper than the interpreter's stack goes
+    too, and without shutil, whose import (fnmatch, re, the compressors) cost about 8 ms
+    at the end of every launch in a git workspace (ADR 0004). Top down, each directory
+    is opened up before the walk lists it and its other entries are unlinked as they
+    are listed; then the directories, deepest first (each was found after its parent).
+    A link is removed, never followed. What a path too long to name is left to `rm`."""
     try:
         os.chmod(path, 0o700)
     except OSError:
         pass
+    directories = [path]
     for _name, entry in gitrepo.walk(path):
         if entry.is_dir(follow_symlinks=False):
             try:
                 os.chmod(entry.path, 0o700)
             except OSError:
                 pass
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-    except RecursionError:
+            directories.append(entry.path)
+            continue
+        try:
+            os.unlink(entry.path)
+        except OSError:
+            pass
+    for directory in reversed(directories):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
+    if os.path.lexists(path):
+        # Paths longer than PATH_MAX (a tree some 2,000 levels deep): coreutils walks by
+        # descriptors.
         import subprocess
 
         from claude_sandbox.core import paths

@@ -22,10 +22,9 @@ def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
     """(lines, whether the session's index was refused and is worth keeping).
     `at_launch`: the real index's inode, size and time when the session began;
     `hash_size`: the repository's object ids' (20, or 32 for sha256)."""
-    from claude_sandbox.launch.overlay import gitindex  # it imports `re`: not at launch
-
     if "index" not in files:
         return [], False
+    from claude_sandbox.launch.overlay import gitindex  # re and hashlib: only when used
     target = os.path.join(real, "index")
     if stat_of(target) != at_launch:
         return [f"{target} changed outside during the session; the session's index was not "
