@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from claude_sandbox.launch.overlay import gitcheck, gitsession
 from claude_sandbox.launch.planner.overlays import View
 
@@ -110,7 +112,9 @@ def test_the_launch_holds_its_own_lock_until_finish(tmp_path: Path) -> None:
     assert not os.path.exists(os.path.dirname(layer.upper))
 
 
-def test_remove_tree_takes_deep_closed_trees_and_follows_no_link(tmp_path: Path) -> None:
+def test_remove_tree_takes_deep_closed_trees_and_follows_no_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """What a session left: deeper than the interpreter's stack, a directory of mode 000
     (overlayfs' work directory), links to what is not ours, which stay."""
     outside = tmp_path / "outside"
@@ -122,9 +126,9 @@ def test_remove_tree_takes_deep_closed_trees_and_follows_no_link(tmp_path: Path)
     for _ in range(max(sys.getrecursionlimit() + 200, 2500)):  # past PATH_MAX too
         deep = deep / "d"
         os.mkdir(deep)  # one level at a time: a path this long is past PATH_MAX
-        os.chdir(deep)
+        monkeypatch.chdir(deep)
         deep = Path(".")
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     work = top / "work" / "work"
     work.mkdir(parents=True)
     (work / "f").write_text("x")

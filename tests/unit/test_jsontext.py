@@ -6,6 +6,7 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,8 +60,9 @@ def test_it_imports_neither_json_nor_re() -> None:
             "assert jsontext.values('[1, {\"a\": \"b\"}] {}') == [[1, {'a': 'b'}], {}]; "
             "print(sorted(m for m in ('json', 'json.decoder', 're', 'enum') "
             "if m in sys.modules))")
+    package_parent = Path(jsontext.__file__).parents[2]
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, cwd=package_parent).stdout
     assert out.strip() == "[]"
 
 
