@@ -106,7 +106,10 @@ def _legacy(directory: str) -> str:
     which a namespace's own root may not read. The rules travel in a here-document,
     so that standard input still holds them for the nf_tables run when the restore
     fails. nat comes first (_TABLES): its module is the one a host most often lacks,
-    and a restore that fails there has committed nothing.
+    and a restore that fails there has committed nothing. One that fails at filter
+    leaves its nat table, whose rules are the ones the nf_tables run then writes and
+    reads back: the kernel translates a connection's address once, by whichever comes
+    first, to the same place.
     """
     legacy_restore = paths.find_tool("iptables-legacy-restore")
     legacy_save = paths.find_tool("iptables-legacy-save")
