@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from claude_sandbox.core import paths
-from claude_sandbox.launch.overlay import gitapply, gitcontrol
+from claude_sandbox.launch.overlay import gitapply, gitbase, gitcontrol
 
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
        "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
@@ -51,10 +51,10 @@ def repo(tmp_path: Path) -> Path:
 
 
 def session(work: Path, tmp_path: Path,
-            act: Callable[[Path], object]) -> tuple[str, gitapply.Snapshot]:
+            act: Callable[[Path], object]) -> tuple[str, gitbase.Snapshot]:
     """Run `act(view)` on a copy of the git directory; the upper: what it gained or changed."""
     real = work / ".git"
-    base = gitapply.snapshot(str(real))
+    base = gitbase.snapshot(str(real))
     view = tmp_path / "view"
     shutil.copytree(real, view)
     act(view)
@@ -69,7 +69,7 @@ def session(work: Path, tmp_path: Path,
     return str(upper), base
 
 
-def apply(work: Path, upper: str, base: gitapply.Snapshot,
+def apply(work: Path, upper: str, base: gitbase.Snapshot,
           controls: frozenset[str] = gitapply.CONTROLS) -> gitapply.Result:
     return gitapply.apply(upper, str(work / ".git"), base, str(work), controls=controls)
 

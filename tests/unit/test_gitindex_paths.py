@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claude_sandbox.launch.overlay import gitapply, gitindex
+from claude_sandbox.launch.overlay import gitapply, gitbase, gitindex
 from claude_sandbox.launch.overlay.gitindex import IndexFormat
 from tests.unit.test_gitindex import entry, git, index, make_repo
 
@@ -159,16 +159,16 @@ def test_shown_makes_invisible_and_control_characters_visible() -> None:
 
 
 @pytest.fixture
-def repository(tmp_path: Path) -> tuple[Path, Path, gitapply.Snapshot]:
+def repository(tmp_path: Path) -> tuple[Path, Path, gitbase.Snapshot]:
     """A real git directory, its state at launch, and an empty upper directory."""
     repo = make_repo(tmp_path)
     upper = tmp_path / "upper"
     upper.mkdir()
-    return repo / ".git", upper, gitapply.snapshot(str(repo / ".git"))
+    return repo / ".git", upper, gitbase.snapshot(str(repo / ".git"))
 
 
 def test_a_hostile_index_is_kept_in_the_store_and_named(
-        repository: tuple[Path, Path, gitapply.Snapshot], tmp_path: Path) -> None:
+        repository: tuple[Path, Path, gitbase.Snapshot], tmp_path: Path) -> None:
     real, upper, base = repository
     before = (real / "index").read_bytes()
     (upper / "index").write_bytes(crafted((b"README", FILE), (b".g\xe2\x80\x8cit/hooks/x",
@@ -182,7 +182,7 @@ def test_a_hostile_index_is_kept_in_the_store_and_named(
 
 
 def test_an_ordinary_index_still_applies(
-        repository: tuple[Path, Path, gitapply.Snapshot], tmp_path: Path) -> None:
+        repository: tuple[Path, Path, gitbase.Snapshot], tmp_path: Path) -> None:
     real, upper, base = repository
     (tmp_path / "other").mkdir()
     other = make_repo(tmp_path / "other")
@@ -198,7 +198,7 @@ def test_an_ordinary_index_still_applies(
 
 
 def test_a_linked_worktrees_index_is_held_to_the_same_rule(
-        repository: tuple[Path, Path, gitapply.Snapshot], tmp_path: Path) -> None:
+        repository: tuple[Path, Path, gitbase.Snapshot], tmp_path: Path) -> None:
     real, upper, base = repository
     good = (real / "index").read_bytes()
     for name, data in (("bad", crafted((b".git/config", FILE))), ("good", good)):

@@ -42,34 +42,12 @@ from claude_sandbox.launch.overlay import (
     gitstaged,
     gitstate,
 )
+from claude_sandbox.launch.overlay.gitbase import Snapshot, config_text, snapshot
+from claude_sandbox.launch.overlay.gitbudget import ExitBudget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-
-@record
-class Snapshot:
-    """A real git directory at launch: what its refs, HEAD, config and index were."""
-
-    head: str | None
-    loose: tuple[tuple[str, str], ...]
-    packed: tuple[tuple[str, str], ...]
-    config: str
-    index: tuple[int, int, int] | None  # inode, size, mtime
-
-
-def snapshot(gitdir: str) -> Snapshot:
-    loose = tuple((n, v) for n, v in gitrepo.loose_refs(gitdir) if v is not None)
-    packed = gitrepo.packed_refs(gitrepo.read_small(os.path.join(gitdir, "packed-refs"),
-                                                    256 << 20))
-    return Snapshot(gitrepo.read_small(os.path.join(gitdir, "HEAD")), loose,
-                    tuple(packed.items()), _config_text(gitdir, "config"),
-                    gitstaged.stat_of(os.path.join(gitdir, "index")))
-
-
-def _config_text(gitdir: str, name: str) -> str:
-    return gitrepo.read_small(os.path.join(gitdir, name), 4 << 20) or ""
 
 
 # Top-level files git writes while it works, carried over as they are.
@@ -126,7 +104,8 @@ def _opaque(path: str) -> bool:
 
 def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
           copy: bool = False, controls: frozenset[str] = CONTROLS,
-          held: tuple[str, ...] = (), top: str | None = None) -> Result:
+          held: tuple[str, ...] = (), top: str | None = None,
+          spend: ExitBudget | None = None, depth: int = 0) -> Result:
     """Carry what `upper` holds over to the git directory `real`; `base` is it at launch.
 
     `base` None: a git directory the launch did not see (a submodule's new one):
@@ -136,8 +115,10 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     HEAD, state file or index that would bring one's new content out waits
     (gitcontrol.py); `held`: the absolute paths the launch held, link targets included,
     read as control paths too, relative to `top` (the working tree; a submodule's is its
-    superproject's joined with its path).
+    superproject's joined with its path). `spend`: what every repository of this
+    application shares (gitbudget.py); `depth`: how deep a submodule this one is.
     """
+    spend = spend or ExitBudget()
     top = top or _top(real, workspace)
     controls = controls | gitcontrol.held_paths(held, top)
     lines: list[str] = []
@@ -150,13 +131,14 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     opaque = {rel for rel, kind in entries if kind == "opaque"}
     # The objects first, by content (gitobjects.py): what is read below reads them.
     hash_size = 32 if gitobjects.sha256(base.config) else 20
-    budget = gitobjects.Budget(sha256=hash_size == 32)
+    budget = gitobjects.Budget(sha256=hash_size == 32, shared=spend)
     for rel in sorted(rel for rel in files if _classify(rel)[0] == "object"):
         refusal = gitobjects.place(upper, real, rel,
                                    lambda source, target: _place(source, target, copy), budget)
         if refusal is not None:
             lines.append(f"{real}/{rel}: not applied: {refusal}")
             kept = True
+    missing = kept  # objects not carried, which the session's index may name
     modules = sorted({rel.split("/")[1] for rel in files | gone
                       if rel.startswith("modules/") and rel.count("/") >= 2})
     # The submodules' git directories first, each known as it was: a commit here that
@@ -164,17 +146,23 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     bases: dict[str, gitcontrol.History] = {}
     for name in modules:
         module = os.path.join(real, "modules", name)
+        if (over := spend.module_refusal(depth + 1)) is not None:
+            lines.append(f"{module}: not applied: {over}")
+            kept = True
+            continue
         sub_base = snapshot(module) if os.path.isdir(module) else None
         sub = apply(os.path.join(upper, "modules", name), module, sub_base, workspace,
-                    copy=copy, controls=controls, held=held, top=os.path.join(top, name))
+                    copy=copy, controls=controls, held=held, top=os.path.join(top, name),
+                    spend=spend, depth=depth + 1)
         lines += sub.lines
         kept = kept or sub.kept
         if sub_base is not None:
             bases[name] = gitcontrol.History(module, [
-                *sub_base.loose, *sub_base.packed, ("HEAD", (sub_base.head or "").strip())])
+                *sub_base.loose, *sub_base.packed, ("HEAD", (sub_base.head or "").strip())],
+                spend=spend)
     history = gitcontrol.History(real, [*base.loose, *base.packed,
                                         ("HEAD", (base.head or "").strip())],
-                                 sha256=hash_size == 32, top=top)
+                                 sha256=hash_size == 32, top=top, spend=spend)
     history.modules.update(bases)
     # Every value the session's refs, HEAD and state files name, read together first:
     # where none adds a control file's change, one git run clears them all.
@@ -210,9 +198,10 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
                     lines.append(f"{real}/{rel} was changed in the session: it hides files "
                                  "from git status and git diff outside; review it")
         elif action == "index":  # a linked worktree's
-            refusal = gitstaged.apply_worktree_index(os.path.join(upper, rel),
-                                                     os.path.join(real, rel), rel in gone,
-                                                     controls, hash_size, history)
+            refusal = "the objects above were not carried" if missing else \
+                gitstaged.apply_worktree_index(os.path.join(upper, rel),
+                                               os.path.join(real, rel), rel in gone,
+                                               controls, hash_size, history)
             if refusal is not None:
                 lines.append(f"{real}/{rel}: not applied: {refusal}")
                 kept = True
@@ -222,6 +211,9 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
     lines += gitrefs.apply(upper, real, base, files, gone, opaque, history, controls)
     lines += _apply_head(upper, real, base, files, history, controls)
     lines += _apply_config(upper, real, base, files, workspace)
+    if missing and "index" in files:  # git gc and git commit would fail on it outside
+        lines.append(f"{real}/index: not applied: the objects above were not carried")
+        return Result(tuple(lines), True)
     index_lines, index_kept = gitstaged.apply_index(upper, real, base.index, files, controls,
                                                     hash_size, history)
     lines += index_lines
@@ -354,7 +346,8 @@ def _apply_head(upper: str, real: str, base: Snapshot, files: set[str],
         found = history.changes(text.strip(), controls)
         if found != ():
             keep = gitcontrol.HELD + "HEAD"
-            gitrefs.write(os.path.join(real, keep), text)
+            if not gitrefs.aside(real, keep, text.strip(), history):
+                return [f"{real}/HEAD: not applied: the session's value {gitrefs.NOTHING}"]
             return [gitcontrol.held_line(real, "HEAD", keep, found)]
     gitrefs.write(os.path.join(real, "HEAD"), text)
     return []
@@ -376,8 +369,8 @@ def _apply_config(upper: str, real: str, base: Snapshot, files: set[str],
 
     try:
         old = repoconfig.parse(base.config)
-        new = repoconfig.parse(_config_text(upper, "config"))
-        current = _config_text(real, "config")
+        new = repoconfig.parse(config_text(upper, "config"))
+        current = config_text(real, "config")
         applicable, refused = gitpolicy.split(repoconfig.changes(old, new), current)
         # core.worktree (a submodule's) must name a tree in the workspace: git outside
         # would otherwise check files out, and read attributes, wherever it points.

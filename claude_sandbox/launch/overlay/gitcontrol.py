@@ -39,6 +39,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from claude_sandbox.launch.overlay.gitbudget import ExitBudget
+
 OURS = "refs/claude-sandbox/"  # what the exit keeps aside, unread: never a known value
 HELD = OURS + "held/"
 TIMEOUT = 60.0  # seconds for one git run: a long history waits rather than pass unread
@@ -113,7 +115,7 @@ class History:
     value not yet read waits."""
 
     def __init__(self, real: str, known: Iterable[tuple[str, str]], *, sha256: bool = False,
-                 top: str = "") -> None:
+                 top: str = "", spend: ExitBudget | None = None) -> None:
         self.real = real
         self.sha256 = sha256  # the repository's object format: ids of the other length
         # name no object of it, and are read as values git cannot read
@@ -124,12 +126,17 @@ class History:
         self._present: list[str] | None = None
         self._found: dict[str, tuple[str, ...] | None] = {}
         self.modules: dict[str, History] = {}  # a submodule's, by its path in the tree
+        self._held: dict[str, bool] = {}  # present(): by value
         self._spent = 0.0
+        self._shared = spend  # the whole application's clock (gitbudget.py)
         # Read before anything is applied: the session's own shallow list is not ours.
         self._shallow = gitrepo.read_small(os.path.join(real, "shallow"), 64 << 20)
 
     def _run(self, own: str, args: list[str], lines: Iterable[str]) -> tuple[int, str]:
-        if self.git is None or self._spent > DEADLINE:
+        left = DEADLINE - self._spent
+        if self._shared is not None:
+            left = min(left, self._shared.left())
+        if self.git is None or left <= 0:
             return 127, ""
         with open(os.path.join(own, "input"), "w", encoding="utf-8",
                   errors="surrogateescape") as handle:
@@ -139,7 +146,7 @@ class History:
         started = time.monotonic()
         try:
             return capture([self.git, "--no-pager", *args], env, stdin=fd,
-                           timeout=max(1.0, min(TIMEOUT, DEADLINE - self._spent)),
+                           timeout=max(1.0, min(TIMEOUT, left)),
                            limit=OUTPUT)
         finally:
             os.close(fd)
@@ -258,6 +265,20 @@ class History:
                                     [f"{value}^{{commit}}",
                                      *(f"^{k}" for k in self._present or ())])
         return status == 0 and out.strip() == value
+
+    def present(self, value: str) -> bool:
+        """Whether the object id `value` names an object the repository holds; False
+        where git cannot tell."""
+        if value not in self._held:
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
+                status, out = self._run(self._own(prefix, self.sha256),
+                                        ["cat-file", "--batch-check=%(objecttype)"], [value])
+            # One word, its type, for an object; "ID missing" for none.
+            self._held[value] = status == 0 and out.split() in (
+                ["commit"], ["tree"], ["blob"], ["tag"])
+        return self._held[value]
 
     def reaches(self, ancestor: str, descendant: str) -> bool:
         """Whether `ancestor` is `descendant` or one of its ancestors; False where git

@@ -26,29 +26,33 @@ import time
 from claude_sandbox.core import paths
 from claude_sandbox.core.process import capture
 from claude_sandbox.launch.overlay import gitcontrol
+from claude_sandbox.launch.overlay.gitbudget import OUT_OF_TIME, ExitBudget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 
-PACKS = 16  # packs one repository's session may bring: more are kept in the store
+PACKS = 16  # packs one session's end indexes, every repository: more are kept in the store
 PACK_SECONDS = 300.0  # for indexing them all: a pack past it is kept in the store
 _CHUNK = 1 << 20
 _KINDS = (b"blob", b"tree", b"commit", b"tag")
 
 
 class Budget:
-    """What one repository's packs may cost the session's end: PACKS of them, indexed
-    within PACK_SECONDS in all; past either, the rest is kept in the store and named."""
+    """What the packs may cost the session's end: PACKS of them, indexed within
+    PACK_SECONDS in all, counted across every repository of the application (`shared`,
+    gitbudget.py), whose clock bounds the loose objects too; past any of them, the rest
+    is kept in the store and named. `sha256`: this repository's object format."""
 
-    def __init__(self, sha256: bool = False) -> None:
-        self.sha256 = sha256  # the repository's object format: the packs' too
-        self.packs = 0
-        self.seconds = 0.0
+    def __init__(self, sha256: bool = False, shared: ExitBudget | None = None) -> None:
+        self.sha256 = sha256
+        self.shared = shared or ExitBudget()
 
     def refusal(self) -> str | None:
-        if self.packs >= PACKS or self.seconds >= PACK_SECONDS:
+        if self.shared.left() <= 0:
+            return OUT_OF_TIME
+        if self.shared.packs >= PACKS or self.shared.pack_seconds >= PACK_SECONDS:
             return (f"more packs than the session's end indexes ({PACKS}, or "
                     f"{PACK_SECONDS:.0f} s in all): repack inside, or take it from the store")
         return None
@@ -65,6 +69,9 @@ def place(upper: str, real: str, rel: str, place_file: Callable[[str, str], None
         return None  # its index is made again; the rest is the session's word only
     if os.path.lexists(target):
         return None
+    budget = budget or Budget()
+    if budget.shared.left() <= 0:  # a million loose objects take their time too
+        return OUT_OF_TIME
     placed = os.path.join(os.path.dirname(target), f"csbx-check-{os.getpid()}")
     place_file(source, placed + (".pack" if parts[1] == "pack" else ""))
     if parts[1] != "pack":
@@ -74,16 +81,16 @@ def place(upper: str, real: str, rel: str, place_file: Callable[[str, str], None
             return None
         _remove(placed)
         return refusal
-    budget = budget or Budget()
     over = budget.refusal()
     if over is not None:
         _remove(placed + ".pack")
         return over
     started = time.monotonic()
     found = index_pack(placed + ".pack", os.path.join(real, "objects"),
-                       PACK_SECONDS - budget.seconds, sha256=budget.sha256)
-    budget.packs += 1
-    budget.seconds += time.monotonic() - started
+                       min(PACK_SECONDS - budget.shared.pack_seconds, budget.shared.left()),
+                       sha256=budget.sha256)
+    budget.shared.packs += 1
+    budget.shared.pack_seconds += time.monotonic() - started
     if isinstance(found, str):
         _remove(placed + ".pack")
         _remove(placed + ".idx")

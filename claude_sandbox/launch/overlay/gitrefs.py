@@ -18,7 +18,7 @@ from claude_sandbox.launch.overlay import gitcontrol, gitrepo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from claude_sandbox.launch.overlay.gitapply import Snapshot
+    from claude_sandbox.launch.overlay.gitbase import Snapshot
 
 
 def write(target: str, text: str | bytes) -> None:
@@ -94,9 +94,9 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
         if now.get(name) != old:  # moved outside during the session
             if value is not None:
                 keep = "refs/claude-sandbox/" + name[len("refs/"):]
-                write(os.path.join(real, keep), value + "\n")
                 lines.append(f"{real}: {name} changed outside during the session; the "
-                             f"session's value is kept as {keep}")
+                             f"session's value " + (f"is kept as {keep}" if aside(
+                                 real, keep, value, history) else NOTHING))
             continue
         if value is not None and value.lower().startswith("ref: " + gitcontrol.OURS):
             lines.append(f"{real}: {name} not applied: it points at the values the exit "
@@ -107,8 +107,9 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
                  if history and value and gitrepo.is_object_id(value) else ())
         if value is not None and found != ():
             keep = gitcontrol.HELD + name[len("refs/"):]
-            write(os.path.join(real, keep), value + "\n")
-            lines.append(gitcontrol.held_line(real, name, keep, found, existed=old is not None))
+            lines.append(gitcontrol.held_line(real, name, keep, found, existed=old is not None)
+                         if aside(real, keep, value, history) else
+                         f"{real}: {name} was not moved: the session's value {NOTHING}")
             continue
         if value is None:
             deleted.append(name)
@@ -122,6 +123,22 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
     if deleted:
         _drop_packed(real, set(deleted))
     return lines
+
+
+# The session's value of a ref not written, because it names no object here.
+NOTHING = ("names no object this repository holds (or git could not tell); it is not "
+            "written as a ref, which would make git for-each-ref and git gc fail")
+
+
+def aside(real: str, keep: str, value: str, history: gitcontrol.History | None) -> bool:
+    """Write `value` as the ref `keep` (under refs/claude-sandbox/) only where it names an
+    object the repository holds, or another ref: a ref naming a missing object (an id the
+    agent made up, or one whose objects were not carried) makes `git for-each-ref`,
+    `git gc` and `git fsck` outside fail. Whether it was written."""
+    if gitrepo.is_object_id(value) and (history is None or not history.present(value)):
+        return False
+    write(os.path.join(real, keep), value + "\n")
+    return True
 
 
 def _drop_packed(real: str, names: set[str]) -> None:

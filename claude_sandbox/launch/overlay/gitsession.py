@@ -2,7 +2,7 @@
 
 Before the sandbox starts, each git directory the launch overlays is checked
 (gitcheck.py: nothing but regular files and directories) and its refs, HEAD,
-config and index are noted (gitapply.Snapshot); each overlay gets its upper and
+config and index are noted (gitbase.Snapshot); each overlay gets its upper and
 work directories in the agent's per-workspace store. After the session, each
 git upper is applied by rule (gitapply.py), the real directory is checked
 again, and what was not applied is kept in the store and named. Repositories
@@ -28,7 +28,7 @@ import time
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.overlay import gitapply, gitcheck, gitrepo
+from claude_sandbox.launch.overlay import gitapply, gitbase, gitcheck, gitrepo
 from claude_sandbox.launch.overlay.gitmade import check_made as check_made
 from claude_sandbox.launch.overlay.gitmade import strip_made as strip_made
 from claude_sandbox.launch.planner.overlays import View
@@ -48,7 +48,7 @@ class Layer:
     view: View
     upper: str
     work: str
-    base: gitapply.Snapshot | None  # a git view's real directory at launch
+    base: gitbase.Snapshot | None  # a git view's real directory at launch
     lock: int | None  # a git view's session lock, held until it is applied
     since_ns: int = 0  # when the layer was made: the session's start
 
@@ -132,7 +132,7 @@ def _prepare_one(view: View, quarantine: gitcheck.Quarantine) -> Layer:
     if view.kind == "git":
         _keep_interrupted(view, quarantine)
         gitcheck.check(view.target, quarantine)
-        base = gitapply.snapshot(view.target)
+        base = gitbase.snapshot(view.target)
         directory, lock = _new_session(view)
     else:
         directory = upper_base(view.store)

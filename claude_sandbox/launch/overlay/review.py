@@ -25,7 +25,7 @@ import stat
 
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.overlay import aftermath, gitapply, gitrepo
+from claude_sandbox.launch.overlay import aftermath, gitbase, gitrepo
 from claude_sandbox.launch.overlay.reviewview import (
     GIT_NAMES,
     git_marked,
@@ -355,7 +355,7 @@ def _write_bases(directory: str, workspace: str) -> None:
     bases = {}
     for repo in gitrepo.find(workspace):
         if (repo.gitdir + "/").startswith(workspace.rstrip("/") + "/"):
-            snap = gitapply.snapshot(repo.gitdir)
+            snap = gitbase.snapshot(repo.gitdir)
             bases[os.path.relpath(repo.gitdir, workspace)] = [
                 snap.head, [list(p) for p in snap.loose], [list(p) for p in snap.packed],
                 snap.config]
@@ -368,14 +368,14 @@ def bases(directory: str) -> dict[str, Any]:
     return _read_json(directory, _BASES)
 
 
-def base(directory: str, rel: str, real: str) -> gitapply.Snapshot:
+def base(directory: str, rel: str, real: str) -> gitbase.Snapshot:
     """The base of the repository at `rel`: noted before the first pending change, or,
     for one the sessions made, what is there now. The index is always taken as it is
     now: the session's index matches the tree and HEAD it applies with."""
-    now = gitapply.snapshot(real)
+    now = gitbase.snapshot(real)
     try:
         head, loose, packed, config = bases(directory)[rel]
-        return gitapply.Snapshot(head, tuple(tuple(p) for p in loose),
+        return gitbase.Snapshot(head, tuple(tuple(p) for p in loose),
                                  tuple(tuple(p) for p in packed), config, now.index)
     except (KeyError, ValueError, TypeError):
         return now
