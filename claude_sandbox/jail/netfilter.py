@@ -81,10 +81,10 @@ def request(directory: str) -> list[str]:
     time in a new namespace, against 5-7 ms for the same tables through the legacy one
     (ADR 0004, amendment of 2026-12-06, third). Both enforce the same rules, and check()
     reads back whichever wrote them. Where the legacy one cannot (its modules absent
-    from the host's kernel, say), its error is dropped and `iptables-restore` runs from
-    the same text.
+    from the host's kernel, say), its error is dropped and the nf_tables one runs from
+    the same text (_fallback).
     """
-    restore, save = paths.tool("iptables-restore"), paths.tool("iptables-save")
+    restore, save = _fallback()
     lines = []
     for table, (chains, rules) in _TABLES.items():
         lines += [f"*{table}", *(f":{chain} ACCEPT [0:0]" for chain in chains), *rules, "COMMIT"]
@@ -94,6 +94,16 @@ def request(directory: str) -> list[str]:
     if legacy:
         script = f"{legacy}\n{text}RULES\n{script}"
     return ["start", text, paths.tool("sh"), "-c", script]
+
+
+def _fallback() -> tuple[str, str]:
+    """The tools that write the tables where the legacy back end could not: the nf_tables
+    ones by name where installed (`iptables-restore` may be the legacy one again, which
+    would fail the same way and say something else), else `iptables-restore`."""
+    nft = paths.find_tool("iptables-nft-restore"), paths.find_tool("iptables-nft-save")
+    if nft[0] and nft[1]:
+        return nft[0], nft[1]
+    return paths.tool("iptables-restore"), paths.tool("iptables-save")
 
 
 def _legacy(directory: str) -> str:

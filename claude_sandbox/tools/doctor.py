@@ -14,7 +14,6 @@ import os
 import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -120,14 +119,17 @@ def engine_row() -> Finding:
 def redirect_row() -> Finding:
     """Whether the egress proxy's packet filter (nat REDIRECT, the mark) can be written
     and read back in a namespace of the jail's kind, exactly as a launch does it."""
-    from claude_sandbox.jail import netfilter
+    from claude_sandbox.jail import dirs, netfilter
 
     try:
-        with tempfile.TemporaryDirectory(prefix="csbx-doctor-") as directory:
+        directory = dirs.make_private_dir()  # the launch's kind, so the same script
+        try:
             _, table, *argv = netfilter.request(directory)
             ran = subprocess.run([paths.tool("unshare"), "--user", "--map-root-user", "--net",
                                   *argv], input=table, capture_output=True, text=True,
                                  timeout=20, check=False)
+        finally:
+            dirs.remove_dir(directory)
         netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
     except SandboxError as error:
         return Finding(False, str(error).removeprefix("egress jail: "),

@@ -5,6 +5,7 @@ but kept in the store and named (gitbudget.py). Real git, real repositories."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from claude_sandbox.launch.overlay import gitapply, gitbase, gitbudget, gitobjects
 
-from .test_gitcontrol import commit, git, session
+from .test_gitcontrol import ENV, commit, git, session
 
 
 @pytest.fixture
@@ -96,8 +97,9 @@ def test_a_value_naming_no_object_is_not_kept_as_a_ref(repo: Path, tmp_path: Pat
     made_up = "1234567890123456789012345678901234567890"
     upper, base = session(repo, tmp_path, lambda view: (view / name).write_text(made_up + "\n"))
     result = gitapply.apply(upper, str(repo / ".git"), base, str(repo))
-    assert any("names no object this repository holds" in line for line in result.lines), \
-        result.lines
+    assert any(f"({made_up}) names objects this repository does not hold" in line
+               for line in result.lines), result.lines
+    assert result.kept  # the value stays in the store, with the session's directory
     for argv in (["for-each-ref"], ["gc", "-q"], ["fsck", "--no-dangling"]):
         git(repo, *argv)  # check=True: each exits 0
 
@@ -109,4 +111,40 @@ def test_past_the_clock_no_ref_names_an_object_not_carried(repo: Path,
     gitapply.apply(upper, str(repo / ".git"), base, str(repo),
                    spend=gitbudget.ExitBudget(seconds=0))
     git(repo, "for-each-ref")
+    git(repo, "gc", "-q")
+
+
+def test_a_commit_whose_blob_is_missing_moves_no_ref(repo: Path, tmp_path: Path) -> None:
+    """The session carries a commit and its tree but not a blob the tree names: applied,
+    the branch would name it, and git gc, fsck and a checkout of it fail outside."""
+    before = git(repo, "rev-parse", "main")
+
+    def act(view: Path) -> None:
+        env = dict(ENV, GIT_DIR=str(view))
+        blob = subprocess.run(["git", "hash-object", "--stdin"], cwd=repo, env=env,
+                              input="evil\n", text=True, capture_output=True,
+                              check=True).stdout.strip()  # computed, never written
+        tree = subprocess.run(["git", "mktree", "--missing"], cwd=repo, env=env,
+                              input=f"100644 blob {blob}\tx\n", text=True,
+                              capture_output=True, check=True).stdout.strip()
+        made = git(repo, "commit-tree", tree, "-p", before, "-m", "c", gitdir=view)
+        git(repo, "update-ref", "refs/heads/main", made, gitdir=view)
+
+    upper, base = session(repo, tmp_path, act)
+    result = gitapply.apply(upper, str(repo / ".git"), base, str(repo))
+    assert git(repo, "rev-parse", "main") == before
+    assert result.kept
+    for argv in (["for-each-ref"], ["gc", "-q"], ["fsck", "--no-dangling"]):
+        git(repo, *argv)
+
+
+def test_an_index_naming_a_missing_blob_is_not_applied(repo: Path, tmp_path: Path) -> None:
+    made_up = "1111111111111111111111111111111111111111"
+    upper, base = session(repo, tmp_path, lambda view: git(
+        repo, "update-index", "--add", "--cacheinfo", f"100644,{made_up},f", gitdir=view))
+    result = gitapply.apply(upper, str(repo / ".git"), base, str(repo))
+    assert any("index was not applied (it names objects" in line for line in result.lines), \
+        result.lines
+    assert result.kept
+    assert "f" not in git(repo, "ls-files")
     git(repo, "gc", "-q")

@@ -138,3 +138,14 @@ def test_remove_tree_takes_deep_closed_trees_and_follows_no_link(
     gitsession.remove_tree(str(top))
     assert not top.exists()
     assert (outside / "keep").read_text() == "mine\n"
+
+
+def test_remove_tree_given_a_link_removes_the_link_alone(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    (victim / "closed").mkdir(parents=True)
+    (victim / "closed").chmod(0o500)
+    link = tmp_path / "session"
+    link.symlink_to(victim)
+    gitsession.remove_tree(str(link))
+    assert not os.path.lexists(link)
+    assert (victim / "closed").stat().st_mode & 0o777 == 0o500

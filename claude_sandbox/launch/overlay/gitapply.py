@@ -208,8 +208,11 @@ def apply(upper: str, real: str, base: Snapshot | None, workspace: str, *,
         elif action == "unknown" and rel in files:
             lines.append(f"{real}/{rel}: not applied: not something git makes")
             kept = True
-    lines += gitrefs.apply(upper, real, base, files, gone, opaque, history, controls)
-    lines += _apply_head(upper, real, base, files, history, controls)
+    ref_lines, refs_kept = gitrefs.apply(upper, real, base, files, gone, opaque, history,
+                                         controls)
+    head_lines, head_kept = _apply_head(upper, real, base, files, history, controls)
+    lines += ref_lines + head_lines
+    kept = kept or refs_kept or head_kept
     lines += _apply_config(upper, real, base, files, workspace)
     if missing and "index" in files:  # git gc and git commit would fail on it outside
         lines.append(f"{real}/index: not applied: the objects above were not carried")
@@ -328,29 +331,30 @@ def _place(source: str, target: str, copy: bool = False) -> None:
 
 
 def _apply_head(upper: str, real: str, base: Snapshot, files: set[str],
-                history: gitcontrol.History, controls: frozenset[str]) -> list[str]:
+                history: gitcontrol.History, controls: frozenset[str]) -> tuple[list[str], bool]:
+    """HEAD applied, or a line why not; whether its value is left only in the store."""
     if "HEAD" not in files:
-        return []
+        return [], False
     text = gitrepo.read_small(os.path.join(upper, "HEAD"))
     if gitrepo.ref_value(text) is None or text is None:
-        return [f"{real}/HEAD: not applied: not a ref or an object id"]
+        return [f"{real}/HEAD: not applied: not a ref or an object id"], False
     if text == base.head:
-        return []
+        return [], False
     if gitrepo.read_small(os.path.join(real, "HEAD")) != base.head:
         return [f"{real}/HEAD changed outside during the session; the session's HEAD "
-                f"({text.strip()}) was not applied"]
+                f"({text.strip()}) was not applied"], False
     if text.lower().startswith("ref: " + gitcontrol.OURS):
         return [f"{real}/HEAD: not applied: it points at the values the exit keeps aside, "
-                "unread (refs/claude-sandbox/)"]
+                "unread (refs/claude-sandbox/)"], False
     if gitrepo.is_object_id(text.strip()):  # detached: read like a ref's new value
         found = history.changes(text.strip(), controls)
         if found != ():
             keep = gitcontrol.HELD + "HEAD"
             if not gitrefs.aside(real, keep, text.strip(), history):
-                return [f"{real}/HEAD: not applied: the session's value {gitrefs.NOTHING}"]
-            return [gitcontrol.held_line(real, "HEAD", keep, found)]
+                return [f"{real}/HEAD: not applied: {gitrefs.nothing(text)}"], True
+            return [gitcontrol.held_line(real, "HEAD", keep, found)], False
     gitrefs.write(os.path.join(real, "HEAD"), text)
-    return []
+    return [], False
 
 
 def _named(upper: str, files: set[str]) -> list[str]:

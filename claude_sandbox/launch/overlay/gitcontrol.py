@@ -126,7 +126,7 @@ class History:
         self._present: list[str] | None = None
         self._found: dict[str, tuple[str, ...] | None] = {}
         self.modules: dict[str, History] = {}  # a submodule's, by its path in the tree
-        self._held: dict[str, bool] = {}  # present(): by value
+        self._complete: dict[str, bool] = {}  # complete(): by the values asked
         self._spent = 0.0
         self._shared = spend  # the whole application's clock (gitbudget.py)
         # Read before anything is applied: the session's own shallow list is not ours.
@@ -185,7 +185,7 @@ class History:
                                           *pathspecs(names)],
                                     [*(f"{v}^{{commit}}" for v in values),
                                      *(f"^{k}" for k in negatives)])
-            if status != 0:
+            if status != 0 or not self.complete(values):
                 return None
             found = tuple(dict.fromkeys(p.strip("\n") for p in out.split("\0")
                                         if p.strip("\n") and is_control(p.strip("\n"), names)))
@@ -231,7 +231,8 @@ class History:
             head = (gitrepo.read_small(os.path.join(module, "HEAD")) or "").strip()
             self.modules[path] = History(module, [*gitrepo.all_refs(module).items(),
                                                   ("HEAD", head)], sha256=self.sha256,
-                                         top=os.path.join(self.top, path) if self.top else "")
+                                         top=os.path.join(self.top, path) if self.top else "",
+                                         spend=self._shared)
         return self.modules[path]
 
     def read(self, values: Iterable[str], names: frozenset[str]) -> None:
@@ -266,19 +267,27 @@ class History:
                                      *(f"^{k}" for k in self._present or ())])
         return status == 0 and out.strip() == value
 
-    def present(self, value: str) -> bool:
-        """Whether the object id `value` names an object the repository holds; False
-        where git cannot tell."""
-        if value not in self._held:
+    def complete(self, values: Iterable[str]) -> bool:
+        """Whether every object `values` name, and every object they reach beyond what
+        was known at launch, blobs included, is in the repository: a ref to a commit whose
+        tree or blob is missing (one the agent made up, or one whose objects were not
+        carried) makes `git gc`, `git fsck` and a checkout of it fail outside. False where
+        git cannot tell."""
+        wanted = sorted(set(values))
+        if not wanted:
+            return True
+        key = " ".join(wanted)
+        if key not in self._complete:
             import tempfile
 
             with tempfile.TemporaryDirectory(prefix="csbx-gitcontrol-") as prefix:
-                status, out = self._run(self._own(prefix, self.sha256),
-                                        ["cat-file", "--batch-check=%(objecttype)"], [value])
-            # One word, its type, for an object; "ID missing" for none.
-            self._held[value] = status == 0 and out.split() in (
-                ["commit"], ["tree"], ["blob"], ["tag"])
-        return self._held[value]
+                own = self._own(prefix, self.sha256)
+                negatives = self._negatives(own)
+                status = 1 if negatives is None else self._run(
+                    own, ["rev-list", "--objects", "--quiet", "--stdin"],
+                    [*wanted, *(f"^{k}" for k in negatives)])[0]
+            self._complete[key] = status == 0
+        return self._complete[key]
 
     def reaches(self, ancestor: str, descendant: str) -> bool:
         """Whether `ancestor` is `descendant` or one of its ancestors; False where git

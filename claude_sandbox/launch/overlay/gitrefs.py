@@ -83,20 +83,24 @@ def planned(upper: str, base: Snapshot, files: set[str], gone: set[str],
 
 def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str],
           opaque: set[str], history: gitcontrol.History | None = None,
-          controls: frozenset[str] = frozenset()) -> list[str]:
-    """Apply the agent's ref changes; a line each for what was not. `history`: where a
-    value's new commits are read, and a ref whose commits change a control file waits
-    under refs/claude-sandbox/held/ (gitcontrol.py)."""
+          controls: frozenset[str] = frozenset()) -> tuple[list[str], bool]:
+    """Apply the agent's ref changes; a line each for what was not, and whether a value
+    is left only in the store (aside). `history`: where a value's new commits are read,
+    and a ref whose commits change a control file waits under refs/claude-sandbox/held/
+    (gitcontrol.py)."""
     lines: list[str] = []
+    kept = False
     now = gitrepo.all_refs(real)
     deleted: list[str] = []
     for name, old, value in planned(upper, base, files, gone, opaque):
         if now.get(name) != old:  # moved outside during the session
             if value is not None:
                 keep = "refs/claude-sandbox/" + name[len("refs/"):]
+                written = aside(real, keep, value, history)
+                kept = kept or not written
                 lines.append(f"{real}: {name} changed outside during the session; the "
-                             f"session's value " + (f"is kept as {keep}" if aside(
-                                 real, keep, value, history) else NOTHING))
+                             f"session's value " + (f"is kept as {keep}" if written
+                                                    else nothing(value)))
             continue
         if value is not None and value.lower().startswith("ref: " + gitcontrol.OURS):
             lines.append(f"{real}: {name} not applied: it points at the values the exit "
@@ -107,9 +111,11 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
                  if history and value and gitrepo.is_object_id(value) else ())
         if value is not None and found != ():
             keep = gitcontrol.HELD + name[len("refs/"):]
+            written = aside(real, keep, value, history)
+            kept = kept or not written
             lines.append(gitcontrol.held_line(real, name, keep, found, existed=old is not None)
-                         if aside(real, keep, value, history) else
-                         f"{real}: {name} was not moved: the session's value {NOTHING}")
+                         if written else
+                         f"{real}: {name} was not moved: the session's value {nothing(value)}")
             continue
         if value is None:
             deleted.append(name)
@@ -122,20 +128,24 @@ def apply(upper: str, real: str, base: Snapshot, files: set[str], gone: set[str]
                          "another object in place of the one it names; review it")
     if deleted:
         _drop_packed(real, set(deleted))
-    return lines
+    return lines, kept
 
 
-# The session's value of a ref not written, because it names no object here.
-NOTHING = ("names no object this repository holds (or git could not tell); it is not "
-            "written as a ref, which would make git for-each-ref and git gc fail")
+def nothing(value: str) -> str:
+    """What the line says of a value aside() did not write."""
+    return (f"({value.strip()}) names objects this repository does not hold, or git could "
+            "not tell; it is not written as a ref, which would make git gc and git fsck "
+            "fail outside; it stays in the store")
 
 
 def aside(real: str, keep: str, value: str, history: gitcontrol.History | None) -> bool:
-    """Write `value` as the ref `keep` (under refs/claude-sandbox/) only where it names an
-    object the repository holds, or another ref: a ref naming a missing object (an id the
-    agent made up, or one whose objects were not carried) makes `git for-each-ref`,
-    `git gc` and `git fsck` outside fail. Whether it was written."""
-    if gitrepo.is_object_id(value) and (history is None or not history.present(value)):
+    """Write `value` as the ref `keep` (under refs/claude-sandbox/) only where every
+    object it reaches is in the repository (gitcontrol.History.complete), or where it
+    names another ref: a ref to a missing object (an id the agent made up, or a commit
+    whose objects were not carried) makes `git for-each-ref`, `git gc` and `git fsck`
+    outside fail. Whether it was written; the caller keeps the session's directory when
+    it was not."""
+    if gitrepo.is_object_id(value) and (history is None or not history.complete([value])):
         return False
     write(os.path.join(real, keep), value + "\n")
     return True

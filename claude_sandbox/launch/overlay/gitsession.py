@@ -27,8 +27,10 @@ import time
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.core.process import fork_exec
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.overlay import gitapply, gitbase, gitcheck, gitrepo
+from claude_sandbox.launch.overlay.gitbudget import ExitBudget
 from claude_sandbox.launch.overlay.gitmade import check_made as check_made
 from claude_sandbox.launch.overlay.gitmade import strip_made as strip_made
 from claude_sandbox.launch.planner.overlays import View
@@ -147,7 +149,8 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
     """Apply each git layer to its real directory, check it, keep what was not applied;
     in review mode, say what waits for review. `controls`: the control names, and `held`
     the paths the launch held, whose new content a ref or the index must not bring out
-    (gitcontrol.py)."""
+    (gitcontrol.py). Every layer shares one budget (gitbudget.py)."""
+    spend = ExitBudget()
     for layer in layers:
         if layer.view.kind == "workspace":
             from claude_sandbox.launch.overlay import review
@@ -171,7 +174,7 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
         directory = os.path.dirname(layer.upper)
         try:
             result = gitapply.apply(layer.upper, layer.view.target, layer.base, workspace,
-                                    controls=controls, held=held)
+                                    controls=controls, held=held, spend=spend)
             gitcheck.check(layer.view.target, quarantine)
         except Exception as error:  # one layer's failure stops no other, nor the exit
             # Never half-applied in silence: what is left stays in the store, named.
@@ -254,41 +257,43 @@ def _claim(directory: str) -> int | None:
 def remove_tree(path: str) -> None:
     """Remove a directory tree of ours; overlayfs leaves its work directory mode 000.
 
-    Iterative, so that a tree the agent made deeper than the interpreter's stack goes
-    too, and without shutil, whose import (fnmatch, re, the compressors) cost about 8 ms
-    at the end of every launch in a git workspace (ADR 0004). Top down, each directory
-    is opened up before the walk lists it and its other entries are unlinked as they
-    are listed; then the directories, deepest first (each was found after its parent).
-    A link is removed, never followed. What a path too long to name is left to `rm`."""
-    try:
-        os.chmod(path, 0o700)
-    except OSError:
-        pass
-    directories = [path]
+    The walk only opens directories up, top down, each before it is listed (_open_up: a
+    last name swapped for a link meanwhile changes nothing it leads to; the callers run
+    once the session has ended, or under the review lock). coreutils' rm then
+    removes the tree by descriptors, following no link and staying on its file system,
+    however deep. (Not shutil: its import, with fnmatch, re and the compressors, cost
+    about 8 ms at the end of every launch in a git workspace, ADR 0004.)"""
+    if os.path.islink(path):  # the walk would list what it names
+        os.unlink(path)
+        return
+    _open_up(path)
     for _name, entry in gitrepo.walk(path):
         if entry.is_dir(follow_symlinks=False):
-            try:
-                os.chmod(entry.path, 0o700)
-            except OSError:
-                pass
-            directories.append(entry.path)
-            continue
-        try:
-            os.unlink(entry.path)
-        except OSError:
-            pass
-    for directory in reversed(directories):
-        try:
-            os.rmdir(directory)
-        except OSError:
-            pass
-    if os.path.lexists(path):
-        # Paths longer than PATH_MAX (a tree some 2,000 levels deep): coreutils walks by
-        # descriptors.
-        import subprocess
+            _open_up(entry.path)
+    rm = paths.find_tool("rm")
+    if rm is None:
+        return  # what stays is the store's, named by nothing: never a failed exit
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fork_exec([rm, "-rf", "--one-file-system", "--", path],
+                  {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, {0: null, 1: null, 2: null},
+                  setsid=False).wait()
+    finally:
+        os.close(null)
 
-        from claude_sandbox.core import paths
 
-        subprocess.run([paths.tool("rm"), "-rf", "--one-file-system", "--", path],
-                       check=False, capture_output=True, stdin=subprocess.DEVNULL,
-                       env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+def _open_up(directory: str) -> None:
+    """Give `directory` its owner's bits, as the directory it is when opened: O_PATH
+    needs no permission on it (mode 000 included), O_NOFOLLOW with O_DIRECTORY refuses
+    a link there, and the mode is set through the descriptor's /proc name, which names
+    that inode, not the path again."""
+    try:
+        fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", 0o700)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -34,6 +34,10 @@ def apply_index(upper: str, real: str, at_launch: tuple[int, int, int] | None,
         before = set(gitindex.read_hidden(target))
         data = checked(os.path.join(upper, "index"), target, controls, hash_size, history)
         hidden = [pair for pair in gitindex.hidden(data) if pair not in before]
+        if history is not None and not history.complete(_new_ids(data, target, hash_size)):
+            # A staged blob that is missing makes git commit and git gc fail outside.
+            raise gitindex.IndexFormat("it names objects this repository does not hold, "
+                                       "or git could not tell")
     except gitindex.IndexFormat as error:
         return [f"{target}: the session's index was not applied ({error})"], True
     for bit in ("skip-worktree", "assume-unchanged"):
@@ -86,6 +90,18 @@ def checked(path: str, target: str, controls: frozenset[str], hash_size: int = 2
             f"it stages control files ({_shown(staged, 5)}), which programs outside run; "
             "`git checkout .` would write them into the worktree")
     return gitindex.without_extensions(data, hash_size)
+
+
+def _new_ids(data: bytes, target: str, hash_size: int) -> list[str]:
+    """The object ids the index `data` names that the real index at `target` does not,
+    submodules' commits (gitlinks) left out: those are the submodule's to hold."""
+    from claude_sandbox.launch.overlay import gitindex
+
+    now = {oid for _, oid in gitindex.staged(gitindex.read(target) or b"",
+                                             hash_size=hash_size)}
+    links = {oid for _, oid in gitindex.gitlinks(data, hash_size=hash_size)}
+    return sorted({oid for _, oid in gitindex.staged(data, hash_size=hash_size)}
+                  - now - links)
 
 
 def _shown(names: list[str], most: int) -> str:
