@@ -22,6 +22,7 @@ allowed the session (docs/explanation/egress-by-name.md).
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 from claude_sandbox.core import paths
@@ -37,6 +38,10 @@ KINDS = ("tls", "http", "tcp", "dns")
 # A session's record stops growing here (a flood of refused connections must not fill
 # the user's disk); the last line says so.
 MAX_BYTES = 64 << 20
+# A workspace's records kept, newest first, when a session ends: both bounds hold. One
+# agent's flood is cut at MAX_BYTES a session; this bounds what its sessions add up to.
+KEEP_SESSIONS = 100
+KEEP_BYTES = 256 << 20
 
 
 def directory(store: str, workspace: str) -> str:
@@ -122,6 +127,37 @@ def sessions(where: str) -> list[str]:
     except FileNotFoundError:
         return []
     return [os.path.join(where, name) for name in names]
+
+
+def prune(where: str, current: str) -> int:
+    """Remove a workspace's oldest records past KEEP_SESSIONS or KEEP_BYTES, newest kept
+    first; never `current`, nor one whose launcher still runs (its proxy may still write
+    it: the session id ends with the launcher's pid). How many were removed."""
+    found = []
+    for path in sessions(where):
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            found.append((path, info.st_size))
+    kept, size, removed = 0, 0, 0
+    for path, length in reversed(found):  # newest first
+        kept, size = kept + 1, size + length
+        if (kept <= KEEP_SESSIONS and size <= KEEP_BYTES) or path == current \
+                or _running(path):
+            continue
+        try:
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def _running(path: str) -> bool:
+    pid = os.path.basename(path)[:-len(SUFFIX)].rpartition("-")[2]
+    return pid.isdigit() and os.path.exists(f"/proc/{pid}")
 
 
 def refused(entries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

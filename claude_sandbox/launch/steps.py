@@ -129,6 +129,9 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         _workspace_exit(cfg, the_plan, prepared, started)
         if record is not None and the_plan.jail is not None:
             notices.egress(record[0], the_plan.jail.egress_policy)
+            from claude_sandbox.jail import egressrecord
+
+            egressrecord.prune(os.path.dirname(record[0]), record[0])
         trace.phase("workspace applied and reported")
         return status
     finally:

@@ -235,3 +235,39 @@ def test_a_brokered_connection_says_what_the_broker_did() -> None:
     text = "\n".join(egresslog.text_lines("s", entries))
     assert "brokered: 2 credential(s) put back" in text
     assert "1 sentinel(s) sent here unreplaced" in text
+
+
+def _records(where: Path, count: int, size: int = 10, pid: int = 999_999_999) -> list[Path]:
+    made = []
+    for i in range(count):
+        path = where / f"20261206T{i:06d}Z-{pid}{egressrecord.SUFFIX}"
+        path.write_bytes(b"x" * size)
+        made.append(path)
+    return made
+
+
+def test_a_workspace_keeps_its_newest_records(tmp_path: Path) -> None:
+    made = _records(tmp_path, egressrecord.KEEP_SESSIONS + 5)
+    removed = egressrecord.prune(str(tmp_path), str(made[-1]))
+    assert removed == 5
+    assert sorted(tmp_path.iterdir()) == made[5:]
+
+
+def test_the_bytes_are_bounded_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(egressrecord, "KEEP_BYTES", 25)
+    made = _records(tmp_path, 4)
+    egressrecord.prune(str(tmp_path), str(made[-1]))
+    assert sorted(tmp_path.iterdir()) == made[2:]
+
+
+def test_the_current_record_and_a_running_one_are_never_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(egressrecord, "KEEP_SESSIONS", 1)
+    running = _records(tmp_path, 1, pid=os.getpid())[0]  # the oldest, its launcher alive
+    current = tmp_path / f"20250101T000000Z-1{egressrecord.SUFFIX}"  # older still
+    current.write_bytes(b"x")
+    newest = _records(tmp_path, 3)[-1]
+    (tmp_path / f"20261206T999999Z-2{egressrecord.SUFFIX}").symlink_to(newest)  # not ours
+    egressrecord.prune(str(tmp_path), str(current))
+    assert {p.name for p in tmp_path.iterdir()} == {
+        running.name, current.name, newest.name, f"20261206T999999Z-2{egressrecord.SUFFIX}"}
