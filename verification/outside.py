@@ -379,9 +379,18 @@ class _Terminal:
         os.close(self.master)  # the kernel hangs up the slave: SIGHUP to the session
 
 
-def _quiet() -> dict[str, Any]:
+def _quiet(stderr: Any = subprocess.DEVNULL) -> dict[str, Any]:
     return {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
-            "stderr": subprocess.DEVNULL, "start_new_session": True}
+            "stderr": stderr, "start_new_session": True}
+
+
+def _last_line(stream: Any) -> str:
+    """The last line a launch wrote to `stream` (a temporary file), for a FAIL's detail."""
+    if stream is None:
+        return ""
+    stream.seek(0)
+    lines = stream.read().decode("utf-8", "replace").strip().splitlines()
+    return f": {lines[-1][:300]}" if lines else ""
 
 
 def _workspace_files(workdir: str) -> frozenset[str]:
@@ -409,6 +418,16 @@ def check_49_killed_launcher(shim: str, agent: str, workdir: str,
 
 def _killed_launcher(shim: str, agent: str, workdir: str, environ: Mapping[str, str],
                      settle: float, terminal: _Terminal | None) -> str:
+    if terminal is not None:
+        return _kill_one(shim, agent, workdir, environ, settle, terminal, None)
+    # Without a terminal what the launcher says goes to a file, so that a launch that
+    # never starts says why in the FAIL.
+    with tempfile.TemporaryFile() as said:
+        return _kill_one(shim, agent, workdir, environ, settle, None, said)
+
+
+def _kill_one(shim: str, agent: str, workdir: str, environ: Mapping[str, str], settle: float,
+              terminal: _Terminal | None, said: Any) -> str:
     marker = f"{30 + secrets.randbelow(1000) / 1000:.3f}"  # sleep's argument, unique
     libc = ctypes.CDLL(None)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -418,7 +437,7 @@ def _killed_launcher(shim: str, agent: str, workdir: str, environ: Mapping[str, 
         files = _workspace_files(workdir)
         launcher = subprocess.Popen([shim, "shell", "--agent", agent, "--", "/bin/sleep", marker],
                                     cwd=workdir, env=dict(environ),
-                                    **(terminal.streams() if terminal else _quiet()))
+                                    **(terminal.streams() if terminal else _quiet(said)))
         if terminal:
             terminal.started()
         deadline = time.monotonic() + 60
@@ -426,7 +445,7 @@ def _killed_launcher(shim: str, agent: str, workdir: str, environ: Mapping[str, 
             if terminal:
                 terminal.drain()
             if launcher.poll() is not None or time.monotonic() > deadline:
-                return f"the session never started (exit {launcher.poll()})"
+                return f"the session never started (exit {launcher.poll()}){_last_line(said)}"
             time.sleep(0.05)
         launcher.kill()
         launcher.wait()
