@@ -220,7 +220,9 @@ The records live in your state store (state-dir; `claude-sandbox state show`
 names it), one file a session: STORE/egress/WORKSPACE-KEY/SESSION.jsonl, one JSON
 object a line. The launcher makes them outside the sandbox, where the agent
 cannot write; but the names in them are what the agent sent, so they are printed
-with control, non-printable and non-ASCII characters escaped.
+with control, non-printable and non-ASCII characters escaped. A workspace keeps
+its newest 100 records, and at most 256 MiB of them: older ones are removed when
+a session ends.
 
 Exit 1 when this workspace has no record (no jailed session has run here), 64 for
 an unknown --session."""
