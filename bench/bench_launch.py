@@ -75,9 +75,13 @@ CONCURRENT = 8
 
 def _timed(argv: list[str], env: dict[str, str], cwd: str | None = None) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdin=subprocess.DEVNULL, cwd=cwd,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return (time.perf_counter() - start) * 1000
+    ran = subprocess.run(argv, env=env, check=False, stdin=subprocess.DEVNULL, cwd=cwd,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    took = (time.perf_counter() - start) * 1000
+    if ran.returncode != 0:  # what it said, not only that it failed
+        raise RuntimeError(f"{' '.join(argv)} in {cwd}: exit {ran.returncode}: "
+                           f"{ran.stderr.decode(errors='replace')[-600:]}")
+    return took
 
 
 def _tree(root: int) -> list[int]:

@@ -98,8 +98,13 @@ def start_tool(stdin_text: str, argv: list[str]) -> Started | list[str]:
         child_end.close()
     stdin, stdout, stderr = (p[0] for p in pairs)
     # The input is a short batch script: it fits the socket buffer, so
-    # writing it all before reading cannot deadlock.
-    stdin.sendall(stdin_text.encode(ENCODING, ERRORS))
+    # writing it all before reading cannot deadlock. A tool may end without reading
+    # it (the packet filter's legacy run has its rules in the script): its exit status
+    # and output are its answer, and the holder must not die of the broken pipe.
+    try:
+        stdin.sendall(stdin_text.encode(ENCODING, ERRORS))
+    except BrokenPipeError:
+        pass
     stdin.close()
     return Started(tool, stdout, stderr)
 
