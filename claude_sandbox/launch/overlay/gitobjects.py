@@ -70,8 +70,12 @@ def place(upper: str, real: str, rel: str, place_file: Callable[[str, str], None
     if os.path.lexists(target):
         return None
     budget = budget or Budget()
-    if budget.shared.left() <= 0:  # a million loose objects take their time too
-        return OUT_OF_TIME
+    # Before anything is copied: a million loose objects take their time too, and a
+    # pack past the budget need not be copied to be refused.
+    over = budget.refusal() if parts[1] == "pack" else (
+        OUT_OF_TIME if budget.shared.left() <= 0 else None)
+    if over is not None:
+        return over
     placed = os.path.join(os.path.dirname(target), f"csbx-check-{os.getpid()}")
     place_file(source, placed + (".pack" if parts[1] == "pack" else ""))
     if parts[1] != "pack":
@@ -81,10 +85,6 @@ def place(upper: str, real: str, rel: str, place_file: Callable[[str, str], None
             return None
         _remove(placed)
         return refusal
-    over = budget.refusal()
-    if over is not None:
-        _remove(placed + ".pack")
-        return over
     started = time.monotonic()
     found = index_pack(placed + ".pack", os.path.join(real, "objects"),
                        min(PACK_SECONDS - budget.shared.pack_seconds, budget.shared.left()),
