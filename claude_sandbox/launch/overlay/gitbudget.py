@@ -16,8 +16,8 @@ import time
 SECONDS = 300.0  # one application's git work in all: objects, packs, git's runs
 MODULES = 64  # submodule git directories applied, at every depth together
 DEPTH = 4  # submodules within submodules
-OUT_OF_TIME = (f"the session's end gives its git work {SECONDS:.0f} s in all, and this "
-               "came after them: take it from the store")
+OUT_OF_TIME = (f"the session's end ran past the {SECONDS:.0f} s it gives all its git work; "
+               "it is kept in the store")
 
 
 class ExitBudget:
