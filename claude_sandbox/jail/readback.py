@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 from claude_sandbox.core import jsontext
 from claude_sandbox.core.errors import SandboxError, jail_error
+from claude_sandbox.jail import cidr
 from claude_sandbox.jail.routes import (
     EXPECTED_RULES_V4,
     EXPECTED_RULES_V6,
@@ -24,9 +23,9 @@ if TYPE_CHECKING:
 
 # IPv6 is switched off in the jail; where that fails, only these may remain.
 _V6_HARMLESS = (
-    ipaddress.IPv6Network("fe80::/10"),  # link-local: reaches only pasta's tap
-    ipaddress.IPv6Network("ff00::/8"),  # multicast, link scope in practice
-    ipaddress.IPv6Network("::1/128"),  # the namespace's own loopback
+    cidr.network("fe80::/10"),  # link-local: reaches only pasta's tap
+    cidr.network("ff00::/8"),  # multicast, link scope in practice
+    cidr.network("::1/128"),  # the namespace's own loopback
 )
 
 
@@ -53,12 +52,12 @@ def _normalise_dst(dst: str, family: int) -> str:
     if dst == "default":
         return "0.0.0.0/0" if family == 4 else "::/0"
     try:
-        net = ipaddress.ip_network(dst, strict=False)
+        net = cidr.network(dst)
     except ValueError as exc:
         raise _fail(f"bad destination {dst!r}") from exc
-    if net.version != family:
-        raise _fail(f"IPv{net.version} destination {dst!r} in the IPv{family} table")
-    return str(net)
+    if net[0] != family:
+        raise _fail(f"IPv{net[0]} destination {dst!r} in the IPv{family} table")
+    return cidr.text(net)
 
 
 def _extra(attributes: Iterable[tuple[object, object]]) -> tuple[tuple[str, str], ...]:
@@ -154,8 +153,8 @@ def compare(plan: Plan, failed: Iterable[int], readback: Readback) -> list[str]:
     problems: list[str] = []
     have_v4 = list(readback.routes_v4)
     for r in readback.routes_v6:
-        net = ipaddress.IPv6Network(r.dst)
-        if r.gateway is not None or not any(net.subnet_of(h) for h in _V6_HARMLESS):
+        net = cidr.network(r.dst)
+        if r.gateway is not None or not any(cidr.subnet_of(net, h) for h in _V6_HARMLESS):
             problems.append(f"IPv6 route {r.dst} ({r.type}, table {r.table})")
     for r in sorted(set(have_v4) - set(want), key=repr):
         problems.append(f"unplanned route {r.type} {r.dst} table {r.table}: {r}")

@@ -16,10 +16,9 @@ without a namespace (tests/unit/test_routes.py).
 
 from __future__ import annotations
 
-import ipaddress
-
 from claude_sandbox.core.paths import DNS_FORWARDER
 from claude_sandbox.core.record import record
+from claude_sandbox.jail import cidr
 from claude_sandbox.jail.blocked import BLOCKED
 
 TYPE_CHECKING = False
@@ -115,8 +114,8 @@ class Readback:
     rules_v6: tuple[Rule, ...]
 
 
-def _network(cidr: str) -> str:
-    return str(ipaddress.ip_network(cidr, strict=False))
+def _network(text: str) -> str:
+    return cidr.normal(text)
 
 
 def _drop(facts: NetFacts, kind: str, dst: str, why: str) -> PlannedRoute:
@@ -162,7 +161,7 @@ def _host_rows(facts: NetFacts, host: Iterable[str], skip: set[str]) -> list[Pla
     public address the class rows do not cover, or a whole range the host answers
     for: an AnyIP `local` route). `host` holds addresses and CIDR ranges.
     """
-    blocked = [ipaddress.IPv4Network(b.cidr) for b in BLOCKED]
+    blocked = [cidr.network(b.cidr) for b in BLOCKED]
     whys = {f"{facts.gateway}/32": "the gateway: its own services, through pasta"}
     for entry in host:
         net = _network(entry if "/" in entry else f"{entry}/32")
@@ -170,10 +169,12 @@ def _host_rows(facts: NetFacts, host: Iterable[str], skip: set[str]) -> list[Pla
                         "pasta")
     rows = []
     for net, why in whys.items():
-        network = ipaddress.IPv4Network(net)
-        if str(network.network_address) in skip and network.prefixlen == 32:
+        network = cidr.network(net)
+        if network[0] != 4:
+            raise ValueError(f"not an IPv4 address or range: {net}")
+        if network[2] == 32 and cidr.address_text(4, network[1]) in skip:
             continue  # allow-ip names it
-        if any(network.subnet_of(b) for b in blocked):
+        if any(cidr.subnet_of(network, b) for b in blocked):
             continue
         rows.append(_drop(facts, "blackhole", net, why))
     return rows
@@ -227,9 +228,12 @@ def host_addresses(fib_trie: str, route: str) -> tuple[str, ...]:
         fields = line.split()
         if len(fields) > 2 and fields[2] != "00000000":
             try:
-                gateway = str(ipaddress.IPv4Address(bytes.fromhex(fields[2])[::-1]))
+                packed = bytes.fromhex(fields[2])[::-1]  # the kernel's order: little endian
             except ValueError:
                 continue
+            if len(packed) != 4:
+                continue
+            gateway = cidr.address_text(4, int.from_bytes(packed, "big"))
             if gateway not in found:
                 found.append(gateway)
     return tuple(a for a in found if not a.startswith("127."))
@@ -244,12 +248,12 @@ def expected_local_table(addresses: Iterable[Address]) -> tuple[Route, ...]:
     """
     out: list[Route] = []
     for a in addresses:
-        net = ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False)
+        net = cidr.network(f"{a.address}/{a.prefixlen}")
         kept = [("local", f"{a.address}/32", "host")]
         if a.loopback and a.prefixlen < 32:
-            kept.append(("local", str(net), "host"))
+            kept.append(("local", cidr.text(net), "host"))
         if a.prefixlen < 31:
-            kept.append(("broadcast", f"{net.broadcast_address}/32", "link"))
+            kept.append(("broadcast", f"{cidr.broadcast(net)}/32", "link"))
         out += [Route("local", kind, dst, dev=a.dev, prefsrc=a.address, scope=scope,
                       protocol="kernel") for kind, dst, scope in kept]
     return tuple(out)

@@ -29,7 +29,6 @@ from __future__ import annotations
 # (threading, locale): about 10 ms that would delay the launch (ADR 0004).
 import _signal  # type: ignore[import-not-found]
 import _socket
-import contextlib
 import os
 import select
 import sys
@@ -185,7 +184,7 @@ class Jail:
         deadline = time.monotonic() + PASTA_TIMEOUT
         attempt = 0
         while True:
-            with contextlib.suppress(FileNotFoundError):
+            with reaping.Ignoring(FileNotFoundError):
                 if os.stat(pidfile).st_size > 0:
                     break
             if self._pasta.poll() is not None:
@@ -293,7 +292,7 @@ class Jail:
                 continue
             pid = int(reply[1])
             self.started[f"inside-relay-{relay.kind}-{relay.port}"] = pid
-            with contextlib.suppress(OSError):
+            with reaping.Ignoring(OSError):
                 self._inside_pidfds.append((pid, os.pidfd_open(pid)))
         self._trace("relays started")
 
@@ -333,7 +332,7 @@ class Jail:
         if self._pasta.poll() is None:
             # pasta does not exit when the namespace dies (measured): end it. It is
             # our child (-f), not yet reaped, so its pid cannot have been reused.
-            with contextlib.suppress(OSError):
+            with reaping.Ignoring(OSError):
                 dying.append(os.pidfd_open(self._pasta.pid))
             self._pasta.kill()
         # Every relay group: a connection child outlives its killed relay by an
@@ -348,7 +347,7 @@ class Jail:
         for pid, pidfd in self._inside_pidfds:
             # The session is gone, so a relay group still exists only if its
             # leader (or a connection child) still runs: the pgid is then ours.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            with reaping.Ignoring(ProcessLookupError, PermissionError):
                 os.killpg(pid, _signal.SIGKILL)
             reaping.send_kill(pidfd)
             dying.append(pidfd)
@@ -358,11 +357,11 @@ class Jail:
             # have called setsid yet, and then its group does not exist (a launch
             # interrupted at once hung on such a relay). The group holds its
             # connection children.
-            with contextlib.suppress(OSError):
+            with reaping.Ignoring(OSError):
                 pidfd = os.pidfd_open(proc.pid)
                 reaping.send_kill(pidfd)
                 dying.append(pidfd)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            with reaping.Ignoring(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, _signal.SIGKILL)
         if not self._session_started:
             # The holder died (a signal) before it became the session. Whatever

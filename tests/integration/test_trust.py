@@ -209,6 +209,10 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
     assert not {"json.decoder", "re", "enum"} & modules, {"json.decoder", "re", "enum"} & modules
     # shutil (fnmatch, re, the compressors: 8 ms) removed the session's git overlay.
     assert "shutil" not in modules
+    # contextlib and ipaddress bring functools and collections, about 4 ms, for
+    # suppress() and the route plan's networks (jail/reaping.py, jail/cidr.py).
+    heavy = {"functools", "collections", "contextlib", "ipaddress"}
+    assert not heavy & modules, heavy & modules
 
 
 def test_forged_is_sandbox_outside_still_wraps(launcher: Launcher) -> None:
