@@ -20,6 +20,10 @@ quoting between here and there.
 
 Check 99: a control file the session commits or stages does not reach the worktree
 through the user's own git (ADR 0010's amendment of 2026-12-06, second; gitcontrol.py).
+
+Check 100: no ref the session moved is written naming objects the repository lacks
+(ADR 0010's amendment of 2026-12-06, third; gitbase.py's History.complete), so that
+git fsck, gc and for-each-ref outside keep working.
 """
 
 from __future__ import annotations
@@ -204,3 +208,58 @@ def _read(path: str) -> str:
             return handle.read()
     except OSError:
         return ""
+
+
+# Check 100's plants: a branch at a made-up id, and a commit on main whose new blob the
+# session then removes from its object store (git log reads its tree, not the blob).
+_INCOMPLETE = r"""
+import os, subprocess
+
+def git(*argv):
+    return subprocess.run(["git", *argv], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+made_up = "c0ffee" * 6 + "c0ff"
+with open(os.path.join(".git", "refs", "heads", "made-up"), "w") as f:
+    f.write(made_up + "\n")
+with open("new.txt", "w") as f:
+    f.write("csbx-verify-100: a blob the session removes\n")
+git("add", "new.txt")
+git("commit", "-qm", "new")
+blob = git("rev-parse", "HEAD:new.txt")
+os.unlink(os.path.join(".git", "objects", blob[:2], blob[2:]))
+print("made", made_up, git("rev-parse", "HEAD"))
+"""
+
+
+def check_100_refs_name_only_objects_held(shim: str, agent: str, home: str,
+                                          environ: Mapping[str, str]) -> Result:
+    """A live session points a branch at a made-up id and commits on main a blob it then
+    removes; afterwards neither ref moved, every ref's history is whole, and the launch
+    said both values."""
+    repo = _scratch(home, separate=False)
+    live = {**environ, "CLAUDE_SANDBOX_WORKSPACE_MODE": "live"}
+    try:
+        before = _git(["rev-parse", "main"], repo, home).stdout.strip()
+        with open(os.path.join(repo, ".csbx-plant.py"), "w", encoding="utf-8") as handle:
+            handle.write(_INCOMPLETE)
+        made = _launch_in(shim, agent, repo, live, "/usr/bin/python3 .csbx-plant.py")
+        values = made.stdout.split()[1:3] if made.stdout.startswith("made ") else []
+        if len(values) != 2:
+            return Result("100", "FAIL", f"the session could not plant: {made.stderr[-300:]}")
+        after = _git(["rev-parse", "main"], repo, home).stdout.strip()
+        refs = _git(["for-each-ref", "--format=%(objectname)"], repo, home)
+        whole = _git(["rev-list", "--objects", "--all"], repo, home).returncode == 0
+        fsck = _git(["fsck", "--connectivity-only", "--no-dangling"], repo, home).returncode
+        named = [v for v in values if v in refs.stdout]
+        said = all(v in made.stderr for v in values)
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+    if after != before or named or refs.returncode or not whole or fsck or not said:
+        return Result("100", "FAIL", f"main moved: {after != before}; refs naming the "
+                      f"session's values: {', '.join(named) or 'none'}; for-each-ref, "
+                      f"rev-list --objects --all and fsck exit {refs.returncode}, "
+                      f"{int(not whole)}, {fsck}; both values said: {said}")
+    return Result("100", "PASS", "a branch at a made-up id and a commit missing its blob "
+                  "moved no ref; every ref's history is whole, fsck passes, and the launch "
+                  "named both values")

@@ -170,7 +170,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
     sys.path.insert(0, directory)
     outside_module = importlib.import_module("outside")  # verification/outside.py
     users_module = importlib.import_module("outside_users")  # probes as another user
-    git_module = importlib.import_module("outside_git")  # checks 98 and 99
+    git_module = importlib.import_module("outside_git")  # checks 98 to 100
+    store_module = importlib.import_module("outside_store")  # check 101
 
     sys.path.remove(directory)
     base_env = dict(os.environ if environ is None else environ)
@@ -210,6 +211,10 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     base_env))
                 results.append(git_module.check_99_control_files_do_not_come_out_through_git(
                     SHIM, agent, facts["home"], base_env))
+                results.append(git_module.check_100_refs_name_only_objects_held(
+                    SHIM, agent, facts["home"], base_env))
+                results.append(store_module.check_101_egress_records_bounded(
+                    SHIM, agent, facts["store_root"], base_env, bool(facts["egress_jail"])))
                 fronted = outside_module.fronted_record(
                     SHIM, agent, facts["home"], base_env, facts["allowed_name"],
                     facts["egress_policy"])

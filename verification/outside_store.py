@@ -1,0 +1,57 @@
+"""Check 101, run outside: the egress records a workspace's sessions leave in the user's
+state store stay bounded (jail/egressrecord.py's prune; docs/explanation/egress-by-name.md).
+
+One agent's flood is cut at a size limit per session; without a bound on the sessions,
+an agent started again and again (a loop in a script, a scheduled task) would still fill
+the disk the user's home is on, a record at a time. The runner plants more records than
+are kept, as sessions long ended, then launches once in that workspace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+
+from outside import Result, _launch_in
+
+PLANTED = 120
+# Past the kernel's largest pid_max (2**22): a launcher that can never be running, so
+# no planted record is kept as a live session's.
+_DEAD = 4194305
+
+
+def check_101_egress_records_bounded(shim: str, agent: str, store_root: str,
+                                     environ: Mapping[str, str], jail_on: bool) -> Result:
+    """120 records of ended sessions in a workspace's egress directory: one session there
+    leaves the newest 100, its own among them."""
+    if not jail_on:
+        return Result("101", "SKIP", "egress-jail = off: no egress records")
+    from claude_sandbox.jail import egressrecord
+
+    workspace = tempfile.mkdtemp(prefix="csbx-verify-egress101-", dir="/var/tmp")
+    where = egressrecord.directory(store_root, workspace)
+    planted = [f"20000101T{i // 3600:02d}{i // 60 % 60:02d}{i % 60:02d}Z-{_DEAD}"
+               f"{egressrecord.SUFFIX}" for i in range(PLANTED)]
+    try:
+        for directory in (os.path.dirname(where), where):  # as the launch makes them
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            os.chmod(directory, 0o700)
+        for name in planted:
+            with open(os.path.join(where, name), "w", encoding="utf-8") as handle:
+                handle.write('{"kind":"session","session":"planted"}\n')
+        ran = _launch_in(shim, agent, workspace, environ, "true")
+        left = sorted(os.listdir(where))
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+        shutil.rmtree(where, ignore_errors=True)
+    if ran.returncode != 0:
+        return Result("101", "FAIL", f"the session failed: {ran.stderr[-300:]}")
+    own = [name for name in left if name not in planted]
+    kept = egressrecord.KEEP_SESSIONS
+    if len(left) != kept or len(own) != 1 or left[:-1] != planted[-(kept - 1):]:
+        return Result("101", "FAIL", f"{len(left)} records left of {PLANTED} planted and one "
+                      f"session (the session's own: {len(own)}); want the newest {kept}")
+    return Result("101", "PASS", f"of {PLANTED} ended sessions' records and one session, the "
+                  f"newest {kept} are left, the session's own among them")
