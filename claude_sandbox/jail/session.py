@@ -51,8 +51,6 @@ if TYPE_CHECKING:
 PASTA_TIMEOUT = 10.0
 # How long the proxy has, once the session ended, to record what was still open.
 PROXY_GRACE = 1.0
-# How long a failed pasta waits for the holder whose exit may have caused it.
-HOLDER_GRACE = 0.2
 PASTA_ATTEMPTS = 3
 
 
@@ -168,7 +166,10 @@ class Jail:
             self._trace("session ended")
             return status
         except reaping.HolderGone:
-            return self._holder_status()
+            status = self._holder_status()
+            if not self._forward.forward.signalled:  # nothing we forwarded: say it ended
+                raise reaping.holder_ended(status) from None
+            return status
         finally:
             self.close()
             self._trace("teardown")
@@ -188,9 +189,9 @@ class Jail:
                 if os.stat(pidfile).st_size > 0:
                     break
             if self._pasta.poll() is not None:
-                # An exiting holder lets go of its namespaces before waitpid can see the
-                # exit, and pasta can fail on them then; its pidfd polls readable once it can.
-                if select.select([self._forward.forward.pidfd], [], [], HOLDER_GRACE)[0]:
+                # An exiting holder lets go of its namespaces before waitpid sees the exit,
+                # and pasta can fail on them then.
+                if self._forward.exited():
                     raise reaping.HolderGone  # a signal ended the launch while pasta attached
                 log = _last_message(os.path.join(directory, "pasta.log"))
                 if "Permission denied" not in log or attempt + 1 >= PASTA_ATTEMPTS:
@@ -244,8 +245,7 @@ class Jail:
         # The host's routing table, from this (the host's) network namespace: the proxy
         # asks it whether an upstream address is the host's own at connect time.
         try:
-            routes = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC,
-                                    0)
+            routes = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC)
         except OSError as exc:
             if record_fd < 0:
                 os.close(record)
@@ -269,10 +269,9 @@ class Jail:
         except reaping.HolderGone:
             reply = None
         if not reply or reply[0] != "ok":
-            # A signal that ends the launch during set-up reaches the holder's group,
-            # which the proxy is in for the instant before its setsid: that reads
-            # as the signal, not as a proxy that failed.
-            if select.select([self._forward.forward.pidfd], [], [], HOLDER_GRACE)[0]:
+            # A signal that ends the launch during set-up reaches the holder's group, which
+            # the proxy is in for the instant before its setsid: the signal, not a failure.
+            if self._forward.exited():
                 raise reaping.HolderGone
             why = reply[1] if reply and len(reply) > 1 else "it ended"
             raise jail_error(f"the egress proxy did not start ({why})")

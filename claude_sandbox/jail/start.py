@@ -14,6 +14,7 @@ import _signal  # type: ignore[import-not-found]  # the C module: `signal` impor
 import _socket
 import fcntl
 import os
+import select
 import time
 
 from claude_sandbox.core import engine, kernel, paths, wire
@@ -59,6 +60,8 @@ _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
 # Ctrl-C and Ctrl-\ reach the terminal's whole foreground group; they are the
 # agent's to handle, and the launcher must outlive them to tear down.
 _TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
+# How long a broken channel or a failed pasta waits for the holder whose exit may be why.
+HOLDER_GRACE = 0.2
 
 
 def spawn_holder(cgroup_dirs: tuple[str, ...] = (),
@@ -115,6 +118,12 @@ class Forwarder:
         self.forward.close()
         for signum, handler in self.ignored.items():
             _signal.signal(signum, handler)
+
+    def exited(self) -> bool:
+        """Whether the holder has exited, waiting up to HOLDER_GRACE: an exiting holder
+        closes its descriptors (the channel, its namespaces) before waitpid can see the
+        exit, and its pidfd polls readable only once it can."""
+        return bool(select.select([self.forward.pidfd], [], [], HOLDER_GRACE)[0])
 
     def check(self) -> None:
         """Refuse to go on once a forwarded signal has ended the holder."""
@@ -355,11 +364,18 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
         wire.send(sock, netfilter.request(directory))
         proxy, proxy_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     except BaseException as exc:
+        # A holder that ended by itself (the channel then meets a broken pipe) is told
+        # apart before _end kills it: its pidfd polls readable once it has exited.
+        gone = isinstance(exc, (BrokenPipeError, ConnectionResetError)) and forward.exited()
         _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
             # ... or a holder a forwarded TERM ended (the DNS filter request then meets
             # a broken pipe): that reads as the signal, not as a jail error.
             forward.check()
+            if gone:
+                from claude_sandbox.jail import reaping
+
+                raise reaping.holder_ended(forward.forward.status(holder.wait())) from None
             where = f": {exc.filename}" if exc.filename else ""
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise

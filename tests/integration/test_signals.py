@@ -347,3 +347,37 @@ def test_the_terminal_is_given_back_sane(workspace: tuple[str, str], jail: str) 
         session.wait_for("\0never", timeout=0.05)
     assert termios.tcgetattr(fd) == before, "the terminal's modes were not restored"
     os.close(fd)
+
+
+# ------------------------------------------------------------- the jail's holder
+def _holder_of(launcher: int) -> int:
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+            with open(f"/proc/{pid}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == launcher and b"_jail_holder" in cmdline:
+            return int(pid)
+    raise AssertionError("no holder")
+
+
+@pytest.mark.parametrize("workspace", USERS, indirect=True)
+@pytest.mark.parametrize("when", ["jail: pasta spawned", "trace: jail started"])
+def test_a_holder_killed_during_set_up_is_said(workspace: tuple[str, str], when: str) -> None:
+    """The jail's holder killed from outside while the launch sets up (the OOM killer, an
+    operator's kill), as the launcher starts it or later: one line says so, the status is
+    the holder's, nothing is left."""
+    user, path = workspace
+    before = Snapshot(path)
+    session = Session(user, "1", path, seconds=0.2)
+    assert session.wait_for(when), session.seen[-2000:]
+    os.kill(_holder_of(session.pid), signal.SIGKILL)
+    status = session.status()
+    left = before.left()
+    assert not left, f"left behind: {left}\n{session.seen[-1500:]!r}"
+    assert status == 128 + signal.SIGKILL, (status, session.seen[-1500:])
+    assert b"holder ended before the session started" in session.seen, session.seen[-1500:]
+    assert b"READY" not in session.seen
