@@ -25,7 +25,6 @@ stream is framed as before.
 
 from __future__ import annotations
 
-import base64
 import binascii
 
 HEAD_MAX = 64 << 10
@@ -68,12 +67,14 @@ def rewrite_value(name: bytes, value: bytes, pairs: dict[bytes, bytes]) -> tuple
     """A credential header's value with the real values in; (value, how many)."""
     scheme, space, rest = value.partition(b" ")
     if name == b"authorization" and space and scheme.lower() == b"basic":
-        try:
-            decoded = base64.b64decode(rest.strip(), validate=True)
+        try:  # base64.b64decode(validate=True) is this; base64 itself imports re, enum,
+            # functools and collections: about 5 ms of the egress proxy's start, every launch
+            decoded = binascii.a2b_base64(rest.strip(), strict_mode=True)
         except (binascii.Error, ValueError):
             return value, 0
         replaced, count = _replace(decoded, pairs)
-        return (scheme + b" " + base64.b64encode(replaced), count) if count else (value, 0)
+        encoded = binascii.b2a_base64(replaced, newline=False)
+        return (scheme + b" " + encoded, count) if count else (value, 0)
     return _replace(value, pairs)
 
 

@@ -138,6 +138,11 @@ def test_core_venv_holds_one_distribution_and_no_pth() -> None:
                 assert info.st_mode & 0o022 == 0, os.path.join(root, name)
 
 
+def _site() -> str:
+    """The core venv's site-packages, which the shim names (it runs the core with -S)."""
+    return f"{CORE_VENV}/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
+
+
 def _imported_modules(stderr: str) -> set[str]:
     names = set()
     for line in stderr.splitlines():
@@ -162,18 +167,13 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
                        check=True)
     result = launcher.run(
         [
-            CORE_PYTHON,
-            "-I",
-            "-X",
-            "importtime",
-            "-m",
-            "claude_sandbox",
-            "_launch",
-            "claude",
-            "--",
+            # As the shim starts it (-S, -c: no site, no runpy), under -X importtime.
+            CORE_PYTHON, "-I", "-S", "-X", "importtime", "-c",
+            f"import sys; sys.path.append({_site()!r}); from claude_sandbox.__main__ import "
+            "main; sys.exit(main(sys.argv[1:]))",
+            "_launch", "claude", "--",
             # Not `--version` alone: that is answered without a launch (check 94).
-            "--version",
-            "--verbose",
+            "--version", "--verbose",
         ],
         env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1", "PYTHONPROFILEIMPORTTIME": "1"},
     )
@@ -212,6 +212,23 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
     # contextlib and ipaddress bring functools and collections, about 4 ms, for
     # suppress() and the route plan's networks (jail/reaping.py, jail/cidr.py).
     heavy = {"functools", "collections", "contextlib", "ipaddress"}
+    assert not heavy & modules, heavy & modules
+
+
+def test_egress_proxy_imports_little() -> None:
+    """The egress proxy starts at every jailed launch, forked by the holder, whose own
+    imports the launch test above sees; the proxy's it does not (its stderr is not the
+    launch's). Imported as installed, from the same interpreter: no re (base64 imports it),
+    enum, functools or collections."""
+    result = subprocess.run(
+        [CORE_PYTHON, "-I", "-S", "-X", "importtime", "-c",
+         f"import sys; sys.path.append({_site()!r}); import claude_sandbox.jail.holder, "
+         "claude_sandbox.jail.egressproxy"],
+        capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    modules = _imported_modules(result.stderr)
+    assert "claude_sandbox.jail.egressproxy" in modules
+    heavy = {"re", "enum", "functools", "collections", "base64", "json.decoder", "ssl"}
     assert not heavy & modules, heavy & modules
 
 
