@@ -211,7 +211,9 @@ def _read(path: str) -> str:
 
 
 # Check 100's plants: a branch at a made-up id, and a commit on main whose new blob the
-# session then removes from its object store (git log reads its tree, not the blob).
+# session then removes from its object store (git log reads its tree, not the blob). And
+# a whole commit on a new branch, which must come out: a product that moved nothing would
+# pass the rest.
 _INCOMPLETE = r"""
 import os, subprocess
 
@@ -219,6 +221,13 @@ def git(*argv):
     return subprocess.run(["git", *argv], capture_output=True, text=True,
                           check=True).stdout.strip()
 
+git("checkout", "-qb", "whole")
+with open("whole.txt", "w") as f:
+    f.write("csbx-verify-100: a whole commit\n")
+git("add", "whole.txt")
+git("commit", "-qm", "whole")
+whole = git("rev-parse", "HEAD")
+git("checkout", "-q", "main")
 made_up = "c0ffee" * 6 + "c0ff"
 with open(os.path.join(".git", "refs", "heads", "made-up"), "w") as f:
     f.write(made_up + "\n")
@@ -228,7 +237,7 @@ git("add", "new.txt")
 git("commit", "-qm", "new")
 blob = git("rev-parse", "HEAD:new.txt")
 os.unlink(os.path.join(".git", "objects", blob[:2], blob[2:]))
-print("made", made_up, git("rev-parse", "HEAD"))
+print("made", made_up, git("rev-parse", "HEAD"), whole)
 """
 
 
@@ -244,22 +253,27 @@ def check_100_refs_name_only_objects_held(shim: str, agent: str, home: str,
         with open(os.path.join(repo, ".csbx-plant.py"), "w", encoding="utf-8") as handle:
             handle.write(_INCOMPLETE)
         made = _launch_in(shim, agent, repo, live, "/usr/bin/python3 .csbx-plant.py")
-        values = made.stdout.split()[1:3] if made.stdout.startswith("made ") else []
-        if len(values) != 2:
+        values = made.stdout.split()[1:4] if made.stdout.startswith("made ") else []
+        if len(values) != 3:
             return Result("100", "FAIL", f"the session could not plant: {made.stderr[-300:]}")
+        whole = values.pop()
+        came = _git(["rev-parse", "-q", "--verify", "refs/heads/whole"], repo, home)
         after = _git(["rev-parse", "main"], repo, home).stdout.strip()
         refs = _git(["for-each-ref", "--format=%(objectname)"], repo, home)
-        whole = _git(["rev-list", "--objects", "--all"], repo, home).returncode == 0
+        complete = _git(["rev-list", "--objects", "--all"], repo, home).returncode == 0
         fsck = _git(["fsck", "--connectivity-only", "--no-dangling"], repo, home).returncode
         named = [v for v in values if v in refs.stdout]
         said = all(v in made.stderr for v in values)
     finally:
         shutil.rmtree(repo, ignore_errors=True)
-    if after != before or named or refs.returncode or not whole or fsck or not said:
+    moved = came.stdout.strip() == whole
+    if after != before or named or refs.returncode or not complete or fsck or not said \
+            or not moved:
         return Result("100", "FAIL", f"main moved: {after != before}; refs naming the "
                       f"session's values: {', '.join(named) or 'none'}; for-each-ref, "
                       f"rev-list --objects --all and fsck exit {refs.returncode}, "
-                      f"{int(not whole)}, {fsck}; both values said: {said}")
+                      f"{int(not complete)}, {fsck}; both values said: {said}; the whole "
+                      f"commit's branch came out: {moved}")
     return Result("100", "PASS", "a branch at a made-up id and a commit missing its blob "
-                  "moved no ref; every ref's history is whole, fsck passes, and the launch "
-                  "named both values")
+                  "moved no ref, while a whole commit's new branch came out; every ref's "
+                  "history is whole, fsck passes, and the launch named both values")

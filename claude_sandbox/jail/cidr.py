@@ -5,7 +5,9 @@ otherwise needs neither: about 4 ms of every jailed launch's start, measured
 (docs/adr/0004-launch-cost.md). A network here is (version, first address as an
 integer, prefix length), parsed by the C library's inet_pton, which takes only the
 plain forms (no leading zeros, no netmask after the slash), and written back in the
-same text `ipaddress` gives (tests/unit/test_cidr.py compares the two).
+same text `ipaddress` gives on Python 3.11 and 3.12 (tests/unit/test_cidr.py compares
+the two; 3.13's writes an IPv4-mapped address with a dotted tail, which only error
+messages here would show: IPv6 read back is compared by containment, not by text).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import select
 import time
 
 from claude_sandbox.core import kernel
-from claude_sandbox.core.errors import SandboxError, jail_error
+from claude_sandbox.core.errors import jail_error
 from claude_sandbox.core.process import load_libc
 
 KILL_WAIT = 2.0
@@ -62,13 +62,6 @@ class Ignoring:
 
 class HolderGone(Exception):
     """The holder closed the channel before the session started (a signal)."""
-
-
-def holder_ended(status: int) -> SandboxError:
-    """The refusal when the holder ended during set-up with no signal of ours (the OOM
-    killer, another process's kill): the launch ends with the holder's status."""
-    return jail_error(f"the jail's holder ended before the session started (exit status "
-                      f"{status}); the agent did not run", status)
 
 
 def send_kill(pidfd: int) -> None:

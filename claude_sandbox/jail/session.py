@@ -167,8 +167,8 @@ class Jail:
             return status
         except reaping.HolderGone:
             status = self._holder_status()
-            if not self._forward.forward.signalled:  # nothing we forwarded: say it ended
-                raise reaping.holder_ended(status) from None
+            if not self._forward.quiet_end():
+                sys.stderr.write(f"claude-sandbox: {jail_start.holder_ended(status)}\n")
             return status
         finally:
             self.close()

@@ -18,7 +18,7 @@ import select
 import time
 
 from claude_sandbox.core import engine, kernel, paths, wire
-from claude_sandbox.core.errors import EXIT_UNAVAILABLE, jail_error
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
 from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
@@ -57,17 +57,14 @@ _IFF_TAP = 0x0002
 _IFF_NO_PI = 0x1000
 TOOL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
-# Ctrl-C and Ctrl-\ reach the terminal's whole foreground group; they are the
-# agent's to handle, and the launcher must outlive them to tear down.
+# Ctrl-C and Ctrl-\ reach the terminal's whole group: the agent's, the launcher outlives them.
 _TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
 # How long a broken channel or a failed pasta waits for the holder whose exit may be why.
 HOLDER_GRACE = 0.2
 
 
-def spawn_holder(cgroup_dirs: tuple[str, ...] = (),
-                 ) -> tuple[Child, _socket.socket]:
-    """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N [--cgroup DIR]...`
-    (paths.internal_argv).
+def spawn_holder(cgroup_dirs: tuple[str, ...] = ()) -> tuple[Child, _socket.socket]:
+    """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N [--cgroup DIR]...`.
 
     The socketpair is the only channel (never a pipe: egress-jail.md). The holder
     gets its end and the three standard streams only. `cgroup_dirs`: the launch's
@@ -78,7 +75,7 @@ def spawn_holder(cgroup_dirs: tuple[str, ...] = (),
     """
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        argv = [
+        argv = [  # paths.internal_argv: how the core re-enters itself
             # --mount: the workspace's overlays are mounted here, out of the host's view.
             paths.tool("unshare"), "--user", "--map-root-user", "--net", "--mount",
             *paths.internal_argv("_jail_holder"), "--fd", str(theirs.fileno()),
@@ -125,12 +122,32 @@ class Forwarder:
         exit, and its pidfd polls readable only once it can."""
         return bool(select.select([self.forward.pidfd], [], [], HOLDER_GRACE)[0])
 
+    def quiet_end(self) -> bool:
+        """Whether the holder's end in set-up was the user's: a forwarded signal, or the
+        terminal's Ctrl-C or Ctrl-\\ (its group's). Any other is said (holder_ended)."""
+        code = self.holder.poll()
+        return bool(self.forward.signalled) or (code is not None and -code in _TERMINAL)
+
     def check(self) -> None:
         """Refuse to go on once a forwarded signal has ended the holder."""
         signum = self.forward.signalled
         if signum and self.holder.poll() is not None:
             raise jail_error(f"stopped by signal {signum} before the session started",
                              128 + signum)
+
+
+def holder_ended(status: int) -> SandboxError:
+    """The holder ended in set-up, not by the user (the OOM killer, a kill from elsewhere)."""
+    return jail_error(f"the jail's holder ended before the session started (exit status "
+                      f"{status}); the agent did not run", status)
+
+
+def _ended(forward: Forwarder) -> SandboxError:
+    """Why a launch stops whose holder ended in set-up: the user's signal, or holder_ended."""
+    code = forward.holder.wait()
+    if forward.quiet_end() and code < 0:
+        return jail_error(f"stopped by signal {-code} before the session started", 128 - code)
+    return holder_ended(forward.forward.status(code))
 
 
 def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
@@ -163,6 +180,8 @@ def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
             pass
         if holder.poll() is not None:
             forward.check()
+            if holder.wait() < 0:  # a signal, not unshare's refusal
+                raise _ended(forward)
             why = engine.blocker(engine.read(), failed=True)
             raise jail_error("cannot create a user and network namespace (unshare failed; "
                              + (f"{why})" if why else "are unprivileged user namespaces "
@@ -373,9 +392,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
             # a broken pipe): that reads as the signal, not as a jail error.
             forward.check()
             if gone:
-                from claude_sandbox.jail import reaping
-
-                raise reaping.holder_ended(forward.forward.status(holder.wait())) from None
+                raise _ended(forward) from None
             where = f": {exc.filename}" if exc.filename else ""
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise

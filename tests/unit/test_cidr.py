@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
+import sys
 
 import pytest
 
@@ -23,6 +24,11 @@ def _random_value(rng: random.Random, version: int) -> int:
     return rng.choice([0, 1, 0xFFFF << 32 | rng.getrandbits(32), rng.getrandbits(32)])
 
 
+def _dotted_there(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    """Whether this interpreter's ipaddress writes `net` with a dotted IPv4 tail (3.13+)."""
+    return sys.version_info >= (3, 13) and bool(getattr(net.network_address, "ipv4_mapped", None))
+
+
 def test_networks_read_and_written_as_ipaddress_does() -> None:
     rng = random.Random(7)
     for _ in range(20000):
@@ -32,6 +38,8 @@ def test_networks_read_and_written_as_ipaddress_does() -> None:
         length = rng.randint(0, 32 if version == 4 else 128)
         for text in (f"{host}/{length}", str(host)):
             expected = ipaddress.ip_network(text, strict=False)
+            if _dotted_there(expected):
+                continue  # written with a dotted tail there (cidr.py says so)
             assert cidr.normal(text) == str(expected), text
             net = cidr.network(text)
             assert cidr.broadcast(net) == str(expected.broadcast_address), text
@@ -67,15 +75,41 @@ def test_refuses_what_is_not_a_plain_network(text: str) -> None:
         cidr.network(text)
 
 
+def _near_miss(rng: random.Random) -> str:
+    """A valid network's text with one character changed, added or dropped, or random
+    text from the characters of addresses."""
+    alphabet = "0123456789abcdefABCDEF.:/%x "
+    if rng.random() < 0.2:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 14)))
+    version = rng.choice([4, 6])
+    value = _random_value(rng, version)
+    host = ipaddress.IPv4Address(value) if version == 4 else ipaddress.IPv6Address(value)
+    text = f"{host}/{rng.randint(0, 32 if version == 4 else 128)}"
+    at = rng.randrange(len(text) + 1)
+    edit = rng.choice(["change", "add", "drop", "none"])
+    if edit == "change" and at < len(text):
+        return text[:at] + rng.choice(alphabet) + text[at + 1:]
+    if edit == "add":
+        return text[:at] + rng.choice(alphabet) + text[at:]
+    if edit == "drop" and at < len(text):
+        return text[:at] + text[at + 1:]
+    return text
+
+
 def test_never_takes_what_ipaddress_refuses() -> None:
-    """Random text from the characters of addresses: cidr accepts a subset of what
+    """Near misses of valid networks, both versions: cidr accepts a subset of what
     ipaddress accepts, and reads each the same."""
     rng = random.Random(9)
-    alphabet = "0123456789abcdefABCDEF.:/%x "
+    accepted = 0
     for _ in range(50000):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 14)))
+        text = _near_miss(rng)
         try:
             ours = cidr.normal(text)
         except ValueError:
             continue
-        assert ours == str(ipaddress.ip_network(text, strict=False)), text
+        accepted += 1
+        theirs = ipaddress.ip_network(text, strict=False)
+        if _dotted_there(theirs):
+            continue
+        assert ours == str(theirs), text
+    assert accepted > 10000, accepted  # the subset is exercised, not only refusals
