@@ -21,6 +21,7 @@ allowed the session (docs/explanation/egress-by-name.md).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import time
@@ -65,6 +66,10 @@ def create(where: str, header: Mapping[str, Any]) -> tuple[str, int]:
     path = os.path.join(where, str(header["session"]) + SUFFIX)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW
                  | os.O_CLOEXEC, 0o600)
+    # Held while any descriptor of this open file lives (the launcher's, and the proxy's,
+    # passed over its socket): `prune` in another launch, in any pid namespace that
+    # shares the store (another container with the same home), sees the session running.
+    fcntl.flock(fd, fcntl.LOCK_SH)
     os.write(fd, line({"kind": "session", **header}))
     return path, fd
 
@@ -131,8 +136,8 @@ def sessions(where: str) -> list[str]:
 
 def prune(where: str, current: str) -> int:
     """Remove a workspace's oldest records past KEEP_SESSIONS or KEEP_BYTES, newest kept
-    first; never `current`, nor one whose launcher still runs (its proxy may still write
-    it: the session id ends with the launcher's pid). How many were removed."""
+    first; never `current`, nor one a running session may still write (_running). How
+    many were removed."""
     found = []
     for path in sessions(where):
         try:
@@ -156,6 +161,20 @@ def prune(where: str, current: str) -> int:
 
 
 def _running(path: str) -> bool:
+    """Whether a session may still write `path`: its lock (create) is held, or, for a
+    record made without one, the launcher its name ends with runs in this pid namespace."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     pid = os.path.basename(path)[:-len(SUFFIX)].rpartition("-")[2]
     return pid.isdigit() and os.path.exists(f"/proc/{pid}")
 

@@ -271,3 +271,20 @@ def test_the_current_record_and_a_running_one_are_never_removed(
     egressrecord.prune(str(tmp_path), str(current))
     assert {p.name for p in tmp_path.iterdir()} == {
         running.name, current.name, newest.name, f"20261206T999999Z-2{egressrecord.SUFFIX}"}
+
+
+def test_a_record_whose_session_holds_it_is_kept_whatever_its_pid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session in another pid namespace (another container sharing the home) names a
+    pid this one cannot see: its lock, held through the launcher's and the proxy's
+    descriptors, keeps its record; the same record once they close is removed."""
+    monkeypatch.setattr(egressrecord, "KEEP_SESSIONS", 1)
+    path, fd = egressrecord.create(str(tmp_path), {"session": "20260101T000000Z-999999999"})
+    proxy = os.dup(fd)  # the proxy's copy: the same open file
+    os.close(fd)  # the launcher's gone first; the proxy still writes
+    newest = _records(tmp_path, 2)[-1]
+    egressrecord.prune(str(tmp_path), str(newest))
+    assert os.path.exists(path)
+    os.close(proxy)
+    egressrecord.prune(str(tmp_path), str(newest))
+    assert not os.path.exists(path)
