@@ -114,10 +114,6 @@ class Readback:
     rules_v6: tuple[Rule, ...]
 
 
-def _network(text: str) -> str:
-    return cidr.normal(text)
-
-
 def _drop(facts: NetFacts, kind: str, dst: str, why: str) -> PlannedRoute:
     return PlannedRoute(
         f"route add {kind} {dst} src {facts.address}",
@@ -141,12 +137,13 @@ def _via_gateway(facts: NetFacts, dst: str, required: bool, why: str,
 
 
 def _blocked_rows(facts: NetFacts) -> list[PlannedRoute]:
-    rows = [_drop(facts, b.kind, _network(b.cidr), b.why) for b in BLOCKED if b.routed]
-    fixed = {_network(b.cidr) for b in BLOCKED} | {"0.0.0.0/0"}
+    rows = [_drop(facts, b.kind, cidr.normal(b.cidr), b.why) for b in BLOCKED if b.routed]
+    fixed = {cidr.normal(b.cidr) for b in BLOCKED} | {"0.0.0.0/0"}
     # Connected subnets and whatever pasta copied from outside: the outer
     # container's neighbours (a database, the host bridge) live there.
-    local_nets = [_network(f"{a.address}/{a.prefixlen}") for a in facts.addresses if not a.loopback]
-    for net in dict.fromkeys([*local_nets, *(_network(c) for c in facts.copied)]):
+    local_nets = [cidr.normal(f"{a.address}/{a.prefixlen}")
+                  for a in facts.addresses if not a.loopback]
+    for net in dict.fromkeys([*local_nets, *(cidr.normal(c) for c in facts.copied)]):
         if net not in fixed:
             rows.append(_drop(facts, "blackhole", net,
                               "connected or copied subnet of the outer container"))
@@ -164,7 +161,7 @@ def _host_rows(facts: NetFacts, host: Iterable[str], skip: set[str]) -> list[Pla
     blocked = [cidr.network(b.cidr) for b in BLOCKED]
     whys = {f"{facts.gateway}/32": "the gateway: its own services, through pasta"}
     for entry in host:
-        net = _network(entry if "/" in entry else f"{entry}/32")
+        net = cidr.normal(entry if "/" in entry else f"{entry}/32")
         whys.setdefault(net, "a local address or range of the host: its services, through "
                         "pasta")
     rows = []
@@ -221,19 +218,19 @@ def host_addresses(fib_trie: str, route: str) -> tuple[str, ...]:
             prefix = text[1:].split()[0]
             if not prefix.isdigit() or not 0 < int(prefix) <= 32:
                 continue
-            entry = last if prefix == "32" else _network(f"{last}/{prefix}")
+            entry = last if prefix == "32" else cidr.normal(f"{last}/{prefix}")
             if entry not in found:
                 found.append(entry)
     for line in route.splitlines()[1:]:
         fields = line.split()
         if len(fields) > 2 and fields[2] != "00000000":
             try:
-                packed = bytes.fromhex(fields[2])[::-1]  # the kernel's order: little endian
+                packed = bytes.fromhex(fields[2])
             except ValueError:
                 continue
             if len(packed) != 4:
                 continue
-            gateway = cidr.address_text(4, int.from_bytes(packed, "big"))
+            gateway = cidr.address_text(4, int.from_bytes(packed, "little"))  # the kernel's
             if gateway not in found:
                 found.append(gateway)
     return tuple(a for a in found if not a.startswith("127."))

@@ -168,7 +168,8 @@ class Jail:
         except reaping.HolderGone:
             status = self._holder_status()
             if not self._forward.quiet_end():
-                sys.stderr.write(f"claude-sandbox: {jail_start.holder_ended(status)}\n")
+                ended = jail_start.holder_ended(self._holder.wait(), status)
+                sys.stderr.write(f"claude-sandbox: {ended}\n")
             return status
         finally:
             self.close()

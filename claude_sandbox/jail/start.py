@@ -59,19 +59,18 @@ TOOL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
 # Ctrl-C and Ctrl-\ reach the terminal's whole group: the agent's, the launcher outlives them.
 _TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
-# How long a broken channel or a failed pasta waits for the holder whose exit may be why.
-HOLDER_GRACE = 0.2
+HOLDER_GRACE = 0.2  # how long a broken channel or a failed pasta waits for an ending holder
 
 
 def spawn_holder(cgroup_dirs: tuple[str, ...] = ()) -> tuple[Child, _socket.socket]:
     """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N [--cgroup DIR]...`.
 
-    The socketpair is the only channel (never a pipe: egress-jail.md). The holder
-    gets its end and the three standard streams only. `cgroup_dirs`: the launch's
-    cgroup, which the holder joins itself before it serves anything, so that the egress
-    proxy and the session, its children, inherit the caps. Joined there, not before
-    its exec: a move between cgroups waits for an RCU grace period (15-20 ms measured),
-    which then passes while the launcher plans instead of before the namespace is up.
+    The socketpair is the only channel (never a pipe: egress-jail.md). The holder gets its
+    end and the three standard streams only. `cgroup_dirs`: the launch's cgroup, which the
+    holder joins itself before it serves anything, so that the egress proxy and the
+    session, its children, inherit the caps. Joined there, not before its exec: a move
+    between cgroups waits for an RCU grace period (15-20 ms measured), which then passes
+    while the launcher plans instead of before the namespace is up.
     """
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -118,8 +117,7 @@ class Forwarder:
 
     def exited(self) -> bool:
         """Whether the holder has exited, waiting up to HOLDER_GRACE: an exiting holder
-        closes its descriptors (the channel, its namespaces) before waitpid can see the
-        exit, and its pidfd polls readable only once it can."""
+        closes its descriptors before waitpid can see it; its pidfd polls readable then."""
         return bool(select.select([self.forward.pidfd], [], [], HOLDER_GRACE)[0])
 
     def quiet_end(self) -> bool:
@@ -132,22 +130,25 @@ class Forwarder:
         """Refuse to go on once a forwarded signal has ended the holder."""
         signum = self.forward.signalled
         if signum and self.holder.poll() is not None:
-            raise jail_error(f"stopped by signal {signum} before the session started",
-                             128 + signum)
+            raise _stopped(signum)
 
 
-def holder_ended(status: int) -> SandboxError:
-    """The holder ended in set-up, not by the user (the OOM killer, a kill from elsewhere)."""
-    return jail_error(f"the jail's holder ended before the session started (exit status "
-                      f"{status}); the agent did not run", status)
+def _stopped(signum: int) -> SandboxError:
+    return jail_error(f"stopped by signal {signum} before the session started", 128 + signum)
+
+
+def holder_ended(code: int, status: int) -> SandboxError:
+    """The holder ended in set-up, not by the user (the OOM killer, another's kill)."""
+    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+    return jail_error(f"the jail's holder ended before the session started ({how}); the "
+                      "agent did not run", status)
 
 
 def _ended(forward: Forwarder) -> SandboxError:
     """Why a launch stops whose holder ended in set-up: the user's signal, or holder_ended."""
     code = forward.holder.wait()
-    if forward.quiet_end() and code < 0:
-        return jail_error(f"stopped by signal {-code} before the session started", 128 - code)
-    return holder_ended(forward.forward.status(code))
+    quiet = forward.quiet_end() and code < 0
+    return _stopped(-code) if quiet else holder_ended(code, forward.forward.status(code))
 
 
 def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
@@ -383,8 +384,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
         wire.send(sock, netfilter.request(directory))
         proxy, proxy_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     except BaseException as exc:
-        # A holder that ended by itself (the channel then meets a broken pipe) is told
-        # apart before _end kills it: its pidfd polls readable once it has exited.
+        # A holder that ended by itself (a broken pipe here) is told apart before _end kills it.
         gone = isinstance(exc, (BrokenPipeError, ConnectionResetError)) and forward.exited()
         _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...

@@ -21,6 +21,7 @@ import _socket
 import binascii
 
 from claude_sandbox.core.record import record
+from claude_sandbox.jail import cidr
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -126,16 +127,13 @@ def _exemptions(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(e for e in found if e and set(e) <= _EXEMPT))
 
 
-def in_cidr(address: str, cidr: str) -> bool:
-    """Whether IPv4 `address` lies in `cidr` (a bare address is a /32)."""
-    base, _, bits = cidr.partition("/")
+def in_cidr(address: str, network: str) -> bool:
+    """Whether `address` lies in `network` (a bare address is a /32 or a /128); False
+    for anything that is not an address or a network in plain text (cidr.py)."""
     try:
-        number = int.from_bytes(_socket.inet_aton(address), "big")
-        net = int.from_bytes(_socket.inet_aton(base), "big")
-        mask = (0xFFFFFFFF << (32 - int(bits or 32))) & 0xFFFFFFFF
-    except (OSError, ValueError):
+        return cidr.subnet_of(cidr.network(address), cidr.network(network))
+    except ValueError:
         return False
-    return number & mask == net & mask
 
 
 def exempt(upstream: Upstream, name: str | None, address: str) -> bool:
