@@ -5,6 +5,7 @@ compiled reader reads them or, where it cannot, the launch itself."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -139,6 +140,65 @@ def test_the_reader_finds_what_the_python_reading_finds(
     touched = _change(paths, times, 29)
     expected = dirtimes.changed(list(times), times)
     assert expected == touched | {odd, str(tmp_path / "gone")}
+    times_file = _times_file(tmp_path / "times", "1f0a", times)
+    assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) == expected
+
+
+def _nested(top: Path) -> dict[str, int]:
+    """top/aI/bJ/cK, in the walk's order (each directory before those below it): top
+    and every aI have 16 or more directories below them, which the reader opens."""
+    made = [top]
+    for i in range(4):
+        made.append(top / f"a{i}")
+        for j in range(6):
+            made.append(top / f"a{i}" / f"b{j}")
+            made.extend(top / f"a{i}" / f"b{j}" / f"c{k}" for k in range(4))
+    for path in made:
+        path.mkdir()
+    return {str(path): os.lstat(path).st_mtime_ns for path in made}
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("order", ["walk", "reversed", "shuffled", "below /"])
+def test_a_directory_read_relative_to_one_above_it_is_read_as_its_path_names_it(
+        tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch, order: str) -> None:
+    """The reader reads a directory below a large one relative to it, opened without
+    following a link. Whatever changed, at any depth, and whatever stands where an opened
+    one was (gone, a file, a link to a twin with the same times), it answers what the
+    Python reading of each whole path answers; in any order of the records."""
+    top = tmp_path / "top"
+    times = _nested(top)
+    (top / "a0" / "b1" / "c2" / "new").touch()
+    (top / "a0" / "new").touch()
+    (top / "a1" / "b5" / "c3").rmdir()
+    shutil.rmtree(top / "a3" / "b0")
+    # a2, opened as a hub, is now a link to its own twin: each whole path below it
+    # resolves through the link, to directories of the very same times.
+    shutil.copytree(top / "a2", tmp_path / "twin")
+    for path, when in times.items():
+        if path.startswith(str(top / "a2") + "/"):
+            twin = str(tmp_path / "twin") + path[len(str(top / "a2")):]
+            os.utime(twin, ns=(when, when))
+    shutil.rmtree(top / "a2")
+    (top / "a2").symlink_to(tmp_path / "twin")
+    # a1/b0 is a file now.
+    shutil.rmtree(top / "a1" / "b0")
+    (top / "a1" / "b0").touch()
+    for path in (top, top / "a0", top / "a1", top / "a3"):
+        os.utime(path, ns=(times[str(path)] + 10**9,) * 2)  # a coarse clock sees it too
+    os.utime(top / "a0" / "b1" / "c2", ns=(times[str(top / "a0" / "b1" / "c2")] + 10**9,) * 2)
+    entries = list(times.items())
+    if order == "reversed":
+        entries.reverse()
+    elif order == "shuffled":
+        random.Random(7).shuffle(entries)
+    elif order == "below /":
+        entries.insert(0, ("/", os.lstat("/").st_mtime_ns))
+    times = dict(entries)
+    expected = dirtimes.changed(list(times), times)
+    assert str(top / "a2") in expected and str(top / "a2" / "b1") not in expected
+    assert {str(top / "a1" / "b0"), str(top / "a1" / "b0" / "c0"),
+            str(top / "a1" / "b5" / "c3"), str(top / "a0" / "b1" / "c2")} <= expected
     times_file = _times_file(tmp_path / "times", "1f0a", times)
     assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) == expected
 

@@ -24,6 +24,15 @@
  * Anything else, and any record that is not well formed (cut short, a path not
  * absolute, nanoseconds past a second), exits 65 with one line on stderr: the caller
  * then reads the times itself. From 1024 directories on, two threads read half each.
+ *
+ * Most of a read is the kernel's walk of each path, component by component (a cached
+ * directory is nine deep on average). A directory that has at least HUB_FROM cached
+ * directories below it is opened (O_PATH, no link followed) as it is read, and those
+ * below it are read relative to it: their walk starts there. A name read that way is
+ * the same directory the absolute path names, unless the one opened was renamed away
+ * since; a rename changes its parent's time, which this read or the next finds, as
+ * with any change made after a time is read. Any failure (an open refused, a record
+ * out of the walk's order) only falls back to the absolute path.
  * PARENT is the caller's pid: the program ends with it (a parent-death signal of its
  * own, since an exec that raises root's capabilities clears the one it inherited).
  * Statically linked, as the other programs.
@@ -48,18 +57,22 @@
 #define RECORD_HEAD 12 /* seconds and nanoseconds */
 #define TOKEN_LIMIT 64
 #define THREADS 2
+#define HUB_FROM 16   /* cached directories below one that make it worth a descriptor */
+#define HUB_DEPTH 64  /* descriptors open along one path, at most */
 
 struct entry {
     int64_t seconds;
     uint32_t nanoseconds;
     const char *path;
+    size_t length;
+    size_t below; /* cached directories below this one */
     int changed;
 };
 
 struct share {
     struct entry *entries;
-    size_t count;
     size_t first;
+    size_t end;
 };
 
 static void fail(int status, const char *what) {
@@ -124,25 +137,73 @@ static struct entry *parse(char *data, size_t size, size_t at, size_t *count) {
                 fail(EXIT_UNAVAILABLE, "out of memory");
             entries = more;
         }
-        entries[n++] = (struct entry){(int64_t)seconds, nanoseconds, path, 0};
+        entries[n++] = (struct entry){(int64_t)seconds, nanoseconds, path,
+                                      (size_t)(end - path), 0, 0};
         at = (size_t)(end - data) + 1;
     }
     *count = n;
     return entries;
 }
 
-/* Every THREADS-th entry from `first`: whether its time is still the one written. */
+/* Whether `entry` lies below `top`, and so can be read relative to it. */
+static int lies_below(const struct entry *entry, const struct entry *top) {
+    if (top->length == 1) /* "/" */
+        return entry->length > 1;
+    return entry->length > top->length + 1 && entry->path[top->length] == '/'
+        && memcmp(entry->path, top->path, top->length) == 0;
+}
+
+/* How many cached directories lie below each one. The walk writes a directory before
+ * those below it, so one pass with a stack of the open ancestors counts them; in any
+ * other order some count low, which costs time only. */
+static void count_below(struct entry *entries, size_t count) {
+    size_t *open = malloc((count + 1) * sizeof *open);
+    if (open == NULL)
+        return; /* then no directory is opened: every path is read whole */
+    size_t depth = 0;
+    for (size_t i = 0; i < count; i++) {
+        while (depth > 0 && !lies_below(&entries[i], &entries[open[depth - 1]]))
+            depth--;
+        for (size_t d = 0; d < depth; d++)
+            entries[open[d]].below++;
+        open[depth++] = i;
+    }
+    free(open);
+}
+
+/* The entries from `first` to `end`: whether each time is still the one written. */
 static void *read_share(void *argument) {
     struct share *share = argument;
+    struct entry *hubs[HUB_DEPTH];
+    int fds[HUB_DEPTH];
+    size_t depth = 0;
     struct stat info;
-    for (size_t i = share->first; i < share->count; i += THREADS) {
+    for (size_t i = share->first; i < share->end; i++) {
         struct entry *entry = &share->entries[i];
+        while (depth > 0 && !lies_below(entry, hubs[depth - 1]))
+            close(fds[--depth]);
+        int at = AT_FDCWD;
+        const char *name = entry->path;
+        if (depth > 0) {
+            const struct entry *hub = hubs[depth - 1];
+            at = fds[depth - 1];
+            name = entry->path + (hub->length == 1 ? 1 : hub->length + 1);
+        }
         /* Compared as the kernel keeps it: no product that could overflow. Gone, or no
          * longer reachable: changed too (the walk then drops it). */
-        entry->changed = lstat(entry->path, &info) != 0
+        entry->changed = fstatat(at, name, &info, AT_SYMLINK_NOFOLLOW) != 0
             || (int64_t)info.st_mtim.tv_sec != entry->seconds
             || (uint32_t)info.st_mtim.tv_nsec != entry->nanoseconds;
+        if (entry->below >= HUB_FROM && depth < HUB_DEPTH) {
+            int fd = openat(at, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd >= 0) {
+                hubs[depth] = entry;
+                fds[depth++] = fd;
+            }
+        }
     }
+    while (depth > 0)
+        close(fds[--depth]);
     return NULL;
 }
 
@@ -168,11 +229,16 @@ int main(int argc, char **argv) {
     size_t count;
     struct entry *entries = parse(data, size, (size_t)(newline - data) + 1, &count);
 
+    count_below(entries, count);
+
+    /* Each thread reads a run of the walk's order, so that the directories it opens
+     * serve the ones after them. */
     struct share shares[THREADS];
     pthread_t threads[THREADS];
     int started[THREADS] = {0};
     for (int t = 0; t < THREADS; t++) {
-        shares[t] = (struct share){entries, count, (size_t)t};
+        shares[t] = (struct share){entries, count * (size_t)t / THREADS,
+                                   count * (size_t)(t + 1) / THREADS};
         /* The first share is read here; a thread that cannot start leaves its share to
          * this one too: no directory goes unread. */
         if (t > 0 && count >= 1024)
