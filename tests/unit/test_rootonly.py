@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from claude_sandbox.launch.facts import rootcache, rootonly
+from claude_sandbox.launch.facts import rootcache, rootmemo, rootonly
 
 ROOT_GROUPS = frozenset({0})
 
@@ -105,7 +105,7 @@ def test_a_large_directory_is_listed_again_without_a_stat_per_entry(
     rest are known by name and inode (a user touching one file of 20,000 cost each root
     launch a stat of them all)."""
     base, flood = _large_user_directory(tmp_path)
-    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    listings = rootmemo.Listings(os.path.join(str(tmp_path), "memo"))
     hidden: dict[str, bool] = {}
     dirs: dict[str, int] = {}
     rootonly._scan(base, frozenset(), hidden, dirs, ROOT_GROUPS, listings)
@@ -136,7 +136,7 @@ def test_an_entry_made_again_in_roots_own_large_directory_is_judged_again(
     os.makedirs(large)
     for i in range(rootonly.LARGE + 10):
         os.close(os.open(os.path.join(large, f"f{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
-    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    listings = rootmemo.Listings(os.path.join(str(tmp_path), "memo"))
     hidden: dict[str, bool] = {}
     dirs: dict[str, int] = {}
     rootonly._scan(base, frozenset(), hidden, dirs, ROOT_GROUPS, listings)
@@ -157,7 +157,7 @@ def test_what_a_large_directory_hid_stays_hidden_when_it_changes_again(
     base, flood = _large_user_directory(tmp_path)
     secret = os.path.join(flood, "secret")
     os.close(os.open(secret, os.O_CREAT | os.O_WRONLY, 0o600))
-    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    listings = rootmemo.Listings(os.path.join(str(tmp_path), "memo"))
     hidden: dict[str, bool] = {}
     dirs: dict[str, int] = {}
     rootonly._scan(base, frozenset(), hidden, dirs, ROOT_GROUPS, listings)
@@ -182,7 +182,7 @@ def test_what_a_large_directory_hid_stays_hidden_when_it_changes_again(
                                   b"a\0\0" b"1\0\0a\0?", b"a\0\0" b"1\0\0b\0f", b"\xff\0\0"])
 def test_a_damaged_memo_is_ignored(tmp_path: os.PathLike[str], memo: bytes) -> None:
     """A memo that does not parse, or names what is not listed, stands for nothing."""
-    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    listings = rootmemo.Listings(os.path.join(str(tmp_path), "memo"))
     listings.save("/x", {"a": "1"}, {})
     with open(listings._path("/x"), "wb") as handle:
         handle.write(memo)
@@ -196,7 +196,7 @@ def test_a_memo_that_is_not_a_plain_file_of_ours_is_not_read(tmp_path: os.PathLi
                                                               kind: str) -> None:
     """Read as the cache is: a FIFO put in its place is not waited on, a link not
     followed, a file others may write not trusted (each stands for no memo)."""
-    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    listings = rootmemo.Listings(os.path.join(str(tmp_path), "memo"))
     listings.save("/x", {"a": "1"}, {"a": "f"})
     path = listings._path("/x")
     if kind == "group-writable":
@@ -212,7 +212,7 @@ def test_a_memo_that_is_not_a_plain_file_of_ours_is_not_read(tmp_path: os.PathLi
 
 
 def test_a_memo_keeps_names_that_look_like_its_own_fields(tmp_path: os.PathLike[str]) -> None:
-    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    listings = rootmemo.Listings(os.path.join(str(tmp_path), "memo"))
     known = {"1": "7", "f": "8/", "a\nb": "9", "\udcff": "10"}
     listings.save("/x", known, {"a\nb": "D"})
     assert listings.load("/x") == (known, {"a\nb": "D"})
@@ -223,7 +223,7 @@ def test_a_skipped_path_in_a_large_directory_stays_unlisted(
     base, flood = _large_user_directory(tmp_path)
     inner = os.path.join(flood, "masked")
     os.mkdir(inner, 0o755)
-    listings = rootonly.Listings(os.path.join(str(tmp_path), "memo"))
+    listings = rootmemo.Listings(os.path.join(str(tmp_path), "memo"))
     hidden: dict[str, bool] = {}
     dirs: dict[str, int] = {}
     rootonly._scan(base, frozenset({inner}), hidden, dirs, ROOT_GROUPS, listings)
@@ -432,3 +432,27 @@ def test_a_launch_that_finds_nothing_changed_loads_no_directory_times(
     early = rootcache.Prefetched(cache, damaged, frozenset({os.path.join(shown, "lib")}))
     assert rootonly.private_paths(cache, [], [shown, more], early=early) == both
     assert rootcache.load(cache) is not None  # written anew
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="a directory another user owns is made by root")
+def test_a_full_rebuild_removes_the_memos_of_directories_it_did_not_list(
+        tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each large directory another user owns leaves a memo beside the cache. One whose
+    directory is gone is removed by the next full rebuild (not by `explain`'s), so the
+    store does not keep the memos of every such directory it ever listed."""
+    base, flood = _large_user_directory(tmp_path)
+    gone = os.path.join(base, "gone")
+    shutil.copytree(flood, gone)
+    os.chown(gone, 1000, 1000)
+    cache = os.path.join(str(tmp_path), "store", "cache")
+    assert rootonly.private_paths(cache, [], [base]) == {}
+    memos = os.path.join(str(tmp_path), "store", "cache.d")
+    assert len(os.listdir(memos)) == 2
+    shutil.rmtree(gone)
+    monkeypatch.setattr(rootcache, "fresh", lambda made, now: False)  # a day old
+    rootonly.private_paths(cache, [], [base], save_cache=False)
+    assert len(os.listdir(memos)) == 2
+    rootonly.private_paths(cache, [], [base])
+    kept = rootmemo.Listings(memos)
+    assert os.listdir(memos) == [os.path.basename(kept._path(flood))]
+    assert len(kept.load(flood)[0]) == rootonly.LARGE + 5

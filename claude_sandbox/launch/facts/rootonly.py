@@ -35,7 +35,7 @@ import time
 
 from claude_sandbox.core import mountinfo, paths
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.facts import dirtimes, rootcache
+from claude_sandbox.launch.facts import dirtimes, rootcache, rootmemo
 from claude_sandbox.launch.facts.rootcache import CACHE_NAME, Prefetched, save
 
 TYPE_CHECKING = False
@@ -93,51 +93,13 @@ def judge(info: os.stat_result, groups: frozenset[int]) -> str:
 LARGE = 1000
 
 
-class Listings:
-    """The judged entries of large directories, one file each under `directory`: the
-    names, then their keys (the inode, and `/` after it for a directory), then `name,
-    code` for each entry not skipped; NUL between fields, two NULs between the three
-    parts (a name is never empty and holds no NUL)."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-
-    def _path(self, listed: str) -> str:
-        return os.path.join(self.directory, paths.sha256_hex(
-            listed.encode("utf-8", "surrogateescape"))[:24])
-
-    def load(self, listed: str) -> tuple[dict[str, str], dict[str, str]]:
-        """Every entry's key by name, and the code of each not skipped ({} when none)."""
-        try:
-            # As the cache is read: no link followed, no FIFO waited on (rootcache.py).
-            data = rootcache.read_own(self._path(listed))
-            parts = (data or b"").decode("utf-8", "surrogateescape").split("\0\0")
-            names, keys, marks = (part.split("\0") for part in parts)
-            known = dict(zip(names, keys, strict=True))
-            codes = dict(zip(marks[0::2], marks[1::2], strict=True)) if marks != [""] else {}
-        except (OSError, ValueError):
-            return {}, {}
-        if not set(codes.values()) <= _VERDICTS.keys() or not codes.keys() <= known.keys():
-            return {}, {}
-        return known, codes
-
-    def save(self, listed: str, known: dict[str, str], codes: dict[str, str]) -> None:
-        text = "\0\0".join(["\0".join(known), "\0".join(known.values()),
-                            "\0".join(f"{name}\0{code}" for name, code in codes.items())])
-        try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            rootcache.write_new(self._path(listed), text.encode("utf-8", "surrogateescape"))
-        except OSError:
-            pass  # a memo only saves time
-
-
-# A verdict as a memo keeps it: a directory to hide is told from a file to hide.
+# A verdict as a memo keeps it (rootmemo.CODES): a directory to hide is told from a file.
 _VERDICTS = {"f": (HIDE, False), "D": (HIDE, True), "d": (DESCEND, True), "s": (SKIP, False)}
 _CODES = {value: code for code, value in _VERDICTS.items()}
 
 
 def _verdicts(directory: str, owner: int, entries: list[os.DirEntry[str]],
-              skip: frozenset[str], groups: frozenset[int], listings: Listings | None,
+              skip: frozenset[str], groups: frozenset[int], listings: rootmemo.Listings | None,
               ) -> Iterable[tuple[str, str, bool]]:
     """(path, verdict, is a directory) of each entry of `directory` not skipped by SKIP.
 
@@ -182,7 +144,7 @@ def _verdicts(directory: str, owner: int, entries: list[os.DirEntry[str]],
 
 
 def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
-          dirs: dict[str, int], groups: frozenset[int], listings: Listings | None = None,
+          dirs: dict[str, int], groups: frozenset[int], listings: rootmemo.Listings | None = None,
           ) -> None:
     """Walk `directory`: record what to hide (not descending into it) and dir times."""
     stack = [directory]
@@ -214,7 +176,7 @@ def _below(path: str, roots: set[str]) -> bool:
 
 
 def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
-            groups: frozenset[int], listings: Listings | None = None,
+            groups: frozenset[int], listings: rootmemo.Listings | None = None,
             own: Iterable[str] = (), known: frozenset[str] | None = None) -> bool:
     """Re-list, in place, the directories whose time changed; whether any did.
 
@@ -247,24 +209,6 @@ def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
     return True
 
 
-class _Rebuild(Listings):
-    """A full rebuild: every entry judged again, the memos written anew."""
-
-    def load(self, listed: str) -> tuple[dict[str, str], dict[str, str]]:
-        return {}, {}
-
-
-class _ReadOnly(Listings):
-    """The memos read, never written (`explain`)."""
-
-    def save(self, listed: str, known: dict[str, str], codes: dict[str, str]) -> None:
-        pass
-
-
-class _ReadOnlyRebuild(_ReadOnly, _Rebuild):
-    """A full rebuild for `explain`: every entry judged again, no memo written."""
-
-
 def _groups() -> frozenset[int]:
     """The groups a root launch's agent keeps: its gid and supplementary groups (bwrap's
     user namespace forbids setgroups, so they stay)."""
@@ -295,9 +239,10 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
         fresh = dirs is not None
     # The full rebuild judges every entry again (a mode changed in place); the memos of
     # large directories serve only refreshes between rebuilds.
-    listings = Listings(f"{cache}.d") if save_cache else _ReadOnly(f"{cache}.d")
-    rebuild = _Rebuild(listings.directory) if save_cache else _ReadOnlyRebuild(
-        listings.directory)
+    listings = rootmemo.Listings(f"{cache}.d") if save_cache else rootmemo.ReadOnly(
+        f"{cache}.d")
+    rebuild = rootmemo.Rebuild(listings.directory) if save_cache else (
+        rootmemo.ReadOnlyRebuild(listings.directory))
     if cached is None or not fresh:
         hidden: dict[str, bool] = {}
         dirs, made = {}, time.time()
@@ -312,6 +257,8 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
             changed = True
     if not save_cache:  # `explain`: it creates nothing
         return hidden
+    if cached is None or not fresh:
+        rebuild.prune()
     if changed or cached is None:
         save(cache, hidden, dirs, made, roots)
     elif stale:
