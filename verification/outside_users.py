@@ -223,3 +223,55 @@ def probe_a67_squatted_scratch(shim: str, agent: str, workdir: str,
             shutil.rmtree(name, ignore_errors=True)
     return Result("A67", "PASS", f"{', '.join(squatted)} made first by another user: the "
                   f"launch ran in {used}, its own")
+
+
+SECRET_A72 = "claude-sandbox probe A72: root's own, behind a time set back"
+_SET_BACK = "import os, sys; os.utime(sys.argv[1], ns=(int(sys.argv[2]),) * 2)"
+
+
+def probe_a72_time_set_back(shim: str, agent: str, workdir: str,
+                            environ: Mapping[str, str]) -> Result:
+    """Another user owns a directory in a tree root launches show. After a root launch has
+    cached its time, root makes a mode-600 file there, as root's own tools may in a shared
+    place, and the user sets the directory's modification time back to the cached one:
+    the next root launch still covers the file, and its text is not read inside."""
+    if os.getuid() != 0:
+        return Result("A72", "SKIP", "a user's launch walks no root-only file; run verify "
+                      "as root for the root launch's walk")
+    try:
+        parent = _flood_parent(_explain(shim, agent, workdir, environ))
+        if parent is None:
+            return Result("A72", "SKIP", "no tree of " + ", ".join(FLOOD_PARENTS)
+                          + " is shown read-only to a root launch here")
+        place = tempfile.mkdtemp(prefix="csbx-setback-", dir=parent)
+    except (OSError, RuntimeError, ValueError) as error:
+        return Result("A72", "FAIL", f"could not prepare: {error}")
+    try:
+        uid, gid = _other_user()
+        os.chown(place, uid, gid)
+        os.chmod(place, 0o755)
+        _timed(shim, agent, workdir, environ)  # the walk caches the directory and its time
+        cached = os.lstat(place).st_mtime_ns
+        secret = os.path.join(place, "root.key")
+        with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600),
+                  "w") as handle:
+            handle.write(SECRET_A72)
+        _as_other([sys.executable, "-I", "-c", _SET_BACK, place, str(cached)])
+        if os.lstat(place).st_mtime_ns != cached:
+            return Result("A72", "FAIL", "the other user could not set the time back")
+        covered = _covered_below(_explain(shim, agent, workdir, environ), place)
+        ran = _launch(shim, agent, workdir, environ, f"cat {secret} 2>/dev/null; true")
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as error:
+        return Result("A72", "FAIL", f"the probe could not run: {error}")
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+    if ran.returncode != 0:
+        return Result("A72", "FAIL", f"the root launch failed (exit {ran.returncode}): "
+                      f"{ran.stderr.strip()[-200:]}")
+    if SECRET_A72 in ran.stdout or secret not in covered:
+        return Result("A72", "FAIL", f"root's mode-600 file in uid {uid}'s directory under "
+                      f"{parent}, its time set back: "
+                      + ("read inside" if SECRET_A72 in ran.stdout else "not covered"))
+    return Result("A72", "PASS", f"root's mode-600 file in uid {uid}'s directory under "
+                  f"{parent}, its modification time set back to the cached one: covered, "
+                  "and not read inside (the walk keeps status-change times)")

@@ -239,6 +239,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                         SHIM, agent, workdir, base_env))
                     results.append(users_module.probe_a67_squatted_scratch(
                         SHIM, agent, workdir, base_env))
+                    results.append(users_module.probe_a72_time_set_back(
+                        SHIM, agent, workdir, base_env))
             before = outside_module.snapshot()
             inside = launch(shim_prefix(agent) if prefix is None else prefix, directory, workdir,
                             {**base_env, **planted_env}, adversarial,
@@ -251,7 +253,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
                             for number in ("27", "48", "49", "60", "35", "53", "70", "71",
                                            "73", "74", "77", "78", "82", "85", "86", "87",
-                                           "94", "A66", "A67")]
+                                           "94", "A66", "A67", "A72")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def _tree(top: Path, count: int) -> tuple[list[str], dict[str, int]]:
         path = top / f"d{index // 100}" / f"e{index}"
         path.mkdir(parents=True)
         paths.append(str(path))
-    return paths, {path: os.lstat(path).st_mtime_ns for path in paths}
+    return paths, {path: os.lstat(path).st_ctime_ns for path in paths}
 
 
 def _change(paths: list[str], times: dict[str, int], every: int) -> set[str]:
@@ -106,7 +107,7 @@ def _record(where: str, when: int) -> bytes:
 
 
 def _times_file(path: Path, token: str, times: dict[str, int]) -> str:
-    data = b"claude-sandbox dir-times 2 " + token.encode() + b"\n" + b"".join(
+    data = b"claude-sandbox dir-times 3 " + token.encode() + b"\n" + b"".join(
         _record(where, when) for where, when in times.items())
     path.write_bytes(data)
     path.chmod(0o600)
@@ -126,36 +127,43 @@ def _run(reader: str, times_file: str, token: str, monkeypatch: pytest.MonkeyPat
 @ROOT_ONLY
 def test_the_reader_finds_what_the_python_reading_finds(
         tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every changed or removed directory, a name of any bytes, one gone since, one at a
-    time before 1970 and one after 2262 (past 2**63 nanoseconds)."""
+    """Every changed or removed directory, a name of any bytes, one gone since, and
+    times written before 1970 and after 2262 (past 2**63 nanoseconds), which no
+    directory's status-change time can be."""
     paths, times = _tree(tmp_path / "tree", 3000)
     odd = os.path.join(os.fsdecode(bytes(tmp_path)), os.fsdecode(b"na\xffme\nline"))
     os.mkdir(odd)
     times[odd] = -5
-    times[str(tmp_path / "gone")] = os.lstat(tmp_path).st_mtime_ns
+    times[str(tmp_path / "gone")] = os.lstat(tmp_path).st_ctime_ns
+    extremes = set()
     for name, when in (("past", -(10**9) - 7), ("far", 10**19 + 3)):
         os.mkdir(tmp_path / name)
-        os.utime(tmp_path / name, ns=(when, when))
-        times[str(tmp_path / name)] = os.lstat(tmp_path / name).st_mtime_ns
+        times[str(tmp_path / name)] = when
+        extremes.add(str(tmp_path / name))
     touched = _change(paths, times, 29)
     expected = dirtimes.changed(list(times), times)
-    assert expected == touched | {odd, str(tmp_path / "gone")}
+    assert expected == touched | extremes | {odd, str(tmp_path / "gone")}
     times_file = _times_file(tmp_path / "times", "1f0a", times)
     assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) == expected
 
 
+# Siblings whose names share a prefix: b1's subtree is not b10's, b1x's or b1.'s.
+_SIBLINGS = ("b0", "b1", "b10", "b1x", "b1.", "b2", "b3", "b4", "b5", "b6", "b7", "b8")
+
+
 def _nested(top: Path) -> dict[str, int]:
-    """top/aI/bJ/cK, in the walk's order (each directory before those below it): top
-    and every aI have 16 or more directories below them, which the reader opens."""
+    """top/aI/bJ/cK, 1,205 directories in the walk's order (each before those below it):
+    two threads read them, and top, every aI and every bJ have 16 or more directories
+    below them, which the reader opens and reads those below relative to."""
     made = [top]
     for i in range(4):
         made.append(top / f"a{i}")
-        for j in range(6):
-            made.append(top / f"a{i}" / f"b{j}")
-            made.extend(top / f"a{i}" / f"b{j}" / f"c{k}" for k in range(4))
+        for sibling in _SIBLINGS:
+            made.append(top / f"a{i}" / sibling)
+            made.extend(top / f"a{i}" / sibling / f"c{k}" for k in range(24))
     for path in made:
         path.mkdir()
-    return {str(path): os.lstat(path).st_mtime_ns for path in made}
+    return {str(path): os.lstat(path).st_ctime_ns for path in made}
 
 
 @ROOT_ONLY
@@ -163,44 +171,106 @@ def _nested(top: Path) -> dict[str, int]:
 def test_a_directory_read_relative_to_one_above_it_is_read_as_its_path_names_it(
         tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch, order: str) -> None:
     """The reader reads a directory below a large one relative to it, opened without
-    following a link. Whatever changed, at any depth, and whatever stands where an opened
-    one was (gone, a file, a link to a twin with the same times), it answers what the
-    Python reading of each whole path answers; in any order of the records."""
+    following a link. Whatever changed, at any depth, beside siblings whose names share
+    a prefix, and whatever stands where a large one was (gone, a file, a link to a copy
+    of it), it answers what the Python reading of each whole path answers; in any order
+    of the records, and across the two threads' shares."""
     top = tmp_path / "top"
     times = _nested(top)
     (top / "a0" / "b1" / "c2" / "new").touch()
+    (top / "a0" / "b10" / "c5" / "new").touch()
     (top / "a0" / "new").touch()
     (top / "a1" / "b5" / "c3").rmdir()
     shutil.rmtree(top / "a3" / "b0")
-    # a2, opened as a hub, is now a link to its own twin: each whole path below it
-    # resolves through the link, to directories of the very same times.
+    # a2 is now a link to a copy of itself, its modification times copied too: each
+    # whole path below it resolves through the link, to directories of other
+    # status-change times, which the owner of a copy cannot set.
     shutil.copytree(top / "a2", tmp_path / "twin")
-    for path, when in times.items():
-        if path.startswith(str(top / "a2") + "/"):
-            twin = str(tmp_path / "twin") + path[len(str(top / "a2")):]
-            os.utime(twin, ns=(when, when))
     shutil.rmtree(top / "a2")
     (top / "a2").symlink_to(tmp_path / "twin")
     # a1/b0 is a file now.
     shutil.rmtree(top / "a1" / "b0")
     (top / "a1" / "b0").touch()
-    for path in (top, top / "a0", top / "a1", top / "a3"):
-        os.utime(path, ns=(times[str(path)] + 10**9,) * 2)  # a coarse clock sees it too
-    os.utime(top / "a0" / "b1" / "c2", ns=(times[str(top / "a0" / "b1" / "c2")] + 10**9,) * 2)
     entries = list(times.items())
     if order == "reversed":
         entries.reverse()
     elif order == "shuffled":
         random.Random(7).shuffle(entries)
     elif order == "below /":
-        entries.insert(0, ("/", os.lstat("/").st_mtime_ns))
+        entries.insert(0, ("/", os.lstat("/").st_ctime_ns))
     times = dict(entries)
     expected = dirtimes.changed(list(times), times)
-    assert str(top / "a2") in expected and str(top / "a2" / "b1") not in expected
-    assert {str(top / "a1" / "b0"), str(top / "a1" / "b0" / "c0"),
-            str(top / "a1" / "b5" / "c3"), str(top / "a0" / "b1" / "c2")} <= expected
+    assert {str(top / "a2"), str(top / "a2" / "b1"), str(top / "a1" / "b0"),
+            str(top / "a1" / "b0" / "c0"), str(top / "a1" / "b5" / "c3"),
+            str(top / "a0" / "b1" / "c2"), str(top / "a0" / "b10" / "c5")} <= expected
+    assert not {str(top / "a0" / "b1" / "c5"), str(top / "a0" / "b1x" / "c5"),
+                str(top / "a0" / "b10" / "c2")} & expected
     times_file = _times_file(tmp_path / "times", "1f0a", times)
     assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) == expected
+
+
+@ROOT_ONLY
+def test_a_chain_deeper_than_the_open_directories_is_read_right(
+        tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain of 150 directories, each with more than 16 below it, with leaves at its
+    foot: past 64 open ones the outermost give way, and every answer stays the one the
+    whole paths give (a change at the foot, one halfway, one leaf gone)."""
+    chain = [tmp_path / "chain"]
+    for depth in range(1, 150):
+        chain.append(chain[-1] / f"d{depth}")
+    chain[-1].mkdir(parents=True)
+    leaves = [chain[-1] / f"leaf{k}" for k in range(20)]
+    for leaf in leaves:
+        leaf.mkdir()
+    made = [*chain, *leaves]
+    times = {str(path): os.lstat(path).st_ctime_ns for path in made}
+    (leaves[3] / "new").touch()
+    (chain[75] / "new").touch()
+    leaves[9].rmdir()
+    expected = dirtimes.changed(list(times), times)
+    assert expected == {str(leaves[3]), str(chain[75]), str(leaves[9]), str(chain[-1])}
+    times_file = _times_file(tmp_path / "times", "1f0a", times)
+    assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) == expected
+
+
+def _as_owner(directory: Path, act: Callable[[int], None]) -> None:
+    """`act` on a descriptor of `directory`, in a child that is its owner (nobody) and no
+    longer root: what another user may do to a directory of theirs."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                os.setgroups([])
+                os.setresgid(65534, 65534, 65534)
+                os.setresuid(65534, 65534, 65534)
+                act(fd)
+                status = 0
+            finally:
+                os._exit(status)
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        os.close(fd)
+
+
+@ROOT_ONLY
+def test_a_directory_whose_owner_sets_its_time_back_is_still_read_again(
+        tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user who owns a directory in a shown tree sets its modification time back
+    once root has made a file there: the directory is still found changed (its
+    status-change time), by the reader and by the Python reading alike."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, 65534, 65534)
+    times = {str(shared): os.lstat(shared).st_ctime_ns}
+    before = os.lstat(shared).st_mtime_ns
+    (shared / "root.key").touch(mode=0o600)
+    _as_owner(shared, lambda fd: os.utime(fd, ns=(before, before)))
+    assert os.lstat(shared).st_mtime_ns == before
+    assert dirtimes.changed(list(times), times) == {str(shared)}
+    times_file = _times_file(tmp_path / "times", "1f0a", times)
+    assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) == {str(shared)}
 
 
 @ROOT_ONLY
@@ -309,7 +379,7 @@ def test_prefetch_takes_the_readers_answer_only_for_its_own_cache(
     assert rootcache.prefetch(cache).changed == frozenset(touched)
     assert read_here == []  # the reader read them
     # A later cache (its times the ones now), with the earlier cache's times file beside it.
-    now = {path: os.lstat(path).st_mtime_ns for path in times if os.path.exists(path)}
+    now = {path: os.lstat(path).st_ctime_ns for path in times if os.path.exists(path)}
     rootcache.save(cache, {}, now, time.time())
     assert rootcache.prefetch(cache).changed == frozenset()
     Path(cache + rootcache.TIMES).write_bytes(earlier)
@@ -406,9 +476,7 @@ os.makedirs(real)
 key = os.fsdecode(real)
 twin = key.encode("utf-8", "surrogateescape")
 os.mkdir(twin)
-dirs = {{os.fsdecode(base): os.lstat(base).st_mtime_ns, key: os.lstat(real).st_mtime_ns}}
-os.utime(twin, ns=(dirs[key], dirs[key]))
-os.utime(base, ns=(dirs[os.fsdecode(base)],) * 2)
+dirs = {{os.fsdecode(base): os.lstat(base).st_ctime_ns, key: os.lstat(real).st_ctime_ns}}
 cache = {str(tmp_path / "cache")!r}
 rootcache.save(cache, {{}}, dirs, time.time())
 os.close(os.open(real + b"/secret", os.O_CREAT | os.O_WRONLY, 0o600))
@@ -436,7 +504,7 @@ def test_the_reader_takes_any_bytes_without_crashing(tmp_path: Path, reader: str
     headers), the reader exits 0 (every record whole and well formed) or 65, within its
     time, and never dies of a signal."""
     times_file = tmp_path / "times"
-    times_file.write_bytes(b"claude-sandbox dir-times 2 " + token + body)
+    times_file.write_bytes(b"claude-sandbox dir-times 3 " + token + body)
     times_file.chmod(0o600)
     done = subprocess.run([reader, str(times_file), str(os.getpid())], capture_output=True,
                           timeout=20, check=False)
@@ -459,7 +527,7 @@ def test_the_reader_takes_any_many_records_without_crashing(
     body = b"".join(seconds.to_bytes(8, "little", signed=True) + nanos.to_bytes(4, "little")
                     + b"/" + name + b"\0" for seconds, nanos, name in many)
     times_file = tmp_path / "times"
-    times_file.write_bytes(b"claude-sandbox dir-times 2 1f0a\n" + body)
+    times_file.write_bytes(b"claude-sandbox dir-times 3 1f0a\n" + body)
     times_file.chmod(0o600)
     done = subprocess.run([reader, str(times_file), str(os.getpid())], capture_output=True,
                           timeout=20, check=False)

@@ -11,8 +11,9 @@
  *
  *   dirtimes FILE PARENT
  *
- * FILE (rootcache.py writes it, root's own, 0600): the line "claude-sandbox dir-times 2
- * TOKEN", then for each directory its modification time as the kernel keeps it (seconds:
+ * FILE (rootcache.py writes it, root's own, 0600): the line "claude-sandbox dir-times 3
+ * TOKEN", then for each directory its status-change time (ctime: only the kernel sets
+ * it, where the owner may set the modification time back) as the kernel keeps it (seconds:
  * 8 bytes, signed; nanoseconds: 4 bytes; both little endian) followed by its absolute
  * path, as bytes, and a NUL. TOKEN is the cache's own (a random value both files hold).
  * On stdout: TOKEN and a NUL, the count of records read and a NUL, then each path whose
@@ -28,11 +29,13 @@
  * Most of a read is the kernel's walk of each path, component by component (a cached
  * directory is nine deep on average). A directory that has at least HUB_FROM cached
  * directories below it is opened (O_PATH, no link followed) as it is read, and those
- * below it are read relative to it: their walk starts there. A name read that way is
- * the same directory the absolute path names, unless the one opened was renamed away
- * since; a rename changes its parent's time, which this read or the next finds, as
- * with any change made after a time is read. Any failure (an open refused, a record
- * out of the walk's order) only falls back to the absolute path.
+ * below it are read relative to it: their walk starts there (at most HUB_DEPTH stay
+ * open along a path, the nearest ones). A name read that way is the same directory the
+ * absolute path names unless, since the open, the one opened or a directory above it
+ * was renamed, or a mount made or removed there: the race an absolute read has with
+ * any change made after a time is read. A rename changes a cached parent's time, which
+ * the next launch's read finds. Any failure (an open refused, a record out of the
+ * walk's order) only falls back to the absolute path.
  * PARENT is the caller's pid: the program ends with it (a parent-death signal of its
  * own, since an exec that raises root's capabilities clears the one it inherited).
  * Statically linked, as the other programs.
@@ -53,12 +56,13 @@
 #define EXIT_DATAERR 65
 #define EXIT_UNAVAILABLE 69
 #define FILE_LIMIT (256u << 20)
-#define MAGIC "claude-sandbox dir-times 2 "
+#define MAGIC "claude-sandbox dir-times 3 "
 #define RECORD_HEAD 12 /* seconds and nanoseconds */
 #define TOKEN_LIMIT 64
 #define THREADS 2
 #define HUB_FROM 16   /* cached directories below one that make it worth a descriptor */
 #define HUB_DEPTH 64  /* descriptors open along one path, at most */
+#define NONE SIZE_MAX
 
 struct entry {
     int64_t seconds;
@@ -66,7 +70,15 @@ struct entry {
     const char *path;
     size_t length;
     size_t below; /* cached directories below this one */
+    size_t above; /* the nearest cached directory above this one, or NONE */
     int changed;
+};
+
+/* The directories opened along the path being read, the nearest last. */
+struct hubs {
+    struct entry *entry[HUB_DEPTH];
+    int fd[HUB_DEPTH];
+    size_t depth;
 };
 
 struct share {
@@ -138,7 +150,7 @@ static struct entry *parse(char *data, size_t size, size_t at, size_t *count) {
             entries = more;
         }
         entries[n++] = (struct entry){(int64_t)seconds, nanoseconds, path,
-                                      (size_t)(end - path), 0, 0};
+                                      (size_t)(end - path), 0, NONE, 0};
         at = (size_t)(end - data) + 1;
     }
     *count = n;
@@ -153,9 +165,10 @@ static int lies_below(const struct entry *entry, const struct entry *top) {
         && memcmp(entry->path, top->path, top->length) == 0;
 }
 
-/* How many cached directories lie below each one. The walk writes a directory before
- * those below it, so one pass with a stack of the open ancestors counts them; in any
- * other order some count low, which costs time only. */
+/* How many cached directories lie below each one, and the nearest above it. The walk
+ * writes a directory before those below it, so one pass with a stack of the open
+ * ancestors finds them; in any other order some count low and some lack the one above,
+ * which costs time only. */
 static void count_below(struct entry *entries, size_t count) {
     size_t *open = malloc((count + 1) * sizeof *open);
     if (open == NULL)
@@ -166,44 +179,76 @@ static void count_below(struct entry *entries, size_t count) {
             depth--;
         for (size_t d = 0; d < depth; d++)
             entries[open[d]].below++;
+        entries[i].above = depth > 0 ? open[depth - 1] : NONE;
         open[depth++] = i;
     }
     free(open);
 }
 
+/* Where `entry` is read from: the nearest opened directory above it, or its path. */
+static const char *name_from(const struct hubs *hubs, const struct entry *entry, int *at) {
+    if (hubs->depth == 0) {
+        *at = AT_FDCWD;
+        return entry->path;
+    }
+    const struct entry *hub = hubs->entry[hubs->depth - 1];
+    *at = hubs->fd[hubs->depth - 1];
+    return entry->path + (hub->length == 1 ? 1 : hub->length + 1);
+}
+
+/* Open `entry` (without following a link) for those below it to be read from. */
+static void open_hub(struct hubs *hubs, struct entry *entry) {
+    int at;
+    const char *name = name_from(hubs, entry, &at);
+    int fd = openat(at, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (hubs->depth == HUB_DEPTH) {
+        /* The outermost gives way: a read always starts from its nearest opened
+         * ancestor, however deep a chain of directories others made (each read would
+         * otherwise walk all of it again). */
+        close(hubs->fd[0]);
+        memmove(hubs->entry, hubs->entry + 1, (HUB_DEPTH - 1) * sizeof *hubs->entry);
+        memmove(hubs->fd, hubs->fd + 1, (HUB_DEPTH - 1) * sizeof *hubs->fd);
+        hubs->depth--;
+    }
+    hubs->entry[hubs->depth] = entry;
+    hubs->fd[hubs->depth++] = fd;
+}
+
 /* The entries from `first` to `end`: whether each time is still the one written. */
 static void *read_share(void *argument) {
     struct share *share = argument;
-    struct entry *hubs[HUB_DEPTH];
-    int fds[HUB_DEPTH];
-    size_t depth = 0;
+    struct entry *entries = share->entries;
+    struct hubs hubs = {.depth = 0};
     struct stat info;
+    if (share->first < share->end) {
+        /* A share that begins deep in a tree opens the large directories above its first
+         * record first, the outermost first, as the other share did on its way down. */
+        size_t line[HUB_DEPTH], n = 0;
+        for (size_t a = entries[share->first].above; a != NONE && n < HUB_DEPTH;
+             a = entries[a].above)
+            if (entries[a].below >= HUB_FROM)
+                line[n++] = a;
+        while (n > 0)
+            open_hub(&hubs, &entries[line[--n]]);
+    }
     for (size_t i = share->first; i < share->end; i++) {
-        struct entry *entry = &share->entries[i];
-        while (depth > 0 && !lies_below(entry, hubs[depth - 1]))
-            close(fds[--depth]);
-        int at = AT_FDCWD;
-        const char *name = entry->path;
-        if (depth > 0) {
-            const struct entry *hub = hubs[depth - 1];
-            at = fds[depth - 1];
-            name = entry->path + (hub->length == 1 ? 1 : hub->length + 1);
-        }
+        struct entry *entry = &entries[i];
+        while (hubs.depth > 0 && !lies_below(entry, hubs.entry[hubs.depth - 1]))
+            close(hubs.fd[--hubs.depth]);
+        int at;
+        const char *name = name_from(&hubs, entry, &at);
         /* Compared as the kernel keeps it: no product that could overflow. Gone, or no
          * longer reachable: changed too (the walk then drops it). */
         entry->changed = fstatat(at, name, &info, AT_SYMLINK_NOFOLLOW) != 0
-            || (int64_t)info.st_mtim.tv_sec != entry->seconds
-            || (uint32_t)info.st_mtim.tv_nsec != entry->nanoseconds;
-        if (entry->below >= HUB_FROM && depth < HUB_DEPTH) {
-            int fd = openat(at, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (fd >= 0) {
-                hubs[depth] = entry;
-                fds[depth++] = fd;
-            }
-        }
+            || (int64_t)info.st_ctim.tv_sec != entry->seconds
+            || (uint32_t)info.st_ctim.tv_nsec != entry->nanoseconds;
+        if (entry->below >= HUB_FROM)
+            open_hub(&hubs, entry);
     }
-    while (depth > 0)
-        close(fds[--depth]);
+    while (hubs.depth > 0)
+        close(hubs.fd[--hubs.depth]);
     return NULL;
 }
 
@@ -232,13 +277,16 @@ int main(int argc, char **argv) {
     count_below(entries, count);
 
     /* Each thread reads a run of the walk's order, so that the directories it opens
-     * serve the ones after them. */
+     * serve the ones after them; below 1024 directories, one reads them all. */
+    size_t runs = count >= 1024 ? THREADS : 1;
     struct share shares[THREADS];
     pthread_t threads[THREADS];
     int started[THREADS] = {0};
     for (int t = 0; t < THREADS; t++) {
-        shares[t] = (struct share){entries, count * (size_t)t / THREADS,
-                                   count * (size_t)(t + 1) / THREADS};
+        size_t run = (size_t)t;
+        shares[t] = run < runs ? (struct share){entries, count * run / runs,
+                                                count * (run + 1) / runs}
+                               : (struct share){entries, count, count}; /* nothing */
         /* The first share is read here; a thread that cannot start leaves its share to
          * this one too: no directory goes unread. */
         if (t > 0 && count >= 1024)

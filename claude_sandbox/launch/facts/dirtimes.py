@@ -36,7 +36,7 @@ def _read(paths: list[str], times: dict[str, int]) -> set[str]:
     lstat = os.lstat
     for path in paths:
         try:
-            if lstat(path).st_mtime_ns != times[path]:
+            if lstat(path).st_ctime_ns != times[path]:
                 found.add(path)
         except OSError:  # gone, or no longer reachable: the walk drops it
             found.add(path)

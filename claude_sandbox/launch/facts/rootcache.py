@@ -50,24 +50,25 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 # The cache's versions: OLD_CACHES, below, lists the earlier ones, which are removed.
-CACHE_NAME = "root-only-8"
-_MAGIC = b"claude-sandbox root-only 8\n"
+CACHE_NAME = "root-only-9"
+_MAGIC = b"claude-sandbox root-only 9\n"
 _HEAD = len(_MAGIC) + 16
 # A mode changed in place (chmod) does not change a directory's time: past this age the
 # cache is rebuilt in full.
 MAX_AGE = 24 * 3600
 # Beside the cache: every directory's time, flat, for the compiled reader (dirtimes.c).
 TIMES = ".times"
-_TIMES_MAGIC = b"claude-sandbox dir-times 2 "
+_TIMES_MAGIC = b"claude-sandbox dir-times 3 "
 _TIMES_HEAD = 4096  # read to find the token: the magic, the token, a newline
 _HEX = frozenset("0123456789abcdef")
 
-# -8 loads its directories' times only when asked; -7 shares a token with its times file;
-# -6 is marshal's form; -5 judged directories right by right (-4 covered another user's
-# 0711 directory; -4 and -3 walked the shown trees, -3 in JSON; -2 all of /, the first
-# judged by other-read).
+# -9 keeps each directory's status-change time (-8 its modification time, which the
+# directory's owner may set back); -8 loads its directories' times only when asked; -7
+# shares a token with its times file; -6 is marshal's form; -5 judged directories right
+# by right (-4 covered another user's 0711 directory; -4 and -3 walked the shown trees,
+# -3 in JSON; -2 all of /, the first judged by other-read).
 OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4",
-              "root-only-5", "root-only-6", "root-only-7")
+              "root-only-5", "root-only-6", "root-only-7", "root-only-8")
 
 Loaded = tuple[dict[str, bool], dict[str, int], float]  # covers, directory times, made
 

@@ -152,7 +152,11 @@ def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
         current = stack.pop()
         try:
             info = os.lstat(current)
-            dirs[current] = info.st_mtime_ns
+            # The status-change time, not the modification time: a directory's owner may
+            # set the latter back (utimensat) once root has made a file in it, and the
+            # refresh would then not list it again; only the kernel sets the former, on
+            # every entry made, removed or renamed there, and on utimensat itself.
+            dirs[current] = info.st_ctime_ns
             entries = list(os.scandir(current))
         except OSError:
             continue
