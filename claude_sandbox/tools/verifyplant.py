@@ -234,7 +234,7 @@ def forge_root_only_cache(fixtures: Fixtures, store: str) -> str:
         with contextlib.suppress(OSError):
             info = os.lstat(directory)
             if stat.S_ISDIR(info.st_mode):
-                times[directory] = info.st_mtime_ns
+                times[directory] = info.st_ctime_ns
     path = os.path.join(store, rootcache.CACHE_NAME)
     os.makedirs(store, mode=0o700, exist_ok=True)
     staged = f"{path}.forged-{secrets.token_hex(4)}"

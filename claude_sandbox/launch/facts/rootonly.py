@@ -17,11 +17,12 @@ system trees, the toolchains of root's home, allow-read (the plan's read-only bi
 The rest of / is not there inside (reads.py, check 72), so neither its root-only files
 nor what any user makes in it (a home, a project's node_modules, /tmp) costs a root
 launch anything. Finding them takes a walk of those trees, about a second on a dev
-container's image, so the result is cached in root's state store with the modification
-time of every directory walked. A launch re-lists only the directories whose time
-changed (a file created, renamed or removed there), so a new secret is found at the next
-launch; a directory changed below another changed one is re-listed once, with it. A mode
-changed in place (chmod) does not change the directory's time: the cache is rebuilt in
+container's image, so the result is cached in root's state store with the status-change
+time of every directory walked (not the modification time, which the directory's owner
+may set back). A launch re-lists only the directories whose time changed (a file
+created, renamed or removed there), so a new secret is found at the next launch; a
+directory changed below another changed one is re-listed once, with it. A mode changed
+in place (chmod) on a file does not change its directory's time: the cache is rebuilt in
 full when it is more than a day old. All of it runs in the late-mount helper: the cache
 and its times from the launch's start, while the launcher plans (rootcache.py), the rest
 once the plan says which trees are shown, while bwrap sets up.
