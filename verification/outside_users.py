@@ -1,5 +1,7 @@
 """Probes made outside as another local user: what an unprivileged user makes in shared
-places must not slow every root launch (A66) nor refuse a launch (A67).
+places must not slow every root launch (A66) nor refuse a launch (A67), and a time set
+back on a directory of theirs must not hide a file root made there from the next root
+launch (A72).
 
 The runner needs root to act as that other user (`nobody`). As a user, A66 is skipped (a
 user's launch walks no root-only file) and A67 counts only names another user already
@@ -229,6 +231,23 @@ SECRET_A72 = "claude-sandbox probe A72: root's own, behind a time set back"
 _SET_BACK = "import os, sys; os.utime(sys.argv[1], ns=(int(sys.argv[2]),) * 2)"
 
 
+def _refreshes(agent: str, environ: Mapping[str, str], place: str) -> str | None:
+    """None when root's walk cache holds `place` and the next launch refreshes it rather
+    than rebuilds it (a rebuild covers a new file whatever the times); else why not."""
+    from claude_sandbox.launch.configure import profiles
+    from claude_sandbox.launch.facts import gather, hostfacts, rootcache
+    from claude_sandbox.launch.session import state
+
+    cfg = gather.load_config(profiles.get(agent).name, environ)
+    store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
+    cache = rootcache.read(os.path.join(store, rootcache.CACHE_NAME))
+    if cache is None or not rootcache.fresh(cache.made, time.time() + 600):
+        return "root's walk cache is missing or due for its daily rebuild; run again"
+    if place not in (rootcache.directories(cache) or {}):
+        return f"root's walk cache does not hold {place}: the walk does not go there"
+    return None
+
+
 def probe_a72_time_set_back(shim: str, agent: str, workdir: str,
                             environ: Mapping[str, str]) -> Result:
     """Another user owns a directory in a tree root launches show. After a root launch has
@@ -251,6 +270,9 @@ def probe_a72_time_set_back(shim: str, agent: str, workdir: str,
         os.chown(place, uid, gid)
         os.chmod(place, 0o755)
         _timed(shim, agent, workdir, environ)  # the walk caches the directory and its time
+        refreshed = _refreshes(agent, environ, place)
+        if refreshed is not None:
+            return Result("A72", "SKIP", refreshed)
         cached = os.lstat(place).st_mtime_ns
         secret = os.path.join(place, "root.key")
         with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600),

@@ -225,7 +225,7 @@ def forge_root_only_cache(fixtures: Fixtures, store: str) -> str:
     the cache again; one still there at the end (no launch read it) is removed."""
     if os.getuid() != 0:
         return ""
-    from claude_sandbox.launch.facts import rootcache
+    from claude_sandbox.launch.facts import dirtimes, rootcache
 
     times = {}
     # One level only: a mount below, however slow (a dead network share), is not asked.
@@ -234,7 +234,7 @@ def forge_root_only_cache(fixtures: Fixtures, store: str) -> str:
         with contextlib.suppress(OSError):
             info = os.lstat(directory)
             if stat.S_ISDIR(info.st_mode):
-                times[directory] = info.st_ctime_ns
+                times[directory] = dirtimes.stamp(info)
     path = os.path.join(store, rootcache.CACHE_NAME)
     os.makedirs(store, mode=0o700, exist_ok=True)
     staged = f"{path}.forged-{secrets.token_hex(4)}"

@@ -29,7 +29,7 @@ def _tree(top: Path, count: int) -> tuple[list[str], dict[str, int]]:
         path = top / f"d{index // 100}" / f"e{index}"
         path.mkdir(parents=True)
         paths.append(str(path))
-    return paths, {path: os.lstat(path).st_ctime_ns for path in paths}
+    return paths, {path: dirtimes.stamp(os.lstat(path)) for path in paths}
 
 
 def _change(paths: list[str], times: dict[str, int], every: int) -> set[str]:
@@ -39,7 +39,8 @@ def _change(paths: list[str], times: dict[str, int], every: int) -> set[str]:
     for index, path in enumerate(paths):
         if index % every == 0:
             Path(path, "new").touch()
-            os.utime(path, ns=(times[path] + 10**9, times[path] + 10**9))
+            modified = dirtimes.split(times[path])[1]
+            os.utime(path, ns=(modified + 10**9, modified + 10**9))
             touched.add(path)
         elif index % every == 1 and index % 7 == 0:
             os.rmdir(path)
@@ -101,13 +102,20 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _record(where: str, when: int) -> bytes:
-    seconds, nanoseconds = divmod(when, 10**9)
-    return (seconds.to_bytes(8, "little", signed=True) + nanoseconds.to_bytes(4, "little")
-            + os.fsencode(where) + b"\0")
+    head = b""
+    for time_ns in dirtimes.split(when):
+        seconds, nanoseconds = divmod(time_ns, 10**9)
+        head += seconds.to_bytes(8, "little", signed=True) + nanoseconds.to_bytes(4, "little")
+    return head + os.fsencode(where) + b"\0"
+
+
+def _stamp(changed: int, modified: int) -> int:
+    """The stamp of a directory with these two times (dirtimes.stamp)."""
+    return changed * (1 << 128) + modified % (1 << 128)
 
 
 def _times_file(path: Path, token: str, times: dict[str, int]) -> str:
-    data = b"claude-sandbox dir-times 3 " + token.encode() + b"\n" + b"".join(
+    data = b"claude-sandbox dir-times 4 " + token.encode() + b"\n" + b"".join(
         _record(where, when) for where, when in times.items())
     path.write_bytes(data)
     path.chmod(0o600)
@@ -134,11 +142,11 @@ def test_the_reader_finds_what_the_python_reading_finds(
     odd = os.path.join(os.fsdecode(bytes(tmp_path)), os.fsdecode(b"na\xffme\nline"))
     os.mkdir(odd)
     times[odd] = -5
-    times[str(tmp_path / "gone")] = os.lstat(tmp_path).st_ctime_ns
+    times[str(tmp_path / "gone")] = dirtimes.stamp(os.lstat(tmp_path))
     extremes = set()
     for name, when in (("past", -(10**9) - 7), ("far", 10**19 + 3)):
         os.mkdir(tmp_path / name)
-        times[str(tmp_path / name)] = when
+        times[str(tmp_path / name)] = _stamp(when, when)
         extremes.add(str(tmp_path / name))
     touched = _change(paths, times, 29)
     expected = dirtimes.changed(list(times), times)
@@ -163,7 +171,7 @@ def _nested(top: Path) -> dict[str, int]:
             made.extend(top / f"a{i}" / sibling / f"c{k}" for k in range(24))
     for path in made:
         path.mkdir()
-    return {str(path): os.lstat(path).st_ctime_ns for path in made}
+    return {str(path): dirtimes.stamp(os.lstat(path)) for path in made}
 
 
 @ROOT_ONLY
@@ -191,15 +199,20 @@ def test_a_directory_read_relative_to_one_above_it_is_read_as_its_path_names_it(
     # a1/b0 is a file now.
     shutil.rmtree(top / "a1" / "b0")
     (top / "a1" / "b0").touch()
+    # a0/b2 is a copy renamed into its place, its modification times copied too.
+    shutil.copytree(top / "a0" / "b2", tmp_path / "moved")
+    shutil.rmtree(top / "a0" / "b2")
+    os.rename(tmp_path / "moved", top / "a0" / "b2")
     entries = list(times.items())
     if order == "reversed":
         entries.reverse()
     elif order == "shuffled":
         random.Random(7).shuffle(entries)
     elif order == "below /":
-        entries.insert(0, ("/", os.lstat("/").st_ctime_ns))
+        entries.insert(0, ("/", dirtimes.stamp(os.lstat("/"))))
     times = dict(entries)
     expected = dirtimes.changed(list(times), times)
+    assert {str(top / "a0" / "b2"), str(top / "a0" / "b2" / "c7")} <= expected
     assert {str(top / "a2"), str(top / "a2" / "b1"), str(top / "a1" / "b0"),
             str(top / "a1" / "b0" / "c0"), str(top / "a1" / "b5" / "c3"),
             str(top / "a0" / "b1" / "c2"), str(top / "a0" / "b10" / "c5")} <= expected
@@ -223,12 +236,32 @@ def test_a_chain_deeper_than_the_open_directories_is_read_right(
     for leaf in leaves:
         leaf.mkdir()
     made = [*chain, *leaves]
-    times = {str(path): os.lstat(path).st_ctime_ns for path in made}
+    times = {str(path): dirtimes.stamp(os.lstat(path)) for path in made}
     (leaves[3] / "new").touch()
     (chain[75] / "new").touch()
     leaves[9].rmdir()
     expected = dirtimes.changed(list(times), times)
     assert expected == {str(leaves[3]), str(chain[75]), str(leaves[9]), str(chain[-1])}
+    times_file = _times_file(tmp_path / "times", "1f0a", times)
+    assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) == expected
+
+
+@ROOT_ONLY
+def test_either_time_that_differs_reads_as_changed(
+        tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory whose status-change time is the one kept but whose modification time
+    is not (a file system whose status-change time is fixed), and the other way round:
+    changed, to both readings; both times the ones kept: unchanged."""
+    for name in ("both", "changed", "modified"):
+        (tmp_path / name).mkdir()
+    info = {name: os.lstat(tmp_path / name) for name in ("both", "changed", "modified")}
+    times = {str(tmp_path / "both"): dirtimes.stamp(info["both"]),
+             str(tmp_path / "changed"): _stamp(info["changed"].st_ctime_ns + 1,
+                                               info["changed"].st_mtime_ns),
+             str(tmp_path / "modified"): _stamp(info["modified"].st_ctime_ns,
+                                                info["modified"].st_mtime_ns - 1)}
+    expected = {str(tmp_path / "changed"), str(tmp_path / "modified")}
+    assert dirtimes.changed(list(times), times) == expected
     times_file = _times_file(tmp_path / "times", "1f0a", times)
     assert _run(reader, times_file, "1f0a", monkeypatch, len(times)) == expected
 
@@ -263,7 +296,7 @@ def test_a_directory_whose_owner_sets_its_time_back_is_still_read_again(
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chown(shared, 65534, 65534)
-    times = {str(shared): os.lstat(shared).st_ctime_ns}
+    times = {str(shared): dirtimes.stamp(os.lstat(shared))}
     before = os.lstat(shared).st_mtime_ns
     (shared / "root.key").touch(mode=0o600)
     _as_owner(shared, lambda fd: os.utime(fd, ns=(before, before)))
@@ -379,7 +412,7 @@ def test_prefetch_takes_the_readers_answer_only_for_its_own_cache(
     assert rootcache.prefetch(cache).changed == frozenset(touched)
     assert read_here == []  # the reader read them
     # A later cache (its times the ones now), with the earlier cache's times file beside it.
-    now = {path: os.lstat(path).st_ctime_ns for path in times if os.path.exists(path)}
+    now = {path: dirtimes.stamp(os.lstat(path)) for path in times if os.path.exists(path)}
     rootcache.save(cache, {}, now, time.time())
     assert rootcache.prefetch(cache).changed == frozenset()
     Path(cache + rootcache.TIMES).write_bytes(earlier)
@@ -445,7 +478,7 @@ def test_save_writes_the_cache_whatever_the_times_file_cannot_hold(tmp_path: Pat
     cache = str(tmp_path / "cache")
     rootcache.save(cache, {}, {"/": 5}, time.time())
     assert os.path.exists(cache + rootcache.TIMES)
-    rootcache.save(cache, {}, {"/": 10**40}, time.time())
+    rootcache.save(cache, {}, {"/": 10**30 << 128}, time.time())
     assert rootcache.load(cache) is not None
     assert not os.path.exists(cache + rootcache.TIMES)
 
@@ -476,11 +509,12 @@ os.makedirs(real)
 key = os.fsdecode(real)
 twin = key.encode("utf-8", "surrogateescape")
 os.mkdir(twin)
-dirs = {{os.fsdecode(base): os.lstat(base).st_ctime_ns, key: os.lstat(real).st_ctime_ns}}
+dirs = {{os.fsdecode(base): dirtimes.stamp(os.lstat(base)),
+        key: dirtimes.stamp(os.lstat(real))}}
 cache = {str(tmp_path / "cache")!r}
 rootcache.save(cache, {{}}, dirs, time.time())
 os.close(os.open(real + b"/secret", os.O_CREAT | os.O_WRONLY, 0o600))
-os.utime(twin, ns=(dirs[key], dirs[key]))
+os.utime(twin, ns=(dirtimes.split(dirs[key])[1],) * 2)
 early = rootcache.prefetch(cache)
 print(sorted(early.changed) == [key], early.times_stale)
 """
@@ -504,7 +538,7 @@ def test_the_reader_takes_any_bytes_without_crashing(tmp_path: Path, reader: str
     headers), the reader exits 0 (every record whole and well formed) or 65, within its
     time, and never dies of a signal."""
     times_file = tmp_path / "times"
-    times_file.write_bytes(b"claude-sandbox dir-times 3 " + token + body)
+    times_file.write_bytes(b"claude-sandbox dir-times 4 " + token + body)
     times_file.chmod(0o600)
     done = subprocess.run([reader, str(times_file), str(os.getpid())], capture_output=True,
                           timeout=20, check=False)
@@ -524,10 +558,10 @@ def test_the_reader_takes_any_many_records_without_crashing(
     seconds, any nanoseconds (those past a second are refused), any path bytes (a NUL
     inside cuts the record)."""
     many = records * (1200 // len(records) + 1)
-    body = b"".join(seconds.to_bytes(8, "little", signed=True) + nanos.to_bytes(4, "little")
-                    + b"/" + name + b"\0" for seconds, nanos, name in many)
+    body = b"".join((seconds.to_bytes(8, "little", signed=True) + nanos.to_bytes(4, "little"))
+                    * 2 + b"/" + name + b"\0" for seconds, nanos, name in many)
     times_file = tmp_path / "times"
-    times_file.write_bytes(b"claude-sandbox dir-times 3 1f0a\n" + body)
+    times_file.write_bytes(b"claude-sandbox dir-times 4 1f0a\n" + body)
     times_file.chmod(0o600)
     done = subprocess.run([reader, str(times_file), str(os.getpid())], capture_output=True,
                           timeout=20, check=False)

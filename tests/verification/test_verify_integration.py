@@ -51,10 +51,10 @@ def _failures(report: dict) -> list[str]:
 
 # The probes of the jail's address classes, the stores, the thread of a hidden process,
 # vsock, a linked control path, a squatted scratch directory and packet sockets: BLOCKED
-# for every agent, as root and as a user; the root-only flood for every agent as root (a
-# user's launch walks no root-only file).
+# for every agent, as root and as a user; the root-only flood and a directory's time set
+# back for every agent as root (a user's launch walks no root-only file).
 PROBES_EVERYWHERE = ("A57", "A58", "A60", "A64", "A65", "A67", "A69")
-PROBES_AS_ROOT = ("A66",)
+PROBES_AS_ROOT = ("A66", "A72")
 SCRATCH_NAMES = ("/var/tmp/claude-agent", "/var/tmp/claude-agent-{uid}")
 
 

@@ -11,11 +11,13 @@
  *
  *   dirtimes FILE PARENT
  *
- * FILE (rootcache.py writes it, root's own, 0600): the line "claude-sandbox dir-times 3
- * TOKEN", then for each directory its status-change time (ctime: only the kernel sets
- * it, where the owner may set the modification time back) as the kernel keeps it (seconds:
- * 8 bytes, signed; nanoseconds: 4 bytes; both little endian) followed by its absolute
- * path, as bytes, and a NUL. TOKEN is the cache's own (a random value both files hold).
+ * FILE (rootcache.py writes it, root's own, 0600): the line "claude-sandbox dir-times 4
+ * TOKEN", then for each directory its status-change time and its modification time as
+ * the kernel keeps them (each: seconds, 8 bytes, signed; nanoseconds, 4 bytes; little
+ * endian), followed by its absolute path, as bytes, and a NUL. A directory differs when
+ * either time does: only the kernel sets the status-change time, where the owner may set
+ * the modification time back, and a file system whose status-change time is not one
+ * (a fixed value, a creation time) still keeps the other. TOKEN is the cache's own (a random value both files hold).
  * On stdout: TOKEN and a NUL, the count of records read and a NUL, then each path whose
  * time is no longer the one written, or that is gone, each followed by a NUL. Exit 0
  * only when every directory was read.
@@ -56,17 +58,22 @@
 #define EXIT_DATAERR 65
 #define EXIT_UNAVAILABLE 69
 #define FILE_LIMIT (256u << 20)
-#define MAGIC "claude-sandbox dir-times 3 "
-#define RECORD_HEAD 12 /* seconds and nanoseconds */
+#define MAGIC "claude-sandbox dir-times 4 "
+#define RECORD_HEAD 24 /* seconds and nanoseconds, twice */
 #define TOKEN_LIMIT 64
 #define THREADS 2
 #define HUB_FROM 16   /* cached directories below one that make it worth a descriptor */
 #define HUB_DEPTH 64  /* descriptors open along one path, at most */
 #define NONE SIZE_MAX
 
-struct entry {
+struct when {
     int64_t seconds;
     uint32_t nanoseconds;
+};
+
+struct entry {
+    struct when changed_at; /* the status-change time */
+    struct when modified_at;
     const char *path;
     size_t length;
     size_t below; /* cached directories below this one */
@@ -74,11 +81,13 @@ struct entry {
     int changed;
 };
 
-/* The directories opened along the path being read, the nearest last. */
+/* The directories opened along the path being read, the nearest last. `partial`: some
+ * large directory above the outermost is not open (at most HUB_DEPTH are). */
 struct hubs {
     struct entry *entry[HUB_DEPTH];
     int fd[HUB_DEPTH];
     size_t depth;
+    int partial;
 };
 
 struct share {
@@ -120,6 +129,25 @@ static char *read_own(const char *path, size_t *size) {
     return data;
 }
 
+/* A time as the file holds it; exits on nanoseconds past a second. */
+static struct when read_when(const char *at) {
+    uint64_t seconds = 0;
+    uint32_t nanoseconds = 0;
+    for (int i = 7; i >= 0; i--)
+        seconds = (seconds << 8) | (unsigned char)at[i];
+    for (int i = 11; i >= 8; i--)
+        nanoseconds = (nanoseconds << 8) | (unsigned char)at[i];
+    if (nanoseconds >= 1000000000u)
+        fail(EXIT_DATAERR, "a record's nanoseconds are past a second");
+    return (struct when){(int64_t)seconds, nanoseconds};
+}
+
+/* Whether `kept` is the time `now` the kernel gives: compared as it keeps it, with no
+ * product that could overflow. */
+static int same(struct when kept, struct timespec now) {
+    return (int64_t)now.tv_sec == kept.seconds && (uint32_t)now.tv_nsec == kept.nanoseconds;
+}
+
 /* The records after the first line; exits on any that is not well formed. */
 static struct entry *parse(char *data, size_t size, size_t at, size_t *count) {
     size_t room = 1024, n = 0;
@@ -129,14 +157,7 @@ static struct entry *parse(char *data, size_t size, size_t at, size_t *count) {
     while (at < size) {
         if (size - at < RECORD_HEAD + 2)
             fail(EXIT_DATAERR, "a record is cut short");
-        uint64_t seconds = 0;
-        uint32_t nanoseconds = 0;
-        for (int i = 7; i >= 0; i--)
-            seconds = (seconds << 8) | (unsigned char)data[at + (size_t)i];
-        for (int i = 11; i >= 8; i--)
-            nanoseconds = (nanoseconds << 8) | (unsigned char)data[at + (size_t)i];
-        if (nanoseconds >= 1000000000u)
-            fail(EXIT_DATAERR, "a record's nanoseconds are past a second");
+        struct when changed_at = read_when(data + at), modified_at = read_when(data + at + 12);
         at += RECORD_HEAD;
         char *path = data + at;
         char *end = memchr(path, '\0', size - at);
@@ -149,8 +170,8 @@ static struct entry *parse(char *data, size_t size, size_t at, size_t *count) {
                 fail(EXIT_UNAVAILABLE, "out of memory");
             entries = more;
         }
-        entries[n++] = (struct entry){(int64_t)seconds, nanoseconds, path,
-                                      (size_t)(end - path), 0, NONE, 0};
+        entries[n++] = (struct entry){changed_at, modified_at, path, (size_t)(end - path), 0,
+                                      NONE, 0};
         at = (size_t)(end - data) + 1;
     }
     *count = n;
@@ -167,18 +188,22 @@ static int lies_below(const struct entry *entry, const struct entry *top) {
 
 /* How many cached directories lie below each one, and the nearest above it. The walk
  * writes a directory before those below it, so one pass with a stack of the open
- * ancestors finds them; in any other order some count low and some lack the one above,
- * which costs time only. */
+ * ancestors finds them, each count handed to the one above as its directory leaves the
+ * stack; in any other order (a subtree a refresh listed again is written after the rest)
+ * some count low and some lack the one above, which costs time only. */
 static void count_below(struct entry *entries, size_t count) {
     size_t *open = malloc((count + 1) * sizeof *open);
     if (open == NULL)
         return; /* then no directory is opened: every path is read whole */
     size_t depth = 0;
-    for (size_t i = 0; i < count; i++) {
-        while (depth > 0 && !lies_below(&entries[i], &entries[open[depth - 1]]))
+    for (size_t i = 0; i <= count; i++) {
+        while (depth > 0 && (i == count || !lies_below(&entries[i], &entries[open[depth - 1]]))) {
             depth--;
-        for (size_t d = 0; d < depth; d++)
-            entries[open[d]].below++;
+            if (depth > 0)
+                entries[open[depth - 1]].below += entries[open[depth]].below + 1;
+        }
+        if (i == count)
+            break;
         entries[i].above = depth > 0 ? open[depth - 1] : NONE;
         open[depth++] = i;
     }
@@ -211,39 +236,49 @@ static void open_hub(struct hubs *hubs, struct entry *entry) {
         memmove(hubs->entry, hubs->entry + 1, (HUB_DEPTH - 1) * sizeof *hubs->entry);
         memmove(hubs->fd, hubs->fd + 1, (HUB_DEPTH - 1) * sizeof *hubs->fd);
         hubs->depth--;
+        hubs->partial = 1;
     }
     hubs->entry[hubs->depth] = entry;
     hubs->fd[hubs->depth++] = fd;
+}
+
+/* Open the large directories above `entry`, the nearest HUB_DEPTH, outermost first: a
+ * run that begins deep in a tree, or climbs back out of a chain deeper than the open
+ * ones, then reads from its nearest again. */
+static void open_above(struct hubs *hubs, struct entry *entries, const struct entry *entry) {
+    size_t line[HUB_DEPTH], n = 0;
+    size_t a = entry->above;
+    for (; a != NONE && n < HUB_DEPTH; a = entries[a].above)
+        if (entries[a].below >= HUB_FROM)
+            line[n++] = a;
+    while (n > 0)
+        open_hub(hubs, &entries[line[--n]]);
+    for (; a != NONE; a = entries[a].above)
+        if (entries[a].below >= HUB_FROM) {
+            hubs->partial = 1;
+            break;
+        }
 }
 
 /* The entries from `first` to `end`: whether each time is still the one written. */
 static void *read_share(void *argument) {
     struct share *share = argument;
     struct entry *entries = share->entries;
-    struct hubs hubs = {.depth = 0};
+    struct hubs hubs = {.depth = 0, .partial = 1};
     struct stat info;
-    if (share->first < share->end) {
-        /* A share that begins deep in a tree opens the large directories above its first
-         * record first, the outermost first, as the other share did on its way down. */
-        size_t line[HUB_DEPTH], n = 0;
-        for (size_t a = entries[share->first].above; a != NONE && n < HUB_DEPTH;
-             a = entries[a].above)
-            if (entries[a].below >= HUB_FROM)
-                line[n++] = a;
-        while (n > 0)
-            open_hub(&hubs, &entries[line[--n]]);
-    }
     for (size_t i = share->first; i < share->end; i++) {
         struct entry *entry = &entries[i];
         while (hubs.depth > 0 && !lies_below(entry, hubs.entry[hubs.depth - 1]))
             close(hubs.fd[--hubs.depth]);
+        if (hubs.depth == 0 && hubs.partial) {
+            hubs.partial = 0;
+            open_above(&hubs, entries, entry);
+        }
         int at;
         const char *name = name_from(&hubs, entry, &at);
-        /* Compared as the kernel keeps it: no product that could overflow. Gone, or no
-         * longer reachable: changed too (the walk then drops it). */
+        /* Gone, or no longer reachable: changed too (the walk then drops it). */
         entry->changed = fstatat(at, name, &info, AT_SYMLINK_NOFOLLOW) != 0
-            || (int64_t)info.st_ctim.tv_sec != entry->seconds
-            || (uint32_t)info.st_ctim.tv_nsec != entry->nanoseconds;
+            || !same(entry->changed_at, info.st_ctim) || !same(entry->modified_at, info.st_mtim);
         if (entry->below >= HUB_FROM)
             open_hub(&hubs, entry);
     }

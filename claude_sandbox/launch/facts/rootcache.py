@@ -50,25 +50,27 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 # The cache's versions: OLD_CACHES, below, lists the earlier ones, which are removed.
-CACHE_NAME = "root-only-9"
-_MAGIC = b"claude-sandbox root-only 9\n"
+CACHE_NAME = "root-only-10"
+_MAGIC = b"claude-sandbox root-only 10\n"
 _HEAD = len(_MAGIC) + 16
-# A mode changed in place (chmod) does not change a directory's time: past this age the
-# cache is rebuilt in full.
+# A file's mode changed in place (chmod) does not change its directory's times: past this
+# age the cache is rebuilt in full.
 MAX_AGE = 24 * 3600
 # Beside the cache: every directory's time, flat, for the compiled reader (dirtimes.c).
 TIMES = ".times"
-_TIMES_MAGIC = b"claude-sandbox dir-times 3 "
+_TIMES_MAGIC = b"claude-sandbox dir-times 4 "
 _TIMES_HEAD = 4096  # read to find the token: the magic, the token, a newline
 _HEX = frozenset("0123456789abcdef")
 
-# -9 keeps each directory's status-change time (-8 its modification time, which the
-# directory's owner may set back); -8 loads its directories' times only when asked; -7
-# shares a token with its times file; -6 is marshal's form; -5 judged directories right
-# by right (-4 covered another user's 0711 directory; -4 and -3 walked the shown trees,
-# -3 in JSON; -2 all of /, the first judged by other-read).
+# -10 keeps each directory's status-change and modification times (dirtimes.stamp; -9
+# the first, -8 the second, which the directory's owner may set back); -8 loads its
+# directories' times only when asked; -7 shares a token with its times file; -6 is
+# marshal's form; -5 judged directories right by right (-4 covered another user's 0711
+# directory; -4 and -3 walked the shown trees, -3 in JSON; -2 all of /, the first
+# judged by other-read).
 OLD_CACHES = ("root-only.json", "root-only-2.json", "root-only-3.json", "root-only-4",
-              "root-only-5", "root-only-6", "root-only-7", "root-only-8")
+              "root-only-5", "root-only-6", "root-only-7", "root-only-8",
+              "root-only-9")
 
 Loaded = tuple[dict[str, bool], dict[str, int], float]  # covers, directory times, made
 
@@ -163,9 +165,12 @@ def _times(dirs: dict[str, int], token: str) -> bytes | None:
     records = []
     try:
         for where, when in dirs.items():
-            seconds, nanoseconds = divmod(when, 1_000_000_000)  # as the kernel keeps it
-            records.append(seconds.to_bytes(8, "little", signed=True)
-                           + nanoseconds.to_bytes(4, "little") + os.fsencode(where) + b"\0")
+            head = b""
+            for time_ns in dirtimes.split(when):  # status-change, then modification
+                seconds, nanoseconds = divmod(time_ns, 1_000_000_000)  # as the kernel keeps it
+                head += seconds.to_bytes(8, "little", signed=True) + nanoseconds.to_bytes(
+                    4, "little")
+            records.append(head + os.fsencode(where) + b"\0")
     except (OverflowError, ValueError):  # ValueError: a name the encoding cannot hold
         return None
     return _TIMES_MAGIC + token.encode("ascii") + b"\n" + b"".join(records)

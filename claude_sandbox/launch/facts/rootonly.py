@@ -17,15 +17,17 @@ system trees, the toolchains of root's home, allow-read (the plan's read-only bi
 The rest of / is not there inside (reads.py, check 72), so neither its root-only files
 nor what any user makes in it (a home, a project's node_modules, /tmp) costs a root
 launch anything. Finding them takes a walk of those trees, about a second on a dev
-container's image, so the result is cached in root's state store with the status-change
-time of every directory walked (not the modification time, which the directory's owner
-may set back). A launch re-lists only the directories whose time changed (a file
-created, renamed or removed there), so a new secret is found at the next launch; a
-directory changed below another changed one is re-listed once, with it. A mode changed
-in place (chmod) on a file does not change its directory's time: the cache is rebuilt in
-full when it is more than a day old. All of it runs in the late-mount helper: the cache
-and its times from the launch's start, while the launcher plans (rootcache.py), the rest
-once the plan says which trees are shown, while bwrap sets up.
+container's image, so the result is cached in root's state store with two times of
+every directory walked: its status-change time, which only the kernel sets, and its
+modification time, which the directory's owner may set back (dirtimes.stamp). A launch
+re-lists only the directories whose times changed (a file created, renamed or removed
+there), so a new secret is found at the next launch; a directory changed below another
+changed one is re-listed once, with it. A file's mode changed in place (chmod) does not
+change its directory's times, and a re-listed directory's entries are judged again but
+not the directory itself: the cache is rebuilt in full when it is more than a day old.
+All of it runs in the late-mount helper: the cache and its times from the launch's
+start, while the launcher plans (rootcache.py), the rest once the plan says which trees
+are shown, while bwrap sets up.
 """
 
 from __future__ import annotations
@@ -153,11 +155,11 @@ def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
         current = stack.pop()
         try:
             info = os.lstat(current)
-            # The status-change time, not the modification time: a directory's owner may
-            # set the latter back (utimensat) once root has made a file in it, and the
-            # refresh would then not list it again; only the kernel sets the former, on
-            # every entry made, removed or renamed there, and on utimensat itself.
-            dirs[current] = info.st_ctime_ns
+            # The status-change time too, not only the modification time: a directory's
+            # owner may set the latter back (utimensat) once root has made a file in it,
+            # and the refresh would then not list it again; only the kernel sets the
+            # former, on every entry made, removed or renamed there, and on utimensat.
+            dirs[current] = dirtimes.stamp(info)
             entries = list(os.scandir(current))
         except OSError:
             continue
