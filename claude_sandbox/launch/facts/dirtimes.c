@@ -17,10 +17,10 @@
  * endian), followed by its absolute path, as bytes, and a NUL. A directory differs when
  * either time does: only the kernel sets the status-change time, where the owner may set
  * the modification time back, and a file system whose status-change time is not one
- * (a fixed value, a creation time) still keeps the other. TOKEN is the cache's own (a random value both files hold).
- * On stdout: TOKEN and a NUL, the count of records read and a NUL, then each path whose
- * time is no longer the one written, or that is gone, each followed by a NUL. Exit 0
- * only when every directory was read.
+ * (a fixed value, a creation time) still keeps the other. TOKEN is the cache's own (a
+ * random value both files hold). On stdout: TOKEN and a NUL, the count of records read
+ * and a NUL, then each path whose times are no longer the ones written, or that is gone,
+ * each followed by a NUL. Exit 0 only when every directory was read.
  *
  * The file is read only when it is a regular file of the caller's that no one else may
  * write, opened without following a link or waiting on a FIFO, as the cache itself is.
