@@ -97,26 +97,42 @@ def _covered_below(plan: Mapping[str, object], top: str) -> list[str]:
     return [str(path) for path in found if path == top or str(path).startswith(top + "/")]
 
 
+def _place_of_theirs(number: str, prefix: str, shim: str, agent: str, workdir: str,
+                     environ: Mapping[str, str]) -> tuple[str, str] | Result:
+    """A directory of the other user's, mode 0755, in the first tree of FLOOD_PARENTS a
+    root launch shows: (that tree, the directory); or the probe's SKIP or FAIL."""
+    if os.getuid() != 0:
+        return Result(number, "SKIP", "a user's launch walks no root-only file; run verify "
+                      "as root for the root launch's walk")
+    try:
+        parent = _flood_parent(_explain(shim, agent, workdir, environ))
+        if parent is None:
+            return Result(number, "SKIP", "no tree of " + ", ".join(FLOOD_PARENTS)
+                          + " is shown read-only to a root launch here")
+        place = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    except (OSError, RuntimeError, ValueError) as error:
+        return Result(number, "FAIL", f"could not prepare: {error}")
+    try:
+        uid, gid = _other_user()
+        os.chown(place, uid, gid)
+        os.chmod(place, 0o755)
+    except OSError as error:
+        shutil.rmtree(place, ignore_errors=True)
+        return Result(number, "FAIL", f"could not prepare: {error}")
+    return parent, place
+
+
 def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
                               environ: Mapping[str, str]) -> Result:
     """Another user makes 20,000 empty mode-600 files and 500 directories of mode 0711 in
     a tree root launches show: none of them is covered, and a root launch takes at most
     50 ms longer (medians; the floor before the flood and after its removal)."""
-    if os.getuid() != 0:
-        return Result("A66", "SKIP", "a user's launch walks no root-only file; run verify "
-                      "as root for the root launch's walk")
+    prepared = _place_of_theirs("A66", "csbx-flood-", shim, agent, workdir, environ)
+    if isinstance(prepared, Result):
+        return prepared
+    parent, place = prepared
+    uid = _other_user()[0]
     try:
-        parent = _flood_parent(_explain(shim, agent, workdir, environ))
-        if parent is None:
-            return Result("A66", "SKIP", "no tree of " + ", ".join(FLOOD_PARENTS)
-                          + " is shown read-only to a root launch here")
-        place = tempfile.mkdtemp(prefix="csbx-flood-", dir=parent)
-    except (OSError, RuntimeError, ValueError) as error:
-        return Result("A66", "FAIL", f"could not prepare: {error}")
-    try:
-        uid, gid = _other_user()
-        os.chown(place, uid, gid)
-        os.chmod(place, 0o755)
         flood = os.path.join(place, "files")
 
         def launches() -> list[float]:
@@ -254,21 +270,12 @@ def probe_a72_time_set_back(shim: str, agent: str, workdir: str,
     cached its time, root makes a mode-600 file there, as root's own tools may in a shared
     place, and the user sets the directory's modification time back to the cached one:
     the next root launch still covers the file, and its text is not read inside."""
-    if os.getuid() != 0:
-        return Result("A72", "SKIP", "a user's launch walks no root-only file; run verify "
-                      "as root for the root launch's walk")
+    prepared = _place_of_theirs("A72", "csbx-setback-", shim, agent, workdir, environ)
+    if isinstance(prepared, Result):
+        return prepared
+    parent, place = prepared
+    uid = _other_user()[0]
     try:
-        parent = _flood_parent(_explain(shim, agent, workdir, environ))
-        if parent is None:
-            return Result("A72", "SKIP", "no tree of " + ", ".join(FLOOD_PARENTS)
-                          + " is shown read-only to a root launch here")
-        place = tempfile.mkdtemp(prefix="csbx-setback-", dir=parent)
-    except (OSError, RuntimeError, ValueError) as error:
-        return Result("A72", "FAIL", f"could not prepare: {error}")
-    try:
-        uid, gid = _other_user()
-        os.chown(place, uid, gid)
-        os.chmod(place, 0o755)
         _timed(shim, agent, workdir, environ)  # the walk caches the directory and its time
         refreshed = _refreshes(agent, environ, place)
         if refreshed is not None:
