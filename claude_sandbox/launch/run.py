@@ -3,7 +3,9 @@
 The order (docs/explanation/architecture.md): the nesting guard; the terminal
 signals the launch ignores; the janitor, forked before anything exists that a
 killed launcher would leave behind, and before the rest of the launcher is
-imported, so that it stays small while it waits; then the steps (steps.py).
+imported, so that it stays small while it waits; on a root launch the late-mount
+helper, whose read of the root-only walk's directory times then runs on the core the
+launcher's imports and configuration leave idle; then the steps (steps.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from claude_sandbox.launch.session.janitor import Janitor
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from claude_sandbox.launch.session.procmask import Helper
 
 __all__ = ["Request", "inherited_ignored", "launch"]
 
@@ -44,12 +48,38 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
         _signal.signal(signum, _signal.SIG_IGN)
     janitor = Janitor()
     try:
-        from claude_sandbox.launch import steps  # after the fork: see the docstring
-
-        return steps.run(request, environ, trace, janitor, keep_ignored)
+        helper = _early_helper()
+        try:
+            from claude_sandbox.launch import steps  # after the fork: see the docstring
+        except BaseException:
+            if helper is not None:
+                _stop(helper)
+            raise
+        return steps.run(request, environ, trace, janitor, keep_ignored, helper)
     finally:
         janitor.done()
         trace.phase("torn down")
+
+
+def _early_helper() -> Helper | None:
+    """On a root launch, the late-mount helper, reading the home store's walk cache from
+    now on (ADR 0015). The configuration may put the store elsewhere (state-dir): steps.py
+    then starts another on that store's cache; this one's reading is never used for it
+    (rootonly.covers takes a reading only of the walk's own cache)."""
+    if os.getuid() != 0:  # plan.masks_root_only, before the planner is imported
+        return None
+    from claude_sandbox.launch.facts import hostfacts, rootcache
+    from claude_sandbox.launch.session import procmask, state
+
+    store = state.store_root(None, hostfacts.login_home(), os.getuid())
+    return procmask.start_helper(os.path.join(store, rootcache.CACHE_NAME))
+
+
+def _stop(helper: Helper) -> None:
+    from claude_sandbox.launch.session import procmask
+
+    procmask.stop(helper)
+    os.close(helper.fd)
 
 
 def _exec_nested(request: Request, environ: Mapping[str, str]) -> None:

@@ -1,9 +1,10 @@
 """The launch's steps after the janitor, in order: facts, one plan, then making and running it.
 
 run.py forks the janitor before this module (and the rest of the launcher) is
-imported, so that the janitor, waiting the whole session, holds little memory.
-The order here: the configuration and the caps (decide.configure); on a root launch the
-late-mount helper, which reads the root-only cache meanwhile (procmask.py); the jail's holder
+imported, so that the janitor, waiting the whole session, holds little memory, and on a
+root launch the late-mount helper, which reads the root-only cache from then on
+(procmask.py). The order here: the configuration and the caps (decide.configure); a new
+helper where the store is not the home's (state-dir); the jail's holder
 and pasta, whose attach the rest overlaps; the facts, the credential broker's part and
 the plan (decide.decide, as `explain` makes it; plan.py is pure);
 the things the plan needs made (the state store, the workspace's overlays,
@@ -42,15 +43,20 @@ if TYPE_CHECKING:
 
 
 def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Janitor,
-        keep_ignored: tuple[str, ...]) -> int:
-    """The launch after the janitor: configuration, caps, jail, facts, plan, session."""
-    configured = decide.configure(request.agent, environ)
-    profile, cfg, limit_plan = configured.profile, configured.cfg, configured.limit_plan
-    limits.prefer_for_oom()
-    notices.at_start(profile, cfg, environ, limit_plan, agent=request.command is None)
-    trace.phase("config")
-
-    cgroup = cgroups.create(limit_plan.cgroup)  # None unless a cap needs one
+        keep_ignored: tuple[str, ...], helper: Helper | None = None) -> int:
+    """The launch after the janitor: configuration, caps, jail, facts, plan, session.
+    `helper`: the late-mount helper run.py forked on a root launch, ours to end."""
+    try:
+        configured = decide.configure(request.agent, environ)
+        profile, cfg, limit_plan = configured.profile, configured.cfg, configured.limit_plan
+        limits.prefer_for_oom()
+        notices.at_start(profile, cfg, environ, limit_plan, agent=request.command is None)
+        trace.phase("config")
+        cgroup = cgroups.create(limit_plan.cgroup)  # None unless a cap needs one
+    except BaseException:
+        if helper is not None:
+            _stop_helper(helper, close=True)
+        raise
     for directory in cgroup.dirs if cgroup is not None else ():
         janitor.tell("cgroup", directory)
     jail = None
@@ -58,19 +64,27 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     prepared: Prepared | None = None
     record: tuple[str, int] | None = None
     modes = _terminal_modes()
-    helper = None  # the late-mount helper, forked early on a root launch; _prepare's then
     try:
         store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
         if cfg.state_dir is not None:
             notices.squatted_store(cfg.state_dir, store)
         if plan.masks_root_only(os.getuid()):
-            # The plan will cover root's own files. Forked first, the helper reads the
-            # walk's cache and every cached directory's time while the rest is planned:
-            # most of what a root launch costs (ADR 0015).
+            # The plan will cover root's own files. Forked first (run.py), the helper reads
+            # the walk's cache and every cached directory's time while the rest is planned:
+            # most of what a root launch costs (ADR 0015). It read the home store's cache;
+            # a state-dir puts this launch's elsewhere, which a new helper reads.
             from claude_sandbox.launch.facts.rootcache import CACHE_NAME
             from claude_sandbox.launch.session import procmask
 
-            helper = procmask.start_helper(os.path.join(store, CACHE_NAME))
+            cache = os.path.join(store, CACHE_NAME)
+            if helper is not None and helper.cache != cache:
+                _stop_helper(helper, close=True)
+                helper = None
+            if helper is None:
+                helper = procmask.start_helper(cache)
+        elif helper is not None:  # run.py's rule and the planner's disagree: none early
+            _stop_helper(helper, close=True)
+            helper = None
         if cfg.egress_jail:
             from claude_sandbox.jail import preflight
             from claude_sandbox.jail import start as jail_start

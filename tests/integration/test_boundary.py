@@ -186,19 +186,30 @@ def test_outer_command_lines_are_hidden_where_the_engine_masks_proc(
     assert "found []" in result.stdout, result.stdout
 
 
-def test_a_root_only_file_made_after_a_launch_is_hidden_at_the_next(launcher: Launcher) -> None:
+@pytest.mark.parametrize("store", ["home", "state-dir"])
+def test_a_root_only_file_made_after_a_launch_is_hidden_at_the_next(launcher: Launcher,
+                                                                    store: str) -> None:
+    """Whichever store holds root's walk cache: the home's, which the late-mount helper
+    reads from the launch's start (run.py), or a state-dir's, for which the launch
+    starts another helper once the configuration names it (steps.py)."""
     if launcher.user != "root":
         pytest.skip("a root launch only")
-    launcher.shell("/bin/true")  # the cache exists now
+    state_dir = tempfile.mkdtemp(prefix="csbx-state-", dir="/var/tmp")
+    conf = f"state-dir = {state_dir}\nenv-may-widen = egress-jail\n" if store == "state-dir" \
+        else None
     directory = f"/var/lib/csbx-ro-{secrets.token_hex(3)}"
-    os.mkdir(directory, 0o755)
     try:
+        launcher.shell("/bin/true", config=conf)  # the cache exists now
+        os.mkdir(directory, 0o755)
         with open(os.open(f"{directory}/key", os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write("csbx-secret\n")
-        result = launcher.shell("/bin/cat", f"{directory}/key", "/etc/shadow")
+        result = launcher.shell("/bin/cat", f"{directory}/key", "/etc/shadow", config=conf)
         assert "csbx-secret" not in result.stdout and "root:" not in result.stdout, result
+        assert os.path.exists(os.path.join(state_dir, "0", "root-only-10")) == (
+            store == "state-dir")
     finally:
-        shutil.rmtree(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_a_fork_bomb_a_memory_hog_and_a_tmpfs_fill_hit_their_caps(launcher: Launcher) -> None:

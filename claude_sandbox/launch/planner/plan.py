@@ -149,7 +149,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
 
 def masks_root_only(uid: int) -> bool:
     """Whether a launch by `uid` covers root's own files: a root launch (ADR 0015). The
-    launch forks the late-mount helper early on this alone (steps.py)."""
+    launch forks the late-mount helper early on this alone (run.py, steps.py)."""
     return uid == 0
 
 

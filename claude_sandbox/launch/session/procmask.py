@@ -304,6 +304,7 @@ class Helper:
 
     pid: int
     fd: int
+    cache: str | None = None  # the walk cache it read from its start (start_helper)
 
 
 def start_helper(cache: str | None = None) -> Helper:
@@ -333,7 +334,7 @@ def start_helper(cache: str | None = None) -> Helper:
         finally:
             os._exit(status)
     ours.close()
-    return Helper(pid, theirs.detach())
+    return Helper(pid, theirs.detach(), cache)
 
 
 def instruct(helper: Helper, outer_proc: bool, noexec: bool, walk: Walk | None) -> None:
