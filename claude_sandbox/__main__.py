@@ -1,7 +1,7 @@
 """Entry points. The launch path imports nothing it does not need.
 
-`_launch`, `_jail_holder`, `_enter` and `_janitor` are called by the shim, the
-jail, bwrap and the janitor, never by a person; they are dispatched before argparse or any operator
+`_launch`, `_enter` and `_janitor` are called by the shim, bwrap and
+the janitor, never by a person; they are dispatched before argparse or any operator
 code is imported. Every SandboxError ends here, as one line and its status
 (core/errors.EXIT_STATUSES).
 """
@@ -37,10 +37,6 @@ def _internal(command: str, argv: list[str]) -> int:
         from claude_sandbox.launch import run
 
         return run.launch(run.Request(argv[0], None, args), os.environ)
-    if command == "_jail_holder":
-        from claude_sandbox.jail import holder
-
-        return holder.main(argv)
     if command == "_enter":
         from claude_sandbox.inside import enter
 

@@ -58,7 +58,7 @@ from probes import mounts as probe_mounts
 
 from claude_sandbox.core import bundle, paths
 from claude_sandbox.install import placed
-from claude_sandbox.jail import netfilter
+from claude_sandbox.jail import egressproxy, holder, netfilter
 from claude_sandbox.launch.configure import keys, profiles
 from claude_sandbox.launch.facts import credentials
 from claude_sandbox.launch.planner import environment, mounts
@@ -1191,6 +1191,7 @@ def test_72_reads_by_inversion(request: pytest.FixtureRequest) -> None:
 # A documentation address (RFC 5737): whatever answers a connection there is the proxy.
 FAR = "198.51.100.77"
 PROXY_PORTS = (netfilter.PROXY_PORT, netfilter.RESOLVER_PORT)
+JAIL_PROCESSES = (holder.NAME, egressproxy.NAME)  # their /proc/PID/comm
 
 
 def _allow_list(request: pytest.FixtureRequest) -> bool:
@@ -1266,11 +1267,11 @@ def test_80_udp_goes_nowhere(request: pytest.FixtureRequest) -> None:
 def test_81_proxy_out_of_reach(request: pytest.FixtureRequest) -> None:
     if not jail_on(request):
         return
-    # It is a fork of the jail holder: its command line would name _jail_holder.
+    # The holder and the proxy are forks of the launcher: they are told by their names.
     seen = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
-            if b"_jail_holder" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if Path(f"/proc/{pid}/comm").read_text().strip() in JAIL_PROCESSES:
                 seen.append(pid)
     assert not seen, f"the jail's own processes are visible: {seen}"
     # Only the proxy's mark skips the redirect; setting it needs CAP_NET_ADMIN.

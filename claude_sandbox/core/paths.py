@@ -110,10 +110,10 @@ def workspace_key(workspace: str) -> str:
 
 
 def internal_argv(command: str) -> list[str]:
-    """How the core re-enters itself for an internal command (`_enter`, `_jail_holder`).
+    """How the core re-enters itself for an internal command (`_enter`, `_janitor`).
 
-    Each runs at every launch it serves (`_enter` under harsh and brokered; the jail
-    holder with the jail) in a fresh interpreter. -S skips site (about
+    Each runs in a fresh interpreter (`_enter` where the compiled inner stage is
+    missing; the janitor's sweeper after a launcher that died). -S skips site (about
     5 ms, and the distribution's sitecustomize), and `-c` skips runpy's
     imports; the one directory site would add, the core venv's site-packages
     holding this package, is named instead. -I still ignores PYTHON*

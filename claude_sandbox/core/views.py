@@ -57,17 +57,32 @@ def own_mount_namespace(uid: int, gid: int) -> str | None:
     bwrap, unprivileged, then nests its own user namespace inside as usual.
     None, or why it failed.
     """
+    return own_namespaces(0, (uid, gid), (uid, gid))
+
+
+def own_namespaces(extra: int, inside: tuple[int, int], outside: tuple[int, int]) -> str | None:
+    """Enter a new user and mount namespace (and the namespaces `extra` names), where
+    `inside` (uid, gid) is this process's `outside` one, and make every mount private:
+    what `unshare --user --map-user --map-group --mount` does, in this process.
+    None, or why it failed.
+
+    Called in forked children only: unshare of a user namespace needs a single-threaded
+    process, and the change is for good.
+    """
     import ctypes
 
     libc = load_libc()
-    # The launcher is not dumpable, and a process that is not cannot write its own
-    # /proc/self/*_map (the files belong to root then). The exec that follows resets it.
+    # A process that is not dumpable cannot write its own /proc/self/*_map (the files
+    # belong to root then), and a launcher that has started its session is not. The
+    # jail's holder must be anyway, for pasta to open its namespaces; the child of a
+    # launch without the jail execs bwrap next, which sets it again.
     libc.prctl(kernel.PR_SET_DUMPABLE, 1, 0, 0, 0)
-    if libc.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS) != 0:
+    if libc.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS | extra) != 0:
         return f"unshare: {os.strerror(ctypes.get_errno())}"
     try:
-        for name, text in (("uid_map", f"{uid} {uid} 1\n"), ("setgroups", "deny"),
-                           ("gid_map", f"{gid} {gid} 1\n")):
+        # setgroups is denied before the group map, as an unprivileged writer must.
+        for name, text in (("uid_map", f"{inside[0]} {outside[0]} 1\n"), ("setgroups", "deny"),
+                           ("gid_map", f"{inside[1]} {outside[1]} 1\n")):
             with open(f"/proc/self/{name}", "w", encoding="ascii") as handle:
                 handle.write(text)
     except OSError as error:

@@ -1,7 +1,7 @@
 """The jail holder: the first process of the jail's user + network namespace.
 
-`unshare --user --map-root-user --net --mount INTERPRETER -I -S -c CODE
-_jail_holder --fd N` starts it (`paths.internal_argv`, as `_enter` starts;
+The launcher forks it (jail/start.spawn_holder), and the child makes the namespaces
+itself, as `unshare --user --map-root-user --net --mount` would (`forked`;
 docs/explanation/egress-jail.md). It holds the namespace open while pasta
 attaches from outside, then carries out the parent's requests inside the
 namespace: run `ip` or iptables (or start one and answer for it later),
@@ -9,18 +9,17 @@ switch IPv6 off, fork the egress proxy, start an inside relay, mount the
 workspace's overlays in its own mount namespace (core/views.py), and finally
 exec the session command. Policy (which routes and filter, whether the
 read-back matches) lives in the parent (session.py, lock.py, readback.py,
-netfilter.py); the holder is a small executor, so its import cost stays off
-the launch's critical path.
+netfilter.py); the holder is a small executor.
 
-It talks to the parent only over the socketpair end it inherits as fd N,
+It talks to the parent only over the socketpair end it inherits,
 never a pipe or a file: a pipe can be reopened through /proc/PID/fd by any
 process of the same user, a socketpair cannot (egress-jail.md, Channels). The session's argv
 and environment arrive on that socket, never on a command line
 (/proc/PID/cmdline is world-readable).
 
 Imports are deliberately minimal (`_socket` and `_signal` rather than
-`socket` and `signal`): this interpreter starts while pasta attaches, and on
-our machines their enum set-up alone costs several milliseconds of a ~40 ms
+`socket` and `signal`): the launcher imports this module before the holder's fork, and
+on our machines their enum set-up alone costs several milliseconds of a ~40 ms
 launch budget. Messages are core/wire.py's, as every crossing between our
 processes.
 """
@@ -33,7 +32,7 @@ import os
 import sys
 import time
 
-from claude_sandbox.core import wire
+from claude_sandbox.core import kernel, wire
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,6 +46,9 @@ ERRORS = "surrogateescape"  # argv and environment are bytes on Linux
 _PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
 _TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 RELAY_READY_TIMEOUT = 3.0  # for either side's socat
+# The holder's name (/proc/PID/comm): a fork of the launcher, its command line is the
+# launcher's (the egress proxy, its fork, names itself: egressproxy.NAME).
+NAME = "csbx-holder"
 
 
 # The largest message the launcher sends: the session's argv and environment, which the
@@ -315,29 +317,56 @@ def serve(sock: _socket.socket) -> int:
     return 1
 
 
-def main(argv: list[str]) -> int:
-    # Ctrl-C during set-up reaches this process too (it keeps the terminal's
-    # foreground group); die quietly rather than print a traceback.
+def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
+    """The holder's life, in the launcher's forked child (jail/start.spawn_holder): make
+    the namespaces, say so, join the launch's cgroup, serve. The caller _exits with the
+    status; nothing here returns into the launcher's code.
+
+    A fork, not a new interpreter: the launcher's is running already, and an interpreter's
+    start cost every jailed launch about 10 ms of CPU while pasta attached and the
+    launcher planned on the same cores (docs/adr/0004-launch-cost.md). What an exec would
+    have cleared is cleared here: every descriptor but the channel and the three standard
+    streams (the janitor must see the launcher's end of its pipe close, and no tool, relay
+    or proxy may hold what the launcher holds), and every signal handler the launcher set.
+    """
+    import gc
+
+    # The launcher's objects are never collected here: a socket or file the launcher
+    # dropped would otherwise close, by number, a descriptor this process opened since.
+    gc.freeze()
+    for signum in _signal.valid_signals():
+        if callable(_signal.getsignal(signum)):
+            _signal.signal(signum, _signal.SIG_DFL)
+    # Ctrl-C during set-up reaches this process too (it keeps the terminal's foreground
+    # group), which the launcher ignores: die quietly, as the launcher's own choice.
     _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
-    cgroup_dirs = tuple(argv[3::2])
-    if (len(argv) < 2 or argv[0] != "--fd" or not argv[1].isdigit() or len(argv) % 2
-            or any(flag != "--cgroup" for flag in argv[2::2])):
-        print("claude-sandbox: _jail_holder is internal (usage: --fd N [--cgroup DIR]...)",
-              file=sys.stderr)
-        return 64
-    fd = int(argv[1])
-    # The inherited end must not leak into tools, relays or the session.
-    os.set_inheritable(fd, False)
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
+    keep = sorted({0, 1, 2, sock.fileno()})
+    for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
+        os.closerange(low + 1, high)
+    from claude_sandbox.core.process import load_libc
+    from claude_sandbox.core.views import own_namespaces
+
+    # unshare --user --map-root-user --net --mount: root inside is the launching user.
+    ids = (os.getuid(), os.getgid())
+    why = own_namespaces(kernel.CLONE_NEWNET, (0, 0), ids)
+    if why is not None:
+        wire.send(sock, ["err", why])
+        return 1
+    # Its name in ps and in /proc/PID/comm; its command line is the launcher's.
+    load_libc().prctl(kernel.PR_SET_NAME, NAME.encode(), 0, 0, 0)
+    wire.send(sock, ["up"])
     if cgroup_dirs:
         # Into the launch's cgroup before anything is served: every tool, the egress
-        # proxy and the session are this process's children, and inherit its caps.
-        from claude_sandbox.core.errors import EXIT_UNAVAILABLE
+        # proxy and the session are this process's children, and inherit its caps. After
+        # the namespaces: a move between cgroups waits for an RCU grace period (15-20 ms
+        # measured), which then passes while pasta attaches and the launcher plans.
         from claude_sandbox.core.process import join_cgroups
 
         why = join_cgroups(cgroup_dirs)
         if why is not None:
             print(why, file=sys.stderr)
+            from claude_sandbox.core.errors import EXIT_UNAVAILABLE
+
             return EXIT_UNAVAILABLE
     try:
         return serve(sock)

@@ -3,10 +3,9 @@ and nothing private (docs/explanation/egress-jail.md).
 
 The order is the security argument, and every step fails closed:
 
-1. jail_start.begin(): an `unshare -rn` holder re-enters this package with
-   the same root-owned interpreter; as soon as its namespace exists (before
-   its Python has even started) pasta attaches to it from outside, where it
-   has the internet, and the holder starts the packet filter's commit
+1. jail_start.begin(): the launcher forks the holder, which makes its own user,
+   network and mount namespaces; as soon as it says they exist pasta attaches
+   to it from outside, where it has the internet, and the holder starts the packet filter's commit
    (netfilter.py). start() takes over, while the caller makes the plan.
 2. run(): the holder forks the egress proxy, which takes its policy and the
    session's record; the holder reads what pasta configured (lock.py) and
@@ -51,7 +50,6 @@ if TYPE_CHECKING:
 PASTA_TIMEOUT = 10.0
 # How long the proxy has, once the session ended, to record what was still open.
 PROXY_GRACE = 1.0
-PASTA_ATTEMPTS = 3
 
 
 def start(settings: JailSpec, early: jail_start.Early | None = None) -> Jail:
@@ -184,7 +182,6 @@ class Jail:
         assert directory is not None
         pidfile = os.path.join(directory, "pasta.pid")
         deadline = time.monotonic() + PASTA_TIMEOUT
-        attempt = 0
         while True:
             with reaping.Ignoring(FileNotFoundError):
                 if os.stat(pidfile).st_size > 0:
@@ -195,12 +192,7 @@ class Jail:
                 if self._forward.exited():
                     raise reaping.HolderGone  # a signal ended the launch while pasta attached
                 log = _last_message(os.path.join(directory, "pasta.log"))
-                if "Permission denied" not in log or attempt + 1 >= PASTA_ATTEMPTS:
-                    raise jail_error(f"pasta failed: {log}")
-                # The exec window described in jail_start.wait_netns: try again.
-                attempt += 1
-                self._trace(f"pasta attach retried (attempt {attempt})")
-                self._pasta = jail_start.spawn_pasta(self._holder, directory)
+                raise jail_error(f"pasta failed: {log}")
             if time.monotonic() > deadline:
                 raise jail_error("pasta did not attach in time")
             time.sleep(0.0005)

@@ -2,7 +2,7 @@
 
 The holder's namespace and pasta's attach are the longest wait of a jailed
 launch (ADR 0004), so begin() starts them before anything else is imported
-(this module needs only os, fcntl, time, _signal, _socket, and ctypes, which
+(this module needs only os, fcntl, select, _signal, _socket, and ctypes, which
 session.py needs as well); the launcher's facts and plan, and importing
 session.py, overlap their work. Early.abandon() ends all of it when the launch
 stops before the jail takes over.
@@ -15,14 +15,15 @@ import _socket
 import fcntl
 import os
 import select
-import time
+import sys
 
 from claude_sandbox.core import engine, kernel, paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
 from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
-from claude_sandbox.jail import netfilter
+from claude_sandbox.jail import holder as jail_holder
+from claude_sandbox.jail import netfilter, reaping
 from claude_sandbox.jail.dirs import make_private_dir, remove_dir
 
 TYPE_CHECKING = False
@@ -51,6 +52,7 @@ PASTA_FLAGS: tuple[str, ...] = (
     "-q",
 )  # fmt: skip
 NETNS_TIMEOUT = 5.0
+_FIRST_WORD_LIMIT = 1 << 12  # the holder's first message: "up", or why not
 _TUNSETIFF = 0x400454CA
 _TUNSETPERSIST = 0x400454CB
 _IFF_TAP = 0x0002
@@ -63,31 +65,34 @@ HOLDER_GRACE = 0.2  # how long a broken channel or a failed pasta waits for an e
 
 
 def spawn_holder(cgroup_dirs: tuple[str, ...] = ()) -> tuple[Child, _socket.socket]:
-    """Start `unshare -rn INTERPRETER -I ... _jail_holder --fd N [--cgroup DIR]...`.
+    """Fork the jail's holder (holder.forked), which makes its own user, network and mount
+    namespaces; the launcher's end of their channel.
 
-    The socketpair is the only channel (never a pipe: egress-jail.md). The holder gets its
-    end and the three standard streams only. `cgroup_dirs`: the launch's cgroup, which the
-    holder joins itself before it serves anything, so that the egress proxy and the
-    session, its children, inherit the caps. Joined there, not before its exec: a move
-    between cgroups waits for an RCU grace period (15-20 ms measured), which then passes
-    while the launcher plans instead of before the namespace is up.
+    The socketpair is the only channel (never a pipe: egress-jail.md). The holder keeps
+    its end and the three standard streams only. `cgroup_dirs`: the launch's cgroup, which
+    the holder joins itself once its namespaces exist, so that the egress proxy and the
+    session, its children, inherit the caps.
     """
+    load_libc()  # here, once: the child's unshare needs it, and make_tap's child too
+    for stream in (sys.stdout, sys.stderr):  # None where the launcher had no such stream
+        with reaping.Ignoring(OSError):  # or the child's first line carried the launcher's
+            if stream is not None:
+                stream.flush()
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        argv = [  # paths.internal_argv: how the core re-enters itself
-            # --mount: the workspace's overlays are mounted here, out of the host's view.
-            paths.tool("unshare"), "--user", "--map-root-user", "--net", "--mount",
-            *paths.internal_argv("_jail_holder"), "--fd", str(theirs.fileno()),
-            *(arg for directory in cgroup_dirs for arg in ("--cgroup", directory)),
-        ]  # fmt: skip
-        holder = fork_exec(argv, dict(os.environ), {}, setsid=False,
-                           pass_fds=(theirs.fileno(),))
+        pid = os.fork()
     except BaseException:
         ours.close()
-        raise
-    finally:
         theirs.close()
-    return holder, ours
+        raise
+    if pid == 0:
+        status = 1
+        try:
+            status = jail_holder.forked(theirs, cgroup_dirs)
+        finally:
+            os._exit(status)
+    theirs.close()
+    return Child(pid), ours
 
 
 class Forwarder:
@@ -151,45 +156,39 @@ def _ended(forward: Forwarder) -> SandboxError:
     return _stopped(-code) if quiet else holder_ended(code, forward.forward.status(code))
 
 
-def wait_netns(holder: Child, forward: Forwarder) -> tuple[int, int]:
-    """Wait until the holder has its own namespaces; descriptors of its user and
+def wait_netns(holder: Child, sock: _socket.socket, forward: Forwarder) -> tuple[int, int]:
+    """Wait until the holder says its namespaces exist; descriptors of its user and
     network namespaces (opened here, where a holder that is gone is waited out).
 
-    pasta cannot attach before the holder has its own network namespace
-    (setns EINVAL, measured with this pasta) or before unshare has written the id maps.
-    While a process is inside execve() its new mm is briefly not dumpable,
-    and pasta (capabilities already dropped) then gets EACCES opening
-    /proc/PID/ns/user. Waiting until unshare has exec'd the interpreter
-    closes most of that window; session.py retries the rest.
+    pasta cannot attach before the holder has its own network namespace (setns EINVAL,
+    measured with this pasta) or before the id maps are written: the holder's first
+    message says both are done, or why they could not be.
     """
-    mine = os.readlink("/proc/self/ns/net")
-    interpreter = os.path.realpath(paths.INTERPRETER)
-    deadline = time.monotonic() + NETNS_TIMEOUT
-    while True:
+    if not select.select([sock], [], [], NETNS_TIMEOUT)[0]:
+        raise jail_error("the namespace holder did not start")
+    try:
+        said = wire.receive_fields(sock, _FIRST_WORD_LIMIT)
+    except (OSError, wire.WireError):
+        said = None
+    if said == ["up"]:
+        userns = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            if (
-                os.readlink(f"/proc/{holder.pid}/ns/net") != mine
-                and os.readlink(f"/proc/{holder.pid}/exe") == interpreter
-            ):
-                userns = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    return userns, os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-                except OSError:
-                    os.close(userns)
-                    raise
+            return userns, os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            pass
-        if holder.poll() is not None:
-            forward.check()
-            if holder.wait() < 0:  # a signal, not unshare's refusal
-                raise _ended(forward)
-            why = engine.blocker(engine.read(), failed=True)
-            raise jail_error("cannot create a user and network namespace (unshare failed; "
-                             + (f"{why})" if why else "are unprivileged user namespaces "
-                                "allowed?)"), EXIT_UNAVAILABLE)
-        if time.monotonic() > deadline:
-            raise jail_error("the namespace holder did not start")
-        time.sleep(0.0002)
+            os.close(userns)
+            raise
+    if said is None or said[:1] != ["err"] or len(said) != 2:
+        # Ended before a word: a signal (the user's, the OOM killer's), or a failure of
+        # its own that it could not tell.
+        forward.check()
+        code = holder.wait()
+        if code < 0:
+            raise _ended(forward)
+        raise holder_ended(code, forward.forward.status(code))
+    why = engine.blocker(engine.read(), failed=True)
+    raise jail_error(f"cannot create a user and network namespace ({said[1]}; "
+                     + (f"{why})" if why else "are unprivileged user namespaces allowed?)"),
+                     EXIT_UNAVAILABLE)
 
 
 def make_tap(userns_fd: int, netns_fd: int, forward: Forwarder) -> None:
@@ -369,7 +368,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
     try:
         trace.phase("holder spawned")
         directory = make_private_dir()
-        userns_fd, netns_fd = wait_netns(holder, forward)
+        userns_fd, netns_fd = wait_netns(holder, sock, forward)
         trace.phase("holder namespace up")
         make_tap(userns_fd, netns_fd, forward)
         os.close(netns_fd)

@@ -12,10 +12,11 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from .conftest import Launcher
+from .conftest import SHIM_DIR, Launcher
 
 pytestmark = pytest.mark.integration
 
@@ -372,14 +373,63 @@ def test_sessions_side_by_side_share_one_workspace(launcher: Launcher) -> None:
     assert os.listdir(launcher.workspace) == ["started"]
 
 
+def test_the_jails_processes_keep_nothing_the_launcher_held(launcher: Launcher) -> None:
+    """The jail's holder is a fork of the launcher, and the egress proxy a fork of the
+    holder. The proxy, which lives the whole session and faces the agent's traffic, holds
+    no descriptor the launcher held: neither one it inherited (an IDE's socket; here a
+    file at 7) nor its own (the janitor's pipe, whose end of file tells the janitor the
+    launcher is gone)."""
+    marker = Path(launcher.home) / "inherited-by-the-launcher"  # the user may open it
+    marker.write_text("the launcher's\n")
+    os.chmod(marker, 0o644)
+    started = os.path.join(launcher.workspace, "started")
+    script = f'exec 7<"$1"; exec {SHIM_DIR}/claude-sandbox shell -- sh -c "touch started; sleep 2"'
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(launcher.run, ["sh", "-c", script, "sh", str(marker)],
+                              env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1"})
+        deadline = time.monotonic() + 60
+        while not os.path.exists(started):
+            assert not running.done(), running.result().stderr
+            assert time.monotonic() < deadline, "the session did not start"
+            time.sleep(0.05)
+        proxies = [pid for pid in os.listdir("/proc") if pid.isdigit()
+                   and _comm(pid) == "csbx-egress" and _uid(pid) == launcher.uid]
+        assert proxies, "no egress proxy ran"
+        for pid in proxies:
+            held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            assert str(marker) not in held, held
+            assert not [link for link in held if link.startswith("pipe:")], held
+        result = running.result(timeout=60)
+    marker.unlink()
+    assert result.returncode == 0, result.stderr
+
+
+def _uid(pid: str) -> int:
+    """The real uid (/proc/PID itself is root's when the process is not dumpable)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            return next(int(line.split()[1]) for line in handle if line.startswith("Uid:"))
+    except (OSError, StopIteration):
+        return -1
+
+
+def _comm(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
 def test_a_refusal_while_planning_leaves_no_jail_behind(launcher: Launcher) -> None:
     """The jail's holder and pasta start before the facts and the plan are made; a
     launch refused there (an unknown command) ends them and removes their directory."""
-    def ours() -> set[str]:  # pasta's pid file and the holder's argv name the jail
-        found = subprocess.run(["pgrep", "-u", str(launcher.uid), "-f",
-                                r"claude-sandbox-jail\.|_jail_holder"],
+    def ours() -> set[str]:  # pasta's pid file names the jail; the holder has its name
+        found = subprocess.run(["pgrep", "-u", str(launcher.uid), "-f", r"claude-sandbox-jail\."],
                                capture_output=True, text=True)
-        return set(found.stdout.split())
+        named = subprocess.run(["pgrep", "-u", str(launcher.uid), "-x", "csbx-holder|csbx-egress"],
+                               capture_output=True, text=True)
+        return set(found.stdout.split()) | set(named.stdout.split())
 
     before = set(glob.glob(f"/tmp/claude-sandbox-jail.{launcher.uid}.*")), ours()
     result = launcher.shell("no-such-command-anywhere", env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1"})

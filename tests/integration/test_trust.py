@@ -160,8 +160,10 @@ def _imported_modules(stderr: str) -> set[str]:
 @pytest.mark.parametrize("git", [False, True], ids=["plain", "git-workspace"])
 def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: Launcher,
                                                                     git: bool) -> None:
-    """Every interpreter of a jailed launch (_launch, _jail_holder, _enter) under -X importtime;
-    also in a git workspace, whose session end applies and removes the .git overlay."""
+    """Every interpreter of a jailed launch under -X importtime: the launcher, with the
+    jail's holder and the egress proxy it forks (their imports are this one's), and the
+    inner stage where it is Python; also in a git workspace, whose session end applies and
+    removes the .git overlay."""
     if git:
         git_as_root = ["git", "-c", "safe.directory=*"]  # the workspace is the user's
         for argv in (["init", "-q", "."], ["-c", "user.name=t", "-c",
@@ -221,9 +223,8 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
 
 
 def test_egress_proxy_imports_little() -> None:
-    """The holder and the egress proxy it forks start at every jailed launch; the launch
-    test above sees neither's imports (the holder runs with -I, which ignores
-    PYTHONPROFILEIMPORTTIME). Imported as installed, by the same interpreter: no re
+    """The holder and the egress proxy it forks start at every jailed launch. Imported as
+    installed, by the same interpreter, apart from the launcher's own imports: no re
     (base64 imports it), enum, functools or collections."""
     result = subprocess.run(
         [CORE_PYTHON, "-I", "-S", "-X", "importtime", "-c",

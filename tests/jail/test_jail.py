@@ -465,11 +465,15 @@ def test_refused_user_namespaces_stop_the_launch(tmp_path: os.PathLike[str]) -> 
         script = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -c "$1" "$2"'
         code = PREFLIGHT if check_sysctl else PREFLIGHT.replace(
             "preflight.preflight(needs_socat=False)", "pass")
-        out = subprocess.run(
+        ran = subprocess.run(
             ["unshare", "-U", "-r", "sh", "-c", script, sys.executable, code, marker],
             capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+        )  # fmt: skip
+        out = ran.stdout
         assert out.startswith(f"{EXIT_UNAVAILABLE} ") and "user" in out, out
+        if not check_sysctl:  # the holder's own unshare(2) refused, and said why
+            assert "cannot create a user and network namespace (unshare: " in out, out
+        assert "Traceback" not in ran.stderr, ran.stderr
         assert not os.path.exists(marker)
 
 
