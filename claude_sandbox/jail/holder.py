@@ -73,9 +73,9 @@ def _read_all(sock: _socket.socket) -> str:
 
 
 def _spawn(argv: list[str], streams: dict[int, int], setsid: bool) -> Child:
-    from claude_sandbox.core.process import fork_exec
+    from claude_sandbox.core.process import spawn_tool
 
-    return fork_exec(argv, _TOOL_ENV, streams, setsid)
+    return spawn_tool(argv, _TOOL_ENV, streams, setsid)
 
 
 class Started:
