@@ -53,7 +53,9 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
             from claude_sandbox.launch import steps  # after the fork: see the docstring
         except BaseException:
             if helper is not None:
-                _stop(helper)
+                from claude_sandbox.launch.session import procmask
+
+                procmask.stop(helper, close=True)
             raise
         return steps.run(request, environ, trace, janitor, keep_ignored, helper)
     finally:
@@ -73,13 +75,6 @@ def _early_helper() -> Helper | None:
 
     store = state.store_root(None, hostfacts.login_home(), os.getuid())
     return procmask.start_helper(os.path.join(store, rootcache.CACHE_NAME))
-
-
-def _stop(helper: Helper) -> None:
-    from claude_sandbox.launch.session import procmask
-
-    procmask.stop(helper)
-    os.close(helper.fd)
 
 
 def _exec_nested(request: Request, environ: Mapping[str, str]) -> None:

@@ -243,9 +243,7 @@ def _undo(prepared: Prepared) -> None:
 def _stop_helper(helper: Helper, *, close: bool) -> None:
     from claude_sandbox.launch.session import procmask
 
-    procmask.stop(helper)
-    if close:
-        os.close(helper.fd)
+    procmask.stop(helper, close=close)
 
 
 def _terminal_modes() -> list[Any] | None:

@@ -347,8 +347,9 @@ def instruct(helper: Helper, outer_proc: bool, noexec: bool, walk: Walk | None) 
         sock.detach()
 
 
-def stop(helper: Helper) -> None:
-    """End the helper and reap it (after the session, or a launch that stopped)."""
+def stop(helper: Helper, *, close: bool) -> None:
+    """End the helper and reap it (after the session, or a launch that stopped); with
+    `close`, close the launcher's end of its socket too (where nothing else owns it)."""
     try:
         os.kill(helper.pid, 9)
     except ProcessLookupError:
@@ -357,3 +358,5 @@ def stop(helper: Helper) -> None:
         os.waitpid(helper.pid, 0)
     except ChildProcessError:
         pass
+    if close:
+        os.close(helper.fd)
