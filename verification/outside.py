@@ -34,7 +34,7 @@ EXIT_REFUSED = 77
 EXIT_CONFIG = 78  # a path that may not be writable, from any source (ADR 0005)
 # Matched before any dot: pasta's process is named passt.avx2 (or passt.avx512)
 # after the wrapper picks the build for this CPU.
-WATCHED_COMMS = frozenset({"bwrap", "pasta", "passt", "unshare", "socat", "csbx-egress"})
+WATCHED_COMMS = frozenset({"bwrap", "pasta", "passt", "csbx-holder", "socat", "csbx-egress"})
 
 
 @dataclass(frozen=True, slots=True)

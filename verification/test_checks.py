@@ -58,7 +58,7 @@ from probes import mounts as probe_mounts
 
 from claude_sandbox.core import bundle, paths
 from claude_sandbox.install import placed
-from claude_sandbox.jail import egressproxy, holder, netfilter
+from claude_sandbox.jail import holder, netfilter
 from claude_sandbox.launch.configure import keys, profiles
 from claude_sandbox.launch.facts import credentials
 from claude_sandbox.launch.planner import environment, mounts
@@ -1191,7 +1191,7 @@ def test_72_reads_by_inversion(request: pytest.FixtureRequest) -> None:
 # A documentation address (RFC 5737): whatever answers a connection there is the proxy.
 FAR = "198.51.100.77"
 PROXY_PORTS = (netfilter.PROXY_PORT, netfilter.RESOLVER_PORT)
-JAIL_PROCESSES = (holder.NAME, egressproxy.NAME)  # their /proc/PID/comm
+JAIL_PROCESSES = (holder.NAME, holder.PROXY_NAME)  # their /proc/PID/comm
 
 
 def _allow_list(request: pytest.FixtureRequest) -> bool:

@@ -15,6 +15,7 @@ asks the seccomp filter about `unshare` itself, whatever the flags (0 unshares n
 from __future__ import annotations
 
 import os
+import sys
 
 from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
@@ -144,14 +145,17 @@ def blocker(facts: EngineFacts, failed: bool = False) -> str | None:
         return (f"the container's AppArmor profile ({label}) refuses mount, which bwrap "
                 f"needs; run with {where} that allows mount ({PROFILE_HOWTO}; unconfined "
                 "drops AppArmor's confinement of the container)")
-    # Only after a failure: bwrap, unshare and pasta may have profiles of their own that
-    # allow user namespaces (Ubuntu ships one for bwrap).
+    # Only after a failure: bwrap, pasta and the launcher's interpreter (the jail's holder
+    # makes its namespaces in it) may have profiles of their own that allow user
+    # namespaces (Ubuntu ships one for bwrap).
     if failed and facts.apparmor_restricts_userns == 1 and facts.uid != 0:
+        interpreter = os.path.realpath(sys.executable)
         return ("this host's kernel.apparmor_restrict_unprivileged_userns = 1 (Ubuntu 23.10 "
                 "and later) leaves user namespaces without capabilities; on the host: load "
-                "an AppArmor profile that allows userns for bwrap, unshare and pasta, or "
-                "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (for every "
-                f"program; {PROFILE_HOWTO})")
+                f"an AppArmor profile that allows userns for bwrap, pasta and {interpreter} "
+                "(which allows it for every program that interpreter runs), or sysctl -w "
+                "kernel.apparmor_restrict_unprivileged_userns=0 (for every program; "
+                f"{PROFILE_HOWTO})")
     return None
 
 

@@ -16,7 +16,7 @@ from claude_sandbox.core import kernel
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any
 
 
@@ -59,7 +59,7 @@ def data_descriptor(name: str, data: bytes) -> int:
     before a write blocks, and nothing reads it until bwrap runs; and no file exists on
     disk. Close-on-exec: only the child it is meant for inherits it (fork_exec's
     `pass_fds`, or the jail holder, which places what it receives), never another
-    program the launcher starts meanwhile (a retried pasta)."""
+    program the launcher starts meanwhile (pasta, a relay)."""
     fd = os.memfd_create(f"claude-sandbox-{name}")
     try:
         os.write(fd, data)
@@ -128,9 +128,7 @@ def fork_exec(
                 os.setsid()
             for target, source in streams.items():
                 os.dup2(source, target)
-            keep = sorted({0, 1, 2, *pass_fds})
-            for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
-                os.closerange(low + 1, high)
+            close_all_but({0, 1, 2, *pass_fds})
             for fd in pass_fds:
                 os.set_inheritable(fd, True)
             if before_exec is not None:
@@ -139,6 +137,31 @@ def fork_exec(
         finally:
             os._exit(127)
     return Child(pid)
+
+
+def close_all_but(keep: Iterable[int]) -> None:
+    """Close every descriptor but `keep`, in a forked child.
+
+    Those /proc/self/fd lists, not a range up to the soft limit: a launching process may
+    have lowered its soft limit below a descriptor it holds open (an IDE's socket at
+    2000 under `ulimit -n 1024`), which a close up to the limit would leave open. Where
+    /proc cannot be read, everything up to the hard limit.
+    """
+    kept = set(keep)
+    found: Iterable[int]
+    try:
+        found = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        found = range(limit if 0 < limit <= 1 << 20 else 1 << 20)
+    for fd in found:
+        if fd not in kept:
+            try:
+                os.close(fd)
+            except OSError:  # the listing's own descriptor, closed already
+                pass
 
 
 def spawn_tool(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int, int],
@@ -150,8 +173,9 @@ def spawn_tool(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int
     of it copies the launcher's whole memory map only for the exec to throw it away
     (about 1 ms of CPU a tool, three to five tools a launch, on the route lock's path).
     glibc's posix_spawn clones without copying it. It leaves glibc's two internal
-    signals ignored in the tool (fork_exec's docstring), which matters for a program that
-    execs further down to the agent, and not for these: never use this for one that does.
+    signals ignored in the tool (fork_exec's docstring), and they stay so in whatever the
+    tool execs (iptables through `sh -c`, socat through setpriv), none of which is ever
+    in the agent's line: never use this for a program that leads to the agent.
     Every other descriptor is closed by its close-on-exec flag: the holder closed all it
     inherited (holder.forked), and opens its own close-on-exec.
     """

@@ -8,8 +8,8 @@ reaches the real one until the launcher applies it, by rule, after the session
 (docs/adr/0010-the-workspace-exit.md).
 
 The overlays are mounted in a mount namespace of the sandbox's own, before
-bwrap starts: the jail holder's (its `unshare` makes one), or, without the
-jail, one the forked child makes for itself just before it execs bwrap. bwrap's
+bwrap starts: the jail holder's (it makes one with its user namespace), or,
+without the jail, one the forked child makes for itself just before it execs bwrap. bwrap's
 recursive binds carry them in. Outside, in the user's terminal and IDE, the
 real directory is unchanged and nothing new appears: there is no mount point
 to make, no placeholder, no stand-in.

@@ -64,12 +64,29 @@ APT_PACKAGES = (
 )
 
 
+# What the jail's holder does first (core/views.py own_namespaces), by the interpreter the
+# core venv runs: where AppArmor restricts user namespaces, a profile decides by that
+# program, not by another's. Written out, not imported, so that an unprivileged user
+# runs it without reading the installer's checkout.
+USERNS_PROBE = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+uid, gid = os.getuid(), os.getgid()  # before: inside, unmapped, they read as 65534
+if libc.unshare(0x10000000 | 0x00020000 | 0x40000000) != 0:  # user, mount, network
+    sys.exit("unshare: " + os.strerror(ctypes.get_errno()))
+maps = (("uid_map", f"0 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"0 {gid} 1"))
+for name, text in maps:
+    try:
+        with open("/proc/self/" + name, "w") as handle:
+            handle.write(text)
+    except OSError as error:
+        sys.exit(f"cannot write the user namespace's {name}: {error.strerror}")
+"""
+
+
 def userns_problem() -> str | None:
     """Why user namespaces do not work here (for us, then for an unprivileged user), or None."""
-    unshare = paths.find_tool("unshare")
-    if unshare is None:
-        return "unshare is missing (install util-linux)"
-    probe = [unshare, "--user", "--map-root-user", "--net", "true"]
+    probe = [sys.executable, "-I", "-S", "-c", USERNS_PROBE]
     attempts = [("", probe)]
     setpriv = paths.find_tool("setpriv")
     if os.getuid() == 0 and setpriv:
@@ -119,7 +136,7 @@ def install(options: argparse.Namespace) -> int:
         apt_install(report)
     # An image build runs in the builder's sandbox, not where the image will run:
     # there the probe says nothing about the host, and doctor checks it at run time.
-    probe = not options.no_host_check and (not report.check or paths.find_tool("unshare"))
+    probe = not options.no_host_check
     problem = userns_problem() if probe else None
     if problem:
         raise InstallError(f"refusing to install: {problem}")

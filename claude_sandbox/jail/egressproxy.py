@@ -56,12 +56,13 @@ from claude_sandbox.jail.egressupstream import (
     connect,
     connect_through,
 )
+from claude_sandbox.jail.holder import PROXY_NAME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-NAME = "csbx-egress"  # the proxy's process name (comm)
+NAME = PROXY_NAME  # the proxy's process name (comm)
 MAX_OPEN = 4096  # connections and queries served at once; beyond, refused at once
 _IDLE_MAX = 32  # workers kept waiting for the next connection
 _FDS_EACH = 6  # a relayed connection holds two sockets and two pipes

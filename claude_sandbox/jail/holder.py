@@ -47,8 +47,9 @@ _PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
 _TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 RELAY_READY_TIMEOUT = 3.0  # for either side's socat
 # The holder's name (/proc/PID/comm): a fork of the launcher, its command line is the
-# launcher's (the egress proxy, its fork, names itself: egressproxy.NAME).
+# launcher's. The egress proxy, its fork, names itself too (egressproxy.main).
 NAME = "csbx-holder"
+PROXY_NAME = "csbx-egress"
 
 
 # The largest message the launcher sends: the session's argv and environment, which the
@@ -317,6 +318,26 @@ def serve(sock: _socket.socket) -> int:
     return 1
 
 
+def _standard_streams_as_exec_leaves_them(channel: int) -> None:
+    """/dev/null over a standard stream's number where the launcher had one of its own
+    there, close-on-exec (it started with that stream closed, and the number went to the
+    next thing it opened): an exec would have closed it, and the holder, its tools and
+    the session must not hold what the launcher holds, least of all the launcher's end
+    of this channel, whose end of file tells the holder that the launcher is gone."""
+    import fcntl
+
+    for fd in (0, 1, 2):
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFD)
+        except OSError:
+            continue  # closed: as the launcher had it
+        if fd != channel and flags & fcntl.FD_CLOEXEC:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
     """The holder's life, in the launcher's forked child (jail/start.spawn_holder): make
     the namespaces, say so, join the launch's cgroup, serve. The caller _exits with the
@@ -340,10 +361,10 @@ def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
     # Ctrl-C during set-up reaches this process too (it keeps the terminal's foreground
     # group), which the launcher ignores: die quietly, as the launcher's own choice.
     _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
-    keep = sorted({0, 1, 2, sock.fileno()})
-    for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
-        os.closerange(low + 1, high)
-    from claude_sandbox.core.process import load_libc
+    from claude_sandbox.core.process import close_all_but, load_libc
+
+    close_all_but({0, 1, 2, sock.fileno()})
+    _standard_streams_as_exec_leaves_them(sock.fileno())
     from claude_sandbox.core.views import own_namespaces
 
     # unshare --user --map-root-user --net --mount: root inside is the launching user.

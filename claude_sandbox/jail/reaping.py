@@ -139,25 +139,49 @@ def _in_namespace(pid: int, userns: os.stat_result) -> bool:
     return (st.st_dev, st.st_ino) == (userns.st_dev, userns.st_ino)
 
 
-def kill_namespace(userns: os.stat_result) -> list[int]:
-    """SIGKILL every process in the user namespace `userns`; their pidfds, for wait_all.
+def kill_namespace(userns: os.stat_result, named: str) -> list[int]:
+    """SIGKILL every process in the user namespace `userns`, and every child of this
+    process called `named`; their pidfds, for wait_all.
 
     Only the rare teardowns a signal interrupted get here: a scan of /proc
     costs a few milliseconds. A pidfd is taken before the second check, so
     the process killed is the one checked, not a later one with its pid.
+    `named`: the egress proxy. It is not dumpable, and its memory map is a fork of this
+    process's, so its namespace cannot be read from here unprivileged (EACCES); an
+    orphan of the holder, it is this subreaper's child, and every child is this launch's.
     """
     me = os.getpid()
+    ours = _children()
     found: list[int] = []
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me or not _in_namespace(int(name), userns):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        if not (_in_namespace(pid, userns) or (pid in ours and _comm(pid) == named)):
             continue
         try:
-            pidfd = os.pidfd_open(int(name))
+            pidfd = os.pidfd_open(pid)
         except OSError:
             continue
-        if _in_namespace(int(name), userns):
+        if _in_namespace(pid, userns) or (pid in _children() and _comm(pid) == named):
             send_kill(pidfd)
             found.append(pidfd)
         else:
             os.close(pidfd)
     return found
+
+
+def _children() -> set[int]:
+    found: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with Ignoring(OSError), open(f"/proc/self/task/{task}/children") as f:
+            found.update(int(pid) for pid in f.read().split())
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

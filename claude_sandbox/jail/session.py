@@ -38,6 +38,7 @@ from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_erro
 from claude_sandbox.core.process import Child
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import channel, dirs, lock, netfilter, reaping, relays, routes
+from claude_sandbox.jail import holder as jail_holder
 from claude_sandbox.jail import start as jail_start
 from claude_sandbox.jail.egresspolicy import Policy
 from claude_sandbox.jail.holder import wait_listening
@@ -361,7 +362,7 @@ class Jail:
             # was waiting for (its pid travels only in the reply), is orphaned
             # with no pid on record. It still lives in the holder's user
             # namespace, which nothing outside this launch shares: end that.
-            dying += reaping.kill_namespace(os.fstat(self._userns_fd))
+            dying += reaping.kill_namespace(os.fstat(self._userns_fd), jail_holder.PROXY_NAME)
         reaping.wait_all(dying)
         for _, proc in self._outside:
             # Reaped here, not by reap_orphans: Popen keeps its status. The

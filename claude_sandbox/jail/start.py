@@ -328,11 +328,12 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
             child.kill()
             child.wait()
     if fds and fds[0] >= 0:
-        # The egress proxy (the holder's child, so not ours to wait for) and anything else
-        # the holder started: each lives in the holder's user namespace, nothing else does.
+        # The egress proxy (the holder's child, so not ours to wait for, unless orphaned)
+        # and anything else the holder started: each lives in the holder's user namespace,
+        # nothing else does.
         from claude_sandbox.jail import reaping
 
-        reaping.wait_all(reaping.kill_namespace(os.fstat(fds[0])))
+        reaping.wait_all(reaping.kill_namespace(os.fstat(fds[0]), jail_holder.PROXY_NAME))
     for fd in fds:
         if fd >= 0:
             os.close(fd)
@@ -351,7 +352,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
     """
     # Ignored before anything is spawned, so that pasta and the holder inherit it
     # (exec keeps SIG_IGN): a Ctrl-C during set-up must not kill pasta in the
-    # launcher's group. The holder chooses its own (holder.main); the inner stage gives
+    # launcher's group. The holder chooses its own (holder.forked); the inner stage gives
     # the agent the defaults back (enter.reset_signals).
     ignored = {signum: _signal.signal(signum, _signal.SIG_IGN) for signum in _TERMINAL}
     try:

@@ -43,6 +43,9 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     trace = Trace(environ.get("CLAUDE_SANDBOX_TRACE") == "1")
     if guard.inside_sandbox():
         _exec_nested(request, environ)
+    # A launcher that inherited SIGCHLD ignored would have its children reaped by the
+    # kernel: no status for the session, and pids reused while the launch still names them.
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     keep_ignored = inherited_ignored()
     for signum in (_signal.SIGINT, _signal.SIGQUIT):
         _signal.signal(signum, _signal.SIG_IGN)

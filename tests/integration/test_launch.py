@@ -404,6 +404,22 @@ def test_the_jails_processes_keep_nothing_the_launcher_held(launcher: Launcher) 
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("jail", ["0", "1"])
+def test_a_launcher_started_with_sigchld_ignored_still_waits(launcher: Launcher,
+                                                            jail: str) -> None:
+    """A parent that ignores SIGCHLD passes that on through exec. The launcher's children
+    would then be reaped by the kernel, and its wait for the session would block until
+    every child ended (pasta, the janitor: never), so the launch hung. It gives SIGCHLD its
+    default back, and the session's status comes back."""
+    ignoring = ("import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); "
+                "os.execv(sys.argv[1], sys.argv[1:])")
+    result = launcher.run(["/usr/bin/python3", "-c", ignoring, f"{SHIM_DIR}/claude-sandbox",
+                           "shell", "--", "sh", "-c", "exit 3"],
+                          env={"CLAUDE_SANDBOX_EGRESS_JAIL": jail}, timeout=60,
+                          config="env-may-widen = egress-jail\n" if jail == "0" else None)
+    assert result.returncode == 3, result.stderr
+
+
 def _uid(pid: str) -> int:
     """The real uid (/proc/PID itself is root's when the process is not dumpable)."""
     try:

@@ -23,6 +23,7 @@ import pytest
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.jail import channel, dirs, egresspolicy, lock, netfilter, routes
+from claude_sandbox.jail import holder as jail_holder
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.lock import READBACK
 from claude_sandbox.jail.spec import JailSpec
@@ -619,6 +620,41 @@ def test_holder_ends_quietly_when_the_launcher_goes_mid_request(
     finally:
         j.close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def _comm(pid: int) -> str:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
+    return ""
+
+
+def test_the_namespace_sweep_ends_an_orphaned_proxy_it_cannot_see_into() -> None:
+    """A holder that died in set-up leaves what it started to the teardown's sweep of its
+    user namespace. The egress proxy is not dumpable and its memory map is a fork of the
+    launcher's, so an unprivileged launcher cannot see its namespace: the sweep also ends
+    a child of the launcher by the proxy's name, and no other child."""
+    inside = subprocess.Popen(["unshare", "-U", "sleep", "30"])
+    proxy = subprocess.Popen([sys.executable, "-c", "import ctypes, time; ctypes.CDLL(None)."
+                              f"prctl(15, {jail_holder.PROXY_NAME.encode()!r}, 0, 0, 0); "
+                              "time.sleep(30)"])
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        mine = os.stat("/proc/self/ns/user")
+        while (_comm(proxy.pid) != jail_holder.PROXY_NAME
+               or os.stat(f"/proc/{inside.pid}/ns/user").st_ino == mine.st_ino):
+            assert time.monotonic() < deadline, "the stand-ins did not start"
+            time.sleep(0.01)
+        swept = jail.reaping.kill_namespace(os.stat(f"/proc/{inside.pid}/ns/user"),
+                                            jail_holder.PROXY_NAME)
+        jail.reaping.wait_all(swept)
+        assert inside.wait(timeout=5) == -signal.SIGKILL
+        assert proxy.wait(timeout=5) == -signal.SIGKILL
+        assert bystander.poll() is None, "a child of another name was ended"
+    finally:
+        for child in (inside, proxy, bystander):
+            child.kill()
+            child.wait()
 
 
 def _zombie_children(comm: str) -> list[int]:

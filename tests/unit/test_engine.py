@@ -52,7 +52,11 @@ def test_what_only_may_stop_it_is_named_only_after_a_failure() -> None:
     it must not refuse a launch that would work, only explain one that failed."""
     restricted = replace(CLEAR, apparmor_restricts_userns=1)
     assert engine.blocker(restricted) is None
-    assert "apparmor_restrict_unprivileged_userns" in str(engine.blocker(restricted, failed=True))
+    why = str(engine.blocker(restricted, failed=True))
+    assert "apparmor_restrict_unprivileged_userns" in why
+    # The jail's holder makes its namespaces in the launcher's interpreter: a profile
+    # must name that program, which the line says.
+    assert os.path.realpath(sys.executable) in why and "unshare" not in why, why
     assert engine.blocker(replace(restricted, uid=0), failed=True) is None
 
 

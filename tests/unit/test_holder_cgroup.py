@@ -1,8 +1,10 @@
-"""The jail's holder joins the launch's cgroup before it serves anything, and refuses in
-one line when it cannot (a launch whose caps would not hold must not go on)."""
+"""The jail's holder, a fork of the launcher: it joins the launch's cgroup before it
+serves anything, and refuses in one line when it cannot (a launch whose caps would not
+hold must not go on); it keeps none of the launcher's descriptors, even at 0, 1 or 2."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +44,21 @@ def test_it_writes_itself_into_each_directory(tmp_path: Path) -> None:
     assert ran.returncode in (0, 1), ran  # the channel closed: nothing more to hold
     for directory in dirs:
         assert (directory / "cgroup.procs").read_text() == "0"
+
+
+def test_a_launcher_without_stdin_does_not_lend_the_holder_its_own_end() -> None:
+    """Started with its stdin closed, the launcher's first descriptor takes number 0: here
+    its end of the holder's channel. An exec would close it (close-on-exec); the forked
+    holder puts /dev/null there instead, so it still sees end of file when the launcher's
+    end closes (a launcher SIGKILLed in set-up), and ends."""
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from claude_sandbox.core import "
+            "wire; from claude_sandbox.jail import start; "
+            "holder, sock = start.spawn_holder(); assert sock.fileno() == 0, sock.fileno(); "
+            "assert wire.receive_fields(sock, 64) == ['up']; "
+            "print(os.readlink(f'/proc/{holder.pid}/fd/0'), flush=True); sock.close(); "
+            "sys.exit(holder.wait())")
+    ran = subprocess.run([sys.executable, "-I", "-c", code, str(REPO)], stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=30, check=False,
+                         preexec_fn=lambda: os.close(0))
+    assert ran.stdout.strip() == "/dev/null", ran
+    assert ran.returncode == 1, ran  # its channel closed: nothing more to hold
