@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from claude_sandbox.launch.session.procmask import Helper
 
-__all__ = ["Request", "inherited_ignored", "launch"]
+__all__ = ["Request", "inherited_ignored", "launch", "state_dir_line"]
 
 # bwrap shares the terminal's foreground group with the agent: the launch ignores
 # Ctrl-C and Ctrl-\\ (inherited through exec) so that bwrap stays alive when the
@@ -67,17 +67,38 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
 
 
 def _early_helper() -> Helper | None:
-    """On a root launch, the late-mount helper, reading the home store's walk cache from
-    now on (ADR 0015). The configuration may put the store elsewhere (state-dir): steps.py
-    then starts another on that store's cache; this one's reading is never used for it
-    (rootonly.covers takes a reading only of the walk's own cache)."""
+    """On a root launch, the late-mount helper, reading the store's walk cache from now on
+    (ADR 0015). The store is where the operator's state-dir line puts it, read ahead of
+    the configuration (`_state_dir_ahead`); where the configuration then says otherwise,
+    steps.py starts another helper on that store's cache, and this one's reading is never
+    used for it (rootonly.covers takes a reading only of the walk's own cache)."""
     if os.getuid() != 0:  # plan.masks_root_only, before the planner is imported
         return None
     from claude_sandbox.launch.facts import hostfacts, rootcache
     from claude_sandbox.launch.session import procmask, state
 
-    store = state.store_root(None, hostfacts.login_home(), os.getuid())
+    store = state.store_root(_state_dir_ahead(), hostfacts.login_home(), os.getuid())
     return procmask.start_helper(os.path.join(store, rootcache.CACHE_NAME))
+
+
+def _state_dir_ahead() -> str | None:
+    """The operator's state-dir, read before the parser is imported (state_dir_line)."""
+    try:
+        with open(paths.CONFIG_FILE, encoding="utf-8") as handle:
+            return state_dir_line(handle.read())
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def state_dir_line(text: str) -> str | None:
+    """The last `state-dir = PATH` line's path. A guess, not the configuration: where the
+    parser disagrees (a line it refuses), the guess costs a second helper, nothing else."""
+    found = None
+    for raw in text.splitlines():
+        name, sep, value = raw.split("#", 1)[0].partition("=")
+        if sep and name.strip() == "state-dir" and value.strip().startswith("/"):
+            found = os.path.normpath(value.strip())
+    return found
 
 
 def _exec_nested(request: Request, environ: Mapping[str, str]) -> None:

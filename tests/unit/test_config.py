@@ -272,3 +272,25 @@ def test_egress_policy_and_allow_domain_come_from_the_file_only() -> None:
     # No variable: the launching environment cannot open the egress.
     assert keys.KEYS_BY_NAME["egress-policy"].variable is None
     assert keys.KEYS_BY_NAME["allow-domain"].variable is None
+
+
+_STATE_LINES = st.lists(st.sampled_from([
+    "state-dir = /srv/state", "state-dir=/var/lib/x/../y  # shared", "  state-dir =  /a//b/ ",
+    "# state-dir = /commented", "egress-jail = 1", "state-dir = relative/path", "",
+    "allow-read = /opt", "state-dir", "max-memory = 2G",
+]), max_size=6)
+
+
+@given(_STATE_LINES)
+@settings(max_examples=300)
+def test_the_launchers_early_state_dir_agrees_with_the_parser(lines: list[str]) -> None:
+    """run.py reads state-dir ahead of the parser, to start a root launch's late-mount
+    helper on the right store; wherever the parser accepts the file, the two agree."""
+    from claude_sandbox.launch.run import state_dir_line
+
+    text = "\n".join(lines)
+    try:
+        parsed = parse(text).state_dir
+    except SandboxError:
+        return  # refused: the launch stops, and the guess's helper with it
+    assert state_dir_line(text) == parsed, text
