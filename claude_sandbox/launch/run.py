@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
+import stat
 
 from claude_sandbox.core import guard, paths
 from claude_sandbox.core.errors import SandboxError
@@ -77,8 +78,22 @@ def _early_helper() -> Helper | None:
     from claude_sandbox.launch.facts import hostfacts, rootcache
     from claude_sandbox.launch.session import procmask, state
 
-    store = state.store_root(_state_dir_ahead(), hostfacts.login_home(), os.getuid())
+    state_dir = _state_dir_ahead()
+    if state_dir is not None and not _own_directory(os.path.join(state_dir, "0")):
+        # Read ahead only from root's store made already: in a shared (1777) state-dir,
+        # a name not yet made could be made by another user, and removed again before the
+        # configuration is read (ADR 0015). The configuration's helper reads it then.
+        state_dir = None
+    store = state.store_root(state_dir, hostfacts.login_home(), 0)
     return procmask.start_helper(os.path.join(store, rootcache.CACHE_NAME))
+
+
+def _own_directory(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == 0
 
 
 def _state_dir_ahead() -> str | None:

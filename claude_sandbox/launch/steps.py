@@ -71,8 +71,9 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         if plan.masks_root_only(os.getuid()):
             # The plan will cover root's own files. Forked first (run.py), the helper reads
             # the walk's cache and every cached directory's time while the rest is planned:
-            # most of what a root launch costs (ADR 0015). It read the home store's cache;
-            # a state-dir puts this launch's elsewhere, which a new helper reads.
+            # most of what a root launch costs (ADR 0015). It read the store run.py found
+            # ahead of the configuration; where that is not this launch's, a new helper
+            # reads this one's.
             from claude_sandbox.launch.facts.rootcache import CACHE_NAME
             from claude_sandbox.launch.session import procmask
 
