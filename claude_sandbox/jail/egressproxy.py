@@ -38,7 +38,6 @@ import os
 import select
 import time
 
-from claude_sandbox.core import kernel
 from claude_sandbox.jail import (
     egressdns,
     egresshttp,
@@ -56,13 +55,11 @@ from claude_sandbox.jail.egressupstream import (
     connect,
     connect_through,
 )
-from claude_sandbox.jail.holder import PROXY_NAME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-NAME = PROXY_NAME  # the proxy's process name (comm)
 MAX_OPEN = 4096  # connections and queries served at once; beyond, refused at once
 _IDLE_MAX = 32  # workers kept waiting for the next connection
 _FDS_EACH = 6  # a relayed connection holds two sockets and two pipes
@@ -331,7 +328,6 @@ def serve(proxy: Proxy, control: _socket.socket,
 def main(control_fd: int) -> int:
     """The proxy's life, in the holder's forked child: listen, take the policy, serve."""
     from claude_sandbox.core import wire
-    from claude_sandbox.core.process import load_libc
     from claude_sandbox.jail.holder import LIMIT
     from claude_sandbox.jail.reaping import set_not_dumpable
 
@@ -340,9 +336,6 @@ def main(control_fd: int) -> int:
         os.dup2(null, fd)
     os.close(null)
     set_not_dumpable()  # other processes of this user outside cannot read it either
-    # Its own name (a fork of the holder would show as the holder): for ps, and for the
-    # checks that nothing of a launch outlives it.
-    load_libc().prctl(kernel.PR_SET_NAME, NAME.encode(), 0, 0, 0)
     _thread.stack_size(_STACK)
     control = _socket.socket(fileno=control_fd)
     try:

@@ -47,7 +47,7 @@ _PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
 _TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 RELAY_READY_TIMEOUT = 3.0  # for either side's socat
 # The holder's name (/proc/PID/comm): a fork of the launcher, its command line is the
-# launcher's. The egress proxy, its fork, names itself too (egressproxy.main).
+# launcher's. The egress proxy, its fork, is named as it is forked (start_proxy).
 NAME = "csbx-holder"
 PROXY_NAME = "csbx-egress"
 
@@ -196,7 +196,12 @@ def start_proxy(sock: _socket.socket, control: int, started: Started | None) -> 
     if pid == 0:
         status = 1
         try:
-            os.setsid()  # first: its own group, off the terminal, whose signals are the agent's
+            # Named at once: a launcher that must sweep up after a holder that died here
+            # knows it by this name (reaping.kill_namespace). libc is loaded already.
+            from claude_sandbox.core.process import load_libc
+
+            load_libc().prctl(kernel.PR_SET_NAME, PROXY_NAME.encode(), 0, 0, 0)
+            os.setsid()  # its own group, off the terminal, whose signals are the agent's
             sock.close()
             if started is not None:
                 started.stdout.close()

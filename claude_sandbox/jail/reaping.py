@@ -139,9 +139,10 @@ def _in_namespace(pid: int, userns: os.stat_result) -> bool:
     return (st.st_dev, st.st_ino) == (userns.st_dev, userns.st_ino)
 
 
-def kill_namespace(userns: os.stat_result, named: str) -> list[int]:
+def kill_namespace(userns: os.stat_result, named: str) -> tuple[list[int], list[int]]:
     """SIGKILL every process in the user namespace `userns`, and every child of this
-    process called `named`; their pidfds, for wait_all.
+    process called `named`; their pidfds, for wait_all, and the pids of those children,
+    for reap once they have ended.
 
     Only the rare teardowns a signal interrupted get here: a scan of /proc
     costs a few milliseconds. A pidfd is taken before the second check, so
@@ -149,39 +150,45 @@ def kill_namespace(userns: os.stat_result, named: str) -> list[int]:
     `named`: the egress proxy. It is not dumpable, and its memory map is a fork of this
     process's, so its namespace cannot be read from here unprivileged (EACCES); an
     orphan of the holder, it is this subreaper's child, and every child is this launch's.
+    Its parent and name come from /proc/PID/stat, which anyone may read.
     """
     me = os.getpid()
-    ours = _children()
     found: list[int] = []
+    children: list[int] = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
         pid = int(name)
-        if not (_in_namespace(pid, userns) or (pid in ours and _comm(pid) == named)):
+        if not (_in_namespace(pid, userns) or _child_named(pid, me, named)):
             continue
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
             continue
-        if _in_namespace(pid, userns) or (pid in _children() and _comm(pid) == named):
+        if _in_namespace(pid, userns):
             send_kill(pidfd)
             found.append(pidfd)
+        elif _child_named(pid, me, named):
+            send_kill(pidfd)
+            found.append(pidfd)
+            children.append(pid)
         else:
             os.close(pidfd)
-    return found
+    return found, children
 
 
-def _children() -> set[int]:
-    found: set[int] = set()
-    for task in os.listdir("/proc/self/task"):
-        with Ignoring(OSError), open(f"/proc/self/task/{task}/children") as f:
-            found.update(int(pid) for pid in f.read().split())
-    return found
-
-
-def _comm(pid: int) -> str:
+def _child_named(pid: int, parent: int, name: str) -> bool:
     try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
+        with open(f"/proc/{pid}/stat") as f:
+            head, tail = f.read().rsplit(")", 1)
+        return head.partition("(")[2] == name and int(tail.split()[1]) == parent
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def reap(pids: list[int]) -> None:
+    """Reap children that have ended (wait_all waited for them), so that none is left
+    a zombie in a caller that lives on."""
+    for pid in pids:
+        with Ignoring(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)

@@ -356,14 +356,19 @@ class Jail:
                 dying.append(pidfd)
             with reaping.Ignoring(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, _signal.SIGKILL)
+        orphans: list[int] = []
         if not self._session_started:
             # The holder died (a signal) before it became the session. Whatever
             # it spawned and had not yet reported, above all an inside relay it
             # was waiting for (its pid travels only in the reply), is orphaned
             # with no pid on record. It still lives in the holder's user
-            # namespace, which nothing outside this launch shares: end that.
-            dying += reaping.kill_namespace(os.fstat(self._userns_fd), jail_holder.PROXY_NAME)
+            # namespace, which nothing outside this launch shares: end that, and
+            # the egress proxy, which a launcher cannot see there (kill_namespace).
+            swept, orphans = reaping.kill_namespace(os.fstat(self._userns_fd),
+                                                    jail_holder.PROXY_NAME)
+            dying += swept
         reaping.wait_all(dying)
+        reaping.reap(orphans)
         for _, proc in self._outside:
             # Reaped here, not by reap_orphans: Popen keeps its status. The
             # group's number stays taken while a member of it lives.

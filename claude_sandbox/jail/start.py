@@ -333,7 +333,9 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
         # nothing else does.
         from claude_sandbox.jail import reaping
 
-        reaping.wait_all(reaping.kill_namespace(os.fstat(fds[0]), jail_holder.PROXY_NAME))
+        dying, orphans = reaping.kill_namespace(os.fstat(fds[0]), jail_holder.PROXY_NAME)
+        reaping.wait_all(dying)
+        reaping.reap(orphans)
     for fd in fds:
         if fd >= 0:
             os.close(fd)

@@ -377,15 +377,18 @@ def test_the_jails_processes_keep_nothing_the_launcher_held(launcher: Launcher) 
     """The jail's holder is a fork of the launcher, and the egress proxy a fork of the
     holder. The proxy, which lives the whole session and faces the agent's traffic, holds
     no descriptor the launcher held: neither one it inherited (an IDE's socket; here a
-    file at 7) nor its own (the janitor's pipe, whose end of file tells the janitor the
-    launcher is gone)."""
+    file at 7, and one at 1500, above the soft limit the launching shell then lowered,
+    which a close up to that limit left open) nor its own (the janitor's pipe, whose end
+    of file tells the janitor the launcher is gone). Nor does the session."""
     marker = Path(launcher.home) / "inherited-by-the-launcher"  # the user may open it
     marker.write_text("the launcher's\n")
     os.chmod(marker, 0o644)
     started = os.path.join(launcher.workspace, "started")
-    script = f'exec 7<"$1"; exec {SHIM_DIR}/claude-sandbox shell -- sh -c "touch started; sleep 2"'
+    script = ('ulimit -Sn 4096; exec 7<"$1" 1500<"$1"; ulimit -Sn 1024; exec '
+              f'{SHIM_DIR}/claude-sandbox shell -- sh -c "ls /proc/self/fd > fds; touch started; '
+              'sleep 2"')
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        running = pool.submit(launcher.run, ["sh", "-c", script, "sh", str(marker)],
+        running = pool.submit(launcher.run, ["bash", "-c", script, "bash", str(marker)],
                               env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1"})
         deadline = time.monotonic() + 60
         while not os.path.exists(started):
@@ -402,6 +405,9 @@ def test_the_jails_processes_keep_nothing_the_launcher_held(launcher: Launcher) 
         result = running.result(timeout=60)
     marker.unlink()
     assert result.returncode == 0, result.stderr
+    with open(os.path.join(launcher.workspace, "fds")) as handle:
+        inside = handle.read().split()
+    assert "7" not in inside and "1500" not in inside, inside
 
 
 @pytest.mark.parametrize("jail", ["0", "1"])

@@ -645,8 +645,9 @@ def test_the_namespace_sweep_ends_an_orphaned_proxy_it_cannot_see_into() -> None
                or os.stat(f"/proc/{inside.pid}/ns/user").st_ino == mine.st_ino):
             assert time.monotonic() < deadline, "the stand-ins did not start"
             time.sleep(0.01)
-        swept = jail.reaping.kill_namespace(os.stat(f"/proc/{inside.pid}/ns/user"),
-                                            jail_holder.PROXY_NAME)
+        swept, children = jail.reaping.kill_namespace(os.stat(f"/proc/{inside.pid}/ns/user"),
+                                                      jail_holder.PROXY_NAME)
+        assert children == [proxy.pid]  # to reap: a subreaper's orphan would be a zombie
         jail.reaping.wait_all(swept)
         assert inside.wait(timeout=5) == -signal.SIGKILL
         assert proxy.wait(timeout=5) == -signal.SIGKILL
