@@ -177,7 +177,7 @@ def spawn_tool(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int
     tool execs (iptables through `sh -c`, socat through setpriv), none of which is ever
     in the agent's line: never use this for a program that leads to the agent.
     Every other descriptor is closed by its close-on-exec flag: the holder closed all it
-    inherited (holder.forked), and opens its own close-on-exec.
+    inherited (holderfork.forked), and opens its own close-on-exec.
     """
     actions = [(os.POSIX_SPAWN_DUP2, source, target) for target, source in streams.items()]
     pid = os.posix_spawn(argv[0], list(argv), dict(env), file_actions=actions,

@@ -1,13 +1,12 @@
 """The jail holder: the first process of the jail's user + network namespace.
 
-The launcher forks it (jail/start.spawn_holder), and the child makes the namespaces
-itself, as `unshare --user --map-root-user --net --mount` would (`forked`;
-docs/explanation/egress-jail.md). It holds the namespace open while pasta
-attaches from outside, then carries out the parent's requests inside the
-namespace: run `ip` or iptables (or start one and answer for it later),
-switch IPv6 off, fork the egress proxy, start an inside relay, mount the
-workspace's overlays in its own mount namespace (core/views.py), and finally
-exec the session command. Policy (which routes and filter, whether the
+The launcher forks it, and the child makes the namespaces itself, as `unshare --user
+--map-root-user --net --mount` would (holderfork.py; docs/explanation/egress-jail.md).
+It holds the namespace open while pasta attaches from outside, then carries out the
+parent's requests inside the namespace: run `ip` or iptables (or start one and answer
+for it later), switch IPv6 off, fork the egress proxy, start an inside relay, mount the
+workspace's overlays in its own mount namespace (core/views.py), and finally exec the
+session command. Policy (which routes and filter, whether the
 read-back matches) lives in the parent (session.py, lock.py, readback.py,
 netfilter.py); the holder is a small executor.
 
@@ -29,7 +28,6 @@ from __future__ import annotations
 import _signal  # type: ignore[import-not-found]
 import _socket
 import os
-import sys
 import time
 
 from claude_sandbox.core import kernel, wire
@@ -321,82 +319,3 @@ def serve(sock: _socket.socket) -> int:
             wire.send(sock, ["err", f"unknown request {op!r}"])
     # The parent went away before the session started: nothing to hold.
     return 1
-
-
-def _standard_streams_as_exec_leaves_them(channel: int) -> None:
-    """/dev/null over a standard stream's number where the launcher had one of its own
-    there, close-on-exec (it started with that stream closed, and the number went to the
-    next thing it opened): an exec would have closed it, and the holder, its tools and
-    the session must not hold what the launcher holds, least of all the launcher's end
-    of this channel, whose end of file tells the holder that the launcher is gone."""
-    import fcntl
-
-    for fd in (0, 1, 2):
-        try:
-            flags = fcntl.fcntl(fd, fcntl.F_GETFD)
-        except OSError:
-            continue  # closed: as the launcher had it
-        if fd != channel and flags & fcntl.FD_CLOEXEC:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-
-
-def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
-    """The holder's life, in the launcher's forked child (jail/start.spawn_holder): make
-    the namespaces, say so, join the launch's cgroup, serve. The caller _exits with the
-    status; nothing here returns into the launcher's code.
-
-    A fork, not a new interpreter: the launcher's is running already, and an interpreter's
-    start cost every jailed launch about 10 ms of CPU while pasta attached and the
-    launcher planned on the same cores (docs/adr/0004-launch-cost.md). What an exec would
-    have cleared is cleared here: every descriptor but the channel and the three standard
-    streams (the janitor must see the launcher's end of its pipe close, and no tool, relay
-    or proxy may hold what the launcher holds), and every signal handler the launcher set.
-    """
-    import gc
-
-    # The launcher's objects are never collected here: a socket or file the launcher
-    # dropped would otherwise close, by number, a descriptor this process opened since.
-    gc.freeze()
-    for signum in _signal.valid_signals():
-        if callable(_signal.getsignal(signum)):
-            _signal.signal(signum, _signal.SIG_DFL)
-    # Ctrl-C during set-up reaches this process too (it keeps the terminal's foreground
-    # group), which the launcher ignores: die quietly, as the launcher's own choice.
-    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
-    from claude_sandbox.core.process import close_all_but, load_libc
-
-    close_all_but({0, 1, 2, sock.fileno()})
-    _standard_streams_as_exec_leaves_them(sock.fileno())
-    from claude_sandbox.core.views import own_namespaces
-
-    # unshare --user --map-root-user --net --mount: root inside is the launching user.
-    ids = (os.getuid(), os.getgid())
-    why = own_namespaces(kernel.CLONE_NEWNET, (0, 0), ids)
-    if why is not None:
-        wire.send(sock, ["err", why])
-        return 1
-    # Its name in ps and in /proc/PID/comm; its command line is the launcher's.
-    load_libc().prctl(kernel.PR_SET_NAME, NAME.encode(), 0, 0, 0)
-    wire.send(sock, ["up"])
-    if cgroup_dirs:
-        # Into the launch's cgroup before anything is served: every tool, the egress
-        # proxy and the session are this process's children, and inherit its caps. After
-        # the namespaces: a move between cgroups waits for an RCU grace period (15-20 ms
-        # measured), which then passes while pasta attaches and the launcher plans.
-        from claude_sandbox.core.process import join_cgroups
-
-        why = join_cgroups(cgroup_dirs)
-        if why is not None:
-            print(why, file=sys.stderr)
-            from claude_sandbox.core.errors import EXIT_UNAVAILABLE
-
-            return EXIT_UNAVAILABLE
-    try:
-        return serve(sock)
-    except (BrokenPipeError, ConnectionResetError):
-        # The parent went away mid-request (a SIGKILLed launcher): nothing to
-        # hold, and nobody to tell; no traceback on the user's terminal.
-        return 1

@@ -27,11 +27,12 @@ def set_not_dumpable() -> None:
 def become_subreaper() -> bool:
     """Adopt what outlives its own parent; whether this process was a subreaper already.
 
-    The inside relays (their parent, the holder, becomes bwrap and exits
-    before them) and bwrap's init (bwrap exits as soon as the sandbox reports
-    the command's status, before its init has exited). Reparented here,
-    close() reaps them; otherwise, in a container without an init that
-    reaps, they stay zombies.
+    From before the holder's fork (start.begin): what the holder started when it dies
+    in set-up (a tool, a child killed before its exec), the inside relays (their parent,
+    the holder, becomes bwrap and exits before them) and bwrap's init (bwrap exits as
+    soon as the sandbox reports the command's status, before its init has exited).
+    Reparented here, the teardown reaps them; otherwise, in a container without an init
+    that reaps, they stay zombies.
     """
     libc = load_libc()
     before = ctypes.c_int(0)
@@ -141,8 +142,8 @@ def _in_namespace(pid: int, userns: os.stat_result) -> bool:
 
 def kill_namespace(userns: os.stat_result, named: str) -> tuple[list[int], list[int]]:
     """SIGKILL every process in the user namespace `userns`, and every child of this
-    process called `named`; their pidfds, for wait_all, and the pids of those children,
-    for reap once they have ended.
+    process called `named`; their pidfds, for wait_all, and the pids of those that are
+    this subreaper's children (orphans of the holder), for reap once they have ended.
 
     Only the rare teardowns a signal interrupted get here: a scan of /proc
     costs a few milliseconds. A pidfd is taken before the second check, so
@@ -165,25 +166,28 @@ def kill_namespace(userns: os.stat_result, named: str) -> tuple[list[int], list[
             pidfd = os.pidfd_open(pid)
         except OSError:
             continue
-        if _in_namespace(pid, userns):
+        if _in_namespace(pid, userns) or _child_named(pid, me, named):
             send_kill(pidfd)
             found.append(pidfd)
-        elif _child_named(pid, me, named):
-            send_kill(pidfd)
-            found.append(pidfd)
-            children.append(pid)
+            if _parent_and_name(pid)[0] == me:
+                children.append(pid)
         else:
             os.close(pidfd)
     return found, children
 
 
 def _child_named(pid: int, parent: int, name: str) -> bool:
+    return _parent_and_name(pid) == (parent, name)
+
+
+def _parent_and_name(pid: int) -> tuple[int, str]:
+    """From /proc/PID/stat, which anyone may read, dumpable or not; (0, "") once gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             head, tail = f.read().rsplit(")", 1)
-        return head.partition("(")[2] == name and int(tail.split()[1]) == parent
+        return int(tail.split()[1]), head.partition("(")[2]
     except (OSError, ValueError, IndexError):
-        return False
+        return 0, ""
 
 
 def reap(pids: list[int]) -> None:

@@ -89,7 +89,7 @@ class Jail:
         # kernel from giving its inode number to another launch's namespace.
         self._userns_fd = early.userns_fd
         self._session_started = False
-        self._was_subreaper = True  # until _start() knows: never clear what was not ours
+        self._was_subreaper = early.was_subreaper  # never clear what was not ours
         self._plan: routes.Plan | None = None
         self._closed = False
         self._trace = early.trace.phase
@@ -107,7 +107,6 @@ class Jail:
         # holder since begin() (Forwarder). Everything below overlaps pasta's
         # attach and the holder's start-up.
         reaping.set_not_dumpable()
-        self._was_subreaper = reaping.become_subreaper()
         want = relays.plan_relays(self.settings, self.private_dir or "")
         socat = paths.tool("socat") if want else ""
         for relay in want:

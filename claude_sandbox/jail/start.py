@@ -15,7 +15,6 @@ import _socket
 import fcntl
 import os
 import select
-import sys
 
 from claude_sandbox.core import engine, kernel, paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
@@ -25,6 +24,7 @@ from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import holder as jail_holder
 from claude_sandbox.jail import netfilter, reaping
 from claude_sandbox.jail.dirs import make_private_dir, remove_dir
+from claude_sandbox.jail.holderfork import spawn_holder
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,37 +62,6 @@ _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
 # Ctrl-C and Ctrl-\ reach the terminal's whole group: the agent's, the launcher outlives them.
 _TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
 HOLDER_GRACE = 0.2  # how long a broken channel or a failed pasta waits for an ending holder
-
-
-def spawn_holder(cgroup_dirs: tuple[str, ...] = ()) -> tuple[Child, _socket.socket]:
-    """Fork the jail's holder (holder.forked), which makes its own user, network and mount
-    namespaces; the launcher's end of their channel.
-
-    The socketpair is the only channel (never a pipe: egress-jail.md). The holder keeps
-    its end and the three standard streams only. `cgroup_dirs`: the launch's cgroup, which
-    the holder joins itself once its namespaces exist, so that the egress proxy and the
-    session, its children, inherit the caps.
-    """
-    load_libc()  # here, once: the child's unshare needs it, and make_tap's child too
-    for stream in (sys.stdout, sys.stderr):  # None where the launcher had no such stream
-        with reaping.Ignoring(OSError):  # or the child's first line carried the launcher's
-            if stream is not None:
-                stream.flush()
-    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        pid = os.fork()
-    except BaseException:
-        ours.close()
-        theirs.close()
-        raise
-    if pid == 0:
-        status = 1
-        try:
-            status = jail_holder.forked(theirs, cgroup_dirs)
-        finally:
-            os._exit(status)
-    theirs.close()
-    return Child(pid), ours
 
 
 class Forwarder:
@@ -309,6 +278,7 @@ class Early:
     # What each process started for the session runs before its exec: the launch's cgroup
     # (the outside relays fork one child a connection the agent opens: capped too).
     join: Callable[[], None] | None = None
+    was_subreaper: bool = True  # before begin() made this process one: never clear that
 
     def abandon(self) -> None:
         """End what begin() started when the launch stops before the jail takes it over
@@ -316,6 +286,8 @@ class Early:
         self.proxy_end.close()
         _end(self.sock, self.forward, (self.pasta, self.holder), (self.userns_fd,), self.directory,
              self.proxy)
+        if not self.was_subreaper:
+            reaping.stop_being_subreaper()
 
 
 def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None, ...],
@@ -354,14 +326,17 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
     """
     # Ignored before anything is spawned, so that pasta and the holder inherit it
     # (exec keeps SIG_IGN): a Ctrl-C during set-up must not kill pasta in the
-    # launcher's group. The holder chooses its own (holder.forked); the inner stage gives
+    # launcher's group. The holder chooses its own (holderfork.forked); the inner stage gives
     # the agent the defaults back (enter.reset_signals).
     ignored = {signum: _signal.signal(signum, _signal.SIG_IGN) for signum in _TERMINAL}
+    was_subreaper = reaping.become_subreaper()  # the holder's orphans are ours to reap
     try:
         holder, sock = spawn_holder(cgroup_dirs)
     except BaseException:
         for signum, handler in ignored.items():
             _signal.signal(signum, handler)
+        if not was_subreaper:
+            reaping.stop_being_subreaper()
         raise
     forward = Forwarder(holder, ignored)
     userns_fd = netns_fd = -1
@@ -389,6 +364,8 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
         # A holder that ended by itself (a broken pipe here) is told apart before _end kills it.
         gone = isinstance(exc, (BrokenPipeError, ConnectionResetError)) and forward.exited()
         _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy)
+        if not was_subreaper:
+            reaping.stop_being_subreaper()
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
             # ... or a holder a forwarded TERM ended (the DNS filter request then meets
             # a broken pipe): that reads as the signal, not as a jail error.
@@ -399,4 +376,4 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise
     return Early(holder, sock, forward, userns_fd, directory, pasta, proxy, proxy_end, trace,
-                 join)
+                 join, was_subreaper)

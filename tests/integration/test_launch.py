@@ -447,11 +447,13 @@ def test_a_refusal_while_planning_leaves_no_jail_behind(launcher: Launcher) -> N
     """The jail's holder and pasta start before the facts and the plan are made; a
     launch refused there (an unknown command) ends them and removes their directory."""
     def ours() -> set[str]:  # pasta's pid file names the jail; the holder has its name
-        found = subprocess.run(["pgrep", "-u", str(launcher.uid), "-f", r"claude-sandbox-jail\."],
-                               capture_output=True, text=True)
-        named = subprocess.run(["pgrep", "-u", str(launcher.uid), "-x", "csbx-holder|csbx-egress"],
-                               capture_output=True, text=True)
-        return set(found.stdout.split()) | set(named.stdout.split())
+        found = set()  # pgrep -x takes one name of at most 15 characters a call
+        for how, pattern in (("-f", r"claude-sandbox-jail\."), ("-x", "csbx-holder"),
+                             ("-x", "csbx-egress")):
+            ran = subprocess.run(["pgrep", "-u", str(launcher.uid), how, pattern],
+                                 capture_output=True, text=True)
+            found |= set(ran.stdout.split())
+        return found
 
     before = set(glob.glob(f"/tmp/claude-sandbox-jail.{launcher.uid}.*")), ours()
     result = launcher.shell("no-such-command-anywhere", env={"CLAUDE_SANDBOX_EGRESS_JAIL": "1"})

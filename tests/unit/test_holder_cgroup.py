@@ -17,8 +17,8 @@ def _holder(*cgroup: str) -> subprocess.CompletedProcess[str]:
     end closes once the holder says its namespaces exist: it joins, then finds nothing
     to serve and ends. Its status is the process's."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from claude_sandbox.core import wire; "
-            "from claude_sandbox.jail import start; "
-            "holder, sock = start.spawn_holder(tuple(sys.argv[2:])); "
+            "from claude_sandbox.jail import holderfork; "
+            "holder, sock = holderfork.spawn_holder(tuple(sys.argv[2:])); "
             "print(*wire.receive_fields(sock, 64)); sock.close(); sys.exit(holder.wait())")
     argv = [sys.executable, "-I", "-c", code, str(REPO), *cgroup]
     return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
@@ -52,8 +52,8 @@ def test_a_launcher_without_stdin_does_not_lend_the_holder_its_own_end() -> None
     holder puts /dev/null there instead, so it still sees end of file when the launcher's
     end closes (a launcher SIGKILLed in set-up), and ends."""
     code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from claude_sandbox.core import "
-            "wire; from claude_sandbox.jail import start; "
-            "holder, sock = start.spawn_holder(); assert sock.fileno() == 0, sock.fileno(); "
+            "wire; from claude_sandbox.jail import holderfork; "
+            "holder, sock = holderfork.spawn_holder(); assert sock.fileno() == 0, sock.fileno(); "
             "assert wire.receive_fields(sock, 64) == ['up']; "
             "print(os.readlink(f'/proc/{holder.pid}/fd/0'), flush=True); sock.close(); "
             "sys.exit(holder.wait())")

@@ -1,0 +1,119 @@
+"""The jail's holder, forked: the launcher's side (`spawn_holder`) and the child's
+(`forked`), which makes the namespaces and then serves (holder.py).
+
+A fork, not a new interpreter: the launcher's is running already, and an interpreter's
+start cost every jailed launch about 10 ms of CPU while pasta attached and the launcher
+planned on the same cores (docs/adr/0004-launch-cost.md). What an exec would have
+cleared, the child clears (docs/explanation/egress-jail.md).
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
+import _socket
+import fcntl
+import gc
+import os
+import sys
+
+from claude_sandbox.core import kernel, wire
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE
+from claude_sandbox.core.process import Child, close_all_but, join_cgroups, load_libc
+from claude_sandbox.core.views import own_namespaces
+from claude_sandbox.jail import reaping
+from claude_sandbox.jail.holder import NAME, serve
+
+
+def spawn_holder(cgroup_dirs: tuple[str, ...] = ()) -> tuple[Child, _socket.socket]:
+    """Fork the jail's holder (`forked`), which makes its own user, network and mount
+    namespaces; the launcher's end of their channel.
+
+    The socketpair is the only channel (never a pipe: egress-jail.md). The holder keeps
+    its end and the three standard streams only. `cgroup_dirs`: the launch's cgroup, which
+    the holder joins itself once its namespaces exist, so that the egress proxy and the
+    session, its children, inherit the caps.
+    """
+    load_libc()  # here, once: the child's unshare needs it, and make_tap's child too
+    for stream in (sys.stdout, sys.stderr):  # None where the launcher had no such stream
+        with reaping.Ignoring(OSError):  # or the child's first line carried the launcher's
+            if stream is not None:
+                stream.flush()
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except BaseException:
+        ours.close()
+        theirs.close()
+        raise
+    if pid == 0:
+        status = 1
+        try:
+            status = forked(theirs, cgroup_dirs)
+        finally:
+            os._exit(status)
+    theirs.close()
+    return Child(pid), ours
+
+
+def _standard_streams_as_exec_leaves_them(channel: int) -> None:
+    """/dev/null over a standard stream's number where the launcher had one of its own
+    there, close-on-exec (it started with that stream closed, and the number went to the
+    next thing it opened): an exec would have closed it, and the holder, its tools and
+    the session must not hold what the launcher holds, least of all the launcher's end
+    of this channel, whose end of file tells the holder that the launcher is gone."""
+
+    for fd in (0, 1, 2):
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFD)
+        except OSError:
+            continue  # closed: as the launcher had it
+        if fd != channel and flags & fcntl.FD_CLOEXEC:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
+def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
+    """The holder's life, in the launcher's forked child (`spawn_holder`): make the
+    namespaces, say so, join the launch's cgroup, serve. The caller _exits with the
+    status; nothing here returns into the launcher's code. What an exec would have
+    cleared is cleared here: every descriptor but the channel and the three standard
+    streams (the janitor must see the launcher's end of its pipe close, and no tool, relay
+    or proxy may hold what the launcher holds), and every signal handler the launcher set.
+    """
+    # The launcher's objects are never collected here: a socket or file the launcher
+    # dropped would otherwise close, by number, a descriptor this process opened since.
+    gc.freeze()
+    for signum in _signal.valid_signals():
+        if callable(_signal.getsignal(signum)):
+            _signal.signal(signum, _signal.SIG_DFL)
+    # Ctrl-C during set-up reaches this process too (it keeps the terminal's foreground
+    # group), which the launcher ignores: die quietly, as the launcher's own choice.
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    close_all_but({0, 1, 2, sock.fileno()})
+    _standard_streams_as_exec_leaves_them(sock.fileno())
+    # unshare --user --map-root-user --net --mount: root inside is the launching user.
+    ids = (os.getuid(), os.getgid())
+    why = own_namespaces(kernel.CLONE_NEWNET, (0, 0), ids)
+    if why is not None:
+        wire.send(sock, ["err", why])
+        return 1
+    # Its name in ps and in /proc/PID/comm; its command line is the launcher's.
+    load_libc().prctl(kernel.PR_SET_NAME, NAME.encode(), 0, 0, 0)
+    wire.send(sock, ["up"])
+    if cgroup_dirs:
+        # Into the launch's cgroup before anything is served: every tool, the egress
+        # proxy and the session are this process's children, and inherit its caps. After
+        # the namespaces: a move between cgroups waits for an RCU grace period (15-20 ms
+        # measured), which then passes while pasta attaches and the launcher plans.
+        why = join_cgroups(cgroup_dirs)
+        if why is not None:
+            print(why, file=sys.stderr)
+            return EXIT_UNAVAILABLE
+    try:
+        return serve(sock)
+    except (BrokenPipeError, ConnectionResetError):
+        # The parent went away mid-request (a SIGKILLed launcher): nothing to
+        # hold, and nobody to tell; no traceback on the user's terminal.
+        return 1
