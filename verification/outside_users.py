@@ -98,9 +98,10 @@ def _covered_below(plan: Mapping[str, object], top: str) -> list[str]:
 
 
 def _place_of_theirs(number: str, prefix: str, shim: str, agent: str, workdir: str,
-                     environ: Mapping[str, str]) -> tuple[str, str] | Result:
+                     environ: Mapping[str, str]) -> tuple[str, str, int] | Result:
     """A directory of the other user's, mode 0755, in the first tree of FLOOD_PARENTS a
-    root launch shows: (that tree, the directory); or the probe's SKIP or FAIL."""
+    root launch shows: (that tree, the directory, the user's uid); or the probe's SKIP or
+    FAIL."""
     if os.getuid() != 0:
         return Result(number, "SKIP", "a user's launch walks no root-only file; run verify "
                       "as root for the root launch's walk")
@@ -119,7 +120,7 @@ def _place_of_theirs(number: str, prefix: str, shim: str, agent: str, workdir: s
     except OSError as error:
         shutil.rmtree(place, ignore_errors=True)
         return Result(number, "FAIL", f"could not prepare: {error}")
-    return parent, place
+    return parent, place, uid
 
 
 def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
@@ -130,8 +131,7 @@ def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
     prepared = _place_of_theirs("A66", "csbx-flood-", shim, agent, workdir, environ)
     if isinstance(prepared, Result):
         return prepared
-    parent, place = prepared
-    uid = _other_user()[0]
+    parent, place, uid = prepared
     try:
         flood = os.path.join(place, "files")
 
@@ -273,8 +273,7 @@ def probe_a72_time_set_back(shim: str, agent: str, workdir: str,
     prepared = _place_of_theirs("A72", "csbx-setback-", shim, agent, workdir, environ)
     if isinstance(prepared, Result):
         return prepared
-    parent, place = prepared
-    uid = _other_user()[0]
+    parent, place, uid = prepared
     try:
         _timed(shim, agent, workdir, environ)  # the walk caches the directory and its time
         refreshed = _refreshes(agent, environ, place)

@@ -61,7 +61,6 @@ def _standard_streams_as_exec_leaves_them(channel: int) -> None:
     next thing it opened): an exec would have closed it, and the holder, its tools and
     the session must not hold what the launcher holds, least of all the launcher's end
     of this channel, whose end of file tells the holder that the launcher is gone."""
-
     for fd in (0, 1, 2):
         try:
             flags = fcntl.fcntl(fd, fcntl.F_GETFD)

@@ -115,21 +115,14 @@ def reap_orphans(groups: set[int]) -> None:
         except OSError:
             continue
         for pid in children:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    head, tail = f.read().rsplit(")", 1)
-                state, group = tail.split()[0], int(tail.split()[2])
-            except (OSError, ValueError, IndexError):
-                continue
-            if group in groups or (group == ours and head.partition("(")[2] == "bwrap"):
+            name, state, _, group = _stat(pid)
+            if group in groups or (group == ours and name == "bwrap"):
                 found.append(pid)
                 if state != "Z":
                     with Ignoring(OSError):
                         pidfds.append(os.pidfd_open(pid))
     wait_all(pidfds)
-    for pid in found:
-        with Ignoring(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+    reap(found)
 
 
 def _in_namespace(pid: int, userns: os.stat_result) -> bool:
@@ -169,7 +162,7 @@ def kill_namespace(userns: os.stat_result, named: str) -> tuple[list[int], list[
         if _in_namespace(pid, userns) or _child_named(pid, me, named):
             send_kill(pidfd)
             found.append(pidfd)
-            if _parent_and_name(pid)[0] == me:
+            if _stat(pid)[2] == me:
                 children.append(pid)
         else:
             os.close(pidfd)
@@ -177,17 +170,20 @@ def kill_namespace(userns: os.stat_result, named: str) -> tuple[list[int], list[
 
 
 def _child_named(pid: int, parent: int, name: str) -> bool:
-    return _parent_and_name(pid) == (parent, name)
+    found_name, _, found_parent, _ = _stat(pid)
+    return (found_parent, found_name) == (parent, name)
 
 
-def _parent_and_name(pid: int) -> tuple[int, str]:
-    """From /proc/PID/stat, which anyone may read, dumpable or not; (0, "") once gone."""
+def _stat(pid: int) -> tuple[str, str, int, int]:
+    """Name, state, parent and process group, from /proc/PID/stat, which anyone may read,
+    dumpable or not; ("", "", 0, 0) once gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             head, tail = f.read().rsplit(")", 1)
-        return int(tail.split()[1]), head.partition("(")[2]
+        fields = tail.split()
+        return head.partition("(")[2], fields[0], int(fields[1]), int(fields[2])
     except (OSError, ValueError, IndexError):
-        return 0, ""
+        return "", "", 0, 0
 
 
 def reap(pids: list[int]) -> None:

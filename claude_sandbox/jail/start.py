@@ -148,12 +148,11 @@ def wait_netns(holder: Child, sock: _socket.socket, forward: Forwarder) -> tuple
             raise
     if said is None or said[:1] != ["err"] or len(said) != 2:
         # Ended before a word: a signal (the user's, the OOM killer's), or a failure of
-        # its own that it could not tell.
+        # its own that it could not tell. One that sent something else is ended: its
+        # status, never waited for unbounded.
         forward.check()
-        code = holder.wait()
-        if code < 0:
-            raise _ended(forward)
-        raise holder_ended(code, forward.forward.status(code))
+        holder.kill()
+        raise _ended(forward)
     why = engine.blocker(engine.read(), failed=True)
     raise jail_error(f"cannot create a user and network namespace ({said[1]}; "
                      + (f"{why})" if why else "are unprivileged user namespaces allowed?)"),
@@ -285,13 +284,12 @@ class Early:
         (a refusal while the facts or the plan are made): nothing of it outlives the launch."""
         self.proxy_end.close()
         _end(self.sock, self.forward, (self.pasta, self.holder), (self.userns_fd,), self.directory,
-             self.proxy)
-        if not self.was_subreaper:
-            reaping.stop_being_subreaper()
+             self.proxy, self.was_subreaper)
 
 
 def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None, ...],
-         fds: tuple[int, ...], directory: str, proxy: _socket.socket | None) -> None:
+         fds: tuple[int, ...], directory: str, proxy: _socket.socket | None,
+         was_subreaper: bool) -> None:
     sock.close()  # the holder reads EOF and exits, if it has not yet
     if proxy is not None:
         proxy.close()  # the proxy reads EOF and exits; the namespace's end ends it anyway
@@ -303,8 +301,6 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
         # The egress proxy (the holder's child, so not ours to wait for, unless orphaned)
         # and anything else the holder started: each lives in the holder's user namespace,
         # nothing else does.
-        from claude_sandbox.jail import reaping
-
         dying, orphans = reaping.kill_namespace(os.fstat(fds[0]), jail_holder.PROXY_NAME)
         reaping.wait_all(dying)
         reaping.reap(orphans)
@@ -314,6 +310,8 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
     if directory:
         remove_dir(directory)
     forward.restore()
+    if not was_subreaper:  # what begin() made this process, and only that
+        reaping.stop_being_subreaper()
 
 
 def begin(trace: Trace, join: Callable[[], None] | None = None,
@@ -363,9 +361,8 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
     except BaseException as exc:
         # A holder that ended by itself (a broken pipe here) is told apart before _end kills it.
         gone = isinstance(exc, (BrokenPipeError, ConnectionResetError)) and forward.exited()
-        _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy)
-        if not was_subreaper:
-            reaping.stop_being_subreaper()
+        _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy,
+             was_subreaper)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
             # ... or a holder a forwarded TERM ended (the DNS filter request then meets
             # a broken pipe): that reads as the signal, not as a jail error.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
-import stat
 
 from claude_sandbox.core import guard, paths
 from claude_sandbox.core.errors import SandboxError
@@ -79,34 +78,20 @@ def _early_helper() -> Helper | None:
     from claude_sandbox.launch.session import procmask, state
 
     state_dir = _state_dir_ahead()
-    if state_dir is not None and not (_kept_for_root(state_dir)
-                                      and _own_directory(os.path.join(state_dir, "0"))):
-        # Read ahead only from root's store made already, in a state-dir only root may
-        # rename in: in a shared (1777) one, a name not yet made could be made by another
-        # user, and removed again before the configuration is read (ADR 0015). The
-        # configuration's helper reads that store then.
-        state_dir = None
+    if state_dir is not None:
+        # Read ahead only from root's store made already, in a state-dir the launch itself
+        # accepts (no one else may rename in it): in a shared (1777) one, a name not yet
+        # made could be made by another user, and removed again before the configuration
+        # is read (ADR 0015). The configuration's helper reads that store then.
+        ours = os.path.join(state_dir, "0")
+        try:
+            state.check_state_dir(state_dir, 0)
+        except SandboxError:
+            state_dir = None
+        if state.squatted_store(ours, 0) is not None or not os.path.isdir(ours):
+            state_dir = None
     store = state.store_root(state_dir, hostfacts.login_home(), 0)
     return procmask.start_helper(os.path.join(store, rootcache.CACHE_NAME))
-
-
-def _own_directory(path: str) -> bool:
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == 0
-
-
-def _kept_for_root(path: str) -> bool:
-    """Root's directory, where no one else may rename or remove root's entries: written
-    by root alone, or sticky."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return (stat.S_ISDIR(info.st_mode) and info.st_uid == 0
-            and (info.st_mode & 0o022 == 0 or bool(info.st_mode & stat.S_ISVTX)))
 
 
 def _state_dir_ahead() -> str | None:
