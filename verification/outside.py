@@ -116,7 +116,8 @@ def check_27_workspace_refusal(shim: str, agent: str, home: str, workdir: str,
                                 env=dict(environ), capture_output=True, text=True, check=False,
                                 stdin=subprocess.DEVNULL, timeout=60)
         if result.returncode != EXIT_CONFIG or "claude-sandbox:" not in result.stderr:
-            accepted.append(f"{label} (exit {result.returncode})")
+            said = (result.stderr.strip().splitlines() or ["nothing on stderr"])[-1][:200]
+            accepted.append(f"{label} (exit {result.returncode}: {said})")
     os.unlink(link)
     if accepted:
         return Result("27", "FAIL", f"not refused: {', '.join(accepted)}")
