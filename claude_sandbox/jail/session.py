@@ -305,6 +305,15 @@ class Jail:
             return
         self._closed = True
         self._sock.close()
+        # pasta first: it does not exit when the namespace dies (measured), and its exit
+        # (freeing the tables it zeroed at its start) takes 2-3 ms, which now pass while
+        # the proxy records what is still open. It is our child (-f), not yet reaped, so
+        # its pid cannot have been reused. Nothing below needs the network.
+        dying: list[int] = []
+        if self._pasta.poll() is None:
+            with reaping.Ignoring(OSError):
+                dying.append(os.pidfd_open(self._pasta.pid))
+            self._pasta.kill()
         if self._holder.poll() is None:
             self._holder.kill()  # not reaped, so it exists
         self._holder.wait()
@@ -320,13 +329,6 @@ class Jail:
         # Signal everything first and wait once for all of it: each SIGKILLed
         # process takes milliseconds to exit, and waiting for them one after
         # another added those up on every launch.
-        dying: list[int] = []
-        if self._pasta.poll() is None:
-            # pasta does not exit when the namespace dies (measured): end it. It is
-            # our child (-f), not yet reaped, so its pid cannot have been reused.
-            with reaping.Ignoring(OSError):
-                dying.append(os.pidfd_open(self._pasta.pid))
-            self._pasta.kill()
         # Every relay group: a connection child outlives its killed relay by an
         # instant, is reparented here (a subreaper), and must be reaped too.
         relay_groups = {pid for pid, _ in self._inside_pidfds}
