@@ -83,8 +83,7 @@ def changed(paths: list[str], times: dict[str, int]) -> set[str]:
         status = 1
         try:
             # Nothing but its pipe: not the helper's socket, nor anything else.
-            os.closerange(0, write_end)
-            os.closerange(write_end + 1, os.sysconf("SC_OPEN_MAX"))
+            process.close_all_but({write_end})
             if process.tie_to_parent(parent):  # never outlives the launch
                 listing = "\0".join(sorted(_read(theirs, times)))
                 with open(write_end, "wb") as out:

@@ -24,7 +24,7 @@ import _signal  # type: ignore[import-not-found]  # `signal` imports enum
 import os
 import sys
 
-from claude_sandbox.core import paths, wire
+from claude_sandbox.core import paths, process, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
 
 TOLD_LIMIT = 1 << 16  # a pipe's buffer: what the launch can tell without waiting
@@ -98,8 +98,9 @@ def _wait(alive_read: int, told_read: int, launcher: int) -> None:
     for fd in (1, 2):
         os.dup2(null, fd)
     # Nothing of the launcher's stays open here: above all not the jail
-    # holder's socket, whose end of file tells the holder the launcher is gone.
-    os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+    # holder's socket, whose end of file tells the holder the launcher is gone, nor a
+    # descriptor the launcher inherited above a soft limit it was started under (check 102).
+    process.close_all_but({0, 1, 2, 3})
     sweeper = [*paths.internal_argv("_janitor"), str(launcher)]
     os.execve(paths.tool("sh"), ["sh", "-c", _WAIT, "janitor", *sweeper],
               {"PATH": "/usr/bin:/bin", "LC_ALL": "C"})

@@ -47,7 +47,7 @@ import os
 import select
 
 from claude_sandbox.core import kernel, paths, wire
-from claude_sandbox.core.process import load_libc, tie_to_parent
+from claude_sandbox.core.process import close_all_but, load_libc, tie_to_parent
 from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
@@ -321,8 +321,9 @@ def start_helper(cache: str | None = None) -> Helper:
         try:
             theirs.close()
             keep = ours.fileno()
-            os.closerange(3, keep)  # the jail's channel and the rest are not its business
-            os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+            # The jail's channel and the rest are not its business, nor what the launcher
+            # inherited, at any number (check 102).
+            close_all_but({0, 1, 2, keep})
             # Ends with the launcher, even SIGKILLed: nothing else would end it.
             if tie_to_parent(parent):
                 early = None
