@@ -44,7 +44,8 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     if guard.inside_sandbox():
         _exec_nested(request, environ)
     # A launcher that inherited SIGCHLD ignored would have its children reaped by the
-    # kernel: no status for the session, and pids reused while the launch still names them.
+    # kernel: no status for the session, and pids reused while the launch still names
+    # them (check 103).
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     keep_ignored = inherited_ignored()
     for signum in (_signal.SIGINT, _signal.SIGQUIT):

@@ -342,6 +342,44 @@ def test_a_launcher_whose_helper_survives_it_fails_check_49(tmp_path: Path) -> N
     assert "still running after the launcher's SIGKILL" in result.detail, result
 
 
+@pytest.mark.parametrize(("keeps", "number"), [
+    ("", "9, 1500"),  # a helper that closes nothing
+    ("exec 9<&-; ", "1500"),  # one that closes up to the soft limit, not above it
+])
+def test_a_launcher_whose_helper_keeps_its_descriptors_fails_check_102(
+        tmp_path: Path, keeps: str, number: str) -> None:
+    """A "launcher" that leaves what it inherited open in a process it starts."""
+    sys.path.insert(0, str(REPO / "verification"))
+    import outside_fds  # type: ignore[import-not-found]
+
+    shim = tmp_path / "shim"
+    shim.write_text(f'#!/bin/bash\n({keeps}exec /bin/sleep 300) &\n'
+                    'exec /bin/sleep "${@: -1}"\n')
+    shim.chmod(0o755)
+    try:
+        result = outside_fds.check_102_no_inherited_descriptor_outside(
+            str(shim), "claude", str(tmp_path), dict(os.environ))
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", "/bin/sleep 300"], check=False)
+    assert result.outcome == "FAIL", result
+    assert result.detail.startswith("sleep[") and result.detail.endswith(f"at {number}"), result
+
+
+def test_a_launcher_that_keeps_sigchld_ignored_fails_check_103(tmp_path: Path) -> None:
+    """A "launcher" that waits for its session with SIGCHLD still ignored gets no status."""
+    sys.path.insert(0, str(REPO / "verification"))
+    import outside_fds  # type: ignore[import-not-found]
+
+    shim = tmp_path / "shim"
+    shim.write_text("#!/usr/bin/python3\nimport subprocess, sys\n"
+                    "sys.exit(subprocess.Popen(sys.argv[sys.argv.index('--') + 1:]).wait())\n")
+    shim.chmod(0o755)
+    result = outside_fds.check_103_sigchld_ignored_launcher(str(shim), "claude",
+                                                            str(tmp_path), dict(os.environ))
+    assert result.outcome == "FAIL", result
+    assert "not the session's 7" in result.detail, result
+
+
 def test_outside_any_sandbox_most_checks_fail() -> None:
     results = _run_with([])
     failed = {n for n, (outcome, _) in results.items() if outcome == "FAIL"}
