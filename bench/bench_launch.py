@@ -125,12 +125,13 @@ class PlanFloor:
     def __init__(self, env: dict[str, str]) -> None:
         from claude_sandbox.core import paths
         from claude_sandbox.launch import run
+        from claude_sandbox.launch.configure import config
         from claude_sandbox.launch.facts import gather
         from claude_sandbox.launch.planner import limits, plan
         from claude_sandbox.launch.session import cgroups, state
 
         profile = gather.profiles.get("claude")
-        cfg = gather.load_config("claude", env)
+        cfg = config.load("claude", env)
         caps = limits.plan_limits(cfg.max_pids, cfg.max_memory, cgroups.CgroupFacts(),
                                   os.getuid())
         request = run.Request("claude", ("/bin/true",), ())

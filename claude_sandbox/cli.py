@@ -18,8 +18,7 @@ from claude_sandbox.core.errors import (
     SandboxError,
 )
 from claude_sandbox.launch import run
-from claude_sandbox.launch.configure import profiles
-from claude_sandbox.launch.facts.gather import load_config
+from claude_sandbox.launch.configure import config, profiles
 
 DESCRIPTION = """\
 A launch-time sandbox for AI coding agents. `claude`, `codex` and `pi` run
@@ -328,7 +327,7 @@ def _state(action: str, agent: str | None, yes: bool) -> int:
     names = [agent] if agent else (list(profiles.AGENT_NAMES) if action == "show"
                                     else [_agent_default()])
     chosen = [profiles.get(name) for name in names]
-    cfg = load_config(chosen[0].name, os.environ)
+    cfg = config.load(chosen[0].name, os.environ)
     root = state.store_root(cfg.state_dir, home, uid)
     if action == "show":
         for profile in chosen:

@@ -176,14 +176,13 @@ def probe_a66_root_only_flood(shim: str, agent: str, workdir: str,
 def _candidates(agent: str, uid: int, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The names a launch of `agent` takes in shared places: its scratch directory's two,
     and the store's in a shared state-dir."""
-    from claude_sandbox.launch.configure import profiles
-    from claude_sandbox.launch.facts import gather
+    from claude_sandbox.launch.configure import config, profiles
 
     profile = profiles.get(agent)
     names: tuple[str, ...] = ()
     if profile.tmp_dir:
         names += (profile.tmp_dir, f"{profile.tmp_dir}-{uid}")
-    state_dir = gather.load_config(profile.name, environ).state_dir
+    state_dir = config.load(profile.name, environ).state_dir
     if state_dir:
         names += (os.path.join(state_dir, str(uid)),)
     return names
@@ -250,11 +249,11 @@ _SET_BACK = "import os, sys; os.utime(sys.argv[1], ns=(int(sys.argv[2]),) * 2)"
 def _refreshes(agent: str, environ: Mapping[str, str], place: str) -> str | None:
     """None when root's walk cache holds `place` and the next launch refreshes it rather
     than rebuilds it (a rebuild covers a new file whatever the times); else why not."""
-    from claude_sandbox.launch.configure import profiles
-    from claude_sandbox.launch.facts import gather, hostfacts, rootcache
+    from claude_sandbox.launch.configure import config, profiles
+    from claude_sandbox.launch.facts import hostfacts, rootcache
     from claude_sandbox.launch.session import state
 
-    cfg = gather.load_config(profiles.get(agent).name, environ)
+    cfg = config.load(profiles.get(agent).name, environ)
     store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
     cache = rootcache.read(os.path.join(store, rootcache.CACHE_NAME))
     if cache is None or not rootcache.fresh(cache.made, time.time() + 600):

@@ -747,7 +747,8 @@ def test_a37_config_in_workspace(request: Req) -> None:
     request.node.user_properties.append(("planted", planted))
     result = subprocess.run(
         [f"{paths.CORE_VENV}/bin/python", "-I", "-c",
-         "from claude_sandbox.launch.facts import gather; c = gather.load_config('claude', {}); "
+         "from claude_sandbox.launch.configure import config; "
+         "c = config.load('claude', {}); "
          "print(c.allow_write)"], capture_output=True, text=True, check=False, cwd=cwd)
     if "'/'" in result.stdout:
         pytest.fail("the core read allow-write = / from the workspace")

@@ -251,8 +251,9 @@ def test_18_shim_and_etc_config(host, tmp_path_factory) -> None:  # type: ignore
     # it were read, and ask the installed core which file it reads.
     cwd = os.getcwd()
     planted = [os.path.join(cwd, name) for name in ("claude-sandbox.conf", ".claude-sandbox.conf")]
-    probe = ("import os; from claude_sandbox.core import paths; from claude_sandbox.launch.facts "
-             "import gather; gather.load_config('claude', {}); print(paths.CONFIG_FILE)")
+    probe = ("import os; from claude_sandbox.core import paths; from claude_sandbox.launch."
+             "configure import config; config.load('claude', {}); "
+             "print(paths.CONFIG_FILE)")
     try:
         for path in planted:
             Path(path).write_text("this is not a key\n")

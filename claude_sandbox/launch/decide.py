@@ -8,37 +8,20 @@ launch with CLAUDE_SANDBOX_TRACE=1 prints). `explain` makes nothing: `make=False
 
 from __future__ import annotations
 
-import os
 import sys
 
-from claude_sandbox.core.record import record
-from claude_sandbox.launch.configure import config, profiles
+from claude_sandbox.launch.configure import config
 from claude_sandbox.launch.configure.request import Request
+from claude_sandbox.launch.configured import Configured, configure
 from claude_sandbox.launch.facts import gather
-from claude_sandbox.launch.planner import limits, plan
-from claude_sandbox.launch.session import cgroups, notices
+from claude_sandbox.launch.planner import plan
+from claude_sandbox.launch.session import notices
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-
-@record
-class Configured:
-    """What the operator's file says for this agent, and the caps it asks for here."""
-
-    profile: profiles.Profile
-    cfg: config.Config
-    limit_plan: limits.LimitPlan
-
-
-def configure(agent: str, environ: Mapping[str, str]) -> Configured:
-    """The agent's profile, the configuration for it, and the caps this host can hold."""
-    profile = profiles.get(agent)
-    cfg = gather.load_config(profile.name, environ)
-    limit_plan = limits.plan_limits(cfg.max_pids, cfg.max_memory, cgroups.probe_cgroups(),
-                                    os.getuid())
-    return Configured(profile, cfg, limit_plan)
+__all__ = ["Configured", "broker_fields", "configure", "decide"]
 
 
 def decide(configured: Configured, request: Request, environ: Mapping[str, str],

@@ -14,8 +14,8 @@ from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.install import bundle as bundled
 from claude_sandbox.install import placed, venvs
 from claude_sandbox.install.report import read
-from claude_sandbox.launch.configure import profiles
-from claude_sandbox.launch.facts import gather, hostfacts
+from claude_sandbox.launch.configure import config, profiles
+from claude_sandbox.launch.facts import hostfacts
 from claude_sandbox.launch.session import state
 from claude_sandbox.tools.finding import Finding
 
@@ -75,7 +75,7 @@ def guard_row() -> Finding:
 
 def config_row() -> Finding:
     try:
-        cfg = gather.load_config("claude", os.environ)
+        cfg = config.load("claude", os.environ)
     except SandboxError as error:
         return Finding(False, error.message, f"fix the line named in {paths.CONFIG_FILE}")
     jail = "on" if cfg.egress_jail else "OFF"
@@ -172,7 +172,7 @@ def _size(top: str) -> int:
 def sizes_row() -> Finding:
     """What the installation and this user's state store take on disk."""
     try:
-        cfg = gather.load_config("claude", os.environ)
+        cfg = config.load("claude", os.environ)
     except SandboxError:
         cfg = None
     store = state.store_root(cfg.state_dir if cfg else None, hostfacts.login_home(),

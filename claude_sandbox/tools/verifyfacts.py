@@ -15,7 +15,6 @@ from claude_sandbox.core import paths
 from claude_sandbox.launch.configure import config as config_module
 from claude_sandbox.launch.configure import profiles
 from claude_sandbox.launch.facts import hostfacts
-from claude_sandbox.launch.facts.gather import load_config
 from claude_sandbox.launch.overlay import controlfiles
 from claude_sandbox.launch.session import state
 from claude_sandbox.tools.verifyplant import (
@@ -83,7 +82,7 @@ def brokered_facts(facts: Mapping[str, Any], environ: Mapping[str, str]) -> dict
 
 def gather(agent: str, workdir: str, environ: Mapping[str, str]) -> dict[str, Any]:
     """The facts only the outside knows, for the checks inside."""
-    cfg = load_config(agent, environ)
+    cfg = config_module.load(agent, environ)
     home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
     root = state.store_root(cfg.state_dir, home, os.getuid())
     # Made now (the launch would make it, with the same first import) so that its

@@ -19,7 +19,7 @@ import pytest
 
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
 from claude_sandbox.jail import egressrecord
-from claude_sandbox.launch.facts import gather
+from claude_sandbox.launch.configure import config
 from claude_sandbox.launch.session import egresslog, state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     workspace.mkdir()
     # run reads these two keys alone; the rest of the configuration is not its business.
     cfg = SimpleNamespace(state_dir=str(tmp_path / "state"), workspace_root=str(workspace))
-    monkeypatch.setattr(gather, "load_config", lambda agent, environ: cfg)
+    monkeypatch.setattr(config, "load", lambda agent, environ: cfg)
     root = state.store_root(str(tmp_path / "state"), "/nonexistent", os.getuid())
     return Path(egressrecord.directory(root, os.path.realpath(workspace)))
 

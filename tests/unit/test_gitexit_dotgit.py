@@ -1,4 +1,4 @@
-"""The `.git` entry of an overlaid repository at the session's end (steps._workspace_exit).
+"""The `.git` entry of an overlaid repository at the session's end (making.workspace_exit).
 
 It is passed over only while it still leads to the overlaid git directory: a `.git`
 file the agent repointed at a repository it made would have git outside run that

@@ -26,7 +26,7 @@ ALLOWED = {
 }
 # launch/ by stage (docs/explanation/architecture.md, "The launcher's stages"): the
 # modules that order the stages sit at its top, every other module in its stage's folder.
-LAUNCH_TOP = {"__init__", "run", "steps", "decide", "explain", "quick"}
+LAUNCH_TOP = {"__init__", "run", "steps", "configured", "decide", "making", "explain", "quick"}
 STAGES = {"configure", "facts", "planner", "session", "overlay"}
 # What a stage may take from another stage beyond the rule: the configuration checks a
 # credential line with the credential table's parser; the planner's caps are rows of

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.configure import values
+from claude_sandbox.launch.configure import profiles, values
 from claude_sandbox.launch.configure.keys import KEYS, KEYS_BY_NAME, Key, Kind
 
 TYPE_CHECKING = False
@@ -108,6 +108,12 @@ def read_file(path: str) -> str | None:
     except (OSError, UnicodeDecodeError) as error:
         raise SandboxError(f"{path}: cannot be read ({error})", EXIT_CONFIG) from None
 
+
+
+def load(agent: str, environ: Mapping[str, str]) -> Config:
+    """The operator's file (absent: the defaults) and the environment, for `agent`."""
+    return parse(read_file(paths.CONFIG_FILE), environ, agent=agent,
+                 agents=profiles.AGENT_NAMES, path=paths.CONFIG_FILE)
 
 def parse(
     text: str | None,

@@ -4,7 +4,7 @@ Everything the pure planner (plan.py) needs from the file system, the
 password database, the workspace's git directory and /proc is read here, once,
 into a frozen `Gathered`.
 `claude-sandbox explain` gathers the same facts the same way and creates
-nothing; the launch then makes what the plan needs (steps.py).
+nothing; the launch then makes what the plan needs (making.py).
 """
 
 from __future__ import annotations
@@ -141,12 +141,6 @@ def _codex_config() -> str:
     from claude_sandbox.launch.planner import codexconfig
 
     return codexconfig.inside(config.read_file(paths.CODEX_MANAGED_CONFIG) or "")
-
-
-def load_config(agent: str, environ: Mapping[str, str]) -> config.Config:
-    """The operator's file (absent: the defaults) and the environment, for `agent`."""
-    return config.parse(config.read_file(paths.CONFIG_FILE), environ, agent=agent,
-                        agents=profiles.AGENT_NAMES, path=paths.CONFIG_FILE)
 
 
 def resolve_writable(cfg: config.Config, facts: hostfacts.HostFacts, store: str) -> Writable:

@@ -23,12 +23,12 @@ renders), without making anything in the workspace (ADR 0010):
 - an absent path is not held: nothing stands in for it, because a stand-in
   shows to git, the agents, the IDE and the user's terminal. What the session
   creates there is moved, when it ends, into the agent's per-workspace store
-  and named (steps.py), so no program outside finds it there afterwards;
+  and named (making.py), so no program outside finds it there afterwards;
 - a protected path (or a directory above it) that is a symbolic link staying
   inside the writable root (dotfile managers make these) is held through its
   target: the target is planned like the path itself. The link is not a mount
   point and can be replaced during the session, so the session's end puts the
-  same link back and moves what stood there into the store (steps.py), like a
+  same link back and moves what stood there into the store (making.py), like a
   path the session made. A link that leaves the root names something the plan
   cannot hold, and the launch is refused with what the user can do;
 - what a link inside a held directory names elsewhere in the root is held read-only

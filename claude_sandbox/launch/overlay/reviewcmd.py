@@ -12,8 +12,8 @@ import os
 import sys
 
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
-from claude_sandbox.launch.configure import profiles
-from claude_sandbox.launch.facts import gather, hostfacts
+from claude_sandbox.launch.configure import config, profiles
+from claude_sandbox.launch.facts import hostfacts
 from claude_sandbox.launch.overlay import controlfiles, gitcheck, gitsession, review, reviewapply
 from claude_sandbox.launch.overlay.review import Change
 from claude_sandbox.launch.planner import overlays
@@ -45,7 +45,7 @@ def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
         raise SandboxError(f"changes of more than one agent wait in {workspace} ({names}): "
                            "choose one with --agent", EXIT_USAGE)
     name, directory, store = found[0]
-    cfg = gather.load_config(name, environ)
+    cfg = config.load(name, environ)
     control = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
     fd = review.lock(directory, workspace)
     try:
@@ -82,7 +82,7 @@ def run(action: str, agent: str | None, paths: Sequence[str], *, every: bool,
 
 
 def _file_root(agent: str | None) -> str | None:
-    cfg = gather.load_config(agent or profiles.AGENT_NAMES[0], {})
+    cfg = config.load(agent or profiles.AGENT_NAMES[0], {})
     return cfg.workspace_root
 
 
@@ -91,7 +91,7 @@ def _stores(agent: str | None, workspace: str) -> list[tuple[str, str, str]]:
     `workspace`."""
     found = []
     for name in [agent] if agent else profiles.AGENT_NAMES:
-        cfg = gather.load_config(name, {})  # state-dir: the file's alone
+        cfg = config.load(name, {})  # state-dir: the file's alone
         root = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
         base = overlays.workspace_store(os.path.join(root, name), workspace)
         directory = gitsession.upper_base(overlays.review_store(base))
@@ -106,7 +106,7 @@ def _show_all(found: Sequence[tuple[str, str, str]], workspace: str) -> int:
         print(f"nothing waits for review in {workspace}")
         return 0
     for name, directory, _ in found:
-        cfg = gather.load_config(name, {})
+        cfg = config.load(name, {})
         control = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
         fd = review.lock(directory, workspace)
         try:

@@ -15,8 +15,8 @@ import re
 
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
 from claude_sandbox.jail import egressrecord
-from claude_sandbox.launch.configure import profiles
-from claude_sandbox.launch.facts import gather, hostfacts
+from claude_sandbox.launch.configure import config, profiles
+from claude_sandbox.launch.facts import hostfacts
 from claude_sandbox.launch.session import state
 
 TYPE_CHECKING = False
@@ -34,7 +34,7 @@ def run(session: str | None, *, agent: str | None, as_json: bool, listing: bool,
         environ: Mapping[str, str]) -> int:
     """The `log` subcommand; its exit status."""
     name = profiles.get(agent).name if agent else environ.get("CLAUDE_SANDBOX_AGENT", "claude")
-    cfg = gather.load_config(name, environ)
+    cfg = config.load(name, environ)
     # Where the launch puts the record: the same workspace root, resolved the same way.
     workspace = os.path.realpath(cfg.workspace_root or os.getcwd())
     store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())

@@ -1,0 +1,189 @@
+"""What a launch makes for its plan before the session, undoes after it, and the
+workspace's exit: git's changes applied by rule, and what the session made reported by
+class (ADR 0010).
+
+steps.py imports this module once the jail's holder and pasta are started: its imports
+(the overlays, git, the plan's renderer and seccomp) are then paid while pasta attaches,
+not before its start (ADR 0004).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from claude_sandbox.core import paths
+from claude_sandbox.core.process import data_descriptor
+from claude_sandbox.core.record import record
+from claude_sandbox.inside import spec
+from claude_sandbox.launch.configure import config, profiles
+from claude_sandbox.launch.facts import hostfacts
+from claude_sandbox.launch.overlay import controlexit, controlfiles, gitcheck, gitrepo, gitsession
+from claude_sandbox.launch.planner import plan, render, seccomp
+from claude_sandbox.launch.session import state
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from claude_sandbox.launch.session.procmask import Helper
+
+
+@record
+class Prepared:
+    """What a launch made before the sandbox starts, and must undo after it."""
+
+    argv: list[str]
+    fds: tuple[int, ...]
+    layers: tuple[gitsession.Layer, ...]  # the overlays' directories, made in the store
+    quarantine: gitcheck.Quarantine  # what the checks moved out, and the lines to say
+    helper: Helper | None  # the late-mount helper (procmask.py)
+    imported: tuple[str, ...] = ()  # what a first launch's import did, said again at the end
+
+
+def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
+             store: str, helper: Helper | None) -> Prepared:
+    """Make what the plan needs: the store, the scratch directory, overlays, descriptors.
+    `helper`: the late-mount helper forked early (a root launch), ended here on failure,
+    or by _undo."""
+    imported: list[str] = []
+    opened: dict[str, int] = {}
+    quarantine = gitcheck.Quarantine(store)
+    try:
+        bwrap_path = paths.tool("bwrap")
+        state.ensure_home(store, the_plan.agent, facts.home,
+                          profiles.get(the_plan.agent).imports, facts.uid,
+                          default_root=cfg.state_dir is None, said=imported)
+        if facts.agent_tmp:
+            state.private_dir(facts.agent_tmp, facts.uid,
+                              f"{the_plan.agent}'s scratch directory")
+        if in_review_mode(the_plan):
+            # The overlay keeps the session's git writes from the real repositories, which
+            # the launcher still checks: review apply and the user's git read them.
+            for repo in the_plan.layout.repositories:
+                gitcheck.check(repo.gitdir, quarantine)
+        layers = gitsession.prepare(the_plan.views, quarantine)
+        say(quarantine)
+        # surrogateescape: a forge file's bytes come back as they were read (credentials.py)
+        opened.update({name: data_descriptor(name, content.encode("utf-8", "surrogateescape"))
+                       for name, content in the_plan.data})
+        opened[render.SECCOMP] = seccomp.filter_fd(the_plan.inner.level,
+                                                   the_plan.seccomp_flags)
+        if the_plan.inner.late_masks:
+            from claude_sandbox.launch.facts import rootonly
+            from claude_sandbox.launch.session import procmask
+
+            if helper is None:  # not a root launch: forked now
+                helper = procmask.start_helper()
+            opened["helper"] = helper.fd
+            walk = (rootonly.plan_walk(store, facts, the_plan.layout, the_plan.mounts)
+                    if plan.masks(the_plan, "root-only") else None)
+            procmask.instruct(helper, plan.masks(the_plan, "outer-proc"),
+                              plan.masks(the_plan, "noexec"), walk)
+        elif helper is not None:  # nothing to mask after all
+            stop_helper(helper, close=True)
+            helper = None
+        opened[render.INNER] = data_descriptor("inner", spec.encode(
+            the_plan.inner, helper.fd if helper is not None else None))
+    except BaseException:
+        for fd in opened.values():
+            os.close(fd)
+        if helper is not None:
+            stop_helper(helper, close="helper" not in opened)
+        raise
+    # The agent shares the launching terminal, as it would without the sandbox:
+    # job control, resizes and hang-ups reach it directly. What a shared
+    # terminal allows beyond that, pushing input with TIOCSTI or TIOCLINUX, the
+    # seccomp filter refuses (check 45; docs/explanation/terminal.md).
+    argv = render.bwrap_argv(the_plan, bwrap_path, {k: str(v) for k, v in opened.items()})
+    return Prepared(argv, tuple(opened.values()), layers, quarantine, helper, tuple(imported))
+
+
+def undo(prepared: Prepared) -> None:
+    """After the session: the /proc helper reaped."""
+    if prepared.helper is not None:
+        stop_helper(prepared.helper, close=False)  # its end went with prepared.fds
+
+
+def stop_helper(helper: Helper, *, close: bool) -> None:
+    """End a late-mount helper; `close`: its end of the socket too (not yet handed on)."""
+    from claude_sandbox.launch.session import procmask
+
+    procmask.stop(helper, close=close)
+
+
+def egress_record(store: str, the_plan: plan.Plan, cfg: config.Config) -> tuple[str, int]:
+    """The session's egress record, made before the agent runs (jail/egressrecord.py)."""
+    from claude_sandbox.jail import egressrecord
+
+    uid = os.getuid()
+    state.private_dir(os.path.join(store, "egress"), uid, "the egress records' directory")
+    where = egressrecord.directory(store, the_plan.layout.workspace)
+    state.private_dir(where, uid, "a workspace's egress records")
+    header = {"session": egressrecord.session_id(), "agent": the_plan.agent,
+              "policy": cfg.egress_policy, "workspace": the_plan.layout.workspace,
+              "time": egressrecord.utc()}
+    return egressrecord.create(where, header)
+
+
+def say(quarantine: gitcheck.Quarantine) -> None:
+    for line in quarantine.lines:
+        sys.stderr.write(f"claude-sandbox: {line}\n")
+    quarantine.lines.clear()
+
+
+def in_review_mode(the_plan: plan.Plan) -> bool:
+    return any(view.kind == "workspace" for view in the_plan.views)
+
+
+def workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
+                    since_ns: int) -> None:
+    """git's changes applied by rule, then what the session made, by class (ADR 0010)."""
+    from claude_sandbox.launch.overlay import aftermath
+
+    layout = the_plan.layout
+    quarantine = prepared.quarantine
+    names = controlfiles.names(controlfiles.controls(cfg.protect, cfg.unprotect))
+    # In review mode the workspace was not written: what waits there is for
+    # `claude-sandbox review`; the allow-write roots outside it were. The control paths
+    # the session made go first: nothing the git apply below may meet (a history that
+    # takes long, a kill) leaves them in the workspace.
+    review = in_review_mode(the_plan)
+    controlexit.move_created(layout, the_plan.workspace_store, quarantine.lines, review)
+    # What the launch held, a link's target included: git must not bring it out either.
+    held = tuple(path for held_plan in layout.controls for path in (
+        *held_plan.views, *held_plan.read_only, *(link.target for link in held_plan.links)))
+    gitsession.finish(prepared.layers, layout.workspace, quarantine, names, held)
+    roots = [r for r in (*(() if review else (layout.workspace,)), *layout.allow_write)
+             if os.path.isdir(r)]
+    if not roots:
+        say(quarantine)
+        return
+    # The overlaid repositories were applied by rule above: not the user's to review.
+    # Their `.git` entry too, but only while it still leads there: a `.git` file is the
+    # agent's to rewrite, and one repointed at a repository it made would have git
+    # outside run that one's hooks and config. It goes to check_made as any plant does.
+    overlaid = {repo.gitdir for repo in layout.repositories}
+    overlaid.update(os.path.join(repo.top, ".git") for repo in layout.repositories
+                    if gitrepo.names_gitdir(os.path.join(repo.top, ".git"), repo.gitdir))
+    # scan() names paths relative to the root when it has one root.
+    def absolute(path: str) -> str:
+        return path if os.path.isabs(path) else os.path.normpath(os.path.join(roots[0], path))
+
+    findings: list[aftermath.Finding] = []
+    try:
+        findings = [f for f in aftermath.scan(roots, since_ns, names)
+                    if absolute(f.path) not in overlaid]
+        gitsession.check_made([absolute(f.path) for f in findings if f.kind == "git"],
+                              layout.workspace,
+                              [repo.gitdir for repo in layout.repositories], since_ns,
+                              quarantine)
+    except (OSError, UnicodeError, ValueError) as error:
+        # What the agent left can race or trip the walk: the quarantine's lines and
+        # whatever the walk had returned are still said, and the user is told the
+        # check is not whole.
+        quarantine.lines.append(f"warning: the check of what the session left did not finish "
+                                f"({error}): review {layout.workspace} before running git or "
+                                "tools there outside")
+    say(quarantine)
+    report = os.path.join(the_plan.workspace_store, "last-session.txt")
+    for line in aftermath.report_lines(findings, report):
+        sys.stderr.write(f"claude-sandbox: {line}\n")
