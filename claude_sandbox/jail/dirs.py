@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 _DIR_PREFIX = "claude-sandbox-jail."
 
@@ -53,6 +54,18 @@ def sweep_stale_dirs(dead: int = 0) -> None:
                 remove_dir(entry.path)
         except OSError:
             continue
+
+
+def remove_at_teardown(path: str) -> None:
+    """Remove the launch's private directory as a launch ends; where that fails, say so
+    in one line instead of ending the launch with the error, whose own status and
+    message (a refusal's, the session's) would be lost. The next launch's sweep
+    (sweep_stale_dirs) or the janitor removes it once this launcher is gone."""
+    try:
+        remove_dir(path)
+    except OSError as error:
+        sys.stderr.write(f"claude-sandbox: warning: cannot remove {path} ({error.strerror}); "
+                         "the next launch removes it\n")
 
 
 def remove_dir(path: str) -> None:

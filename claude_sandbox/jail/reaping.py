@@ -15,6 +15,9 @@ from claude_sandbox.core.errors import jail_error
 from claude_sandbox.core.process import load_libc
 
 KILL_WAIT = 2.0
+# How many scans kill_namespace makes at most: each kills what the last one could not
+# see yet; two suffice unless something forks as fast as it is killed.
+KILL_PASSES = 8
 
 
 def set_not_dumpable() -> None:
@@ -138,9 +141,15 @@ def kill_namespace(userns: os.stat_result, named: str) -> tuple[list[int], list[
     process called `named`; their pidfds, for wait_all, and the pids of those that are
     this subreaper's children (orphans of the holder), for reap once they have ended.
 
-    Only the rare teardowns a signal interrupted get here: a scan of /proc
+    Only the teardowns a signal or a refusal interrupted get here: a scan of /proc
     costs a few milliseconds. A pidfd is taken before the second check, so
     the process killed is the one checked, not a later one with its pid.
+    The scan is repeated until a pass finds nothing it has not killed: a process the
+    scan has not reached yet can fork between the listing and its own kill (the packet
+    filter's `sh` starts one tool after another), and its child, in no listing so far,
+    would live on. One did, and made its lock file in the private directory as the
+    launch removed it (ENOTEMPTY). A killed process forks no more (the kernel fails a
+    fork with a fatal signal pending), so the passes end.
     `named`: the egress proxy. It is not dumpable, and its memory map is a fork of this
     process's, so its namespace cannot be read from here unprivileged (EACCES); an
     orphan of the holder, it is this subreaper's child, and every child is this launch's.
@@ -149,23 +158,29 @@ def kill_namespace(userns: os.stat_result, named: str) -> tuple[list[int], list[
     me = os.getpid()
     found: list[int] = []
     children: list[int] = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        pid = int(name)
-        if not (_in_namespace(pid, userns) or _child_named(pid, me, named)):
-            continue
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        if _in_namespace(pid, userns) or _child_named(pid, me, named):
-            send_kill(pidfd)
-            found.append(pidfd)
-            if _stat(pid)[2] == me:
-                children.append(pid)
-        else:
-            os.close(pidfd)
+    killed: set[int] = set()
+    for _ in range(KILL_PASSES):
+        before = len(killed)
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me or int(name) in killed:
+                continue
+            pid = int(name)
+            if not (_in_namespace(pid, userns) or _child_named(pid, me, named)):
+                continue
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            if _in_namespace(pid, userns) or _child_named(pid, me, named):
+                send_kill(pidfd)
+                found.append(pidfd)
+                killed.add(pid)
+                if _stat(pid)[2] == me:
+                    children.append(pid)
+            else:
+                os.close(pidfd)
+        if len(killed) == before:
+            break
     return found, children
 
 

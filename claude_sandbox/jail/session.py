@@ -382,7 +382,7 @@ class Jail:
         self._pasta.wait()
         os.close(self._userns_fd)
         if self.private_dir is not None:
-            dirs.remove_dir(self.private_dir)
+            dirs.remove_at_teardown(self.private_dir)
             self.private_dir = None
         self._forward.restore()
 

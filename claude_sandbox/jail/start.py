@@ -23,7 +23,7 @@ from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import holder as jail_holder
 from claude_sandbox.jail import netfilter, reaping
-from claude_sandbox.jail.dirs import make_private_dir, remove_dir
+from claude_sandbox.jail.dirs import make_private_dir, remove_at_teardown
 from claude_sandbox.jail.holderfork import spawn_holder
 
 TYPE_CHECKING = False
@@ -308,7 +308,7 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
         if fd >= 0:
             os.close(fd)
     if directory:
-        remove_dir(directory)
+        remove_at_teardown(directory)
     forward.restore()
     if not was_subreaper:  # what begin() made this process, and only that
         reaping.stop_being_subreaper()

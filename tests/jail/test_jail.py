@@ -659,6 +659,46 @@ def test_the_namespace_sweep_ends_an_orphaned_proxy_it_cannot_see_into() -> None
             child.wait()
 
 
+def test_the_namespace_sweep_ends_what_forks_while_it_scans() -> None:
+    """A shell in the holder's user namespace that starts one program after another (as
+    the packet filter's does) can fork between the sweep's listing of /proc and its own
+    kill: the sweep scans again until it finds nothing new, and nothing of the namespace
+    is left running."""
+    forking = subprocess.Popen(["unshare", "-U", "sh", "-c",
+                                "while :; do sleep 30 & sleep 30 & done"])
+    try:
+        mine = os.stat("/proc/self/ns/user")
+        deadline = time.monotonic() + 10
+        while os.stat(f"/proc/{forking.pid}/ns/user").st_ino == mine.st_ino:
+            assert time.monotonic() < deadline, "the namespace did not start"
+            time.sleep(0.01)
+        userns = os.stat(f"/proc/{forking.pid}/ns/user")
+        time.sleep(0.2)  # some hundreds of children by now, and more every instant
+        swept, children = jail.reaping.kill_namespace(userns, jail_holder.PROXY_NAME)
+        jail.reaping.wait_all(swept)
+        assert children == [forking.pid]
+        # The killed ones are zombies now, still in the namespace, until their new
+        # parent (not a subreaper here: init) reaps them; what runs is what counts.
+        left = []
+        for name in os.listdir("/proc"):
+            with contextlib.suppress(OSError):
+                st = os.stat(f"/proc/{name}/ns/user")
+                if name.isdigit() and (st.st_dev, st.st_ino) == (userns.st_dev, userns.st_ino) \
+                        and _comm_and_state(int(name))[1] != "Z":
+                    left.append(name)
+        assert not left, f"still running in the namespace: {left}"
+    finally:
+        forking.kill()
+        forking.wait()
+        subprocess.run(["pkill", "-KILL", "-f", "^sleep 30$"], check=False)
+
+
+def _comm_and_state(pid: int) -> tuple[str, str]:
+    with open(f"/proc/{pid}/stat") as f:
+        head, tail = f.read().rsplit(")", 1)
+    return head.partition("(")[2], tail.split()[0]
+
+
 def _zombie_children(comm: str) -> list[int]:
     found = []
     for task in os.listdir("/proc/self/task"):

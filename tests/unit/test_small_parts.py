@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -163,3 +164,22 @@ def test_a_path_in_a_suggested_command_is_one_word(path: str) -> None:
     said = subprocess.run(["sh", "-c", f"printf %s {controlexit.quote(path)}"],
                           capture_output=True, text=True, check=True).stdout
     assert said == path
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="mounts a tmpfs where the directory is removed")
+def test_a_private_directory_that_cannot_be_removed_is_one_warning(tmp_path: pathlib.Path
+                                                                   ) -> None:
+    """A launch's end that cannot remove its private directory says so in one line and
+    goes on: the launch's own status and message are not lost to the error."""
+    private = tmp_path / "claude-sandbox-jail.0.1.2.abc"
+    (private / "busy").mkdir(parents=True)
+    code = ("import sys; from claude_sandbox.jail import dirs; "
+            f"dirs.remove_at_teardown({str(private)!r}); print('went on')")
+    ran = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         'mount -t tmpfs none "$1" && exec "$2" -c "$3"', "sh", str(private / "busy"),
+         sys.executable, code], capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2])})
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "went on\n"
+    assert ran.stderr.count("\n") == 1 and "warning: cannot remove" in ran.stderr, ran.stderr
