@@ -79,7 +79,7 @@ def request(directory: str) -> list[str]:
     namespace needs (_legacy), even where `iptables-restore` is the legacy one already.
     The nf_tables back end's commit waits for an RCU grace period: 25-35 ms of wall
     time in a new namespace, against 5-7 ms for the same tables through the legacy one
-    (ADR 0004, amendment of 2026-12-06, third). Both enforce the same rules, and check()
+    (ADR 0004, "What the launch does for speed"). Both enforce the same rules, and check()
     reads back whichever wrote them. Where the legacy one cannot (its modules absent
     from the host's kernel, say), its error is dropped and the nf_tables one runs from
     the same text (_fallback).
