@@ -29,6 +29,8 @@ def _leave(status: int) -> NoReturn:
     written first; a stream that cannot take it (a closed pipe) loses only that text.
     """
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # closed, and not filled (core/streams.py): nothing to flush
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):

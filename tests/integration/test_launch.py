@@ -213,8 +213,9 @@ def test_the_launch_path_is_served_from_the_bundle(launcher: Launcher) -> None:
     from claude_sandbox.install import bundle
 
     site = glob.glob(f"{CORE_VENV}/lib/python3*/site-packages")[0]
-    # What puts the finder in place (claude_sandbox.core.bundle) is imported before it.
-    before = ("claude_sandbox.core", "claude_sandbox.core.bundle")
+    # What puts the finder in place (core.bundle) is imported before it, and so is what
+    # fills a closed standard descriptor before the bundle is opened (core.streams).
+    before = ("claude_sandbox.core", "claude_sandbox.core.bundle", "claude_sandbox.core.streams")
     code = (f"import sys; sys.path.append({site!r}); import claude_sandbox.launch.steps, "
             "claude_sandbox.jail.session, claude_sandbox.inside.enter; print(*sorted({"
             "type(m.__loader__).__name__ for n, m in sys.modules.items() "
@@ -228,6 +229,17 @@ def test_the_launch_path_is_served_from_the_bundle(launcher: Launcher) -> None:
 def test_shell_exit_status_is_the_commands(launcher: Launcher) -> None:
     assert launcher.shell("/bin/sh", "-c", "exit 7").returncode == 7
     assert launcher.shell("/bin/sh", "-c", "kill -TERM $$").returncode == 128 + 15
+
+
+@pytest.mark.parametrize("closed", ["1", "2"])
+def test_the_status_comes_back_with_a_standard_stream_closed(launcher: Launcher,
+                                                             closed: str) -> None:
+    """Started with its standard output or error closed (`>&-`), the launcher has no
+    stream there to flush at its end (__main__._leave), and still ends with the
+    session's status, not an error of its own."""
+    result = launcher.run(["/bin/sh", "-c", f'exec "$@" {closed}>&-', "sh",
+                           f"{SHIM_DIR}/claude-sandbox", "shell", "--", "sh", "-c", "exit 5"])
+    assert result.returncode == 5, result.stderr
 
 
 def test_git_works_inside_with_the_curated_config(launcher: Launcher) -> None:
