@@ -2,9 +2,11 @@
 
 102: a descriptor the launching process inherited (an IDE's socket, a multiplexer's pipe)
 stays with the launcher. Check 61 proves it reaches nothing inside the sandbox; this one
-looks at the launch's own processes outside it: the janitor, the jail's holder, pasta,
-the egress proxy, the relays, the late-mount helper. Each is a fork of the launcher, and
-a fork keeps every descriptor it is not told to close. The runner hands one down at a low
+looks at the launch's own processes outside it that live while the session runs: the
+janitor, the jail's holder (bwrap by then), pasta, the egress proxy, the relays. Each is a
+fork of the launcher, and a fork keeps every descriptor it is not told to close. (The
+late-mount helper and the directory-time reader end before the session runs:
+tests/integration/test_helper_descriptors.py proves the helper.) The runner hands one down at a low
 number and one above a soft limit it lowered, as `ulimit -Sn 1024` in a shell leaves it:
 a close up to the soft limit does not reach that one.
 
@@ -63,13 +65,25 @@ def _high_possible() -> bool:
 
 def _hand_down(fd: int) -> None:
     """In the launcher's child before its exec: the file at a low number and, where the
-    hard limit allows, at a high one under a soft limit lowered below it afterwards."""
-    os.dup2(fd, LOW_FD, inheritable=True)
+    hard limit allows, at a high one under a soft limit lowered below it afterwards.
+    Checked before the exec: a check that handed nothing down would pass."""
+    if fd == LOW_FD:
+        os.set_inheritable(fd, True)
+    else:
+        os.dup2(fd, LOW_FD, inheritable=True)
+    handed = [LOW_FD]
     if _high_possible():
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, HIGH_FD + 1), hard))
         os.dup2(fd, HIGH_FD, inheritable=True)
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, LOWERED_SOFT_LIMIT), hard))
+        handed.append(HIGH_FD)
+    want = os.fstat(fd)
+    for number in handed:
+        got = os.fstat(number)
+        if not os.get_inheritable(number) or (got.st_dev, got.st_ino) != (want.st_dev,
+                                                                         want.st_ino):
+            raise OSError(f"descriptor {number} was not handed down")
 
 
 def check_102_no_inherited_descriptor_outside(shim: str, agent: str, workdir: str,

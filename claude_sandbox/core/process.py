@@ -145,15 +145,21 @@ def close_all_but(keep: Iterable[int]) -> None:
     Those /proc/self/fd lists, not a range up to the soft limit: a launching process may
     have lowered its soft limit below a descriptor it holds open (an IDE's socket at
     2000 under `ulimit -n 1024`), which a close up to the limit would leave open. Where
-    /proc cannot be read, every range between the kept ones, up to the largest number a
-    descriptor can have (close_range(2): one system call).
+    /proc cannot be read, every range between the kept ones, up to the hard limit: one
+    close_range(2) each where the kernel and its seccomp filter allow it, else one close(2)
+    a number, which up to the largest number a descriptor can have (2**31) would never
+    end. A descriptor above the hard limit needs the hard limit lowered after it was
+    opened, which only the launching process's owner can do to it.
     """
     kept = set(keep)
     try:
         found = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:
-        edges = sorted(kept)
-        for low, high in zip([-1, *edges], [*edges, (1 << 31) - 1], strict=True):
+        import resource
+
+        top = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], (1 << 31) - 1)
+        edges = sorted(fd for fd in kept if fd < top)
+        for low, high in zip([-1, *edges], [*edges, top], strict=True):
             os.closerange(low + 1, high)
         return
     for fd in found:

@@ -60,12 +60,12 @@ def remove_at_teardown(path: str) -> None:
     """Remove the launch's private directory as a launch ends; where that fails, say so
     in one line instead of ending the launch with the error, whose own status and
     message (a refusal's, the session's) would be lost. The next launch's sweep
-    (sweep_stale_dirs) or the janitor removes it once this launcher is gone."""
+    (sweep_stale_dirs) removes it once this launcher is gone."""
     try:
         remove_dir(path)
     except OSError as error:
-        sys.stderr.write(f"claude-sandbox: warning: cannot remove {path} ({error.strerror}); "
-                         "the next launch removes it\n")
+        sys.stderr.write(f"claude-sandbox: warning: cannot remove {path} "
+                         f"({error.strerror or error}); the next launch removes it\n")
 
 
 def remove_dir(path: str) -> None:

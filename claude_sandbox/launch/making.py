@@ -43,7 +43,7 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
              store: str, helper: Helper | None) -> Prepared:
     """Make what the plan needs: the store, the scratch directory, overlays, descriptors.
     `helper`: the late-mount helper forked early (a root launch), ended here on failure,
-    or by _undo."""
+    or by undo()."""
     imported: list[str] = []
     opened: dict[str, int] = {}
     quarantine = gitcheck.Quarantine(store)

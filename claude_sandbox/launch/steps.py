@@ -172,11 +172,12 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
 
 
 def _stop_helper(helper: Helper) -> None:
-    """End a late-mount helper the launch no longer needs (making.py's way; on the paths
-    that need it before the planning modules are imported, an error's)."""
-    from claude_sandbox.launch import making
+    """End a late-mount helper the launch no longer needs, its end of the socket closed.
+    procmask is loaded already wherever there is a helper (run.py forked it); the
+    planning modules may not be, and an error path must not depend on importing them."""
+    from claude_sandbox.launch.session import procmask
 
-    making.stop_helper(helper, close=True)
+    procmask.stop(helper, close=True)
 
 
 def _terminal_modes() -> list[Any] | None:

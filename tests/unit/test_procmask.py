@@ -50,3 +50,4 @@ def test_the_first_field_and_the_flags_are_checked() -> None:
     for fields in ((), ("mask",), ("plan", "1"), ("plan", "2", "0"), ("plan", "1", "0", "/c"),
                    ("plan", "0", "0", "/c", "1")):
         assert procmask.read_plan(fields) is None, fields
+
