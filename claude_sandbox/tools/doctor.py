@@ -1,8 +1,9 @@
 """`claude-sandbox doctor`: every host fact the sandbox needs, a row each, with its fix.
 
 The rows are a table (ROWS): a name, whether the launch needs it, and a
-probe that returns ok/detail/fix. Probes only read (a user-namespace probe
-starts `unshare -rn true` and waits for it); nothing here changes the host.
+probe that returns ok/detail/fix. Probes only read (the namespace probes make
+namespaces of the jail's kind the way a launch does, with the core interpreter's
+unshare(2), and wait for them to end); nothing here changes the host.
 Exit 0 only when every required row is ok.
 """
 
@@ -116,20 +117,40 @@ def engine_row() -> Finding:
                    "gVisor, user-namespace sysctls)")
 
 
+_NO_NAMESPACE = 126  # the probe's child could not make its namespaces (said on its stderr)
+
+
+def _jail_namespaces(ids: tuple[int, int]) -> None:
+    """In the probe's child before its exec: the user, network and mount namespaces the
+    jail's holder makes, made as it makes them (core/views.py), root inside as `ids`.
+    Not unshare(1): on hosts that allow user namespaces to named programs only (Ubuntu's
+    AppArmor restriction), the launch is allowed through the core interpreter."""
+    from claude_sandbox.core import kernel, views
+
+    why = views.own_namespaces(kernel.CLONE_NEWNET, (0, 0), ids)
+    if why is not None:
+        os.write(2, why.encode() + b"\n")
+        os._exit(_NO_NAMESPACE)
+
+
 def redirect_row() -> Finding:
     """Whether the egress proxy's packet filter (nat REDIRECT, the mark) can be written
     and read back in a namespace of the jail's kind, exactly as a launch does it."""
     from claude_sandbox.jail import dirs, netfilter
 
+    ids = (os.getuid(), os.getgid())
     try:
         directory = dirs.make_private_dir()  # the launch's kind, so the same script
         try:
             _, table, *argv = netfilter.request(directory)
-            ran = subprocess.run([paths.tool("unshare"), "--user", "--map-root-user", "--net",
-                                  *argv], input=table, capture_output=True, text=True,
-                                 timeout=20, check=False)
+            ran = subprocess.run(argv, input=table, capture_output=True, text=True,
+                                 timeout=20, check=False,
+                                 preexec_fn=lambda: _jail_namespaces(ids))
         finally:
             dirs.remove_dir(directory)
+        if ran.returncode == _NO_NAMESPACE and not ran.stdout:
+            return Finding(False, f"cannot make a namespace of the jail's kind: "
+                           f"{ran.stderr.strip()}", userns_fix())
         netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
     except SandboxError as error:
         return Finding(False, str(error).removeprefix("egress jail: "),
@@ -137,7 +158,7 @@ def redirect_row() -> Finding:
                        "support (modprobe nf_nat nft_chain_nat, or iptable_nat)")
     except (OSError, subprocess.SubprocessError) as error:
         return Finding(False, f"cannot run iptables in a user namespace: {error}",
-                       "install iptables and util-linux")
+                       "install iptables")
     return Finding(True, "the redirect to the egress proxy can be written and read back")
 
 
@@ -236,7 +257,6 @@ ROWS: tuple[Row, ...] = (
     Row("container engine", True, engine_row),
     Row("/dev/net/tun", True, tun_row),
     Row("pasta", True, pasta_row),
-    Row("unshare", True, lambda: _tool("unshare", "util-linux")),
     Row("ip", True, lambda: _tool("ip", "iproute2")),
     Row("egress redirect", True, redirect_row),
     Row("socat (relays)", False, lambda: _tool("socat", "socat")),

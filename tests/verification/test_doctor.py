@@ -104,3 +104,13 @@ def test_a_launch_bundle_the_launch_would_not_serve_from(tmp_path: Path, mode: i
     assert "install.sh" in row["fix"]
     assert report["status"] == 0  # not a required row: the launch imports from the venv
     assert _row(_doctor_with([]), "launch bundle")["ok"]
+
+
+def test_no_unshare_program_is_needed() -> None:
+    """A launch makes its namespaces with the core interpreter's unshare(2), never with
+    util-linux's unshare(1) (on Ubuntu's restricted user namespaces only a program an
+    AppArmor profile names may): with that program unusable, the egress redirect row,
+    which makes a namespace of the jail's kind, is still ok, and no row asks for it."""
+    report = _doctor_with([("/dev/null", "/usr/bin/unshare")])
+    assert _row(report, "egress redirect")["ok"], _row(report, "egress redirect")
+    assert all(row["name"] != "unshare" for row in report["rows"])
