@@ -11,6 +11,7 @@ from __future__ import annotations
 import os  # every entry point below imports it anyway
 import sys
 
+from claude_sandbox.core import streams  # loaded already: the package's __init__ runs it
 from claude_sandbox.core.errors import EXIT_USAGE, SandboxError
 
 TYPE_CHECKING = False
@@ -26,15 +27,9 @@ def _leave(status: int) -> NoReturn:
     one: about 3 ms of CPU at the end of every launch, on its critical path (ADR 0004),
     for nothing of ours. The launch registers no exit handlers; its files and descriptors
     are closed by its steps or go with the process. What the standard streams buffer is
-    written first; a stream that cannot take it (a closed pipe) loses only that text.
+    written first (core/streams.py).
     """
-    for stream in (sys.stdout, sys.stderr):
-        if stream is None:  # closed, and not filled (core/streams.py): nothing to flush
-            continue
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    streams.flush()
     os._exit(status)
 
 

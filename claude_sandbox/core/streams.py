@@ -27,17 +27,31 @@ def _usable(fd: int, mode: str) -> bool:
     return mode == "r" or flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
 
 
+def null_at(fd: int) -> None:
+    """/dev/null at `fd`, over whatever is there, inheritable as a standard stream is."""
+    null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: `fd` where it is closed
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
+    os.set_inheritable(fd, True)
+
+
 def fill_closed() -> None:
     """Put /dev/null at each standard descriptor that is closed (or, for output, open
     only for reading), and bind its stream to it. Called by the package's __init__,
-    before anything of ours is opened."""
+    before anything of ours is opened: from then on no standard stream is None."""
     for fd, name, mode in _STREAMS:
-        if _usable(fd, mode):
-            continue
-        null = os.open(os.devnull, os.O_RDWR)  # the lowest free number, where it is closed
-        if null != fd:
-            os.dup2(null, fd)  # over a read-only one too
-            os.close(null)
-        os.set_inheritable(fd, True)  # a standard stream, as exec passes it on
-        setattr(sys, name, open(fd, mode, encoding="utf-8",  # noqa: SIM115  # the stream
-                                errors="backslashreplace", closefd=False))
+        if not _usable(fd, mode):
+            null_at(fd)
+            setattr(sys, name, open(fd, mode, encoding="utf-8",  # noqa: SIM115  # the stream
+                                    errors="backslashreplace", closefd=False))
+
+
+def flush() -> None:
+    """Write what standard output and error hold, before a fork or an _exit; a stream
+    that cannot take it (a closed pipe) loses only that text."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass

@@ -16,11 +16,10 @@ import gc
 import os
 import sys
 
-from claude_sandbox.core import kernel, wire
+from claude_sandbox.core import kernel, streams, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE
 from claude_sandbox.core.process import Child, close_all_but, join_cgroups, load_libc
 from claude_sandbox.core.views import own_namespaces
-from claude_sandbox.jail import reaping
 from claude_sandbox.jail.holder import NAME, serve
 
 
@@ -34,10 +33,7 @@ def spawn_holder(cgroup_dirs: tuple[str, ...] = ()) -> tuple[Child, _socket.sock
     session, its children, inherit the caps.
     """
     load_libc()  # here, once: the child's unshare needs it, and make_tap's child too
-    for stream in (sys.stdout, sys.stderr):  # None where the launcher had no such stream
-        with reaping.Ignoring(OSError):  # or the child's first line carried the launcher's
-            if stream is not None:
-                stream.flush()
+    streams.flush()  # or the child's first line would carry what the launcher's held
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         pid = os.fork()
@@ -67,10 +63,7 @@ def _standard_streams_as_exec_leaves_them(channel: int) -> None:
         except OSError:
             continue  # closed: as the launcher had it
         if fd != channel and flags & fcntl.FD_CLOEXEC:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
+            streams.null_at(fd)
 
 
 def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
