@@ -15,7 +15,7 @@ from __future__ import annotations
 import _socket
 import _thread
 
-from claude_sandbox.jail import egressdns
+from claude_sandbox.jail import egressdns, netlink
 from claude_sandbox.jail.blocked import BLOCKED
 from claude_sandbox.jail.egresspolicy import Policy
 from claude_sandbox.jail.tlshello import Malformed, hostname
@@ -43,19 +43,11 @@ _NETS = _nets()
 
 # rtnetlink (linux/rtnetlink.h): one RTM_GETROUTE per address, answered with the route
 # the host would use. These route types mean the host itself (or all of its link).
-_RTM_GETROUTE, _RTM_NEWROUTE, _NLMSG_ERROR, _NLM_F_REQUEST, _RTA_DST = 26, 24, 2, 1, 1
+_RTA_DST = 1
 # The errors a route lookup answers with when the host has no route it would use.
 _NO_ROUTE = frozenset({101, 113, 13, 22})  # ENETUNREACH, EHOSTUNREACH, EACCES, EINVAL
 _HOST_TYPES = {2: "local", 3: "broadcast", 4: "anycast", 5: "multicast"}
 _NETLINK_TIMEOUT = 2.0
-
-
-def _u16(value: int) -> bytes:
-    return value.to_bytes(2, "little")
-
-
-def _u32(value: int) -> bytes:
-    return value.to_bytes(4, "little")
 
 
 class HostRoutes:
@@ -77,13 +69,11 @@ class HostRoutes:
         "broadcast", ...), None when it is not; OSError when the host does not answer."""
         with self.lock:
             self.seq += 1
-            # nlmsghdr, rtmsg (AF_INET, a /32 destination), one RTA_DST attribute; in
-            # the host's byte order (little-endian on every machine the table knows).
+            # rtmsg (AF_INET, a /32 destination) and one RTA_DST attribute.
             body = bytes((_socket.AF_INET, 32)) + bytes(10)
-            attr = _u16(8) + _u16(_RTA_DST) + _socket.inet_aton(address)
-            head = (_u32(16 + len(body) + len(attr)) + _u16(_RTM_GETROUTE)
-                    + _u16(_NLM_F_REQUEST) + _u32(self.seq) + _u32(0))
-            self.sock.send(head + body + attr)
+            attr = netlink.attribute(_RTA_DST, _socket.inet_aton(address))
+            self.sock.send(netlink.frame(netlink.RTM_GETROUTE, netlink.NLM_F_REQUEST, self.seq,
+                                         body + attr))
             while True:
                 reply = self.sock.recv(65536)
                 if len(reply) < 16:
@@ -91,7 +81,7 @@ class HostRoutes:
                 kind = int.from_bytes(reply[4:6], "little")
                 if int.from_bytes(reply[8:12], "little") == self.seq:
                     break  # an answer to an earlier question that timed out is skipped
-        if kind == _NLMSG_ERROR:
+        if kind == netlink.NLMSG_ERROR:
             # No route the host would use (none, unreachable, prohibit, blackhole): not the
             # host's own. Any other answer is not understood, and refuses.
             error = -int.from_bytes(reply[16:20], "little", signed=True) if len(reply) >= 20 \
@@ -99,7 +89,7 @@ class HostRoutes:
             if error in _NO_ROUTE:
                 return None
             raise OSError(f"the host's routing table answered error {error}")
-        if kind != _RTM_NEWROUTE or len(reply) < 28:
+        if kind != netlink.RTM_NEWROUTE or len(reply) < 28:
             raise OSError("an answer from the host's routing table that is not a route")
         return _HOST_TYPES.get(reply[16 + 7])
 

@@ -1,44 +1,56 @@
-"""Locking the jail's routes: programmed through the holder, read back, compared.
+"""Locking the jail's routes: read, programmed and read back through a routing socket
+of the jail's namespace, and compared with the plan.
 
 The agent never runs before this returns: `Jail.run` locks the routes and the
-DNS filter before it asks the holder to become the session (check 31;
-docs/explanation/egress-jail.md).
+DNS filter before it asks the holder to become the session (checks 19 and 31;
+docs/explanation/egress-jail.md). The socket is the kernel's own interface, which
+`ip` speaks too; spoken here it costs no process (docs/adr/0004-launch-cost.md).
 """
 
 from __future__ import annotations
 
+import errno
+import os
+
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import jail_error
-from claude_sandbox.jail import readback, routes
+from claude_sandbox.jail import readback, routemsg, routes
+from claude_sandbox.jail.netlink import (
+    NLM_F_CREATE,
+    NLM_F_EXCL,
+    RTM_DELROUTE,
+    RTM_GETADDR,
+    RTM_GETLINK,
+    RTM_GETROUTE,
+    RTM_GETRULE,
+    RTM_NEWROUTE,
+    Netlink,
+)
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.jail.upstreamproxy import Upstream
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import _socket
     from collections.abc import Callable
 
     # A request to the holder and its reply (holder.py's frames).
     Ask = Callable[[list[str]], list[str]]
-# Every table and every policy rule; run once per family, since the family of
-# a "default" or blackhole route is not in `ip`'s text.
-READBACK = "route show table all\nrule show\n"
+    Links = dict[int, tuple[str, bool]]
+
+_MAIN = 254  # RT_TABLE_MAIN
 
 
-def _ip(ask: Ask, args: list[str], stdin_text: str = "") -> tuple[int, str, str]:
-    reply = ask(["run", stdin_text, paths.tool("ip"), *args])
-    if reply[0] != "ok":
-        raise jail_error(reply[1])
-    return int(reply[1]), reply[2], reply[3]
-
-def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], None],
-                settings: JailSpec) -> routes.Plan:
-    """Read the namespace, programme the plan's routes and read them back in the same
-    `ip` run; refuse the launch where what the kernel holds differs (check 31)."""
-    rc, out, err = _ip(ask, ["-j", "-4", "-batch", "-"], "addr show\nroute show table main\n")
-    docs = readback.parse_json_stream(out)
-    if rc != 0 or len(docs) != 2:
-        raise jail_error(f"cannot read the namespace: {err.strip()}")
-    facts = readback.parse_facts(docs[0], docs[1])
+def lock_routes(routing: _socket.socket, ask: Ask, trace: Callable[[str], None],
+                warn: Callable[[str], None], settings: JailSpec) -> routes.Plan:
+    """Read the namespace, programme the plan's routes and read every table and rule
+    back; refuse the launch where what the kernel holds differs (check 19)."""
+    netlink = Netlink(routing)
+    names = routemsg.links(netlink.dump(RTM_GETLINK, routemsg.LINK_DUMP))
+    found = routemsg.addresses(netlink.dump(RTM_GETADDR, routemsg.ADDRESS_DUMP_V4), names)
+    main = [body for body in netlink.dump(RTM_GETROUTE, routemsg.route_dump(routemsg.AF_INET))
+            if routemsg.route(body, names).table == "main"]
+    facts = readback.facts(found, [routemsg.route(body, names) for body in main])
     # The upstream proxy's one address leaves like an allow-ip one; only the egress
     # proxy's marked sockets reach it (netfilter.py, upstreamproxy.py).
     chained = Upstream.decode(settings.upstream)
@@ -50,33 +62,56 @@ def lock_routes(ask: Ask, trace: Callable[[str], None], warn: Callable[[str], No
     if v6[0] == "ok" and v6[1]:
         # Not fatal by itself: the read-back proves what IPv6 still holds.
         trace(f"IPv6 not fully switched off ({v6[1]})")
-    # Programme and first read-back in one `ip` process: no window in
-    # which a route could change unseen between the two.
-    script = plan.batch() + READBACK
-    _, out4, err = _ip(ask, ["-4", "-force", "-j", "-batch", "-"], script)
-    _, out6, _ = _ip(ask, ["-6", "-j", "-batch", "-"], READBACK)
-    failed = _failed_rows(warn, plan, err)
-    seen = readback.parse_readback(out4, out6)
-    problems = readback.compare(plan, failed, seen)
+    failed = program(netlink, plan, main, names, warn)
+    problems = readback.compare(plan, failed, read_back(netlink, names))
     if problems:
         raise jail_error("the routes read back differ from the plan; refusing to launch: "
                          + "; ".join(problems[:5]))
     trace("routes programmed and verified")
     return plan
 
-def _failed_rows(warn: Callable[[str], None], plan: routes.Plan, err: str) -> set[int]:
-    """Map the batch lines `err` reports failed to plan rows; refuse when a required one failed.
 
-    Line 1 is the flush, lines 2.. are plan.routes, then the read-back commands.
-    """
+def program(netlink: Netlink, plan: routes.Plan, main: list[bytes], names: Links,
+            warn: Callable[[str], None]) -> set[int]:
+    """Empty the main table (`main`: its routes as dumped, each sent back to be deleted,
+    as `ip route flush` does), then add the plan's rows in order. The indexes of the
+    optional rows the kernel refused; a refused required row refuses the launch."""
+    for body in main:
+        code = netlink.change(RTM_DELROUTE, 0, body)
+        if code not in (0, errno.ESRCH):  # ESRCH: gone with an earlier one
+            raise jail_error(f"route programming failed (removing a copied route: "
+                             f"{_strerror(code)})")
     failed: set[int] = set()
-    last_row = len(plan.routes) + 1
-    for line in sorted(readback.failed_lines(err)):
-        if line == 1 or line > last_row:
-            raise jail_error(f"route programming failed ({err.strip()})")
-        row = plan.routes[line - 2]
+    for index, row in enumerate(plan.routes):
+        code = netlink.change(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL,
+                              routemsg.add_request(row.expect, names))
+        if code == 0:
+            continue
         if row.required:
-            raise jail_error(f"cannot program `ip {row.command}` ({err.strip()})")
-        failed.add(line - 2)
-        warn(f"egress jail: could not add `ip {row.command}` ({row.why}); skipped")
+            raise jail_error(f"cannot program `ip {row.command}` ({_strerror(code)})")
+        failed.add(index)
+        warn(f"egress jail: could not add `ip {row.command}` ({row.why}: {_strerror(code)}); "
+             "skipped")
     return failed
+
+
+def read_back(netlink: Netlink, names: Links) -> routes.Readback:
+    """Every route of every table and every policy rule, of both families. A dump of
+    one family may carry another's messages (a kernel without that family answers for
+    all): each is read under its own family's dump only."""
+    return routes.Readback(*_family(netlink, names, routemsg.AF_INET),
+                           *_family(netlink, names, routemsg.AF_INET6))
+
+
+def _family(netlink: Netlink, names: Links, family: int,
+            ) -> tuple[tuple[routes.Route, ...], tuple[routes.Rule, ...]]:
+    dumped = netlink.dump(RTM_GETROUTE, routemsg.route_dump(family))
+    found = tuple(routemsg.route(body, names) for body in dumped
+                  if routemsg.family_of(body) == family)
+    dumped = netlink.dump(RTM_GETRULE, routemsg.rule_dump(family))
+    return found, tuple(routemsg.rule(body) for body in dumped
+                        if routemsg.family_of(body) == family)
+
+
+def _strerror(code: int) -> str:
+    return os.strerror(code)

@@ -48,7 +48,7 @@ def _check_userns() -> None:
 
 def preflight(*, needs_socat: bool) -> None:
     """Fail closed before anything starts: each missing primitive is one line."""
-    for name in ("pasta", "ip", "iptables-restore", "iptables-save"):
+    for name in ("pasta", "iptables-restore", "iptables-save"):
         paths.tool(name)
     if needs_socat:
         paths.tool("socat")

@@ -4,8 +4,9 @@ pasta copies the outer container's routes into the jail's namespace, so the
 holder throws the main table away and builds an allow-list from nothing:
 private, CGNAT, connected and link-local destinations go nowhere, the
 internet goes through pasta's gateway. This module turns the network facts
-the holder read (addresses, gateway) into one `ip -batch` script and predicts
-exactly what the kernel must then show; readback.py compares a read-back with
+the launcher read (addresses, gateway) into the routes to add, each with the `ip`
+command that would add it (for `explain` and the warnings), and predicts exactly what
+the kernel must then show; readback.py compares a read-back with
 that prediction. Anything in the read-back the plan did not predict (a stray
 route, an extra attribute, a policy rule, a global IPv6 route) refuses the
 launch: containment is proved by reading, not assumed from writing.
@@ -85,7 +86,8 @@ class Rule:
 
 @record
 class PlannedRoute:
-    """One line of the plan: the `ip -batch` command and what it must produce."""
+    """One line of the plan: the route to add (`expect`, what the kernel must then hold),
+    and the `ip` command that would add it, as `explain` shows it."""
 
     command: str
     expect: Route
@@ -99,11 +101,6 @@ class Plan:
 
     routes: tuple[PlannedRoute, ...]
     local: tuple[Route, ...]  # what the kernel keeps in table local
-
-    def batch(self) -> str:
-        """The `ip -batch` script: flush, then every row, required rows first."""
-        lines = ["route flush table main", *(r.command for r in self.routes)]
-        return "\n".join(lines) + "\n"
 
 
 @record

@@ -8,10 +8,9 @@ The order is the security argument, and every step fails closed:
    to it from outside, where it has the internet, and the holder starts the packet filter's commit
    (netfilter.py). start() takes over, while the caller makes the plan.
 2. run(): the holder forks the egress proxy, which takes its policy and the
-   session's record; the holder reads what pasta configured (lock.py) and
-   programs the routes in one `ip -batch` call that reads back every table and
-   rule; the parent refuses on any difference from the plan (routes.py), then
-   on any in the filter's read-back. Only then do the inside relays start, the
+   session's record; the launcher locks the routes through a routing socket of the
+   namespace (lock.py), refusing on any difference from the plan (routes.py),
+   then on any in the filter's read-back. Only then do the inside relays start, the
    proxy say it serves, and the holder exec the session, with the terminal.
 3. The parent waits, ignoring INT/QUIT (they belong to the agent) and
    forwarding TERM/HUP, then stops the proxy (closing its control socket lets
@@ -80,6 +79,7 @@ class Jail:
         self._pasta: Child = early.pasta
         self._proxy_ctl: _socket.socket = early.proxy
         self._proxy_end: _socket.socket = early.proxy_end  # the holder's, once asked
+        self._routing: _socket.socket = early.routing  # closed once the routes are locked
         self._proxy_pidfd = -1
         self._filter_pidfd = -1  # the filter's tool, started and not yet answered for
         self._outside: list[tuple[relays.Relay, Child]] = []
@@ -140,7 +140,9 @@ class Jail:
             self._give_policy(record_fd, broker)
             self._trace("proxy forked, packet filter started, policy given")
             self._wait_pasta()
-            self._plan = lock.lock_routes(self._ask, self._trace, self._warn, self.settings)
+            self._plan = lock.lock_routes(self._routing, self._ask, self._trace, self._warn,
+                                          self.settings)
+            self._routing.close()
             # Before anything more runs in the namespace: the filter as planned, or no launch.
             reply = self._ask(["finish"])  # answered once the holder has reaped the tool
             os.close(self._filter_pidfd)
@@ -305,6 +307,7 @@ class Jail:
             return
         self._closed = True
         self._sock.close()
+        self._routing.close()
         # pasta first: it does not exit when the namespace dies (measured), and its exit
         # (freeing the tables it zeroed at its start) takes 2-3 ms, which now pass while
         # the proxy records what is still open. It is our child (-f), not yet reaped, so

@@ -57,6 +57,7 @@ _TUNSETIFF = 0x400454CA
 _TUNSETPERSIST = 0x400454CB
 _IFF_TAP = 0x0002
 _IFF_NO_PI = 0x1000
+_NETLINK_ROUTE = 0
 TOOL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
 # Ctrl-C and Ctrl-\ reach the terminal's whole group: the agent's, the launcher outlives them.
@@ -159,8 +160,10 @@ def wait_netns(holder: Child, sock: _socket.socket, forward: Forwarder) -> tuple
                      EXIT_UNAVAILABLE)
 
 
-def make_tap(userns_fd: int, netns_fd: int, forward: Forwarder) -> None:
-    """Create the jail's tap device, persistent, before pasta attaches to it.
+def make_tap(userns_fd: int, netns_fd: int, forward: Forwarder) -> _socket.socket:
+    """Create the jail's tap device, persistent, before pasta attaches to it, and return
+    a routing socket of the jail's namespace (NETLINK_ROUTE), which the route lock speaks
+    through (lock.py).
 
     When pasta creates the device itself, closing it on pasta's exit
     unregisters it, and the kernel waits there for every pending RCU callback
@@ -174,32 +177,42 @@ def make_tap(userns_fd: int, netns_fd: int, forward: Forwarder) -> None:
 
     A forked child joins the holder's namespaces (setns needs a
     single-threaded process, which a fork of this one is) and creates the
-    device: 2-3 ms, most of it the fork, where `nsenter ... ip tuntap add`
-    took ~5 ms, all of it before pasta can start.
+    device: 2-3 ms, most of it the fork, before pasta can start. The routing socket is
+    made there too, as a socket belongs to the namespace it was made in. The kernel lets
+    the launcher change routes through it as the maker had CAP_NET_ADMIN there and the
+    launcher, the owner of the holder's user namespace, has every capability there.
     """
     load_libc()  # here, once: session.py needs it too, and the child then need not load it
-    readable, writable = os.pipe()
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        pid = os.fork()
-        if pid == 0:
-            _tap_child(userns_fd, netns_fd, writable)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                ours.close()
+                _tap_child(userns_fd, netns_fd, theirs)
+        finally:
+            theirs.close()
+        try:
+            message = wire.receive(ours, _FIRST_WORD_LIMIT)
+        except (OSError, wire.WireError):
+            message = None
     finally:
-        os.close(writable)
-    with os.fdopen(readable, "rb") as err:
-        message = err.read().decode(errors="replace").strip()
+        ours.close()
+    fields, fds = (message.fields, list(message.fds)) if message is not None else ((), [])
     status = Child(pid).wait()
-    if status != 0:
+    if status != 0 or fields[:1] != ("ok",) or len(fds) != 1:
+        wire.close(fds)
         forward.check()
-        reason = message or (f"killed by signal {-status}" if status < 0 else f"exit {status}")
+        reason = fields[1] if fields[:1] == ("err",) and len(fields) > 1 else (
+            f"killed by signal {-status}" if status < 0 else f"exit {status}")
         raise jail_error(f"cannot create the tap device: {reason}")
+    return _socket.socket(fileno=fds[0])
 
 
-def _tap_child(userns_fd: int, netns_fd: int, report: int) -> NoReturn:
-    """make_tap's forked child: join the namespaces, create the device, exit.
-
-    It must never return into the launcher's code: every way out is _exit,
-    with the reason written to `report` when it failed.
-    """
+def _tap_child(userns_fd: int, netns_fd: int, report: _socket.socket) -> NoReturn:
+    """make_tap's forked child: join the namespaces, make the device and the routing
+    socket, send the socket, exit. Every way out is _exit (never the launcher's code),
+    with the reason sent on `report` when it failed."""
     import ctypes
 
     status = 1
@@ -219,9 +232,14 @@ def _tap_child(userns_fd: int, netns_fd: int, report: int) -> NoReturn:
         tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
         fcntl.ioctl(tun, _TUNSETIFF, ifreq)
         fcntl.ioctl(tun, _TUNSETPERSIST, 1)
+        routing = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _NETLINK_ROUTE)
+        wire.send(report, ["ok"], [routing.fileno()])
         status = 0
     except BaseException as exc:
-        os.write(report, str(exc).encode(errors="replace"))
+        try:
+            wire.send(report, ["err", str(exc)])
+        except BaseException:  # the launcher is gone: nothing is left to tell
+            pass
     finally:
         os._exit(status)
 
@@ -273,6 +291,7 @@ class Early:
     # The proxy's end, until Jail.run has the holder fork the proxy with it: a socketpair,
     # the proxy's only channel (like the holder's, it cannot be reopened through /proc).
     proxy_end: _socket.socket
+    routing: _socket.socket  # a routing socket of the jail's namespace (make_tap)
     trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
     # What each process started for the session runs before its exec: the launch's cgroup
     # (the outside relays fork one child a connection the agent opens: capped too).
@@ -283,6 +302,7 @@ class Early:
         """End what begin() started when the launch stops before the jail takes it over
         (a refusal while the facts or the plan are made): nothing of it outlives the launch."""
         self.proxy_end.close()
+        self.routing.close()
         _end(self.sock, self.forward, (self.pasta, self.holder), (self.userns_fd,), self.directory,
              self.proxy, self.was_subreaper)
 
@@ -341,12 +361,13 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
     directory = ""
     pasta: Child | None = None
     proxy: _socket.socket | None = None
+    routing: _socket.socket | None = None
     try:
         trace.phase("holder spawned")
         directory = make_private_dir()
         userns_fd, netns_fd = wait_netns(holder, sock, forward)
         trace.phase("holder namespace up")
-        make_tap(userns_fd, netns_fd, forward)
+        routing = make_tap(userns_fd, netns_fd, forward)
         os.close(netns_fd)
         netns_fd = -1
         trace.phase("tap device made")
@@ -361,6 +382,8 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
     except BaseException as exc:
         # A holder that ended by itself (a broken pipe here) is told apart before _end kills it.
         gone = isinstance(exc, (BrokenPipeError, ConnectionResetError)) and forward.exited()
+        if routing is not None:
+            routing.close()
         _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy,
              was_subreaper)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
@@ -372,5 +395,5 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
             where = f": {exc.filename}" if exc.filename else ""
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise
-    return Early(holder, sock, forward, userns_fd, directory, pasta, proxy, proxy_end, trace,
-                 join, was_subreaper)
+    return Early(holder, sock, forward, userns_fd, directory, pasta, proxy, proxy_end, routing,
+                 trace, join, was_subreaper)

@@ -257,7 +257,6 @@ ROWS: tuple[Row, ...] = (
     Row("container engine", True, engine_row),
     Row("/dev/net/tun", True, tun_row),
     Row("pasta", True, pasta_row),
-    Row("ip", True, lambda: _tool("ip", "iproute2")),
     Row("egress redirect", True, redirect_row),
     Row("socat (relays)", False, lambda: _tool("socat", "socat")),
     Row("setpriv (relays)", False, lambda: _tool("setpriv", "util-linux")),

@@ -22,10 +22,10 @@ import pytest
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.jail import channel, dirs, egresspolicy, lock, netfilter, routes
+from claude_sandbox.jail import channel, dirs, egresspolicy, lock, netfilter, netlink, routes
 from claude_sandbox.jail import holder as jail_holder
 from claude_sandbox.jail import session as jail
-from claude_sandbox.jail.lock import READBACK
+from claude_sandbox.jail.routemsg import add_request
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.launch.planner.plan import resolv_conf
 from tests.netfixtures import Internet, listening_in
@@ -255,6 +255,24 @@ def test_pip_reaches_the_registry_by_name_through_the_proxy(
     assert {"pypi.org", "files.pythonhosted.org"} <= set(hosts_seen), hosts_seen
 
 
+def _tampers() -> dict[str, tuple[int, int, bytes]]:
+    """Changes made through the lock's own routing socket between programming and reading
+    back, each as (message type, flags, body)."""
+    add = netlink.NLM_F_CREATE | netlink.NLM_F_EXCL
+    # struct fib_rule_hdr (AF_INET, table 100, FR_ACT_TO_TBL) and FRA_PRIORITY 100.
+    rule = bytes([socket.AF_INET, 0, 0, 0, 100, 0, 0, 1]) + bytes(4) \
+        + netlink.attribute(6, netlink.u32(100))
+    blackhole = routes.Route("main", "blackhole", "198.51.100.0/24")
+    elsewhere = routes.Route("100", "blackhole", "0.0.0.0/0")
+    planned = routes.Route("main", "blackhole", "10.0.0.0/8")
+    return {
+        "an unplanned route in main": (netlink.RTM_NEWROUTE, add, add_request(blackhole, {})),
+        "a route in another table": (netlink.RTM_NEWROUTE, add, add_request(elsewhere, {})),
+        "a policy rule": (netlink.RTM_NEWRULE, add, rule),
+        "a planned block removed": (netlink.RTM_DELROUTE, 0, add_request(planned, {})),
+    }
+
+
 def test_readback_matches_and_a_tampered_table_refuses(
     tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -264,22 +282,17 @@ def test_readback_matches_and_a_tampered_table_refuses(
     assert status == 0 and os.path.exists(marker)
     assert any("route add default via" in line for line in routes.plan_lines(j._plan))
     os.unlink(marker)
-    real_ip = lock._ip
-    for tamper in (
-        "route add blackhole 198.51.100.0/24",  # an unplanned route in main
-        "route add default via 0.0.0.0 dev lo table 100",  # a route in another table
-        "rule add from all lookup 100 priority 100",  # a policy rule
-        "route del 10.0.0.0/8",  # a planned block removed
-    ):
-        # The change lands in the IPv4 run, after the plan and before its read-back:
-        # only the read-back can see it.
-        def tampered(ask: lock.Ask, args: list[str], stdin_text: str = "",
-                     change: str = tamper) -> tuple[int, str, str]:
-            if "-force" in args:
-                stdin_text = stdin_text.replace(READBACK, f"{change}\n{READBACK}")
-            return real_ip(ask, args, stdin_text)
+    real_program = lock.program
+    for tamper, (kind, flags, body) in _tampers().items():
+        # The change lands after the plan is programmed and before its read-back: only
+        # the read-back can see it.
+        def tampered(link: netlink.Netlink, *args: object, kind: int = kind,
+                     flags: int = flags, body: bytes = body, what: str = tamper) -> set[int]:
+            failed = real_program(link, *args)  # type: ignore[arg-type]
+            assert link.change(kind, flags, body) == 0, what
+            return failed
 
-        monkeypatch.setattr(lock, "_ip", tampered)
+        monkeypatch.setattr(lock, "program", tampered)
         j = jail.start(_settings())
         private_dir = j.private_dir
         with pytest.raises(SandboxError) as info:
