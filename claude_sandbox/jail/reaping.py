@@ -87,15 +87,21 @@ def wait_all(pidfds: list[int]) -> None:
     Waiting makes "no process outlives a launch" true when run() returns,
     not some milliseconds later. A pidfd polls readable once the process
     has exited, even when it is not our child (the inside relays are not).
+    poll, not select: a sweep of a namespace that forked fast holds more pidfds
+    than select's 1024 descriptor numbers reach.
     """
-    pending = list(pidfds)
+    poller = select.poll()
+    for fd in pidfds:
+        poller.register(fd, select.POLLIN)
+    pending = len(pidfds)
     deadline = time.monotonic() + KILL_WAIT
     while pending:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        ready, _, _ = select.select(pending, [], [], left)
-        pending = [fd for fd in pending if fd not in ready]
+        for fd, _ in poller.poll(left * 1000):
+            poller.unregister(fd)
+            pending -= 1
     for fd in pidfds:
         os.close(fd)
 
