@@ -22,6 +22,13 @@ from claude_sandbox.core.process import Child, close_all_but, join_cgroups, load
 from claude_sandbox.core.views import own_namespaces
 from claude_sandbox.jail.holder import NAME, serve
 
+TAP_NAME = "eth0"  # the jail's interface, which pasta attaches to (-I)
+_TUNSETIFF = 0x400454CA
+_TUNSETPERSIST = 0x400454CB
+_IFF_TAP = 0x0002
+_IFF_NO_PI = 0x1000
+_NETLINK_ROUTE = 0
+
 
 def spawn_holder(cgroup_dirs: tuple[str, ...] = ()) -> tuple[Child, _socket.socket]:
     """Fork the jail's holder (`forked`), which makes its own user, network and mount
@@ -32,7 +39,7 @@ def spawn_holder(cgroup_dirs: tuple[str, ...] = ()) -> tuple[Child, _socket.sock
     the holder joins itself once its namespaces exist, so that the egress proxy and the
     session, its children, inherit the caps.
     """
-    load_libc()  # here, once: the child's unshare needs it, and make_tap's child too
+    load_libc()  # here, once: the child's unshare needs it
     streams.flush()  # or the child's first line would carry what the launcher's held
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -66,6 +73,36 @@ def _standard_streams_as_exec_leaves_them(channel: int) -> None:
             streams.null_at(fd)
 
 
+def make_tap() -> _socket.socket:
+    """Create the jail's tap device, persistent, before pasta attaches to it, and return
+    a routing socket (NETLINK_ROUTE) of the jail's namespace, through which the launcher
+    locks the routes (lock.py). In the holder, in its new namespaces.
+
+    When pasta creates the device itself, closing it on pasta's exit unregisters it, and
+    the kernel waits there for every pending RCU callback (rcu_barrier): a killed pasta
+    stayed in exit() for 25-40 ms, and teardown waits for it so that no process outlives
+    the launch. A persistent device is not unregistered on close; it goes with the
+    namespace, in the kernel's own cleanup work, once nothing holds the namespace. Only a
+    process with CAP_NET_ADMIN over the namespace can attach to it: pasta (it joins this
+    user namespace), never the sandbox (bwrap drops every capability, and the sandbox's
+    /dev has no net/tun). The descriptor is closed here, so that pasta can attach.
+
+    A socket belongs to the namespace it was made in. The kernel lets the launcher change
+    routes through this one because its maker held CAP_NET_ADMIN here, and the launcher,
+    the owner of this user namespace, has every capability in it.
+    """
+    # struct ifreq: the name (16 bytes), then the flags (a short); 40 bytes in all.
+    flags = (_IFF_TAP | _IFF_NO_PI).to_bytes(2, "little")
+    ifreq = (TAP_NAME.encode().ljust(16, b"\0") + flags).ljust(40, b"\0")
+    tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(tun, _TUNSETIFF, ifreq)
+        fcntl.ioctl(tun, _TUNSETPERSIST, 1)
+    finally:
+        os.close(tun)
+    return _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _NETLINK_ROUTE)
+
+
 def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
     """The holder's life, in the launcher's forked child (`spawn_holder`): make the
     namespaces, say so, join the launch's cgroup, serve. The caller _exits with the
@@ -93,7 +130,14 @@ def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
         return 1
     # Its name in ps and in /proc/PID/comm; its command line is the launcher's.
     load_libc().prctl(kernel.PR_SET_NAME, NAME.encode(), 0, 0, 0)
-    wire.send(sock, ["up"])
+    try:
+        routing = make_tap()
+    except OSError as exc:
+        wire.send(sock, ["tap", exc.strerror or str(exc)])
+        return 1
+    # "up" says the namespaces and the device exist, and hands the launcher the socket.
+    wire.send(sock, ["up"], [routing.fileno()])
+    routing.close()
     if cgroup_dirs:
         # Into the launch's cgroup before anything is served: every tool, the egress
         # proxy and the session are this process's children, and inherit its caps. After

@@ -2,7 +2,7 @@
 
 The holder's namespace and pasta's attach are the longest wait of a jailed
 launch (ADR 0004), so begin() starts them before anything else is imported
-(this module needs only os, fcntl, select, _signal, _socket, and ctypes, which
+(this module needs only os, select, _signal, _socket, and ctypes, which
 session.py needs as well); the launcher's facts and plan, and importing
 session.py, overlap their work. Early.abandon() ends all of it when the launch
 stops before the jail takes over.
@@ -12,32 +12,28 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import _socket
-import fcntl
 import os
 import select
 
-from claude_sandbox.core import engine, kernel, paths, wire
+from claude_sandbox.core import engine, paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
-from claude_sandbox.core.process import Child, Forward, fork_exec, load_libc
+from claude_sandbox.core.process import Child, Forward, fork_exec
 from claude_sandbox.core.record import record
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import holder as jail_holder
 from claude_sandbox.jail import netfilter, reaping
 from claude_sandbox.jail.dirs import make_private_dir, remove_at_teardown
-from claude_sandbox.jail.holderfork import spawn_holder
+from claude_sandbox.jail.holderfork import TAP_NAME, spawn_holder
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import NoReturn
 
-# The jail's interface, which make_tap creates and pasta attaches to (-I).
-TAP_NAME = "eth0"
 # Flags shared with bench/bench_jail.py's floor, so the two measure the same
 # pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (measured).
 # -t/-u/-T/-U none: no port forwarding in either direction, which also
 # halves pasta's attach time. -4: the jail has no IPv6 to configure.
-# -I: attach to the persistent device make_tap prepared (see there).
+# -I: attach to the persistent device the holder made (holderfork.make_tap).
 # --no-netns-quit: its inotify watch serves only namespaces bound to a file,
 # never a PID target, and releasing it (an SRCU grace period) kept a killed
 # pasta in exit() for ~25 ms; teardown ends pasta (our child) by its pid anyway.
@@ -53,11 +49,6 @@ PASTA_FLAGS: tuple[str, ...] = (
 )  # fmt: skip
 NETNS_TIMEOUT = 5.0
 _FIRST_WORD_LIMIT = 1 << 12  # the holder's first message: "up", or why not
-_TUNSETIFF = 0x400454CA
-_TUNSETPERSIST = 0x400454CB
-_IFF_TAP = 0x0002
-_IFF_NO_PI = 0x1000
-_NETLINK_ROUTE = 0
 TOOL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
 # Ctrl-C and Ctrl-\ reach the terminal's whole group: the agent's, the launcher outlives them.
@@ -126,27 +117,34 @@ def _ended(forward: Forwarder) -> SandboxError:
     return _stopped(-code) if quiet else holder_ended(code, forward.forward.status(code))
 
 
-def wait_netns(holder: Child, sock: _socket.socket, forward: Forwarder) -> tuple[int, int]:
-    """Wait until the holder says its namespaces exist; descriptors of its user and
-    network namespaces (opened here, where a holder that is gone is waited out).
+def wait_netns(holder: Child, sock: _socket.socket,
+               forward: Forwarder) -> tuple[int, _socket.socket]:
+    """Wait until the holder says its namespaces and the tap device exist; a descriptor
+    of its user namespace (opened here, where a holder that is gone is waited out) and
+    the routing socket of its network namespace it sent (holderfork.make_tap).
 
     pasta cannot attach before the holder has its own network namespace (setns EINVAL,
-    measured with this pasta) or before the id maps are written: the holder's first
-    message says both are done, or why they could not be.
+    measured with this pasta), before the id maps are written or before the device
+    exists: the holder's first message says all are done, or why they could not be.
     """
     if not select.select([sock], [], [], NETNS_TIMEOUT)[0]:
         raise jail_error("the namespace holder did not start")
     try:
-        said = wire.receive_fields(sock, _FIRST_WORD_LIMIT)
+        message = wire.receive(sock, _FIRST_WORD_LIMIT)
     except (OSError, wire.WireError):
-        said = None
-    if said == ["up"]:
-        userns = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        message = None
+    said = list(message.fields) if message is not None else None
+    fds = list(message.fds) if message is not None else []
+    if said == ["up"] and len(fds) == 1:
+        routing = _socket.socket(fileno=fds[0])
         try:
-            return userns, os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            return os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC), routing
         except OSError:
-            os.close(userns)
+            routing.close()
             raise
+    wire.close(fds)
+    if said is not None and said[:1] == ["tap"] and len(said) == 2:
+        raise jail_error(f"cannot create the tap device: {said[1]}")
     if said is None or said[:1] != ["err"] or len(said) != 2:
         # Ended before a word: a signal (the user's, the OOM killer's), or a failure of
         # its own that it could not tell. One that sent something else is ended: its
@@ -158,90 +156,6 @@ def wait_netns(holder: Child, sock: _socket.socket, forward: Forwarder) -> tuple
     raise jail_error(f"cannot create a user and network namespace ({said[1]}; "
                      + (f"{why})" if why else "are unprivileged user namespaces allowed?)"),
                      EXIT_UNAVAILABLE)
-
-
-def make_tap(userns_fd: int, netns_fd: int, forward: Forwarder) -> _socket.socket:
-    """Create the jail's tap device, persistent, before pasta attaches to it, and return
-    a routing socket of the jail's namespace (NETLINK_ROUTE), which the route lock speaks
-    through (lock.py).
-
-    When pasta creates the device itself, closing it on pasta's exit
-    unregisters it, and the kernel waits there for every pending RCU callback
-    (rcu_barrier): a killed pasta stayed in exit() for 25-40 ms, and teardown
-    waits for it so that no process outlives the launch. A persistent device
-    is not unregistered on close; it goes with the namespace, in the kernel's
-    own cleanup work, once nothing holds the namespace. Only a process with
-    CAP_NET_ADMIN over the namespace can attach to it: pasta (it joins the
-    holder's user namespace), never the sandbox (bwrap drops every
-    capability, and the sandbox's /dev has no net/tun).
-
-    A forked child joins the holder's namespaces (setns needs a
-    single-threaded process, which a fork of this one is) and creates the
-    device: 2-3 ms, most of it the fork, before pasta can start. The routing socket is
-    made there too, as a socket belongs to the namespace it was made in. The kernel lets
-    the launcher change routes through it as the maker had CAP_NET_ADMIN there and the
-    launcher, the owner of the holder's user namespace, has every capability there.
-    """
-    load_libc()  # here, once: session.py needs it too, and the child then need not load it
-    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        try:
-            pid = os.fork()
-            if pid == 0:
-                ours.close()
-                _tap_child(userns_fd, netns_fd, theirs)
-        finally:
-            theirs.close()
-        try:
-            message = wire.receive(ours, _FIRST_WORD_LIMIT)
-        except (OSError, wire.WireError):
-            message = None
-    finally:
-        ours.close()
-    fields, fds = (message.fields, list(message.fds)) if message is not None else ((), [])
-    status = Child(pid).wait()
-    if status != 0 or fields[:1] != ("ok",) or len(fds) != 1:
-        wire.close(fds)
-        forward.check()
-        reason = fields[1] if fields[:1] == ("err",) and len(fields) > 1 else (
-            f"killed by signal {-status}" if status < 0 else f"exit {status}")
-        raise jail_error(f"cannot create the tap device: {reason}")
-    return _socket.socket(fileno=fds[0])
-
-
-def _tap_child(userns_fd: int, netns_fd: int, report: _socket.socket) -> NoReturn:
-    """make_tap's forked child: join the namespaces, make the device and the routing
-    socket, send the socket, exit. Every way out is _exit (never the launcher's code),
-    with the reason sent on `report` when it failed."""
-    import ctypes
-
-    status = 1
-    try:
-        for signum in _FORWARDED:  # the launcher's handlers are not this child's
-            _signal.signal(signum, _signal.SIG_DFL)
-        libc = load_libc()
-        joins = ((userns_fd, kernel.CLONE_NEWUSER, "user"),
-                 (netns_fd, kernel.CLONE_NEWNET, "network"))
-        for fd, kind, what in joins:
-            if libc.setns(fd, kind) != 0:
-                reason = os.strerror(ctypes.get_errno())
-                raise RuntimeError(f"joining the holder's {what} namespace: {reason}")
-        # struct ifreq: the name (16 bytes), then the flags (a short); 40 bytes in all.
-        flags = (_IFF_TAP | _IFF_NO_PI).to_bytes(2, "little")
-        ifreq = (TAP_NAME.encode().ljust(16, b"\0") + flags).ljust(40, b"\0")
-        tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
-        fcntl.ioctl(tun, _TUNSETIFF, ifreq)
-        fcntl.ioctl(tun, _TUNSETPERSIST, 1)
-        routing = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _NETLINK_ROUTE)
-        wire.send(report, ["ok"], [routing.fileno()])
-        status = 0
-    except BaseException as exc:
-        try:
-            wire.send(report, ["err", str(exc)])
-        except BaseException:  # the launcher is gone: nothing is left to tell
-            pass
-    finally:
-        os._exit(status)
 
 
 def spawn_pasta(holder: Child, directory: str,
@@ -291,7 +205,7 @@ class Early:
     # The proxy's end, until Jail.run has the holder fork the proxy with it: a socketpair,
     # the proxy's only channel (like the holder's, it cannot be reopened through /proc).
     proxy_end: _socket.socket
-    routing: _socket.socket  # a routing socket of the jail's namespace (make_tap)
+    routing: _socket.socket  # a routing socket of the jail's namespace (wait_netns)
     trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
     # What each process started for the session runs before its exec: the launch's cgroup
     # (the outside relays fork one child a connection the agent opens: capped too).
@@ -357,7 +271,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
             reaping.stop_being_subreaper()
         raise
     forward = Forwarder(holder, ignored)
-    userns_fd = netns_fd = -1
+    userns_fd = -1
     directory = ""
     pasta: Child | None = None
     proxy: _socket.socket | None = None
@@ -365,12 +279,8 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
     try:
         trace.phase("holder spawned")
         directory = make_private_dir()
-        userns_fd, netns_fd = wait_netns(holder, sock, forward)
-        trace.phase("holder namespace up")
-        routing = make_tap(userns_fd, netns_fd, forward)
-        os.close(netns_fd)
-        netns_fd = -1
-        trace.phase("tap device made")
+        userns_fd, routing = wait_netns(holder, sock, forward)
+        trace.phase("holder namespace and tap device up")
         pasta = spawn_pasta(holder, directory, join)
         trace.phase("pasta spawned")
         # The holder starts the packet filter's commit, which waits in the kernel while
@@ -384,8 +294,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
         gone = isinstance(exc, (BrokenPipeError, ConnectionResetError)) and forward.exited()
         if routing is not None:
             routing.close()
-        _end(sock, forward, (pasta, holder), (userns_fd, netns_fd), directory, proxy,
-             was_subreaper)
+        _end(sock, forward, (pasta, holder), (userns_fd,), directory, proxy, was_subreaper)
         if isinstance(exc, OSError):  # a full /tmp, fork's EAGAIN under max-pids, ...
             # ... or a holder a forwarded TERM ended (the DNS filter request then meets
             # a broken pipe): that reads as the signal, not as a jail error.
