@@ -1,10 +1,10 @@
 """JSON read on the launch path without the `json` package.
 
 `json.decoder` imports `re`, and with it `enum`: 4-5 ms of an interpreter's CPU, which a
-launch paid twice, while pasta attached (the route read-back of `ip -j`) and at the
-session's end (the egress record), ADR 0004. `_json.make_scanner` is the C scanner
-json.loads itself runs; it reads only the settings below from its decoder. An
-interpreter built without `_json` gets json's own decoder.
+launch paid at the session's end, reading the egress record (ADR 0004).
+`_json.make_scanner` is the C scanner json.loads itself runs; it reads only the
+settings below from its decoder. An interpreter built without `_json` gets json's own
+decoder.
 """
 
 from __future__ import annotations

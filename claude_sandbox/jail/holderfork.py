@@ -94,13 +94,20 @@ def make_tap() -> _socket.socket:
     # struct ifreq: the name (16 bytes), then the flags (a short); 40 bytes in all.
     flags = (_IFF_TAP | _IFF_NO_PI).to_bytes(2, "little")
     ifreq = (TAP_NAME.encode().ljust(16, b"\0") + flags).ljust(40, b"\0")
-    tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
     try:
-        fcntl.ioctl(tun, _TUNSETIFF, ifreq)
-        fcntl.ioctl(tun, _TUNSETPERSIST, 1)
-    finally:
-        os.close(tun)
-    return _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _NETLINK_ROUTE)
+        tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(tun, _TUNSETIFF, ifreq)
+            fcntl.ioctl(tun, _TUNSETPERSIST, 1)
+        finally:
+            os.close(tun)
+    except OSError as exc:
+        raise OSError(f"cannot create the tap device: {exc.strerror or exc}") from None
+    try:
+        return _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _NETLINK_ROUTE)
+    except OSError as exc:
+        raise OSError(f"cannot open a routing socket in the jail's namespace: "
+                      f"{exc.strerror or exc}") from None
 
 
 def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
@@ -133,7 +140,7 @@ def forked(sock: _socket.socket, cgroup_dirs: tuple[str, ...]) -> int:
     try:
         routing = make_tap()
     except OSError as exc:
-        wire.send(sock, ["tap", exc.strerror or str(exc)])
+        wire.send(sock, ["tap", str(exc)])
         return 1
     # "up" says the namespaces and the device exist, and hands the launcher the socket.
     wire.send(sock, ["up"], [routing.fileno()])

@@ -78,7 +78,8 @@ def program(netlink: Netlink, plan: routes.Plan, main: list[bytes], names: Links
     optional rows the kernel refused; a refused required row refuses the launch."""
     for body in main:
         code = netlink.change(RTM_DELROUTE, 0, body)
-        if code not in (0, errno.ESRCH):  # ESRCH: gone with an earlier one
+        # ESRCH: no such route (any that is left is the read-back's to refuse).
+        if code not in (0, errno.ESRCH):
             raise jail_error(f"route programming failed (removing a copied route: "
                              f"{_strerror(code)})")
     failed: set[int] = set()

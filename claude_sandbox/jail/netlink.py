@@ -33,7 +33,6 @@ RTM_NEWADDR, RTM_GETADDR = 20, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
 RTM_NEWRULE, RTM_GETRULE = 32, 34
 _HEAD = 16  # struct nlmsghdr: length, type, flags, sequence, port
-_TYPE_MASK = 0x3FFF  # an attribute's type, without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 _BUFFER = 1 << 16  # a dump's datagram fits (the kernel sizes them to the reader's page)
 TIMEOUT = 5.0  # the kernel answers at once; this only bounds a wedged namespace
 _ORDER = sys.byteorder  # netlink's integers are the host's, but for addresses
@@ -67,14 +66,16 @@ def attribute(kind: int, payload: bytes) -> bytes:
 
 
 def attributes(data: bytes) -> list[Attribute]:
-    """The attributes of a message's tail, in order; any that overruns the tail refuses."""
+    """The attributes of a message's tail, in order; any that overruns the tail refuses.
+    Types keep their flag bits (NLA_F_NESTED, NLA_F_NET_BYTEORDER): the kernel sets none
+    on these messages' own attributes, and a flagged one is then no modelled one."""
     found: list[Attribute] = []
     at = 0
     while at < len(data):
         if len(data) - at < 4:
             raise _fail("an attribute cut short")
         size = int.from_bytes(data[at:at + 2], _ORDER)
-        kind = int.from_bytes(data[at + 2:at + 4], _ORDER) & _TYPE_MASK
+        kind = int.from_bytes(data[at + 2:at + 4], _ORDER)
         if size < 4 or at + size > len(data):
             raise _fail(f"attribute {kind} of {size} bytes in {len(data) - at}")
         found.append((kind, data[at + 4:at + size]))
@@ -133,9 +134,13 @@ class Netlink:
 
     def _receive(self, sequence: int) -> list[Message]:
         try:
-            data = self.sock.recv(_BUFFER)
+            data, _, flags, sender = self.sock.recvmsg(_BUFFER)
         except OSError as exc:  # a timeout, or ENOBUFS: the answer is not whole
             raise _fail(f"reading it: {exc.strerror or exc}") from None
+        if flags & _socket.MSG_TRUNC:  # a datagram longer than the buffer: cut, not whole
+            raise _fail("an answer longer than its buffer")
+        if sender[0] != 0:  # port 0 is the kernel; any other is a process
+            raise _fail(f"an answer from port {sender[0]}, not the kernel")
         if not data:
             raise _fail("no answer")
         return split(data, sequence)

@@ -130,7 +130,9 @@ def route(body: bytes, names: dict[int, tuple[str, bool]]) -> Route:
     if src_len or tos:
         extra.append(("source", f"{src_len}/{tos}"))
     dst, gateway, dev, prefsrc, metric = bytes(_SIZE[family]), None, None, None, 0
-    for key, value in attributes(body[12:]):
+    found = attributes(body[12:])
+    _once(found, (RTA_DST, RTA_TABLE, RTA_GATEWAY, RTA_OIF, RTA_PREFSRC, RTA_PRIORITY))
+    for key, value in found:
         if key == RTA_DST:
             dst = value
             _address(family, value)
@@ -170,10 +172,12 @@ def rule(body: bytes) -> Rule:
     namespace's rules select every source and look a table up; anything else is extra."""
     head = _header(body, 12, "a rule")
     extra: list[tuple[str, str]] = []
-    if any(head[1:4]) or head[7] != _FR_ACT_TO_TBL or uint(head[8:12]):
+    if any(head[1:4]) or any(head[5:7]) or head[7] != _FR_ACT_TO_TBL or uint(head[8:12]):
         extra.append(("header", head.hex()))
     table, priority = head[4], 0
-    for key, value in attributes(body[12:]):
+    found = attributes(body[12:])
+    _once(found, (FRA_PRIORITY, FRA_TABLE))
+    for key, value in found:
         if key == FRA_PRIORITY:
             priority = uint(value)
         elif key == FRA_TABLE:
@@ -185,6 +189,14 @@ def rule(body: bytes) -> Rule:
         else:
             extra.append((f"attribute {key}", value.hex()))
     return Rule(priority, _name(TABLES, table), tuple(sorted(extra)))
+
+
+def _once(found: list[tuple[int, bytes]], modelled: tuple[int, ...]) -> None:
+    """Refuse a message that carries a modelled attribute twice: which one the kernel
+    meant would be a guess."""
+    kinds = [key for key, _ in found if key in modelled]
+    if len(kinds) != len(set(kinds)):
+        raise _fail("an attribute given twice")
 
 
 def _number(names: dict[int, str], name: str) -> int:

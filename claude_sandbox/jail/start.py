@@ -144,7 +144,7 @@ def wait_netns(holder: Child, sock: _socket.socket,
             raise
     wire.close(fds)
     if said is not None and said[:1] == ["tap"] and len(said) == 2:
-        raise jail_error(f"cannot create the tap device: {said[1]}")
+        raise jail_error(said[1])  # the tap device or the routing socket, and why
     if said is None or said[:1] != ["err"] or len(said) != 2:
         # Ended before a word: a signal (the user's, the OOM killer's), or a failure of
         # its own that it could not tell. One that sent something else is ended: its

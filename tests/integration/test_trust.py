@@ -211,8 +211,8 @@ def test_launch_path_imports_only_the_standard_library_and_the_core(launcher: La
     # OpenSSL's libcrypto, 4-11 ms, for nothing a launch needs: names are hashed with the
     # interpreter's own SHA-256 (paths.sha256_hex).
     assert "_hashlib" not in modules
-    # json.decoder imports re, and re enum: 4-5 ms an interpreter, twice a launch, for
-    # reading `ip -j` and the egress record, which core/jsontext.py reads without them.
+    # json.decoder imports re, and re enum: 4-5 ms an interpreter, for reading the egress
+    # record, which core/jsontext.py reads without them.
     assert not {"json.decoder", "re", "enum"} & modules, {"json.decoder", "re", "enum"} & modules
     # shutil (fnmatch, re, the compressors: 8 ms) removed the session's git overlay.
     assert "shutil" not in modules
