@@ -139,6 +139,23 @@ def fork_exec(
     return Child(pid)
 
 
+def cloexec_inherited() -> bool:
+    """Mark close-on-exec every descriptor above 2 that lacks it (those this process
+    inherited: Python opens its own so), so that no program it spawns gets one. False
+    where /proc cannot list them."""
+    try:
+        found = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return False
+    for fd in found:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:  # the listing's own descriptor, closed already
+                pass
+    return True
+
+
 def close_all_but(keep: Iterable[int]) -> None:
     """Close every descriptor but `keep`, in a forked child.
 

@@ -1,9 +1,8 @@
 """The launch's entry: `_launch NAME -- ARGS` lands here from the shim.
 
 The order (docs/explanation/architecture.md): the nesting guard; the terminal
-signals the launch ignores; the janitor, forked before anything exists that a
-killed launcher would leave behind, and before the rest of the launcher is
-imported, so that it stays small while it waits; on a root launch the late-mount
+signals the launch ignores; the janitor, started before anything exists that a
+killed launcher would leave behind; on a root launch the late-mount
 helper, whose read of the root-only walk's directory times then runs on the core the
 launcher's imports and configuration leave idle; then the steps (steps.py).
 """

@@ -1,10 +1,10 @@
 """The launch's steps after the janitor, in order: configuration, jail, one plan, the session.
 
-run.py forks the janitor before this module (and the rest of the launcher) is
-imported, so that the janitor, waiting the whole session, holds little memory, and on a
-root launch the late-mount helper, which reads the root-only cache from then on
-(procmask.py). The order here: the configuration and the caps (configured.py, which
-imports neither the facts nor the planner); the jail's holder and pasta, whose attach
+run.py starts the janitor before this module (and the rest of the launcher) is
+imported, and on a root launch forks the late-mount helper, which reads the root-only
+cache from then on and so holds little memory (procmask.py). The order here: the
+configuration and the caps (configured.py, which imports neither the facts nor the
+planner); the jail's holder and pasta, whose attach
 is the longest wait of a launch; only then the planning modules, imported while pasta
 attaches (ADR 0004); a new helper where the store is not the home's (state-dir); the
 facts, the credential broker's part and the plan (decide.decide, as `explain` makes it;

@@ -6,7 +6,7 @@ directories. Every launch sweeps
 those of dead launchers first; the janitor makes that immediate instead of
 "at the next launch" (docs/explanation/architecture.md, Teardown).
 
-It is forked from the launcher, in its own session so that neither the
+It is spawned by the launcher, in its own session so that neither the
 terminal's signals nor a signal to the launcher's process group reach it, and
 it waits as `sh` alone (about 1 MiB resident, where a forked interpreter held
 6), reading a pipe nothing is written to: its end of file is the launcher's end.
@@ -38,23 +38,16 @@ class Janitor:
         alive_read, self._alive = os.pipe()
         told_read, self._told = os.pipe()
         os.set_blocking(self._told, False)  # a full pipe drops a line, never stops a launch
-        launcher = os.getpid()
         try:
-            self.pid = os.fork()
+            self.pid = _start(alive_read, told_read, os.getpid())
         except OSError as error:
-            for fd in (alive_read, self._alive, told_read, self._told):
+            for fd in (self._alive, self._told):
                 os.close(fd)
             raise SandboxError(f"cannot start a process ({error.strerror}): the user's "
                                "process limit is reached", EXIT_UNAVAILABLE) from None
-        if self.pid == 0:
-            try:
-                os.close(self._alive)
-                os.close(self._told)
-                _wait(alive_read, told_read, launcher)
-            finally:
-                os._exit(0)
-        os.close(alive_read)
-        os.close(told_read)
+        finally:
+            os.close(alive_read)
+            os.close(told_read)
 
     def tell(self, kind: str, path: str) -> None:
         """What to sweep if the launcher dies: `cgroup`, and a path."""
@@ -90,20 +83,36 @@ exec "$@" <&3
 """
 
 
-def _wait(alive_read: int, told_read: int, launcher: int) -> None:
-    os.setsid()
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(alive_read, 0)
-    os.dup2(told_read, 3)
-    for fd in (1, 2):
-        os.dup2(null, fd)
-    # Nothing of the launcher's stays open here: above all not the jail
-    # holder's socket, whose end of file tells the holder the launcher is gone, nor a
-    # descriptor the launcher inherited above a soft limit it was started under (check 102).
-    process.close_all_but({0, 1, 2, 3})
+def _start(alive_read: int, told_read: int, launcher: int) -> int:
+    """Spawn the janitor's `sh`: in its own session, the first pipe on its standard input,
+    the second on descriptor 3, /dev/null for the rest, and nothing else of the launcher's.
+
+    posix_spawn, not a fork: glibc's clones without copying the launcher's memory map,
+    which a fork copies only for the exec to throw away, and after which the launcher
+    takes a page fault on each page it writes (ADR 0004). Only descriptors without
+    close-on-exec cross an exec: those the launcher opened are marked so (Python's
+    default), and those it inherited are marked so first. Above all not the jail holder's
+    socket (opened later anyway), nor a descriptor the launcher inherited above a soft
+    limit it was started under (check 102). Where /proc cannot list them, a fork closes
+    them by range (process.close_all_but) before its exec.
+    """
     sweeper = [*paths.internal_argv("_janitor"), str(launcher)]
-    os.execve(paths.tool("sh"), ["sh", "-c", _WAIT, "janitor", *sweeper],
-              {"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+    argv = ["sh", "-c", _WAIT, "janitor", *sweeper]
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+    if not process.cloexec_inherited():
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            streams = {0: alive_read, 3: told_read, 1: null, 2: null}
+            return process.fork_exec([paths.tool("sh"), *argv[1:]], env, streams,
+                                     setsid=True, pass_fds=(3,)).pid
+        finally:
+            os.close(null)
+    return os.posix_spawn(paths.tool("sh"), argv, env, file_actions=[
+        (os.POSIX_SPAWN_DUP2, alive_read, 0),
+        (os.POSIX_SPAWN_DUP2, told_read, 3),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_RDWR, 0),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ], setsid=True, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
 
 
 def main(argv: list[str]) -> int:
