@@ -183,3 +183,22 @@ def test_a_private_directory_that_cannot_be_removed_is_one_warning(tmp_path: pat
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "went on\n"
     assert ran.stderr.count("\n") == 1 and "warning: cannot remove" in ran.stderr, ran.stderr
+
+
+def test_an_inherited_descriptor_is_marked_close_on_exec_and_no_spawned_program_gets_it(
+) -> None:
+    from claude_sandbox.core import process
+
+    read, write = os.pipe()
+    try:
+        os.set_inheritable(read, True)  # as a descriptor the launcher inherited is
+        assert process.cloexec_inherited()
+        assert not os.get_inheritable(read)
+        shown = subprocess.run(["ls", "/proc/self/fd"], capture_output=True, text=True,
+                               close_fds=False, check=True).stdout.split()
+        assert str(read) not in shown
+        for fd in (0, 1, 2):  # the standard streams stay as they are
+            assert os.get_inheritable(fd)
+    finally:
+        os.close(read)
+        os.close(write)
