@@ -140,19 +140,23 @@ def fork_exec(
 
 
 def cloexec_inherited() -> bool:
-    """Mark close-on-exec every descriptor above 2 that lacks it (those this process
-    inherited: Python opens its own so), so that no program it spawns gets one. False
-    where /proc cannot list them."""
+    """Mark close-on-exec every descriptor above 2 (the inherited ones lack it: Python
+    opens its own so): no program spawned gets one. False where /proc cannot list them."""
+    return _each_listed(lambda fd: fd > 2, lambda fd: os.set_inheritable(fd, False))
+
+
+def _each_listed(which: Callable[[int], bool], do: Callable[[int], None]) -> bool:
+    """`do` to each descriptor /proc/self/fd lists that `which` picks; False where it
+    cannot be read. The listing's own descriptor is closed by then, and skipped."""
     try:
         found = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:
         return False
-    for fd in found:
-        if fd > 2:
-            try:
-                os.set_inheritable(fd, False)
-            except OSError:  # the listing's own descriptor, closed already
-                pass
+    for fd in filter(which, found):
+        try:
+            do(fd)
+        except OSError:
+            pass
     return True
 
 
@@ -169,33 +173,23 @@ def close_all_but(keep: Iterable[int]) -> None:
     opened, which only the launching process's owner can do to it.
     """
     kept = set(keep)
-    try:
-        found = [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        import resource
-
-        top = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], (1 << 31) - 1)
-        edges = sorted(fd for fd in kept if fd < top)
-        for low, high in zip([-1, *edges], [*edges, top], strict=True):
-            os.closerange(low + 1, high)
+    if _each_listed(lambda fd: fd not in kept, os.close):
         return
-    for fd in found:
-        if fd not in kept:
-            try:
-                os.close(fd)
-            except OSError:  # the listing's own descriptor, closed already
-                pass
+    import resource
+    top = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], (1 << 31) - 1)
+    edges = sorted(fd for fd in kept if fd < top)
+    for low, high in zip([-1, *edges], [*edges, top], strict=True):
+        os.closerange(low + 1, high)
 
 
 def spawn_tool(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int, int],
                setsid: bool) -> Child:
-    """Start a short-lived tool of ours (`ip`, iptables, an inside relay) from the jail's
+    """Start a short-lived tool of ours (iptables, an inside relay) from the jail's
     holder, with `streams` (target fd: source fd) in place of 0, 1, 2.
 
-    posix_spawn, where fork_exec forks: the holder is a fork of the launcher, and a fork
-    of it copies the launcher's whole memory map only for the exec to throw it away
-    (about 1 ms of CPU a tool, three to five tools a launch, on the route lock's path).
-    glibc's posix_spawn clones without copying it. It leaves glibc's two internal
+    posix_spawn, where fork_exec forks: a fork copies the memory map (the holder's is the
+    launcher's) only for the exec to throw it away; glibc's posix_spawn clones without
+    copying it (about 1 ms of CPU a tool, measured). It leaves glibc's two internal
     signals ignored in the tool (fork_exec's docstring), and they stay so in whatever the
     tool execs (iptables through `sh -c`, socat through setpriv), none of which is ever
     in the agent's line: never use this for a program that leads to the agent.
