@@ -132,7 +132,6 @@ _PACKAGES = {
     "unshare": "util-linux",
     "setpriv": "util-linux",
     "pasta": "passt",
-    "ip": "iproute2",
     "sh": "dash",
     "iptables-restore": "iptables",
     "iptables-save": "iptables",

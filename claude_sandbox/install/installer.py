@@ -58,7 +58,7 @@ from claude_sandbox.install.venvs import (
 from claude_sandbox.launch.configure import config, profiles
 
 APT_PACKAGES = (
-    "bubblewrap", "passt", "util-linux", "iproute2", "iptables", "socat", "git",
+    "bubblewrap", "passt", "util-linux", "iptables", "socat", "git",
     "python3", "python3-venv", "ca-certificates",
     "openssl",  # the credential broker's certificates (launch/session/tlsca.py)
 )
