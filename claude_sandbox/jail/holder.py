@@ -3,8 +3,8 @@
 The launcher forks it, and the child makes the namespaces itself, as `unshare --user
 --map-root-user --net --mount` would (holderfork.py; docs/explanation/egress-jail.md).
 It holds the namespace open while pasta attaches from outside, then carries out the
-parent's requests inside the namespace: run `ip` or iptables (or start one and answer
-for it later), switch IPv6 off, fork the egress proxy, start an inside relay, mount the
+parent's requests inside the namespace: start the packet filter's tool and answer for
+it later, switch IPv6 off, fork the egress proxy, start an inside relay, mount the
 workspace's overlays in its own mount namespace (core/views.py), and finally exec the
 session command. Policy (which routes and filter, whether the
 read-back matches) lives in the parent (session.py, lock.py, readback.py,
@@ -98,7 +98,7 @@ def start_tool(stdin_text: str, argv: list[str]) -> Started | list[str]:
     for _, child_end in pairs:
         child_end.close()
     stdin, stdout, stderr = (p[0] for p in pairs)
-    # The input is a short batch script: it fits the socket buffer, so
+    # The input is a short script: it fits the socket buffer, so
     # writing it all before reading cannot deadlock. A tool may end without reading
     # it (the packet filter's legacy run has its rules in the script): its exit status
     # and output are its answer, and the holder must not die of the broken pipe.
@@ -118,12 +118,6 @@ def finish_tool(started: Started) -> list[str]:
     err = _read_all(started.stderr)
     # A tool's output is text; a NUL in it would not pass as a field.
     return ["ok", str(started.tool.wait()), out.replace("\0", ""), err.replace("\0", "")]
-
-
-def run_tool(stdin_text: str, argv: list[str]) -> list[str]:
-    """Run `argv` with stdin/stdout/stderr on socketpairs; return rc, out, err."""
-    started = start_tool(stdin_text, argv)
-    return finish_tool(started) if isinstance(started, Started) else started
 
 
 def ipv6_off() -> list[str]:
@@ -280,9 +274,7 @@ def serve(sock: _socket.socket) -> int:
             continue
         if op != "exec":
             wire.close(fds)
-        if op == "run":
-            wire.send(sock, run_tool(args[0], args[1:]))
-        elif op == "start" and started is None:
+        if op == "start" and started is None:
             # The tool's pid: the launcher reaps it if the launch ends before `finish`
             # (the holder killed, the tool is the launcher's, its subreaper's, to reap).
             tool = start_tool(args[0], args[1:])
