@@ -84,8 +84,7 @@ class HostRoutes:
         if kind == netlink.NLMSG_ERROR:
             # No route the host would use (none, unreachable, prohibit, blackhole): not the
             # host's own. Any other answer is not understood, and refuses.
-            error = -int.from_bytes(reply[16:20], "little", signed=True) if len(reply) >= 20 \
-                else 0
+            error = netlink.error_of(reply[16:]) if len(reply) >= 20 else 0
             if error in _NO_ROUTE:
                 return None
             raise OSError(f"the host's routing table answered error {error}")

@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     Ask = Callable[[list[str]], list[str]]
     Links = dict[int, tuple[str, bool]]
 
-_MAIN = 254  # RT_TABLE_MAIN
-
 
 def lock_routes(routing: _socket.socket, ask: Ask, trace: Callable[[str], None],
                 warn: Callable[[str], None], settings: JailSpec) -> routes.Plan:
@@ -48,9 +46,10 @@ def lock_routes(routing: _socket.socket, ask: Ask, trace: Callable[[str], None],
     netlink = Netlink(routing)
     names = routemsg.links(netlink.dump(RTM_GETLINK, routemsg.LINK_DUMP))
     found = routemsg.addresses(netlink.dump(RTM_GETADDR, routemsg.ADDRESS_DUMP_V4), names)
-    main = [body for body in netlink.dump(RTM_GETROUTE, routemsg.route_dump(routemsg.AF_INET))
-            if routemsg.route(body, names).table == "main"]
-    facts = readback.facts(found, [routemsg.route(body, names) for body in main])
+    dumped = netlink.dump(RTM_GETROUTE, routemsg.dump_request(routemsg.AF_INET))
+    main = [(body, route) for body in dumped
+            if (route := routemsg.route(body, names)).table == "main"]
+    facts = readback.facts(found, [route for _, route in main])
     # The upstream proxy's one address leaves like an allow-ip one; only the egress
     # proxy's marked sockets reach it (netfilter.py, upstreamproxy.py).
     chained = Upstream.decode(settings.upstream)
@@ -62,7 +61,7 @@ def lock_routes(routing: _socket.socket, ask: Ask, trace: Callable[[str], None],
     if v6[0] == "ok" and v6[1]:
         # Not fatal by itself: the read-back proves what IPv6 still holds.
         trace(f"IPv6 not fully switched off ({v6[1]})")
-    failed = program(netlink, plan, main, names, warn)
+    failed = program(netlink, plan, [body for body, _ in main], names, warn)
     problems = readback.compare(plan, failed, read_back(netlink, names))
     if problems:
         raise jail_error("the routes read back differ from the plan; refusing to launch: "
@@ -81,7 +80,7 @@ def program(netlink: Netlink, plan: routes.Plan, main: list[bytes], names: Links
         # ESRCH: no such route (any that is left is the read-back's to refuse).
         if code not in (0, errno.ESRCH):
             raise jail_error(f"route programming failed (removing a copied route: "
-                             f"{_strerror(code)})")
+                             f"{os.strerror(code)})")
     failed: set[int] = set()
     for index, row in enumerate(plan.routes):
         code = netlink.change(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL,
@@ -89,9 +88,9 @@ def program(netlink: Netlink, plan: routes.Plan, main: list[bytes], names: Links
         if code == 0:
             continue
         if row.required:
-            raise jail_error(f"cannot program `ip {row.command}` ({_strerror(code)})")
+            raise jail_error(f"cannot program `ip {row.command}` ({os.strerror(code)})")
         failed.add(index)
-        warn(f"egress jail: could not add `ip {row.command}` ({row.why}: {_strerror(code)}); "
+        warn(f"egress jail: could not add `ip {row.command}` ({row.why}: {os.strerror(code)}); "
              "skipped")
     return failed
 
@@ -106,13 +105,9 @@ def read_back(netlink: Netlink, names: Links) -> routes.Readback:
 
 def _family(netlink: Netlink, names: Links, family: int,
             ) -> tuple[tuple[routes.Route, ...], tuple[routes.Rule, ...]]:
-    dumped = netlink.dump(RTM_GETROUTE, routemsg.route_dump(family))
+    dumped = netlink.dump(RTM_GETROUTE, routemsg.dump_request(family))
     found = tuple(routemsg.route(body, names) for body in dumped
                   if routemsg.family_of(body) == family)
-    dumped = netlink.dump(RTM_GETRULE, routemsg.rule_dump(family))
+    dumped = netlink.dump(RTM_GETRULE, routemsg.dump_request(family))
     return found, tuple(routemsg.rule(body) for body in dumped
                         if routemsg.family_of(body) == family)
-
-
-def _strerror(code: int) -> str:
-    return os.strerror(code)

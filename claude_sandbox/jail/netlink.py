@@ -124,9 +124,6 @@ class Netlink:
         self.sock.settimeout(TIMEOUT)
         self.sequence = 0
 
-    def close(self) -> None:
-        self.sock.close()
-
     def _send(self, kind: int, flags: int, body: bytes) -> int:
         self.sequence += 1
         self.sock.send(frame(kind, flags | NLM_F_REQUEST, self.sequence, body))
@@ -155,8 +152,8 @@ class Netlink:
                 if flags & NLM_F_DUMP_INTR:
                     raise _fail("the dump was interrupted by a change")
                 if got == NLMSG_DONE:
-                    if len(payload) >= 4 and int.from_bytes(payload[:4], _ORDER, signed=True):
-                        raise _fail(f"the dump ended with error {error_of(payload)}")
+                    if len(payload) >= 4 and error_of(payload):
+                        raise _fail(f"the dump failed: {os.strerror(error_of(payload))}")
                     return found
                 if got == NLMSG_ERROR:
                     code = error_of(payload)

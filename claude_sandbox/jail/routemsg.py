@@ -56,12 +56,10 @@ LINK_DUMP = bytes(16)  # struct ifinfomsg, AF_UNSPEC: every link
 ADDRESS_DUMP_V4 = bytes([AF_INET]) + bytes(7)  # struct ifaddrmsg
 
 
-def route_dump(family: int) -> bytes:
-    return bytes([family]) + bytes(11)  # struct rtmsg: every table
-
-
-def rule_dump(family: int) -> bytes:
-    return bytes([family]) + bytes(11)  # struct fib_rule_hdr
+def dump_request(family: int) -> bytes:
+    """A dump of every route, or every rule, of `family`: struct rtmsg and struct
+    fib_rule_hdr are both 12 bytes, the family first."""
+    return bytes([family]) + bytes(11)
 
 
 def _fail(what: str) -> SandboxError:
