@@ -12,7 +12,7 @@ from __future__ import annotations
 import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
 
-from claude_sandbox.core import guard, paths
+from claude_sandbox.core import guard, paths, process
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.inside.spec import TERMINAL_SIGNALS
@@ -49,7 +49,9 @@ def launch(request: Request, environ: Mapping[str, str]) -> int:
     keep_ignored = inherited_ignored()
     for signum in (_signal.SIGINT, _signal.SIGQUIT):
         _signal.signal(signum, _signal.SIG_IGN)
-    janitor = Janitor()
+    # Nothing the launcher inherited reaches a program it spawns, the janitor first
+    # (check 102); False where /proc cannot list the descriptors.
+    janitor = Janitor(process.cloexec_inherited())
     try:
         helper = _early_helper()
         try:

@@ -34,12 +34,14 @@ _ATOMIC = 4096  # PIPE_BUF: a write this long goes into a pipe whole, or not at 
 class Janitor:
     """The launcher's ends of the two pipes."""
 
-    def __init__(self) -> None:
+    def __init__(self, spawnable: bool) -> None:
+        """`spawnable`: the launcher's inherited descriptors are marked close-on-exec
+        (process.cloexec_inherited), so that a spawned janitor gets none of them."""
         alive_read, self._alive = os.pipe()
         told_read, self._told = os.pipe()
         os.set_blocking(self._told, False)  # a full pipe drops a line, never stops a launch
         try:
-            self.pid = _start(alive_read, told_read, os.getpid())
+            self.pid = _start(alive_read, told_read, os.getpid(), spawnable)
         except OSError as error:
             for fd in (self._alive, self._told):
                 os.close(fd)
@@ -83,7 +85,7 @@ exec "$@" <&3
 """
 
 
-def _start(alive_read: int, told_read: int, launcher: int) -> int:
+def _start(alive_read: int, told_read: int, launcher: int, spawnable: bool) -> int:
     """Spawn the janitor's `sh`: in its own session, the first pipe on its standard input,
     the second on descriptor 3, /dev/null for the rest, and nothing else of the launcher's.
 
@@ -91,15 +93,15 @@ def _start(alive_read: int, told_read: int, launcher: int) -> int:
     which a fork copies only for the exec to throw away, and after which the launcher
     takes a page fault on each page it writes (ADR 0004). Only descriptors without
     close-on-exec cross an exec: those the launcher opened are marked so (Python's
-    default), and those it inherited are marked so first. Above all not the jail holder's
-    socket (opened later anyway), nor a descriptor the launcher inherited above a soft
-    limit it was started under (check 102). Where /proc cannot list them, a fork closes
-    them by range (process.close_all_but) before its exec.
+    default), and those it inherited are marked so first (`spawnable`, run.py). Above
+    all not the jail holder's socket (opened later anyway), nor a descriptor the launcher
+    inherited above a soft limit it was started under (check 102). Where /proc could not
+    list them, a fork closes them by range (process.close_all_but) before its exec.
     """
     sweeper = [*paths.internal_argv("_janitor"), str(launcher)]
     argv = ["sh", "-c", _WAIT, "janitor", *sweeper]
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
-    if not process.cloexec_inherited():
+    if not spawnable:
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
             streams = {0: alive_read, 3: told_read, 1: null, 2: null}
