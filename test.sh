@@ -13,14 +13,16 @@ fi
 ./install.sh --agents claude,codex,pi
 
 # What only the tests need: a compiler for the seccomp probes, openssl for the test
-# internet's certificate, gh for the credential broker's forge tests, a locale's sources
-# for the root-only walk's Latin-1 test, the tun device that container runtimes give with
-# --device /dev/net/tun, and an unprivileged user.
+# internet's certificate, `ip` to build the test internet (veth pairs, addresses; the
+# product itself speaks rtnetlink), gh for the credential broker's forge tests, a locale's
+# sources for the root-only walk's Latin-1 test, the tun device that container runtimes
+# give with --device /dev/net/tun, and an unprivileged user.
 if ! command -v gcc >/dev/null || ! command -v setpriv >/dev/null || ! command -v openssl >/dev/null \
-    || ! command -v gh >/dev/null || [ ! -e /usr/share/i18n/locales/en_US ]; then
+    || ! command -v ip >/dev/null || ! command -v gh >/dev/null \
+    || [ ! -e /usr/share/i18n/locales/en_US ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev util-linux openssl gh \
-    locales
+    iproute2 locales
 fi
 if [ ! -c /dev/net/tun ]; then
   mkdir -p /dev/net && mknod /dev/net/tun c 10 200

@@ -3,8 +3,9 @@
 102: a descriptor the launching process inherited (an IDE's socket, a multiplexer's pipe)
 stays with the launcher. Check 61 proves it reaches nothing inside the sandbox; this one
 looks at the launch's own processes outside it that live while the session runs: the
-janitor, the jail's holder (bwrap by then), pasta, the egress proxy, the relays. Each is a
-fork of the launcher, and a fork keeps every descriptor it is not told to close. (The
+janitor, the jail's holder (bwrap by then), pasta, the egress proxy, the relays. Each
+starts from the launcher (a fork, or the janitor's spawn) and keeps every descriptor it is
+not told to close or that lacks close-on-exec. (The
 late-mount helper and the directory-time reader end before the session runs:
 tests/integration/test_helper_descriptors.py proves the helper.) The runner hands one down at a low
 number and one above a soft limit it lowered, as `ulimit -Sn 1024` in a shell leaves it:
