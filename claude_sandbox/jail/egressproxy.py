@@ -41,7 +41,6 @@ import time
 from claude_sandbox.jail import (
     egressdns,
     egresshttp,
-    egresslisten,
     egresspolicy,
     egressrecord,
     egressrelay,
@@ -325,56 +324,12 @@ def serve(proxy: Proxy, control: _socket.socket,
                                 proxy.write, conn)
 
 
-def main(control_fd: int) -> int:
-    """The proxy's life, in the holder's forked child: listen, take the policy, serve."""
-    from claude_sandbox.core import wire
-    from claude_sandbox.jail.holder import LIMIT
-    from claude_sandbox.jail.reaping import set_not_dumpable
-
-    null = os.open("/dev/null", os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.close(null)
-    set_not_dumpable()  # other processes of this user outside cannot read it either
+def start(policy: Policy, record_fd: int, routes_fd: int, broker: Any,
+          control: _socket.socket,
+          sockets: tuple[_socket.socket, _socket.socket, _socket.socket]) -> None:
+    """The proxy's second half (egressstart.py loads it on the first connection or
+    query): the names, the host's routing table, and the serving loop until the
+    control socket closes."""
     _thread.stack_size(_STACK)
-    control = _socket.socket(fileno=control_fd)
-    try:
-        sockets = egresslisten.listeners()
-    except OSError as exc:
-        wire.send(control, ["err", f"the egress proxy cannot listen: {exc.strerror or exc}"])
-        return 1
-    try:
-        message = wire.receive(control, LIMIT)
-    except (OSError, wire.WireError):
-        return 1  # the launcher went away mid-message: nothing to serve
-    if message is None:
-        return 0
-    op = message.fields[0] if message.fields else ""
-    args, fds = list(message.fields[1:]), message.fds
-    if op != "policy" or len(fds) != 2:
-        wire.send(control, ["err", "the egress proxy needs its policy, its record and the "
-                            "host's routing table"])
-        return 1
-    try:
-        size = egresspolicy.size(int(args[2]))  # the policy's fields; the broker's follow
-        policy = Policy.from_fields(args[:size])
-        broker = None
-        if args[size:]:
-            from claude_sandbox.jail import egressinject  # ssl: only when brokering
-
-            broker = egressinject.from_fields(args[size:])
-    except (ValueError, IndexError, TypeError) as exc:
-        wire.send(control, ["err", f"the egress proxy's policy does not parse: {exc}"])
-        return 1
-    except OSError as exc:  # ssl.SSLError included: the certificate or the trust store
-        wire.send(control, ["err", f"the credential broker cannot start: {exc}"])
-        return 1
-    try:
-        proxy = Proxy(policy, fds[0], egressdns.Names(egressdns.read_hosts(policy.hosts_file)),
-                      broker, HostRoutes(fds[1]))
-    except Exception as exc:  # its streams are /dev/null: the launcher's line is all there is
-        wire.send(control, ["err", f"the egress proxy failed: {type(exc).__name__}: {exc}"])
-        return 1
-    wire.send(control, ["ok"])
-    serve(proxy, control, sockets)
-    return 0
+    names = egressdns.Names(egressdns.read_hosts(policy.hosts_file))
+    serve(Proxy(policy, record_fd, names, broker, HostRoutes(routes_fd)), control, sockets)

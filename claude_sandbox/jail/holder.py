@@ -175,7 +175,7 @@ def start_relay(kind: str, where: str, argv: list[str]) -> list[str]:
 
 
 def start_proxy(sock: _socket.socket, control: int, started: Started | None) -> list[str]:
-    """Fork the egress proxy (jail/egressproxy.py) with its end of the launcher's control
+    """Fork the egress proxy (jail/egressstart.py) with its end of the launcher's control
     socket: in this namespace, outside the pid namespace bwrap makes for the session.
 
     A fork, not a new interpreter: this one is running already, and the proxy's
@@ -198,9 +198,9 @@ def start_proxy(sock: _socket.socket, control: int, started: Started | None) -> 
             if started is not None:
                 started.stdout.close()
                 started.stderr.close()
-            from claude_sandbox.jail import egressproxy
+            from claude_sandbox.jail import egressstart
 
-            status = egressproxy.main(control)
+            status = egressstart.main(control)
         except BaseException as exc:  # its streams are /dev/null: the launcher's line says it
             try:
                 wire.send(_socket.socket(fileno=control),

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from claude_sandbox.core.errors import EXIT_JAIL, SandboxError
 from claude_sandbox.jail import egresspolicy, egressrecord
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.spec import JailSpec
@@ -245,6 +246,54 @@ def test_a_killed_proxy_ends_the_agents_reach(test_internet: Internet, tmp_path:
     assert results[args[0]].get("body") == "allowed host=allowed.test", results
     after = results[args[2]]
     assert "error" in after, after
+
+
+def test_a_proxy_killed_before_the_first_connection_ends_the_agents_reach(
+        test_internet: Internet, tmp_path: str) -> None:
+    """The proxy loads its handlers on the first connection (egressstart.py); until then
+    its listeners alone stand between the agent and the network, and its death closes
+    them: nothing gets out either way."""
+    test_internet.clear()
+    ready, go = os.path.join(tmp_path, "ready"), os.path.join(tmp_path, "go")
+    args = [f"wait|{ready}|{go}", f"http|{ALLOWED}|80|allowed.test", f"dns|{ALLOWED}|allowed.test"]
+
+    def kill_proxy(j: jail.Jail) -> None:
+        while not os.path.exists(ready):
+            time.sleep(0.01)
+        pidfd = os.pidfd_open(j.started["proxy"])
+        os.kill(j.started["proxy"], signal.SIGKILL)
+        select.select([pidfd], [], [], 5)
+        os.close(pidfd)
+        open(go, "w").close()
+
+    results, record = run_agent(_spec(test_internet), test_internet, args, str(tmp_path),
+                                kill_proxy)
+    assert "error" in results[args[1]], results
+    assert "error" in results[args[2]], results
+    assert test_internet.received() == []
+    assert record == []
+
+
+def test_a_session_that_opens_nothing_leaves_a_record_of_nothing(
+        test_internet: Internet, tmp_path: str) -> None:
+    results, record = run_agent(_spec(test_internet), test_internet, [], str(tmp_path))
+    assert results == {} and record == []
+
+
+def test_a_policy_the_proxy_cannot_read_refuses_the_launch_before_the_agent_runs(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: str) -> None:
+    """What the proxy checks before it says it serves still refuses the launch: a
+    policy that does not parse, here one the launcher garbles on its way."""
+    monkeypatch.setattr(egresspolicy.Policy, "fields", lambda self: ["no-such-mode", "x", "0"])
+    marker = os.path.join(tmp_path, "ran")
+    j = jail.start(JailSpec((), (), (), agent="claude"))
+    private_dir = j.private_dir
+    with pytest.raises(SandboxError) as info:
+        j.run(["/usr/bin/touch", marker], {"PATH": "/usr/bin:/bin"})
+    assert info.value.status == EXIT_JAIL
+    assert "does not parse" in info.value.message
+    assert not os.path.exists(marker)
+    assert_torn_down(j, private_dir)
 
 
 def test_open_reaches_every_public_name_and_records_it(
