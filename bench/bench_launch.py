@@ -66,7 +66,8 @@ BUDGETS = {
     "jail: packet filter programmed and verified": 1.0,
     "jail: pasta attached": 1.0, "jail: namespace read, plan built": 2.0,
     "jail: routes programmed and verified": 4.0, "jail: overlays mounted": 0.5,
-    "jail: proxy serving": 1.0, "jail: session started": 2.0, "jail: teardown": 3.0,
+    "jail: proxy serving": 1.0, "jail: session started": 2.0, "jail: teardown begun": 0.5,
+    "jail: teardown": 3.0,
 }
 TARGET_VERSION_EXTRA = 60.0
 REAL_CLAUDE = "/usr/libexec/claude-sandbox/real/claude"

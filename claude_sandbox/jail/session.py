@@ -30,7 +30,6 @@ import _socket
 import os
 import select
 import sys
-import time
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
@@ -47,7 +46,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-PASTA_TIMEOUT = 10.0
 # How long the proxy has, once the session ended, to record what was still open.
 PROXY_GRACE = 1.0
 
@@ -92,6 +90,7 @@ class Jail:
         self._was_subreaper = early.was_subreaper  # never clear what was not ours
         self._plan: routes.Plan | None = None
         self._closed = False
+        self._dying: list[int] = []  # pidfds of what stop() ended, for close() to wait on
         self._trace = early.trace.phase
         self._join = early.join
         self.warnings: list[str] = []
@@ -122,8 +121,10 @@ class Jail:
 
     def run(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = (),
             overlays: Sequence[tuple[str, str, str, str]] = (), record_fd: int = -1,
-            broker: Sequence[str] = ()) -> int:
-        """Lock the routes, run the session, tear down; the session's status.
+            broker: Sequence[str] = (), close: bool = True) -> int:
+        """Lock the routes, run the session, tear down; the session's status. `close`:
+        False to only begin the teardown once the session has ended (stop), and leave
+        the waiting to the caller's close(), which the caller then must call.
 
         `fds`: descriptors the session inherits at the same numbers (bwrap's --seccomp FD,
         a gitconfig pipe), sent to the holder (SCM_RIGHTS). `record_fd`: the session's
@@ -172,42 +173,18 @@ class Jail:
                 sys.stderr.write(f"claude-sandbox: {ended}\n")
             return status
         finally:
-            self.close()
-            self._trace("teardown")
+            if close or not self._session_started:
+                self.close()
+            else:
+                self.stop()
+                self._trace("teardown begun")
 
     def _holder_status(self) -> int:
         return self._forward.forward.status(self._holder.wait())
 
     def _wait_pasta(self) -> None:
-        """Wait until pasta has configured the namespace: its pid file is written."""
-        directory = self.private_dir
-        assert directory is not None
-        pidfile = os.path.join(directory, "pasta.pid")
-        deadline = time.monotonic() + PASTA_TIMEOUT
-        while True:
-            with reaping.Ignoring(FileNotFoundError):
-                if os.stat(pidfile).st_size > 0:
-                    break
-            if self._pasta.poll() is not None:
-                # An exiting holder lets go of its namespaces before waitpid sees the exit,
-                # and pasta can fail on them then.
-                if self._forward.exited():
-                    raise reaping.HolderGone  # a signal ended the launch while pasta attached
-                log = _last_message(os.path.join(directory, "pasta.log"))
-                raise jail_error(f"pasta failed: {log}")
-            if time.monotonic() > deadline:
-                raise jail_error("pasta did not attach in time")
-            time.sleep(0.0005)
-        # pasta -f writes its own pid: the process started here, which teardown
-        # ends by that pid. Anything else in the file is not the pasta we know.
-        try:
-            with open(pidfile) as f:
-                named = int(f.read().strip())
-        except (OSError, ValueError):
-            named = -1
-        if named != self._pasta.pid:
-            raise jail_error(f"pasta's pid file names {named}, not the pasta started "
-                             f"({self._pasta.pid})")
+        assert self.private_dir is not None
+        jail_start.wait_attached(self.private_dir, self._pasta, self._forward)
         self.started["pasta"] = self._pasta.pid
         self._trace("pasta attached")
 
@@ -301,22 +278,32 @@ class Jail:
         self._session_started = True
         self._forward.session_started()
 
+    def stop(self) -> None:
+        """Begin the teardown of a session that has ended, waiting for nothing: pasta
+        killed, and the proxy's control closed, on which it records what is still open
+        and exits. close() waits for both; the launcher applies the workspace's exit
+        meanwhile (steps.py)."""
+        self._sock.close()
+        self._routing.close()
+        # pasta first: it does not exit when the namespace dies (measured), and its exit
+        # (freeing the tables it zeroed at its start) takes 2-3 ms, which pass while the
+        # proxy records what is still open. It is our child (-f), not yet reaped, so its
+        # pid cannot have been reused. Nothing below needs the network.
+        if not self._dying and self._pasta.poll() is None:
+            with reaping.Ignoring(OSError):
+                self._dying.append(os.pidfd_open(self._pasta.pid))
+            self._pasta.kill()
+        if self._holder.poll() is not None:  # the session is over, the agent with it
+            self._proxy_end.close()
+            self._proxy_ctl.close()
+
     def close(self) -> None:
         """Stop everything this launch started and remove its files; idempotent."""
         if self._closed:
             return
         self._closed = True
-        self._sock.close()
-        self._routing.close()
-        # pasta first: it does not exit when the namespace dies (measured), and its exit
-        # (freeing the tables it zeroed at its start) takes 2-3 ms, which now pass while
-        # the proxy records what is still open. It is our child (-f), not yet reaped, so
-        # its pid cannot have been reused. Nothing below needs the network.
-        dying: list[int] = []
-        if self._pasta.poll() is None:
-            with reaping.Ignoring(OSError):
-                dying.append(os.pidfd_open(self._pasta.pid))
-            self._pasta.kill()
+        self.stop()
+        dying = self._dying
         if self._holder.poll() is None:
             self._holder.kill()  # not reaped, so it exists
         self._holder.wait()
@@ -388,13 +375,5 @@ class Jail:
             dirs.remove_at_teardown(self.private_dir)
             self.private_dir = None
         self._forward.restore()
+        self._trace("teardown")
 
-
-def _last_message(log: str) -> str:
-    """pasta's last line in its log, for the refusal."""
-    try:
-        with open(log, errors="replace") as f:
-            useful = [line.strip() for line in f if line.strip() and "syslog" not in line]
-    except OSError:
-        useful = []
-    return useful[-1] if useful else "no message"

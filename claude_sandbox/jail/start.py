@@ -14,6 +14,7 @@ import _signal  # type: ignore[import-not-found]  # the C module: `signal` impor
 import _socket
 import os
 import select
+import time
 
 from claude_sandbox.core import engine, paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
@@ -48,6 +49,7 @@ PASTA_FLAGS: tuple[str, ...] = (
     "-q",
 )  # fmt: skip
 NETNS_TIMEOUT = 5.0
+PASTA_TIMEOUT = 10.0
 _FIRST_WORD_LIMIT = 1 << 12  # the holder's first message: "up", or why not
 TOOL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 _FORWARDED = (_signal.SIGTERM, _signal.SIGHUP)
@@ -189,6 +191,44 @@ def spawn_pasta(holder: Child, directory: str,
     finally:
         os.close(log)
         os.close(null)
+
+
+def wait_attached(directory: str, pasta: Child, forward: Forwarder) -> None:
+    """Wait until pasta has configured the namespace: its pid file is written."""
+    pidfile = os.path.join(directory, "pasta.pid")
+    deadline = time.monotonic() + PASTA_TIMEOUT
+    while True:
+        with reaping.Ignoring(FileNotFoundError):
+            if os.stat(pidfile).st_size > 0:
+                break
+        if pasta.poll() is not None:
+            # An exiting holder lets go of its namespaces before waitpid sees the exit,
+            # and pasta can fail on them then.
+            if forward.exited():
+                raise reaping.HolderGone  # a signal ended the launch while pasta attached
+            raise jail_error(f"pasta failed: {_last_message(os.path.join(directory, 'pasta.log'))}")
+        if time.monotonic() > deadline:
+            raise jail_error("pasta did not attach in time")
+        time.sleep(0.0005)
+    # pasta -f writes its own pid: the process started here, which teardown
+    # ends by that pid. Anything else in the file is not the pasta we know.
+    try:
+        with open(pidfile) as f:
+            named = int(f.read().strip())
+    except (OSError, ValueError):
+        named = -1
+    if named != pasta.pid:
+        raise jail_error(f"pasta's pid file names {named}, not the pasta started ({pasta.pid})")
+
+
+def _last_message(log: str) -> str:
+    """pasta's last line in its log, for the refusal."""
+    try:
+        with open(log, errors="replace") as f:
+            useful = [line.strip() for line in f if line.strip() and "syslog" not in line]
+    except OSError:
+        useful = []
+    return useful[-1] if useful else "no message"
 
 
 @record

@@ -133,8 +133,10 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         overlays = [(layer.view.target, layer.upper, layer.work, layer.view.target)
                     for layer in prepared.layers]
         if jail is not None:
+            # Its teardown begins as the session ends and is waited for below, after the
+            # workspace's exit: pasta's and the proxy's exits pass meanwhile.
             status = jail.run(prepared.argv, env, prepared.fds, overlays,
-                              record[1] if record else -1, broker)
+                              record[1] if record else -1, broker, close=False)
         else:
             status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds,
                                            overlays=overlays)
@@ -146,6 +148,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             sys.stderr.write(f"claude-sandbox: first launch: {the_plan.agent}'s home inside "
                              f"is {gathered.facts.store_home} (`claude-sandbox state show`)\n")
         making.workspace_exit(cfg, the_plan, prepared, started)
+        if jail is not None:
+            jail.close()  # the proxy has recorded what was still open, and exited
         if record is not None and the_plan.jail is not None:
             notices.egress(record[0], the_plan.jail.egress_policy)
             from claude_sandbox.jail import egressrecord
