@@ -62,7 +62,7 @@ BUDGETS = {
     "trace: workspace applied and reported": 1.0, "trace: torn down": 3.0,
     "jail: holder spawned": 1.0, "jail: holder namespace up": 4.0,
     "jail: tap device made": 3.0, "jail: pasta spawned": 1.0,
-    "jail: proxy forked, packet filter started, policy given": 5.0,
+    "jail: packet filter answered, proxy forked, policy given": 5.0,
     "jail: packet filter programmed and verified": 1.0,
     "jail: pasta attached": 1.0, "jail: namespace read, plan built": 2.0,
     "jail: routes programmed and verified": 4.0, "jail: overlays mounted": 0.5,

@@ -3,8 +3,8 @@
 The launcher forks it, and the child makes the namespaces itself, as `unshare --user
 --map-root-user --net --mount` would (holderfork.py; docs/explanation/egress-jail.md).
 It holds the namespace open while pasta attaches from outside, then carries out the
-parent's requests inside the namespace: start the packet filter's tool and answer for
-it later, switch IPv6 off, fork the egress proxy, start an inside relay, mount the
+parent's requests inside the namespace: write the packet filter (or start its tool and
+answer for it later), switch IPv6 off, fork the egress proxy, start an inside relay, mount the
 workspace's overlays in its own mount namespace (core/views.py), and finally exec the
 session command. Policy (which routes and filter, whether the
 read-back matches) lives in the parent (session.py, lock.py, readback.py,
@@ -100,8 +100,8 @@ def start_tool(stdin_text: str, argv: list[str]) -> Started | list[str]:
     stdin, stdout, stderr = (p[0] for p in pairs)
     # The input is a short script: it fits the socket buffer, so
     # writing it all before reading cannot deadlock. A tool may end without reading
-    # it (the packet filter's legacy run has its rules in the script): its exit status
-    # and output are its answer, and the holder must not die of the broken pipe.
+    # it: its exit status and output are its answer, and the holder must not die of
+    # the broken pipe.
     try:
         stdin.sendall(stdin_text.encode(ENCODING, ERRORS))
     except BrokenPipeError:
@@ -263,8 +263,8 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
 
 def serve(sock: _socket.socket) -> int:
     # `start` runs a tool while the holder goes on serving, and `finish` answers for it:
-    # the packet filter's commit waits in the kernel (an RCU grace period, about 30 ms),
-    # which the route lock overlaps instead of queueing behind it.
+    # the packet filter's nf_tables commit waits in the kernel (an RCU grace period,
+    # about 30 ms), which the route lock overlaps instead of queueing behind it.
     started: Started | None = None
     while (message := next_request(sock)) is not None:
         fds = list(message.fds)
@@ -274,6 +274,23 @@ def serve(sock: _socket.socket) -> int:
             continue
         if op != "exec":
             wire.close(fds)
+        if op == "filter" and started is None and len(args) > 6:
+            # The packet filter: through x_tables where the kernel has them, and else the
+            # nf_tables tools the request carries, started as `start` would (netfilter.py).
+            from claude_sandbox.jail import iptables
+
+            try:
+                tables = [(args[i], bytes.fromhex(args[i + 1]), bytes.fromhex(args[i + 2]))
+                          for i in (0, 3)]
+            except ValueError:
+                wire.send(sock, ["err", "the packet filter's tables do not parse"])
+                continue
+            written = iptables.write(tables)
+            if written[0] != "err":  # written, or written and unreadable: no second back end
+                wire.send(sock, ["written" if written[0] == "ok" else "unread", *written[1:]])
+                continue
+            args = args[6:]
+            op = "start"
         if op == "start" and started is None:
             # The tool's pid: the launcher reaps it if the launch ends before `finish`
             # (the holder killed, the tool is the launcher's, its subreaper's, to reap).

@@ -1,7 +1,9 @@
 """The jail's packet filter: everything the agent sends goes to the egress proxy or nowhere.
 
-Two tables, written with iptables-restore and read back with iptables-save in one
-run the holder makes (check 31, check 75-81; docs/explanation/egress-by-name.md):
+Two tables, which the holder writes and reads back through the kernel's x_tables
+socket options (iptables.py), or, where the kernel has none, with iptables-restore and
+iptables-save of the nf_tables back end in one run (check 31, check 75-81;
+docs/explanation/egress-by-name.md):
 
 - nat: every TCP connection to an address outside 127.0.0.0/8 is redirected to
   the proxy's listener, and every DNS query (UDP or TCP, to any address) to its
@@ -20,9 +22,10 @@ proxy has (it is the holder's child, root in the holder's user namespace) and th
 agent never has (bwrap drops every capability, and a user namespace the agent
 makes is below the one that owns this network namespace). The filter needs only
 the namespace, not pasta: the request goes to the holder as soon as pasta is
-spawned (start.begin), the holder runs it while it serves the route lock, and its
-answer is checked once the routes are locked, before any relay inside and long
-before the agent runs (session.Jail.run).
+spawned (start.begin), and its answer is checked as the launcher takes the jail
+over, before the routes are locked (session.Jail.run); a run of the nf_tables tools
+is answered for once they are, before any relay inside and long before the agent
+runs.
 """
 
 from __future__ import annotations
@@ -39,8 +42,6 @@ RESOLVER_PORT = 15053
 MARK = 0x6373  # "cs": the proxy's own upstream sockets (SO_MARK)
 _MARK = f"-m mark --mark {MARK:#x}"
 _DNS = paths.DNS_FORWARDER
-# What a path may hold to be written into the filter's shell script unquoted.
-_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-")
 
 # Each table's rules, as iptables-save prints them.
 FILTER = (
@@ -67,33 +68,68 @@ _TABLES = {
 }
 
 
-def request(directory: str) -> list[str]:
-    """The holder request that starts programming both tables and printing them back;
-    its answer comes with `["finish"]` (holder.py), which session.py asks for once the
-    routes are locked. `directory`: the launch's private directory (dirs.py).
+def request() -> list[str]:
+    """The holder request that writes both tables and reads them back (holder.py,
+    `filter`): through the kernel's x_tables socket options where it has them
+    (iptables.py), which costs no process and whose commit waits for nothing; else with
+    the nf_tables tools, which the holder then starts (tool_request) and answers for
+    with `["finish"]`, which session.py asks for once the routes are locked. Their
+    commit waits for an RCU grace period, 25-35 ms of wall time in a new namespace
+    (ADR 0004, "What the launch does for speed"). Both enforce the same rules, and each
+    is read back from the back end that wrote it."""
+    fields = ["filter"]
+    for name, info, entries in _direct():
+        fields += [name, info.hex(), entries.hex()]
+    return [*fields, *tool_request()[1:]]
 
-    One run does both (`iptables-restore && iptables-save`): a separate read-back
-    run right after the restore was seen to lose the holder's reply under CPU load.
 
-    The legacy back end is tried first where it is installed, in the form a user's
-    namespace needs (_legacy), even where `iptables-restore` is the legacy one already.
-    The nf_tables back end's commit waits for an RCU grace period: 25-35 ms of wall
-    time in a new namespace, against 5-7 ms for the same tables through the legacy one
-    (ADR 0004, "What the launch does for speed"). Both enforce the same rules, and check()
-    reads back whichever wrote them. Where the legacy one cannot (its modules absent
-    from the host's kernel, say), its error is dropped and the nf_tables one runs from
-    the same text (_fallback).
-    """
+def _direct() -> list[tuple[str, bytes, bytes]]:
+    """The two tables as x_tables takes them: nat first (_TABLES)."""
+    from claude_sandbox.jail import iptables
+
+    nat = iptables.table((0, 1, 3, 4), iptables.nat_rules(MARK, PROXY_PORT, RESOLVER_PORT))
+    kept = iptables.table((1, 2, 3), iptables.filter_rules(MARK))
+    return [("nat", *nat), ("filter", *kept)]
+
+
+def tool_request() -> list[str]:
+    """The holder request that starts the nf_tables tools on both tables and their
+    read-back: one run does both (`iptables-restore && iptables-save`), as a separate
+    read-back run right after the restore was seen to lose the holder's reply under CPU
+    load."""
     restore, save = _fallback()
     lines = []
     for table, (chains, rules) in _TABLES.items():
         lines += [f"*{table}", *(f":{chain} ACCEPT [0:0]" for chain in chains), *rules, "COMMIT"]
     text = "\n".join([*lines, ""])
-    script = f"{restore} && exec {save}"
-    legacy = _legacy(directory)
-    if legacy:
-        script = f"{legacy}\n{text}RULES\n{script}"
-    return ["start", text, paths.tool("sh"), "-c", script]
+    return ["start", text, paths.tool("sh"), "-c", f"{restore} && exec {save}"]
+
+
+def answer(reply: list[str]) -> int:
+    """The holder's answer to request(): -1 where x_tables holds exactly the planned
+    tables ("written", then each table's read-back), or a pidfd of the nf_tables tool it
+    started instead (started()). Tables that read back otherwise, or not at all
+    ("unread"), refuse the launch."""
+    if reply[0] == "unread" and len(reply) == 2:
+        raise jail_error(f"the packet filter was written and cannot be read back ({reply[1]}); "
+                         "refusing to launch")
+    if reply[0] != "written":
+        return started(reply)
+    from claude_sandbox.jail import iptables
+
+    written = _direct()
+    if len(reply) != 1 + 2 * len(written):
+        raise jail_error(f"the jail holder's answer to the packet filter is malformed: {reply}")
+    for index, (name, info, entries) in enumerate(written):
+        try:
+            got_info, got = bytes.fromhex(reply[1 + 2 * index]), bytes.fromhex(reply[2 + 2 * index])
+        except ValueError:
+            got_info, got = b"", b""
+        why = iptables.differences(info, entries, got_info, got)
+        if why:
+            raise jail_error(f"the packet filter read back differs ({name} table: {why}); "
+                             "refusing to launch")
+    return -1
 
 
 def _fallback() -> tuple[str, str]:
@@ -104,32 +140,6 @@ def _fallback() -> tuple[str, str]:
     if nft[0] and nft[1]:
         return nft[0], nft[1]
     return paths.tool("iptables-restore"), paths.tool("iptables-save")
-
-
-def _legacy(directory: str) -> str:
-    """The legacy back end's part of the script, or "" where it is not to be tried.
-
-    Its lock is a file in the launch's private directory: the namespace is the
-    launch's own, so nothing else programs it, and the host's lock (/run/xtables.lock,
-    root's, 0600) is one an unprivileged user cannot open and another program may
-    hold. Its save names each table: listing them reads /proc/net/ip_tables_names,
-    which a namespace's own root may not read. The rules travel in a here-document,
-    so that standard input still holds them for the nf_tables run when the restore
-    fails. nat comes first (_TABLES): its module is the one a host most often lacks,
-    and a restore that fails there has committed nothing. One that fails at filter
-    leaves its nat table, whose rules are the ones the nf_tables run then writes and
-    reads back: the kernel translates a connection's address once, by whichever comes
-    first, to the same place.
-    """
-    legacy_restore = paths.find_tool("iptables-legacy-restore")
-    legacy_save = paths.find_tool("iptables-legacy-save")
-    if not legacy_restore or not legacy_save or not directory or set(directory) - _PLAIN:
-        return ""
-    lock = f"XTABLES_LOCKFILE={directory}/xtables.lock"
-    saves = " && ".join(f"{lock} {legacy_save} -t {table}" for table in _TABLES)
-    # Once the legacy restore has written the tables, its read-back is the answer,
-    # failed or not: the nf_tables run is only for a legacy back end that could not.
-    return f"{lock} {legacy_restore} 2>/dev/null <<'RULES' && {{ {saves}; exit; }}"
 
 
 def _tables(saved: str) -> dict[str, tuple[list[list[str]], list[str]]]:
@@ -147,7 +157,7 @@ def _tables(saved: str) -> dict[str, tuple[list[list[str]], list[str]]]:
 
 
 def started(reply: list[str]) -> int:
-    """The holder's answer to request(): a pidfd of the tool it started, which the
+    """The holder's answer to tool_request(): a pidfd of the tool it started, which the
     launcher holds until the answer for it (`finish`; the holder reaps it then, and
     a launch that ends before reaps it itself: session.Jail.close). A tool that could
     not start refuses the launch, saying why."""

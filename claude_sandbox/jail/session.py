@@ -133,22 +133,24 @@ class Jail:
         proxy over its control socket only, never an argument or a file.
         """
         try:
-            self._filter_pidfd = netfilter.started(self._receive())
+            # The packet filter, written and read back already, or its tool started.
+            self._filter_pidfd = netfilter.answer(self._receive())
             # The proxy starts and takes its policy as the routes are locked (ADR 0004).
             channel.send(self._sock, ["proxy"], [self._proxy_end.fileno()])
             self._proxy_end.close()
             self._proxy_started(self._receive())
             self._give_policy(record_fd, broker)
-            self._trace("proxy forked, packet filter started, policy given")
+            self._trace("packet filter answered, proxy forked, policy given")
             self._wait_pasta()
             self._plan = lock.lock_routes(self._routing, self._ask, self._trace, self._warn,
                                           self.settings)
             self._routing.close()
             # Before anything more runs in the namespace: the filter as planned, or no launch.
-            reply = self._ask(["finish"])  # answered once the holder has reaped the tool
-            os.close(self._filter_pidfd)
-            self._filter_pidfd = -1
-            netfilter.check(reply)
+            if self._filter_pidfd >= 0:
+                reply = self._ask(["finish"])  # answered once the holder has reaped the tool
+                os.close(self._filter_pidfd)
+                self._filter_pidfd = -1
+                netfilter.check(reply)
             self._trace("packet filter programmed and verified")
             self._start_inside_relays()
             for overlay in overlays:  # (lower, upper, work, target): core/views.py

@@ -327,7 +327,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
         # pasta attaches and the launcher plans. The egress proxy is forked later, once
         # the plan is made (Jail.run): its start is CPU, which on two cores slowed the
         # plan by as much as it took.
-        wire.send(sock, netfilter.request(directory))
+        wire.send(sock, netfilter.request())
         proxy, proxy_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     except BaseException as exc:
         # A holder that ended by itself (a broken pipe here) is told apart before _end kills it.

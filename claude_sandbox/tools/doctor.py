@@ -133,24 +133,38 @@ def _jail_namespaces(ids: tuple[int, int]) -> None:
         os._exit(_NO_NAMESPACE)
 
 
+# In the probe's child: the tables written and read back through x_tables, as the
+# holder writes them (holder.py, `filter`); one line of the answer a line.
+_DIRECT = ("from claude_sandbox.jail import iptables, netfilter\n"
+           "fields = netfilter.request()[1:7]\n"
+           "tables = [(fields[i], bytes.fromhex(fields[i + 1]), bytes.fromhex(fields[i + 2]))"
+           " for i in (0, 3)]\n"
+           "print('\\n'.join(iptables.write(tables)))\n")
+
+
 def redirect_row() -> Finding:
     """Whether the egress proxy's packet filter (nat REDIRECT, the mark) can be written
-    and read back in a namespace of the jail's kind, exactly as a launch does it."""
-    from claude_sandbox.jail import dirs, netfilter
+    and read back in a namespace of the jail's kind, exactly as a launch does it: through
+    x_tables, or where the kernel refuses them, with the nf_tables tools."""
+    from claude_sandbox.jail import netfilter
 
     ids = (os.getuid(), os.getgid())
     try:
-        directory = dirs.make_private_dir()  # the launch's kind, so the same script
-        try:
-            _, table, *argv = netfilter.request(directory)
-            ran = subprocess.run(argv, input=table, capture_output=True, text=True,
-                                 timeout=20, check=False,
-                                 preexec_fn=lambda: _jail_namespaces(ids))
-        finally:
-            dirs.remove_dir(directory)
+        ran = subprocess.run([sys.executable, "-I", "-c", _DIRECT], capture_output=True,
+                             text=True, timeout=20, check=False,
+                             preexec_fn=lambda: _jail_namespaces(ids))
         if ran.returncode == _NO_NAMESPACE and not ran.stdout:
             return Finding(False, f"cannot make a namespace of the jail's kind: "
                            f"{ran.stderr.strip()}", userns_fix())
+        lines = ran.stdout.splitlines()
+        if ran.returncode == 0 and lines[:1] == ["ok"]:
+            netfilter.answer(["written", *lines[1:]])
+            return Finding(True, "the redirect to the egress proxy can be written and read "
+                           "back (x_tables)")
+        _, table, *argv = netfilter.tool_request()
+        ran = subprocess.run(argv, input=table, capture_output=True, text=True,
+                             timeout=20, check=False,
+                             preexec_fn=lambda: _jail_namespaces(ids))
         netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
     except SandboxError as error:
         return Finding(False, str(error).removeprefix("egress jail: "),
@@ -159,7 +173,8 @@ def redirect_row() -> Finding:
     except (OSError, subprocess.SubprocessError) as error:
         return Finding(False, f"cannot run iptables in a user namespace: {error}",
                        "install iptables")
-    return Finding(True, "the redirect to the egress proxy can be written and read back")
+    return Finding(True, "the redirect to the egress proxy can be written and read back "
+                   "(nf_tables)")
 
 
 def tun_row() -> Finding:

@@ -22,7 +22,16 @@ import pytest
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_JAIL, EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.jail import channel, dirs, egresspolicy, lock, netfilter, netlink, routes
+from claude_sandbox.jail import (
+    channel,
+    dirs,
+    egresspolicy,
+    iptables,
+    lock,
+    netfilter,
+    netlink,
+    routes,
+)
 from claude_sandbox.jail import holder as jail_holder
 from claude_sandbox.jail import session as jail
 from claude_sandbox.jail.routemsg import add_request
@@ -761,22 +770,32 @@ def test_the_sweep_spares_live_launches_and_other_pid_namespaces() -> None:
             dirs.remove_dir(path)
 
 
+@pytest.mark.parametrize("back_end", ["x_tables", "nf_tables"])
 def test_a_packet_filter_that_reads_back_otherwise_refuses_before_the_session(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str],
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str], back_end: str,
 ) -> None:
-    """The filter is committed while the routes are locked, and what it reads back is
-    checked before anything more runs in the namespace: a table short of its last
-    refusal (an agent's UDP would leave) ends the launch there, the session never run."""
-    real = netfilter.request
+    """What the filter reads back is checked before anything more runs in the namespace:
+    a table short of its last refusal (an agent's UDP would leave) ends the launch there,
+    the session never run. The holder, a fork of this process, writes the short table;
+    the launcher expects the planned one. x_tables: the holder writes it itself;
+    nf_tables: where the kernel refuses x_tables, the tools it starts instead do."""
+    real_write, real_request = iptables.write, netfilter.request
 
-    def short(directory: str) -> list[str]:
-        # Cut from the text and from the script, which carries it for the legacy back end.
-        op, text, *argv = real(directory)
+    def short_tables(tables: Sequence[tuple[str, bytes, bytes]]) -> list[str]:
+        cut = iptables.table((1, 2, 3), iptables.filter_rules(netfilter.MARK)[:-1])
+        return real_write([tables[0], ("filter", *cut)])
+
+    def short_text() -> list[str]:  # the tools' rules, as the request carries them
+        fields = real_request()
         cut = netfilter.FILTER[-1] + "\n"
-        assert cut in text
-        return [op, text.replace(cut, ""), *(arg.replace(cut, "") for arg in argv)]
+        assert cut in fields[7]
+        return [*fields[:7], fields[7].replace(cut, ""), *fields[8:]]
 
-    monkeypatch.setattr(netfilter, "request", short)
+    if back_end == "x_tables":
+        monkeypatch.setattr(iptables, "write", short_tables)
+    else:
+        monkeypatch.setattr(iptables, "write", lambda _: ["err", "no x_tables (the test's)"])
+        monkeypatch.setattr(netfilter, "request", short_text)
     marker = os.path.join(tmp_path, "ran")
     j = jail.start(_settings())
     private_dir = j.private_dir
@@ -786,53 +805,76 @@ def test_a_packet_filter_that_reads_back_otherwise_refuses_before_the_session(
     assert_torn_down(j, private_dir)
 
 
-@pytest.mark.parametrize("user", ["root", "sbxuser"])
-@pytest.mark.parametrize("legacy", [True, False], ids=["legacy", "nf_tables"])
-def test_the_packet_filter_reads_back_as_planned_from_either_back_end(
-    user: str, legacy: bool,
+def test_a_filter_written_and_not_read_back_refuses_rather_than_trying_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str],
 ) -> None:
-    """The filter's script tries iptables' legacy back end first (its commit does not
-    wait for an RCU grace period) and the nf_tables one when the legacy one cannot
-    write: either way exactly the planned tables are written and read back, in a
-    namespace of the jail's kind, as root and as a user (whose namespace's root may
-    open neither the host's xtables lock nor /proc/net/ip_tables_names)."""
-    if not paths.find_tool("iptables-legacy-restore"):
-        pytest.skip("iptables' legacy back end is not installed")
+    """Once x_tables hold the tables, their read-back is the answer: one that fails
+    refuses the launch; the nf_tables tools are not a second chance."""
+    monkeypatch.setattr(iptables, "SO_GET_ENTRIES", 0x7F)  # no such option: the read fails
+    marker = os.path.join(tmp_path, "ran")
+    j = jail.start(_settings())
+    private_dir = j.private_dir
+    with pytest.raises(SandboxError, match="written and cannot be read back"):
+        j.run(["/bin/sh", "-c", f"touch {marker}"], {"PATH": "/usr/bin:/bin"})
+    assert not os.path.exists(marker)
+    assert_torn_down(j, private_dir)
+
+
+# In a namespace of the jail's kind: the tables written as the holder writes them, their
+# read-back checked as the launcher checks it, then iptables' own legacy tool asked what
+# the kernel holds, which must print exactly the planned rules (netfilter.NAT, FILTER).
+_DIRECT = """
+import json, subprocess, sys
+from claude_sandbox.jail import iptables, netfilter
+fields = netfilter.request()[1:7]
+tables = [(fields[i], bytes.fromhex(fields[i + 1]), bytes.fromhex(fields[i + 2])) for i in (0, 3)]
+written = iptables.write(tables)
+saved = [subprocess.run([sys.argv[1], "-t", t], capture_output=True, text=True,
+                        env={"XTABLES_LOCKFILE": sys.argv[2]}).stdout for t in ("nat", "filter")]
+print(json.dumps({"written": written, "saved": "".join(saved)}))
+"""
+
+
+@pytest.mark.parametrize("user", ["root", "sbxuser"])
+def test_the_packet_filter_is_written_through_x_tables_as_iptables_reads_it(user: str) -> None:
+    """The encoding proved by another reader: what the holder writes through the kernel's
+    x_tables socket options reads back through iptables-legacy-save as exactly the planned
+    rules, as root and as a user (whose namespace's root may open neither the host's
+    xtables lock nor /proc/net/ip_tables_names)."""
+    save = paths.find_tool("iptables-legacy-save")
+    if not save:
+        pytest.skip("iptables' legacy tools are not installed")
     info = pwd.getpwnam(user)
     directory = tempfile.mkdtemp(prefix="csbx-filter-", dir="/tmp")
     try:
         os.chown(directory, info.pw_uid, info.pw_gid)
-        _, text, *argv = netfilter.request(directory)
-        script = argv[-1]
-        assert "iptables-legacy-restore" in script
-        if not legacy:  # a host whose kernel has no legacy tables
-            script = script.replace(paths.tool("iptables-legacy-restore"), "/bin/false")
         become = [] if user == "root" else ["runuser", "-u", user, "--"]
         ran = subprocess.run([*become, "unshare", "--user", "--map-root-user", "--net",
-                              *argv[:-1], script], input=text, capture_output=True,
-                             text=True, timeout=30, check=False)
-        netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
-        assert ("(nf_tables)" in ran.stdout.splitlines()[0]) is not legacy, ran.stdout
+                              sys.executable, "-c", _DIRECT, save, f"{directory}/xtables.lock"],
+                             capture_output=True, text=True, timeout=30, check=False,
+                             cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        assert ran.returncode == 0, ran.stderr
+        found = json.loads(ran.stdout)
+        assert found["written"][0] == "ok", found
+        assert netfilter.answer(["written", *found["written"][1:]]) == -1
+        netfilter.check(["ok", "0", found["saved"], ""])
     finally:
         dirs.remove_dir(directory)
 
 
-def test_a_legacy_read_back_that_fails_refuses_rather_than_trying_again() -> None:
-    """Once the legacy back end has written the tables, its read-back is the answer: a
-    failed one refuses the launch; the nf_tables run is not a second chance."""
-    if not paths.find_tool("iptables-legacy-restore"):
-        pytest.skip("iptables' legacy back end is not installed")
-    directory = tempfile.mkdtemp(prefix="csbx-filter-", dir="/tmp")
-    try:
-        _, text, *argv = netfilter.request(directory)
-        script = argv[-1].replace("-save -t filter", "-save -t nosuch")
-        ran = subprocess.run(["unshare", "--user", "--map-root-user", "--net", *argv[:-1],
-                              script], input=text, capture_output=True, text=True,
-                             timeout=30, check=False)
-        with pytest.raises(SandboxError, match="iptables failed"):
-            netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
-    finally:
-        dirs.remove_dir(directory)
+@pytest.mark.parametrize("user", ["root", "sbxuser"])
+def test_the_packet_filter_reads_back_as_planned_from_the_nf_tables_tools(user: str) -> None:
+    """Where the kernel refuses x_tables, the holder runs the nf_tables tools instead:
+    exactly the planned tables are written and read back, in a namespace of the jail's
+    kind, as root and as a user."""
+    info = pwd.getpwnam(user)
+    _, text, *argv = netfilter.tool_request()
+    become = [] if user == "root" else ["runuser", "-u", user, "--"]
+    ran = subprocess.run([*become, "unshare", "--user", "--map-root-user", "--net", *argv],
+                         input=text, capture_output=True, text=True, timeout=30, check=False,
+                         cwd=info.pw_dir if os.path.isdir(info.pw_dir) else "/")
+    netfilter.check(["ok", str(ran.returncode), ran.stdout, ran.stderr])
+    assert "(nf_tables)" in ran.stdout.splitlines()[0], ran.stdout
 
 
 def _zombies() -> set[int]:
