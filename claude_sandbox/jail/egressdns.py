@@ -50,14 +50,10 @@ def marked(kind: int) -> _socket.socket:
     return sock
 
 
-def read_hosts(path: str = "/etc/hosts") -> dict[str, list[str]]:
-    """Each name's IPv4 addresses in a hosts file, in order."""
+def parse_hosts(text: str) -> dict[str, list[str]]:
+    """Each name's IPv4 addresses in a hosts file's text (egressstart.hosts_text), in
+    order."""
     found: dict[str, list[str]] = {}
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(1 << 20)
-    except OSError:
-        return found
     for raw in text.splitlines():
         fields = raw.split("#", 1)[0].split()
         if len(fields) < 2:

@@ -324,12 +324,12 @@ def serve(proxy: Proxy, control: _socket.socket,
                                 proxy.write, conn)
 
 
-def start(policy: Policy, record_fd: int, routes_fd: int, broker: Any,
+def start(policy: Policy, hosts: str, record_fd: int, routes_fd: int, broker: Any,
           control: _socket.socket,
           sockets: tuple[_socket.socket, _socket.socket, _socket.socket]) -> None:
     """The proxy's second half (egressstart.py loads it on the first connection or
-    query): the names, the host's routing table, and the serving loop until the
-    control socket closes."""
+    query): the names of `hosts` (the hosts file's text, read as the proxy started), the
+    host's routing table, and the serving loop until the control socket closes."""
     _thread.stack_size(_STACK)
-    names = egressdns.Names(egressdns.read_hosts(policy.hosts_file))
+    names = egressdns.Names(egressdns.parse_hosts(hosts))
     serve(Proxy(policy, record_fd, names, broker, HostRoutes(routes_fd)), control, sockets)

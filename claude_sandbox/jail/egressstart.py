@@ -70,13 +70,36 @@ def main(control_fd: int) -> int:
     except OSError as exc:  # ssl.SSLError included: the certificate or the trust store
         wire.send(control, ["err", f"the credential broker cannot start: {exc}"])
         return 1
+    # Read before the agent runs, as the policy is: the names it holds are the launch's.
+    hosts = hosts_text(policy.hosts_file)
     wire.send(control, ["ok"])
     if not first_use(control, sockets):
         return 0  # the session ended having asked for nothing: nothing to record
-    from claude_sandbox.jail import egressproxy
+    try:
+        from claude_sandbox.jail import egressproxy
 
-    egressproxy.start(policy, fds[0], fds[1], broker, control, sockets)
+        egressproxy.start(policy, hosts, fds[0], fds[1], broker, control, sockets)
+    except Exception as exc:
+        # Its listeners go with it: the agent's connections are refused from here on, and
+        # the launcher says why at the session's end (session.Jail.stop).
+        try:
+            wire.send(control, ["err", f"the egress proxy failed during the session "
+                                f"({type(exc).__name__}: {exc}); the agent's connections "
+                                "were refused from then on"])
+        except OSError:
+            pass  # the launcher is gone: nobody to tell
+        return 1
     return 0
+
+
+def hosts_text(path: str) -> str:
+    """A hosts file's text (its first MiB), or "" where it cannot be read: the names the
+    proxy answers first (egressdns.parse_hosts)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return ""
 
 
 def first_use(control: _socket.socket,

@@ -219,17 +219,29 @@ def write(tables: Sequence[tuple[str, bytes, bytes]]) -> list[str]:
             raise OSError(errno, os.strerror(errno))
         return buffer.raw[:length.value]
 
+    def put(name: str, info: bytes, entries: bytes) -> None:
+        count = old_count(ask(SO_GET_INFO, name.encode().ljust(32, b"\0"), INFO)[32:])
+        counters = ctypes.create_string_buffer(16 * max(count, 1))
+        sock.setsockopt(SOL_IP, SO_SET_REPLACE,
+                        replace(name, info, entries, count, ctypes.addressof(counters)))
+
     got = ["ok"]
     try:
-        for name, info, entries in tables:
-            key = name.encode().ljust(32, b"\0")
+        for index, (name, info, entries) in enumerate(tables):
             try:
-                count = old_count(ask(SO_GET_INFO, key, INFO)[32:])
-                counters = ctypes.create_string_buffer(16 * max(count, 1))
-                sock.setsockopt(SOL_IP, SO_SET_REPLACE,
-                                replace(name, info, entries, count, ctypes.addressof(counters)))
+                put(name, info, entries)
             except OSError as exc:
-                return ["err", f"the {name} table: {exc.strerror or exc}"]
+                why = f"the {name} table: {exc.strerror or exc}"
+                # The tables written before it are emptied again (their chains, ACCEPT),
+                # so that the nf_tables tools' tables are the only rules; where that
+                # fails, what x_tables hold is not known, and the launch is refused.
+                for written, written_info, _ in tables[:index]:
+                    valid = int(struct.unpack_from("=I", written_info)[0])
+                    try:
+                        put(written, *table([h for h in range(HOOKS) if valid >> h & 1], []))
+                    except OSError as again:
+                        return ["unread", f"{why}; the {written} table not emptied: {again}"]
+                return ["err", why]
         for name, _, _ in tables:
             key = name.encode().ljust(32, b"\0")
             try:

@@ -91,6 +91,7 @@ class Jail:
         self._plan: routes.Plan | None = None
         self._closed = False
         self._dying: list[int] = []  # pidfds of what stop() ended, for close() to wait on
+        self._restored = False  # the signals given back (stop(), else close())
         self._trace = early.trace.phase
         self._join = early.join
         self.warnings: list[str] = []
@@ -281,10 +282,10 @@ class Jail:
         self._forward.session_started()
 
     def stop(self) -> None:
-        """Begin the teardown of a session that has ended, waiting for nothing: pasta
-        killed, and the proxy's control closed, on which it records what is still open
-        and exits. close() waits for both; the launcher applies the workspace's exit
-        meanwhile (steps.py)."""
+        """Begin the teardown: pasta killed, and once the session is over, the proxy's
+        control closed, on which it records what is still open and exits, and the
+        session's last process waited for. close() waits for pasta and the proxy; the
+        launcher applies the workspace's exit meanwhile (steps.py)."""
         self._sock.close()
         self._routing.close()
         # pasta first: it does not exit when the namespace dies (measured), and its exit
@@ -295,9 +296,23 @@ class Jail:
             with reaping.Ignoring(OSError):
                 self._dying.append(os.pidfd_open(self._pasta.pid))
             self._pasta.kill()
-        if self._holder.poll() is not None:  # the session is over, the agent with it
-            self._proxy_end.close()
-            self._proxy_ctl.close()
+        if self._holder.poll() is None or self._proxy_ctl.fileno() < 0:
+            return  # the session still runs (close() ends it first), or this ran already
+        # The proxy's last word, where it failed once the session had started.
+        if select.select([self._proxy_ctl], [], [], 0)[0]:
+            with reaping.Ignoring(reaping.HolderGone):
+                said = channel.answer(self._proxy_ctl)
+                if said and said[0] == "err" and len(said) > 1:
+                    self._warn(said[1])
+        self._proxy_end.close()
+        self._proxy_ctl.close()
+        # bwrap's monitor (the holder's pid) ends as the agent's command does; its init
+        # ends after it, and the pid namespace's every process before the init can be
+        # reaped. Nothing of the agent runs once it is: only then is the workspace's exit
+        # made (steps.py), and no signal is forwarded by a pid that is no one's now.
+        reaping.reap_orphans(set())
+        self._forward.restore()
+        self._restored = True
 
     def close(self) -> None:
         """Stop everything this launch started and remove its files; idempotent."""
@@ -376,6 +391,7 @@ class Jail:
         if self.private_dir is not None:
             dirs.remove_at_teardown(self.private_dir)
             self.private_dir = None
-        self._forward.restore()
+        if not self._restored:
+            self._forward.restore()
         self._trace("teardown")
 

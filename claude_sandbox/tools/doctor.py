@@ -157,8 +157,9 @@ def redirect_row() -> Finding:
             return Finding(False, f"cannot make a namespace of the jail's kind: "
                            f"{ran.stderr.strip()}", userns_fix())
         lines = ran.stdout.splitlines()
-        if ran.returncode == 0 and lines[:1] == ["ok"]:
-            netfilter.answer(["written", *lines[1:]])
+        if ran.returncode == 0 and lines[:1] in (["ok"], ["unread"]):
+            # Written through x_tables: its read-back is the answer, as in a launch.
+            netfilter.answer(["written", *lines[1:]] if lines[0] == "ok" else lines)
             return Finding(True, "the redirect to the egress proxy can be written and read "
                            "back (x_tables)")
         _, table, *argv = netfilter.tool_request()

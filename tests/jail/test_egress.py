@@ -274,6 +274,27 @@ def test_a_proxy_killed_before_the_first_connection_ends_the_agents_reach(
     assert record == []
 
 
+def test_a_proxy_that_fails_at_its_first_connection_refuses_it_and_says_why(
+        test_internet: Internet, tmp_path: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What the proxy loads on first use can still fail (here its serving half raises):
+    the connection is refused, nothing reaches the internet, and the launch says why at
+    the session's end."""
+    from claude_sandbox.jail import egressproxy
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("the test's")
+
+    monkeypatch.setattr(egressproxy, "start", broken)  # the proxy is this process's fork
+    test_internet.clear()
+    args = [f"http|{ALLOWED}|80|allowed.test"]
+    results, record = run_agent(_spec(test_internet), test_internet, args, str(tmp_path))
+    assert "error" in results[args[0]], results
+    assert test_internet.received() == [] and record == []
+    said = capsys.readouterr().err
+    assert "the egress proxy failed during the session (RuntimeError: the test's)" in said
+
+
 def test_a_session_that_opens_nothing_leaves_a_record_of_nothing(
         test_internet: Internet, tmp_path: str) -> None:
     results, record = run_agent(_spec(test_internet), test_internet, [], str(tmp_path))

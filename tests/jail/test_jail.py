@@ -877,6 +877,71 @@ def test_the_packet_filter_reads_back_as_planned_from_the_nf_tables_tools(user: 
     assert "(nf_tables)" in ran.stdout.splitlines()[0], ran.stdout
 
 
+def _running(marker: str) -> list[int]:
+    """The pids of processes whose command line holds `marker`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            if marker.encode() in f.read():
+                found.append(int(pid))
+    return found
+
+
+def test_nothing_of_the_session_runs_once_the_teardown_has_begun(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """Jail.run(close=False) returns with pasta and the proxy still exiting, and the
+    launcher then applies the workspace's exit (steps.py): by then every process of the
+    session's pid namespace has ended, a background one the agent left included, which
+    would otherwise write into the workspace behind that exit's back."""
+    marker = f"{time.monotonic_ns() % 997}.5"
+    argv = ["/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--unshare-pid", "--die-with-parent", "/bin/sh", "-c",
+            f"sleep {marker} & sleep {marker} & exit 0"]
+    j = jail.start(_settings())
+    private_dir = j.private_dir
+    try:
+        assert j.run(argv, {"PATH": "/usr/bin:/bin"}, close=False) == 0
+        assert _running(f"sleep\0{marker}") == [], "the agent's background process runs on"
+    finally:
+        j.close()
+    assert_torn_down(j, private_dir)
+
+
+# In a namespace of the jail's kind: a nat table written, then a filter table the kernel
+# refuses (REJECT --reject-with tcp-reset on an entry that is not TCP's): the nat table
+# is emptied again before the holder falls back to the nf_tables tools.
+_REFUSED_FILTER = """
+import json, struct, subprocess, sys
+from claude_sandbox.jail import iptables, netfilter
+nat = iptables.table((0, 1, 3, 4), iptables.nat_rules(netfilter.MARK, 15001, 15053))
+bad = iptables._entry(iptables._ip(), [], iptables._reject(7))
+refused = iptables.table((1, 2, 3), [bad])
+written = iptables.write([("nat", *nat), ("filter", *refused)])
+saved = subprocess.run([sys.argv[1], "-t", "nat"], capture_output=True, text=True,
+                       env={"XTABLES_LOCKFILE": sys.argv[2]}).stdout
+print(json.dumps({"written": written, "saved": saved}))
+"""
+
+
+def test_a_table_refused_after_another_was_written_leaves_that_one_empty() -> None:
+    save = paths.find_tool("iptables-legacy-save")
+    if not save:
+        pytest.skip("iptables' legacy tools are not installed")
+    directory = tempfile.mkdtemp(prefix="csbx-filter-", dir="/tmp")
+    try:
+        ran = subprocess.run(["unshare", "--user", "--map-root-user", "--net", sys.executable,
+                              "-c", _REFUSED_FILTER, save, f"{directory}/xtables.lock"],
+                             capture_output=True, text=True, timeout=30, check=False,
+                             cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        assert ran.returncode == 0, ran.stderr
+        found = json.loads(ran.stdout)
+        assert found["written"][0] == "err" and "filter table" in found["written"][1], found
+        assert "*nat" in found["saved"] and "-A " not in found["saved"], found["saved"]
+    finally:
+        dirs.remove_dir(directory)
+
+
 def _zombies() -> set[int]:
     found = set()
     for task in os.listdir("/proc/self/task"):

@@ -13,6 +13,7 @@ from claude_sandbox.jail import (
     egressdns,
     egresspolicy,
     egressrecord,
+    egressstart,
     egressupstream,
     netfilter,
 )
@@ -145,10 +146,10 @@ def test_hosts_files_give_ipv4_names_in_order(tmp_path: object) -> None:
     hosts = pathlib.Path(str(tmp_path)) / "hosts"
     hosts.write_text("127.0.0.1 localhost\n::1 ip6-localhost\n# c\n198.51.100.10 a.test B.test.\n"
                      "198.51.100.11 a.test\nnot-an-address x.test\n010.1.1.1 y.test\n")
-    assert egressdns.read_hosts(str(hosts)) == {
+    assert egressdns.parse_hosts(egressstart.hosts_text(str(hosts))) == {
         "localhost": ["127.0.0.1"], "a.test": ["198.51.100.10", "198.51.100.11"],
         "b.test": ["198.51.100.10"]}  # 010.1.1.1 is not read as 8.1.1.1: not at all
-    names = egressdns.Names(egressdns.read_hosts(str(hosts)))
+    names = egressdns.Names(egressdns.parse_hosts(egressstart.hosts_text(str(hosts))))
     assert names.name_of("198.51.100.11") == "a.test" and names.lookup("a.test")[0].endswith("10")
 
 
