@@ -59,7 +59,8 @@ TARGET_ROOT_EXTRA = 15.0
 BUDGETS = {
     "trace: config": 3.0, "trace: plan": 10.0, "trace: jail started": 1.0,
     "trace: prepared": 3.0, "trace: session ended": 30.0,
-    "trace: workspace applied and reported": 1.0, "trace: torn down": 3.0,
+    # The workspace's exit, and the wait for the jail's teardown that runs beside it.
+    "trace: workspace applied and reported": 4.0, "trace: torn down": 3.0,
     "jail: holder spawned": 1.0, "jail: holder namespace up": 4.0,
     "jail: tap device made": 3.0, "jail: pasta spawned": 1.0,
     "jail: packet filter answered, proxy forked, policy given": 5.0,
