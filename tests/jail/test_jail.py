@@ -796,10 +796,15 @@ def test_a_packet_filter_that_reads_back_otherwise_refuses_before_the_session(
     else:
         monkeypatch.setattr(iptables, "write", lambda _: ["err", "no x_tables (the test's)"])
         monkeypatch.setattr(netfilter, "request", short_text)
+    _refused_before_the_session("packet filter read back differs", tmp_path)
+
+
+def _refused_before_the_session(said: str, tmp_path: os.PathLike[str]) -> None:
+    """A jailed launch refused, saying `said`, its session never run, all torn down."""
     marker = os.path.join(tmp_path, "ran")
     j = jail.start(_settings())
     private_dir = j.private_dir
-    with pytest.raises(SandboxError, match="packet filter read back differs"):
+    with pytest.raises(SandboxError, match=said):
         j.run(["/bin/sh", "-c", f"touch {marker}"], {"PATH": "/usr/bin:/bin"})
     assert not os.path.exists(marker)
     assert_torn_down(j, private_dir)
@@ -811,13 +816,7 @@ def test_a_filter_written_and_not_read_back_refuses_rather_than_trying_again(
     """Once x_tables hold the tables, their read-back is the answer: one that fails
     refuses the launch; the nf_tables tools are not a second chance."""
     monkeypatch.setattr(iptables, "SO_GET_ENTRIES", 0x7F)  # no such option: the read fails
-    marker = os.path.join(tmp_path, "ran")
-    j = jail.start(_settings())
-    private_dir = j.private_dir
-    with pytest.raises(SandboxError, match="written and cannot be read back"):
-        j.run(["/bin/sh", "-c", f"touch {marker}"], {"PATH": "/usr/bin:/bin"})
-    assert not os.path.exists(marker)
-    assert_torn_down(j, private_dir)
+    _refused_before_the_session("written and cannot be read back", tmp_path)
 
 
 # In a namespace of the jail's kind: the tables written as the holder writes them, their
