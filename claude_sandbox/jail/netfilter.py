@@ -78,18 +78,24 @@ def request() -> list[str]:
     (ADR 0004, "What the launch does for speed"). Both enforce the same rules, and each
     is read back from the back end that wrote it."""
     fields = ["filter"]
-    for name, info, entries in _direct():
+    for name, info, entries in tables():
         fields += [name, info.hex(), entries.hex()]
     return [*fields, *tool_request()[1:]]
 
 
-def _direct() -> list[tuple[str, bytes, bytes]]:
-    """The two tables as x_tables takes them: nat first (_TABLES)."""
-    from claude_sandbox.jail import iptables
+_BUILT: list[tuple[str, bytes, bytes]] = []
 
-    nat = iptables.table((0, 1, 3, 4), iptables.nat_rules(MARK, PROXY_PORT, RESOLVER_PORT))
-    kept = iptables.table((1, 2, 3), iptables.filter_rules(MARK))
-    return [("nat", *nat), ("filter", *kept)]
+
+def tables() -> list[tuple[str, bytes, bytes]]:
+    """The two tables as x_tables takes them (name, info, entries), nat first (_TABLES):
+    built once a process, for the request and again for the read-back's comparison."""
+    if not _BUILT:
+        from claude_sandbox.jail import iptables
+
+        nat = iptables.table((0, 1, 3, 4), iptables.nat_rules(MARK, PROXY_PORT, RESOLVER_PORT))
+        kept = iptables.table((1, 2, 3), iptables.filter_rules(MARK))
+        _BUILT.extend([("nat", *nat), ("filter", *kept)])
+    return _BUILT
 
 
 def tool_request() -> list[str]:
@@ -117,7 +123,7 @@ def answer(reply: list[str]) -> int:
         return started(reply)
     from claude_sandbox.jail import iptables
 
-    written = _direct()
+    written = tables()
     if len(reply) != 1 + 2 * len(written):
         raise jail_error(f"the jail holder's answer to the packet filter is malformed: {reply}")
     for index, (name, info, entries) in enumerate(written):

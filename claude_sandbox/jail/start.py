@@ -323,8 +323,9 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
         trace.phase("holder namespace and tap device up")
         pasta = spawn_pasta(holder, directory, join)
         trace.phase("pasta spawned")
-        # The holder starts the packet filter's commit, which waits in the kernel while
-        # pasta attaches and the launcher plans. The egress proxy is forked later, once
+        # The holder writes the packet filter now (or starts the nf_tables tools, whose
+        # commit waits in the kernel while pasta attaches and the launcher plans); its
+        # answer waits in the channel for Jail.run. The egress proxy is forked later, once
         # the plan is made (Jail.run): its start is CPU, which on two cores slowed the
         # plan by as much as it took.
         wire.send(sock, netfilter.request())

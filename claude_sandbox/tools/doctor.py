@@ -136,10 +136,7 @@ def _jail_namespaces(ids: tuple[int, int]) -> None:
 # In the probe's child: the tables written and read back through x_tables, as the
 # holder writes them (holder.py, `filter`); one line of the answer a line.
 _DIRECT = ("from claude_sandbox.jail import iptables, netfilter\n"
-           "fields = netfilter.request()[1:7]\n"
-           "tables = [(fields[i], bytes.fromhex(fields[i + 1]), bytes.fromhex(fields[i + 2]))"
-           " for i in (0, 3)]\n"
-           "print('\\n'.join(iptables.write(tables)))\n")
+           "print('\\n'.join(iptables.write(netfilter.tables())))\n")
 
 
 def redirect_row() -> Finding:

@@ -825,9 +825,7 @@ def test_a_filter_written_and_not_read_back_refuses_rather_than_trying_again(
 _DIRECT = """
 import json, subprocess, sys
 from claude_sandbox.jail import iptables, netfilter
-fields = netfilter.request()[1:7]
-tables = [(fields[i], bytes.fromhex(fields[i + 1]), bytes.fromhex(fields[i + 2])) for i in (0, 3)]
-written = iptables.write(tables)
+written = iptables.write(netfilter.tables())
 saved = [subprocess.run([sys.argv[1], "-t", t], capture_output=True, text=True,
                         env={"XTABLES_LOCKFILE": sys.argv[2]}).stdout for t in ("nat", "filter")]
 print(json.dumps({"written": written, "saved": "".join(saved)}))

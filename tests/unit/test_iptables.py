@@ -14,9 +14,7 @@ from hypothesis import strategies as st
 from claude_sandbox.core.errors import SandboxError
 from claude_sandbox.jail import iptables, netfilter
 
-NAT = iptables.table((0, 1, 3, 4), iptables.nat_rules(netfilter.MARK, netfilter.PROXY_PORT,
-                                                      netfilter.RESOLVER_PORT))
-FILTER = iptables.table((1, 2, 3), iptables.filter_rules(netfilter.MARK))
+NAT, FILTER = ((info, entries) for _, info, entries in netfilter.tables())
 
 
 def _entries(blob: bytes) -> list[bytes]:
