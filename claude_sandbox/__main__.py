@@ -8,6 +8,7 @@ code is imported. Every SandboxError ends here, as one line and its status
 
 from __future__ import annotations
 
+import gc
 import os  # every entry point below imports it anyway
 import sys
 
@@ -33,6 +34,20 @@ def _leave(status: int) -> NoReturn:
     os._exit(status)
 
 
+def _collector_off() -> None:
+    """A launch sets up with the cyclic garbage collector off.
+
+    Its imports and its set-up make little cyclic garbage, and the collector's passes
+    over them cost about 2.5 ms of CPU a launch before the session starts, on its
+    critical path (docs/adr/0004-launch-cost.md). steps.py turns it back on once the
+    session has ended, with what the launch made until then frozen; the egress proxy,
+    the one fork that serves through the session, does the same at its start
+    (egressstart.py). The holder and the late-mount helper, forks too, keep it off:
+    they set up and wait, then exec or end.
+    """
+    gc.disable()
+
+
 def _internal(command: str, argv: list[str]) -> int:
     # `_shadow`: what shims from before the package's folders call. An upgrade replaces
     # the package before the shims, and a launch in between must still work.
@@ -49,6 +64,7 @@ def _internal(command: str, argv: list[str]) -> int:
         found = quick.program(argv[0], args)
         if found is not None:
             return quick.answer(found, args, os.environ)
+        _collector_off()
         from claude_sandbox.launch import run
 
         _leave(run.launch(run.Request(argv[0], None, args), os.environ))
@@ -87,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] == "shell":
             fast = _plain_shell(args[1:])
             if fast is not None:
+                _collector_off()
                 from claude_sandbox.launch import run
 
                 _leave(run.launch(run.Request(fast[0], fast[1], ()), os.environ))

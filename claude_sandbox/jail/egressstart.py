@@ -15,6 +15,7 @@ with it every listener: the agent's connections are refused, never let out.
 from __future__ import annotations
 
 import _socket
+import gc
 import os
 import select
 
@@ -29,6 +30,11 @@ _SOCKET = 0o140000  # S_IFSOCK (`stat` is not imported for one constant)
 def main(control_fd: int) -> int:
     """The proxy's life, in the holder's forked child: listen, take the policy, and serve
     once there is something to serve."""
+    # The launch set up with the collector off (__main__.py), and this process serves
+    # for the whole session: it collects again, but never what it inherited, which a
+    # pass here would free, closing by number a descriptor this process opened since.
+    gc.freeze()
+    gc.enable()
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)

@@ -7,6 +7,7 @@ proves where a connection went, and where it did not.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -293,6 +294,36 @@ def test_a_proxy_that_fails_at_its_first_connection_refuses_it_and_says_why(
     assert test_internet.received() == [] and record == []
     said = capsys.readouterr().err
     assert "the egress proxy failed during the session (RuntimeError: the test's)" in said
+
+
+def test_the_proxy_collects_what_it_makes_and_never_what_it_inherited(
+        test_internet: Internet, tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch sets up with the collector off (__main__.py). The proxy serves through
+    the session, so it turns the collector on at its start, with what it inherited
+    frozen: a pass that freed a socket the holder dropped would close, by number, a
+    descriptor the proxy opened since."""
+    from claude_sandbox.jail import egressproxy
+
+    seen = os.path.join(tmp_path, "collector")
+    real = egressproxy.start
+
+    def noting(*args: Any) -> Any:
+        with open(seen, "w") as out:
+            out.write(f"{gc.isenabled()} {gc.get_freeze_count()}")
+        return real(*args)
+
+    monkeypatch.setattr(egressproxy, "start", noting)  # runs in the proxy, this one's fork
+    test_internet.clear()
+    args = [f"http|{ALLOWED}|80|allowed.test"]
+    gc.disable()  # as a launch runs its set-up
+    try:
+        results, _ = run_agent(_spec(test_internet), test_internet, args, str(tmp_path))
+    finally:
+        gc.enable()
+    assert results[args[0]].get("body") == "allowed host=allowed.test", results
+    with open(seen) as handle:
+        enabled, frozen = handle.read().split()
+    assert enabled == "True" and int(frozen) > 0
 
 
 def test_a_session_that_opens_nothing_leaves_a_record_of_nothing(
