@@ -40,7 +40,7 @@ def _written(tmp_path: Path, package: Path, mode: int = 0o644) -> str:
 def _spec(path: str, package: Path, name: str) -> object:
     found = bundle.read(path, str(package), MAGIC_NUMBER)
     assert found is not None
-    return bundle.Finder(*found).find_spec(name)
+    return bundle.Finder(*found, path).find_spec(name)
 
 
 def test_a_module_is_served_from_the_bundle(tmp_path: Path, package: Path) -> None:
@@ -51,17 +51,18 @@ def test_a_module_is_served_from_the_bundle(tmp_path: Path, package: Path) -> No
     # The tools and the installer run from the tools venv; the package itself is
     # imported before the finder is there.
     assert set(index) == {"claude_sandbox.core", "claude_sandbox.core.answer"}
-    spec = bundle.Finder(*found).find_spec("claude_sandbox.core.answer")
+    spec = bundle.Finder(*found, path).find_spec("claude_sandbox.core.answer")
     assert spec is not None and spec.origin == str(package / "core" / "answer.py")
     module = module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     assert module.VALUE == 42 and module.__file__ == spec.origin
-    package_spec = bundle.Finder(*found).find_spec("claude_sandbox.core")
+    assert module.__cached__ == path  # where its code came from
+    package_spec = bundle.Finder(*found, path).find_spec("claude_sandbox.core")
     assert package_spec is not None
     assert package_spec.submodule_search_locations == [str(package / "core")]
     assert builder.current(path, package)
     # runpy (`python -m`) asks the loader for the code itself.
-    code = bundle.Finder(*found).get_code("claude_sandbox.core.answer")
+    code = bundle.Finder(*found, path).get_code("claude_sandbox.core.answer")
     assert code is not None and code.co_filename == spec.origin
 
 
@@ -119,7 +120,7 @@ def test_a_bundle_that_is_not_exactly_ours_is_not_read(tmp_path: Path, package: 
     found = bundle.read(path, where, magic)
     if fault == "truncated" and found is not None:
         # The index may survive the cut; the code it points past the end does not load.
-        assert bundle.Finder(*found).find_spec("claude_sandbox.core.answer") is None
+        assert bundle.Finder(*found, path).find_spec("claude_sandbox.core.answer") is None
     else:
         assert found is None
 
