@@ -9,6 +9,10 @@ from __future__ import annotations
 import sys
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 class Trace:
     def __init__(self, enabled: bool, part: str = "trace") -> None:
@@ -16,10 +20,14 @@ class Trace:
         self.part = part
         self._start = self._last = time.perf_counter()
 
-    def phase(self, name: str) -> None:
+    def phase(self, name: str, detail: Callable[[], str] | None = None) -> None:
+        """The phase since the last one. `detail`: what follows its name, worked out after
+        the phase is timed, and its cost (a plan's digest: the whole plan rendered) left
+        out of the next phase: a launch that is not traced never pays it."""
         if not self.enabled:
             return
         now = time.perf_counter()
-        sys.stderr.write(f"claude-sandbox: {self.part}: {name}: {1000 * (now - self._last):.1f} "
+        shown = f"{name} {detail()}" if detail is not None else name
+        sys.stderr.write(f"claude-sandbox: {self.part}: {shown}: {1000 * (now - self._last):.1f} "
                          f"ms (total {1000 * (now - self._start):.1f} ms)\n")
-        self._last = now
+        self._last = now if detail is None else time.perf_counter()

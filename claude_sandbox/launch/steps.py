@@ -113,7 +113,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         if trace.enabled:
             from claude_sandbox.launch.planner import render
 
-            trace.phase(f"plan {render.digest(the_plan)}")
+            trace.phase("plan", lambda: render.digest(the_plan))
         if the_plan.jail is not None and early is not None:
             from claude_sandbox.jail import session  # only a jailed launch pays for it
 
