@@ -8,6 +8,10 @@ machine's drift falls on all of them alike.
   floor: bare bwrap     bwrap --ro-bind / / --dev /dev --proc /proc /bin/true
   floor: jailed         unshare -rn holder + pasta attach (the jail's flags) + the same bwrap
   python -I -c pass     the core interpreter's own start, for scale
+  CPU: launcher, jailed the launcher's own CPU (user and system) in a jailed launch, its
+                        interpreter's start included: read as it ends, the steadiest
+                        figure of the launcher, the jailed launch's critical path
+  CPU: interpreter start the same figure for `python -I -S` alone
   floor: the plan       bwrap with this launch's own options and mounts (no inner stage)
   floor: plan + stage   the same bwrap running the inner stage, then /bin/true: what the
                         defences cost before any launcher work
@@ -73,6 +77,24 @@ BUDGETS = {
 TARGET_VERSION_EXTRA = 60.0
 REAL_CLAUDE = "/usr/libexec/claude-sandbox/real/claude"
 CONCURRENT = 8
+# The launcher's own CPU (user and system): the shim's own code, with the launch's last
+# step (os._exit) wrapped to write it out first. The steadiest figure of the launcher,
+# the jailed launch's critical path: pasta's, bwrap's and the holder's CPU vary from one
+# launch to the next by more than a change to the launcher moves (ADR 0004).
+_CPU_CODE = """\
+import os, sys, time
+sys.path.append('/usr/libexec/claude-sandbox/venv/lib/python%d.%d/site-packages'
+                % sys.version_info[:2])
+from claude_sandbox.__main__ import main
+me, end = os.getpid(), os._exit
+def leave(status):
+    if os.getpid() == me:
+        with open({report!r}, "w") as out:
+            out.write(repr(1000 * time.process_time()))
+    end(status)
+os._exit = leave
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 def _timed(argv: list[str], env: dict[str, str], cwd: str | None = None) -> float:
@@ -84,6 +106,22 @@ def _timed(argv: list[str], env: dict[str, str], cwd: str | None = None) -> floa
         raise RuntimeError(f"{' '.join(argv)} in {cwd}: exit {ran.returncode}: "
                            f"{ran.stderr.decode(errors='replace')[-600:]}")
     return took
+
+
+def _launcher_cpu(env: dict[str, str], report: str) -> float:
+    """The CPU (ms) a jailed launch's launcher spends, its interpreter's start included."""
+    _timed([CORE_PYTHON, "-I", "-S", "-c", _CPU_CODE.format(report=report),
+            "shell", "--", "/bin/true"], env)
+    with open(report) as handle:
+        return float(handle.read())
+
+
+def _start_cpu(env: dict[str, str]) -> float:
+    """The CPU (ms) the core interpreter spends to start, as the launcher's is read."""
+    ran = subprocess.run([CORE_PYTHON, "-I", "-S", "-c",
+                          "import time; print(1000 * time.process_time())"],
+                         env=env, check=True, capture_output=True, text=True)
+    return float(ran.stdout)
 
 
 def _tree(root: int) -> list[int]:
@@ -289,7 +327,8 @@ def main() -> None:
     rows: dict[str, list[float]] = {name: [] for name in (
         "floor: bare bwrap", "floor: jailed", "python -I -c pass", "floor: the plan",
         "floor: plan + stage", "launch, jail off", "launch, jailed",
-        "--version, direct", "--version, shim")}
+        "--version, direct", "--version, shim", "CPU: launcher, jailed",
+        "CPU: interpreter start")}
     workspace = tempfile.mkdtemp(prefix="cs-bench-")
     os.chdir(workspace)
     with tempfile.TemporaryDirectory() as tmp:
@@ -303,6 +342,9 @@ def main() -> None:
             rows["launch, jailed"].append(_timed(launch, base))
             rows["--version, direct"].append(_timed([REAL_CLAUDE, "--version"], base))
             rows["--version, shim"].append(_timed(["/usr/local/bin/claude", "--version"], base))
+            rows["CPU: launcher, jailed"].append(
+                _launcher_cpu(base, os.path.join(tmp, "cpu")))
+            rows["CPU: interpreter start"].append(_start_cpu(base))
         floor = PlanFloor(off)
         for _ in range(options.runs):
             rows["floor: the plan"].append(floor.once(enter=False))
@@ -355,6 +397,8 @@ def main() -> None:
         mark = "" if budget is None else ("" if value <= budget else "  OVER")
         shown = "" if budget is None else f"{budget:.1f}"
         print(f"| {name[:60]:<60} | {value:>6.1f} | {shown:>6} |{mark}")
+    print(f"the launcher's own CPU, jailed: {median['CPU: launcher, jailed']:.1f} ms, of it "
+          f"the interpreter's start {median['CPU: interpreter start']:.1f} ms")
     added = median["--version, shim"] - median["--version, direct"]
     print(f"claude --version: the shim adds {added:.1f} ms (target + {TARGET_VERSION_EXTRA:.0f} "
           f"ms): {'met' if added <= TARGET_VERSION_EXTRA else 'NOT met'}")
