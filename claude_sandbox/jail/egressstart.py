@@ -24,7 +24,8 @@ from claude_sandbox.jail import egresslisten, egresspolicy
 from claude_sandbox.jail.holder import LIMIT
 from claude_sandbox.jail.reaping import set_not_dumpable
 
-_SOCKET = 0o140000  # S_IFSOCK (`stat` is not imported for one constant)
+_SOCKET = 0o140000  # S_IFSOCK (`stat` is not imported for two constants)
+_REGULAR = 0o100000  # S_IFREG
 
 
 def main(control_fd: int) -> int:
@@ -99,13 +100,22 @@ def main(control_fd: int) -> int:
 
 
 def hosts_text(path: str) -> str:
-    """A hosts file's text (its first MiB), or "" where it cannot be read: the names the
-    proxy answers first (egressdns.parse_hosts)."""
+    """A hosts file's text (its first MiB), or "" where it is no regular file or cannot
+    be read: the names the proxy answers first (egressdns.parse_hosts). It is read before
+    the proxy says it serves, so the launch waits for it: a FIFO or a device there is
+    never waited on nor read (a link is followed: a container's /etc/hosts may be one)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(1 << 20)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        if os.fstat(fd).st_mode & 0o170000 != _REGULAR:
+            return ""
+        return os.read(fd, 1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def first_use(control: _socket.socket,

@@ -153,6 +153,22 @@ def test_hosts_files_give_ipv4_names_in_order(tmp_path: object) -> None:
     assert names.name_of("198.51.100.11") == "a.test" and names.lookup("a.test")[0].endswith("10")
 
 
+def test_a_hosts_file_that_is_no_regular_file_is_never_waited_on(tmp_path: object) -> None:
+    """It is read before the proxy says it serves, so the launch would wait for it: a FIFO
+    gives no names and no wait, a directory none either, and a link is followed."""
+    import os
+    import pathlib
+
+    where = pathlib.Path(str(tmp_path))
+    os.mkfifo(where / "fifo")
+    (where / "real").write_text("198.51.100.10 a.test\n")
+    (where / "link").symlink_to(where / "real")
+    assert egressstart.hosts_text(str(where / "fifo")) == ""  # no writer: would block
+    assert egressstart.hosts_text(str(where)) == ""
+    assert egressstart.hosts_text(str(where / "missing")) == ""
+    assert egressstart.hosts_text(str(where / "link")) == "198.51.100.10 a.test\n"
+
+
 def test_the_record_summary_and_learned_lines() -> None:
     entries = [
         {"kind": "tls", "name": "evil.example", "port": 443, "verdict": "refused"},
