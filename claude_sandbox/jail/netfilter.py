@@ -83,19 +83,21 @@ def request() -> list[str]:
     return [*fields, *tool_request()[1:]]
 
 
-_BUILT: list[tuple[str, bytes, bytes]] = []
+Tables = tuple[tuple[str, bytes, bytes], ...]
+_BUILT: list[Tables] = []
 
 
-def tables() -> list[tuple[str, bytes, bytes]]:
+def tables() -> Tables:
     """The two tables as x_tables takes them (name, info, entries), nat first (_TABLES):
-    built once a process, for the request and again for the read-back's comparison."""
+    built once a process, for the request and again for the read-back's comparison (a
+    tuple: what is compared is what was sent)."""
     if not _BUILT:
         from claude_sandbox.jail import iptables
 
         nat = iptables.table((0, 1, 3, 4), iptables.nat_rules(MARK, PROXY_PORT, RESOLVER_PORT))
         kept = iptables.table((1, 2, 3), iptables.filter_rules(MARK))
-        _BUILT.extend([("nat", *nat), ("filter", *kept)])
-    return _BUILT
+        _BUILT.append((("nat", *nat), ("filter", *kept)))
+    return _BUILT[0]
 
 
 def tool_request() -> list[str]:
