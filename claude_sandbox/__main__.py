@@ -34,11 +34,11 @@ def _leave(status: int) -> NoReturn:
     os._exit(status)
 
 
-def _collector_off() -> None:
-    """A launch sets up with the cyclic garbage collector off.
+def _launch(agent: str, command: tuple[str, ...] | None, args: tuple[str, ...]) -> NoReturn:
+    """A launch, set up with the cyclic garbage collector off.
 
     Its imports and its set-up make little cyclic garbage, and the collector's passes
-    over them cost about 2.5 ms of CPU a launch before the session starts, on its
+    over them cost about 2.6 ms of CPU a launch before the session starts, on its
     critical path (docs/adr/0004-launch-cost.md). steps.py turns it back on once the
     session has ended, with what the launch made until then frozen; the egress proxy,
     the one fork that serves through the session, does the same at its start
@@ -46,6 +46,9 @@ def _collector_off() -> None:
     they set up and wait, then exec or end.
     """
     gc.disable()
+    from claude_sandbox.launch import run
+
+    _leave(run.launch(run.Request(agent, command, args), os.environ))
 
 
 def _internal(command: str, argv: list[str]) -> int:
@@ -64,10 +67,7 @@ def _internal(command: str, argv: list[str]) -> int:
         found = quick.program(argv[0], args)
         if found is not None:
             return quick.answer(found, args, os.environ)
-        _collector_off()
-        from claude_sandbox.launch import run
-
-        _leave(run.launch(run.Request(argv[0], None, args), os.environ))
+        _launch(argv[0], None, args)
     if command == "_enter":
         from claude_sandbox.inside import enter
 
@@ -103,10 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] == "shell":
             fast = _plain_shell(args[1:])
             if fast is not None:
-                _collector_off()
-                from claude_sandbox.launch import run
-
-                _leave(run.launch(run.Request(fast[0], fast[1], ()), os.environ))
+                _launch(*fast, ())
         from claude_sandbox import cli
 
         return cli.main(args)
