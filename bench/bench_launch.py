@@ -77,15 +77,13 @@ BUDGETS = {
 TARGET_VERSION_EXTRA = 60.0
 REAL_CLAUDE = "/usr/libexec/claude-sandbox/real/claude"
 CONCURRENT = 8
-# The launcher's own CPU (user and system): the shim's own code, with the launch's last
-# step (os._exit) wrapped to write it out first. The steadiest figure of the launcher,
-# the jailed launch's critical path: pasta's, bwrap's and the holder's CPU vary from one
-# launch to the next by more than a change to the launcher moves (ADR 0004).
-_CPU_CODE = """\
-import os, sys, time
-sys.path.append('/usr/libexec/claude-sandbox/venv/lib/python%d.%d/site-packages'
-                % sys.version_info[:2])
-from claude_sandbox.__main__ import main
+# The launcher's own CPU (user and system): the shim's own code (placed.SHIM_CODE), after
+# the launch's last step (os._exit) is wrapped to write it out first. The steadiest
+# figure of the launcher, the jailed launch's critical path: pasta's, bwrap's and the
+# holder's CPU vary from one launch to the next by more than a change to the launcher
+# moves (ADR 0004).
+_CPU_PRELUDE = """\
+import os, time
 me, end = os.getpid(), os._exit
 def leave(status):
     if os.getpid() == me:
@@ -93,7 +91,6 @@ def leave(status):
             out.write(repr(1000 * time.process_time()))
     end(status)
 os._exit = leave
-sys.exit(main(sys.argv[1:]))
 """
 
 
@@ -110,7 +107,9 @@ def _timed(argv: list[str], env: dict[str, str], cwd: str | None = None) -> floa
 
 def _launcher_cpu(env: dict[str, str], report: str) -> float:
     """The CPU (ms) a jailed launch's launcher spends, its interpreter's start included."""
-    _timed([CORE_PYTHON, "-I", "-S", "-c", _CPU_CODE.format(report=report),
+    from claude_sandbox.install.placed import SHIM_CODE
+
+    _timed([CORE_PYTHON, "-I", "-S", "-c", _CPU_PRELUDE.format(report=report) + SHIM_CODE,
             "shell", "--", "/bin/true"], env)
     with open(report) as handle:
         return float(handle.read())
