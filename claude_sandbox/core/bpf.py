@@ -158,16 +158,22 @@ def load(program: bytes) -> bool:
     """Stack `program` on this thread's filters (no_new_privs must be set already, as
     bwrap leaves it); whether the kernel took it. Every thread started after it and
     every child inherits it."""
-    import ctypes
+    from claude_sandbox.core.libc import (
+        Structure,
+        addressof,
+        byref,
+        c_ushort,
+        c_void_p,
+        load_libc,
+        string_buffer,
+    )
 
-    from claude_sandbox.core.process import load_libc
+    buffer = string_buffer(program, len(program))
 
-    buffer = ctypes.create_string_buffer(program, len(program))
+    class _Prog(Structure):
+        _fields_ = (("len", c_ushort), ("filter", c_void_p))
 
-    class _Prog(ctypes.Structure):
-        _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-    prog = _Prog(len(program) // 8, ctypes.addressof(buffer))
+    prog = _Prog(len(program) // 8, addressof(buffer))
     pr_set_seccomp, seccomp_mode_filter = 22, 2
-    return bool(load_libc().prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(prog), 0,
+    return bool(load_libc().prctl(pr_set_seccomp, seccomp_mode_filter, byref(prog), 0,
                                   0) == 0)

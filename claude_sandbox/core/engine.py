@@ -60,21 +60,17 @@ def _number(path: str) -> int | None:
 def _unshare_refused() -> bool:
     """Whether a seccomp filter refuses unshare(2) itself (EPERM for flags 0, which
     otherwise succeeds and changes nothing)."""
-    import ctypes
-
-    from claude_sandbox.core.process import load_libc
+    from claude_sandbox.core.libc import get_errno, load_libc
 
     if load_libc().unshare(0) == 0:
         return False
-    return ctypes.get_errno() == 1  # EPERM; anything else is no answer about seccomp
+    return get_errno() == 1  # EPERM; anything else is no answer about seccomp
 
 
 def _mount_refused() -> bool:
     """Whether a forked child, in a user and mount namespace of its own, is refused what
     bwrap does first (making / private): EACCES is AppArmor's answer."""
-    import ctypes
-
-    from claude_sandbox.core.process import load_libc
+    from claude_sandbox.core.libc import get_errno, load_libc
 
     pid = os.fork()
     if pid == 0:
@@ -84,7 +80,7 @@ def _mount_refused() -> bool:
             if libc.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS) == 0:
                 private = kernel.MS_REC | kernel.MS_PRIVATE
                 refused = libc.mount(b"none", b"/", None, private, None) != 0
-                status = 13 if refused and ctypes.get_errno() == 13 else 0
+                status = 13 if refused and get_errno() == 13 else 0
         finally:
             os._exit(status)
     _, status = os.waitpid(pid, 0)

@@ -1,7 +1,7 @@
 """The Linux constants the package passes to the kernel itself, in one place.
 
 Each is the value of the uapi header named beside it; the same on x86_64 and aarch64
-(the system call numbers are from the unified table, 424 and up). ctypes and the os
+(the system call numbers are from the unified table, 424 and up). libc and the os
 module expose few of them, and the launch imports as little as it can, so they are
 written here once rather than beside each call.
 """

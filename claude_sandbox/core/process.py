@@ -13,11 +13,11 @@ import select
 import time
 
 from claude_sandbox.core import kernel
+from claude_sandbox.core.libc import load_libc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
-    from typing import Any
 
 
 class Child:
@@ -70,21 +70,6 @@ def data_descriptor(name: str, data: bytes) -> int:
     return fd
 
 
-_LIBC: Any = None
-
-
-def load_libc() -> Any:
-    """libc through ctypes, loaded once, errno kept: the one way the package calls it.
-    syscall(2) returns a long (a Landlock ruleset's descriptor, mount_setattr's status)."""
-    global _LIBC
-    if _LIBC is None:
-        import ctypes
-
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-        _LIBC.syscall.restype = ctypes.c_long
-    return _LIBC
-
-
 def fork_exec(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -114,7 +99,7 @@ def fork_exec(
     the child last (joining a cgroup, ignoring the session's signals).
     """
     if die_with_parent:
-        load_libc()  # here, once: the child need not import ctypes
+        load_libc()  # here, once: the child need not look prctl up
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:

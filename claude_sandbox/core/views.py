@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from claude_sandbox.core import kernel
-from claude_sandbox.core.process import load_libc
+from claude_sandbox.core.libc import get_errno, load_libc
 
 
 def _escaped(path: str) -> str:
@@ -43,9 +43,7 @@ def mount_overlay(lower: str, upper: str, work: str, target: str) -> str | None:
     options = overlay_options(lower, upper, work).encode("utf-8", "surrogateescape")
     if libc.mount(b"overlay", target.encode("utf-8", "surrogateescape"), b"overlay", 0,
                   options) != 0:
-        import ctypes
-
-        return os.strerror(ctypes.get_errno())
+        return os.strerror(get_errno())
     return None
 
 
@@ -69,8 +67,6 @@ def own_namespaces(extra: int, inside: tuple[int, int], outside: tuple[int, int]
     Called in forked children only: unshare of a user namespace needs a single-threaded
     process, and the change is for good.
     """
-    import ctypes
-
     libc = load_libc()
     # A process that is not dumpable cannot write its own /proc/self/*_map (the files
     # belong to root then), and a launcher that has started its session is not. The
@@ -78,7 +74,7 @@ def own_namespaces(extra: int, inside: tuple[int, int], outside: tuple[int, int]
     # launch without the jail execs bwrap next, which sets it again.
     libc.prctl(kernel.PR_SET_DUMPABLE, 1, 0, 0, 0)
     if libc.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS | extra) != 0:
-        return f"unshare: {os.strerror(ctypes.get_errno())}"
+        return f"unshare: {os.strerror(get_errno())}"
     try:
         # setgroups is denied before the group map, as an unprivileged writer must.
         for name, text in (("uid_map", f"{inside[0]} {outside[0]} 1\n"), ("setgroups", "deny"),
@@ -89,5 +85,5 @@ def own_namespaces(extra: int, inside: tuple[int, int], outside: tuple[int, int]
         return f"cannot write the user namespace's maps: {error.strerror}"
     # A change here must never propagate back to the container's mounts.
     if libc.mount(b"none", b"/", None, kernel.MS_REC | kernel.MS_PRIVATE, None) != 0:
-        return f"cannot make the mounts private: {os.strerror(ctypes.get_errno())}"
+        return f"cannot make the mounts private: {os.strerror(get_errno())}"
     return None

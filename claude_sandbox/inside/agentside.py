@@ -16,16 +16,14 @@ import os
 
 from claude_sandbox.core import bpf, kernel, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.core.process import load_libc
+from claude_sandbox.core.libc import byref, c_uint64, get_errno, load_libc, sizeof
 from claude_sandbox.inside.spec import Inner
 
 
 def check(result: int, what: str) -> None:
     """A libc call's result: an OSError naming `what` unless it is 0."""
     if result != 0:
-        import ctypes
-
-        err = ctypes.get_errno()
+        err = get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
@@ -77,12 +75,10 @@ def _set_attr(path: str, flag: int, *, recursive: bool, what: str) -> None:
     """mount_setattr(MOUNT_ATTR_*): one flag set, every other kept. Not a remount: in a
     user namespace of our own, a remount that leaves out a flag the parent's mount has
     locked (nosuid, nodev) is refused."""
-    import ctypes
-
-    attr = (ctypes.c_uint64 * 4)(flag, 0, 0, 0)
+    attr = (c_uint64 * 4)(flag, 0, 0, 0)
     result = load_libc().syscall(kernel.SYS_MOUNT_SETATTR, kernel.AT_FDCWD, path.encode(),
-                                 kernel.AT_RECURSIVE if recursive else 0, ctypes.byref(attr),
-                                 ctypes.sizeof(attr))
+                                 kernel.AT_RECURSIVE if recursive else 0, byref(attr),
+                                 sizeof(attr))
     check(result, f"{what} {path}")
 
 

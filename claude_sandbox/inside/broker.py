@@ -31,9 +31,9 @@ import os
 import posixpath
 import select
 
-from claude_sandbox.core import kernel, paths, wire
+from claude_sandbox.core import kernel, libc, paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.core.process import load_libc, pass_stop_on
+from claude_sandbox.core.process import pass_stop_on
 from claude_sandbox.inside import landlock
 from claude_sandbox.inside.agentside import (
     agent_view,
@@ -191,7 +191,7 @@ def _handle(settings: Inner, conn: int) -> NoReturn:
                      b"claude-sandbox: command server: a malformed request, refused\n")
             _reply(conn, EXIT_CANNOT)
             os._exit(0)
-        check(load_libc().prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        check(libc.load_libc().prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
         # Offline: a network namespace of its own, where not even loopback is up.
         own_namespaces(kernel.CLONE_NEWNS | kernel.CLONE_NEWPID
                        | (kernel.CLONE_NEWNET if settings.offline_commands else 0))
@@ -244,7 +244,7 @@ def _init(settings: Inner, shell: str, request: tuple[str, str, list[str], dict[
     Not the shell itself: pid 1 gets only the signals it handles, and a shell
     handles none of TERM, INT or HUP when it runs `-c`."""
     try:
-        check(load_libc().prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        check(libc.load_libc().prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
         try:
             mount("proc", "/proc", "proc", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC)
         except OSError:
@@ -286,7 +286,7 @@ def _exec_command(settings: Inner, shell: str,
         # No capability in the command's own user namespace survives its exec, even
         # for uid 0 (an exec as root refills them from the bounding set).
         for cap in range(64):
-            load_libc().prctl(kernel.PR_CAPBSET_DROP, cap, 0, 0, 0)
+            libc.load_libc().prctl(kernel.PR_CAPBSET_DROP, cap, 0, 0, 0)
         import resource
 
         cap = settings.max_pids if settings.max_pids is not None else COMMAND_PIDS
@@ -381,7 +381,7 @@ def run(settings: Inner, tty: bool) -> NoReturn:
     if agent == 0:
         listener.close()
         try:
-            check(load_libc().prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+            check(libc.load_libc().prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
             agent_view(settings)
         except OSError as exc:
             raise SandboxError(f"brokered: cannot make the agent's view: {exc}",

@@ -28,8 +28,8 @@ import sys
 
 from claude_sandbox.core import kernel, mountinfo, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
+from claude_sandbox.core.libc import load_libc
 from claude_sandbox.core.mountinfo import Mount
-from claude_sandbox.core.process import load_libc
 from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~10 ms per launch

@@ -190,7 +190,7 @@ def start_proxy(sock: _socket.socket, control: int, started: Started | None) -> 
         try:
             # Named at once: a launcher that must sweep up after a holder that died here
             # knows it by this name (reaping.kill_namespace). libc is loaded already.
-            from claude_sandbox.core.process import load_libc
+            from claude_sandbox.core.libc import load_libc
 
             load_libc().prctl(kernel.PR_SET_NAME, PROXY_NAME.encode(), 0, 0, 0)
             os.setsid()  # its own group, off the terminal, whose signals are the agent's

@@ -18,7 +18,8 @@ import sys
 
 from claude_sandbox.core import kernel, streams, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE
-from claude_sandbox.core.process import Child, close_all_but, join_cgroups, load_libc
+from claude_sandbox.core.libc import load_libc
+from claude_sandbox.core.process import Child, close_all_but, join_cgroups
 from claude_sandbox.core.views import own_namespaces
 from claude_sandbox.jail.holder import NAME, serve
 

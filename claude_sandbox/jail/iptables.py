@@ -198,9 +198,14 @@ def write(tables: Sequence[tuple[str, bytes, bytes]]) -> list[str]:
     why] where the tables are written and cannot be read back, which refuses the
     launch: what the kernel holds then is not known, and a second back end would not
     make it so."""
-    import ctypes
-
-    from claude_sandbox.core.process import load_libc
+    from claude_sandbox.core.libc import (
+        addressof,
+        byref,
+        c_uint32,
+        get_errno,
+        load_libc,
+        string_buffer,
+    )
 
     libc = load_libc()
     try:
@@ -212,18 +217,18 @@ def write(tables: Sequence[tuple[str, bytes, bytes]]) -> list[str]:
     def ask(option: int, request: bytes, size: int) -> bytes:
         """getsockopt with an argument in the buffer (the table's name), as libc's:
         Python's own getsockopt cannot send one."""
-        buffer = ctypes.create_string_buffer(request, size)
-        length = ctypes.c_uint32(size)
-        if libc.getsockopt(sock.fileno(), SOL_IP, option, buffer, ctypes.byref(length)) != 0:
-            errno = ctypes.get_errno()
+        buffer = string_buffer(request, size)
+        length = c_uint32(size)
+        if libc.getsockopt(sock.fileno(), SOL_IP, option, buffer, byref(length)) != 0:
+            errno = get_errno()
             raise OSError(errno, os.strerror(errno))
         return buffer.raw[:length.value]
 
     def put(name: str, info: bytes, entries: bytes) -> None:
         count = old_count(ask(SO_GET_INFO, name.encode().ljust(32, b"\0"), INFO)[32:])
-        counters = ctypes.create_string_buffer(16 * max(count, 1))
+        counters = string_buffer(b"", 16 * max(count, 1))
         sock.setsockopt(SOL_IP, SO_SET_REPLACE,
-                        replace(name, info, entries, count, ctypes.addressof(counters)))
+                        replace(name, info, entries, count, addressof(counters)))
 
     got = ["ok"]
     try:

@@ -5,14 +5,13 @@ and the reaping and killing at teardown (docs/explanation/egress-jail.md).
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
-import ctypes
 import os
 import select
 import time
 
 from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import jail_error
-from claude_sandbox.core.process import load_libc
+from claude_sandbox.core.libc import byref, c_int, load_libc
 
 KILL_WAIT = 2.0
 # How many scans kill_namespace makes at most: each kills what the last one could not
@@ -38,8 +37,8 @@ def become_subreaper() -> bool:
     that reaps, they stay zombies.
     """
     libc = load_libc()
-    before = ctypes.c_int(0)
-    libc.prctl(kernel.PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
+    before = c_int(0)
+    libc.prctl(kernel.PR_GET_CHILD_SUBREAPER, byref(before), 0, 0, 0)
     if libc.prctl(kernel.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise jail_error("cannot adopt the launch's orphans (subreaper)")
     return bool(before.value)

@@ -2,7 +2,7 @@
 
 The holder's namespace and pasta's attach are the longest wait of a jailed
 launch (ADR 0004), so begin() starts them before anything else is imported
-(this module needs only os, select, _signal, _socket, and ctypes, which
+(this module needs only os, select, _signal, _socket, and _ctypes through core/libc.py, which
 session.py needs as well); the launcher's facts and plan, and importing
 session.py, overlap their work. Early.abandon() ends all of it when the launch
 stops before the jail takes over.

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.process import load_libc
+from claude_sandbox.core.libc import load_libc
 
 CANARY_PREFIX = "csbx-canary-"
 # Variables the runner plants in the launch environment: none may reach inside.

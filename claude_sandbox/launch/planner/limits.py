@@ -26,7 +26,8 @@ import resource
 
 from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.core.process import Forward, fork_exec, ignore_session_signals, load_libc
+from claude_sandbox.core.libc import load_libc
+from claude_sandbox.core.process import Forward, fork_exec, ignore_session_signals
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.session.cgroups import Cgroup, CgroupFacts, CgroupWrite
 

@@ -41,13 +41,22 @@ unmasked /proc (docs/explanation/kernel-layers.md).
 from __future__ import annotations
 
 import _socket
-import ctypes
 import errno
 import os
 import select
 
 from claude_sandbox.core import kernel, paths, wire
-from claude_sandbox.core.process import close_all_but, load_libc, tie_to_parent
+from claude_sandbox.core.libc import (
+    byref,
+    c_char_p,
+    c_uint64,
+    c_ulong,
+    c_void_p,
+    get_errno,
+    load_libc,
+    sizeof,
+)
+from claude_sandbox.core.process import close_all_but, tie_to_parent
 from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
@@ -93,7 +102,7 @@ def outer_tasks() -> list[str]:
 
 def _error(what: str) -> OSError:
     """The last libc call's failure, with its words and what was called."""
-    number = ctypes.get_errno()
+    number = get_errno()
     return OSError(number, os.strerror(number), what)
 
 
@@ -122,8 +131,8 @@ def hide(binds: Iterable[tuple[str, str, str]]) -> None:
     bound over the target; one whose witness is gone meanwhile (a task that ended, a
     path removed) is skipped, one still there and not hidden fails."""
     libc = load_libc()
-    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                           ctypes.c_void_p)
+    libc.mount.argtypes = (c_char_p, c_char_p, c_char_p, c_ulong,
+                           c_void_p)
     for source, target, witness in binds:
         if (libc.mount(source.encode(), target.encode(), None, kernel.MS_BIND, None) != 0
                 and os.path.lexists(witness)):
@@ -169,10 +178,10 @@ def no_exec(targets: Iterable[str]) -> None:
     other refusal refuses the launch."""
     libc = load_libc()
     for target in targets:
-        attr = (ctypes.c_uint64 * 4)(kernel.MOUNT_ATTR_NOEXEC, 0, 0, 0)
+        attr = (c_uint64 * 4)(kernel.MOUNT_ATTR_NOEXEC, 0, 0, 0)
         if libc.syscall(kernel.SYS_MOUNT_SETATTR, kernel.AT_FDCWD, target.encode(), 0,
-                        ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
-            error = ctypes.get_errno()
+                        byref(attr), sizeof(attr)) != 0:
+            error = get_errno()
             if error != errno.EACCES or _walkable(target):
                 raise OSError(error, os.strerror(error), target)
 
