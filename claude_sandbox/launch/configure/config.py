@@ -17,13 +17,16 @@ unless the file lets that key be widened (`env-may-widen = KEY`).
 from __future__ import annotations
 
 import os
-from types import MappingProxyType
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.errors import EXIT_CONFIG, SandboxError
 from claude_sandbox.core.record import record
 from claude_sandbox.launch.configure import profiles, values
 from claude_sandbox.launch.configure.keys import KEYS, KEYS_BY_NAME, Key, Kind
+
+# types.MappingProxyType, as the types module itself finds it: that module is imported
+# by nothing else of a launch (0.4 ms of it).
+MappingProxyType = type(type.__dict__)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
