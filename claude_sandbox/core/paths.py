@@ -48,6 +48,9 @@ ENTER_STAGE = f"{LIBEXEC}/enter"
 # the installer (docs/adr/0019-the-directory-times-in-c.md); where it is missing, the
 # launch reads them in Python.
 DIR_TIMES = f"{LIBEXEC}/dirtimes"
+# What starts pasta and the outside relays tied to the launcher, built from jail/tie.c
+# by the installer (docs/adr/0004-launch-cost.md); where it is missing, a fork does.
+TIE = f"{LIBEXEC}/tie"
 BROKER_DIR = f"{LIBEXEC}/broker"
 BROKER_SOCKET = f"{BROKER_DIR}/command.sock"
 # The shells the client stands in for under brokered, where they exist (resolved).

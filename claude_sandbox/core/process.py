@@ -13,6 +13,7 @@ import select
 import time
 
 from claude_sandbox.core import kernel
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE
 from claude_sandbox.core.libc import load_libc
 
 TYPE_CHECKING = False
@@ -167,26 +168,6 @@ def close_all_but(keep: Iterable[int]) -> None:
         os.closerange(low + 1, high)
 
 
-def spawn_tool(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int, int],
-               setsid: bool) -> Child:
-    """Start a short-lived tool of ours (iptables, an inside relay) from the jail's
-    holder, with `streams` (target fd: source fd) in place of 0, 1, 2.
-
-    posix_spawn, where fork_exec forks: a fork copies the memory map (the holder's is the
-    launcher's) only for the exec to throw it away; glibc's posix_spawn clones without
-    copying it (about 1 ms of CPU a tool, measured). It leaves glibc's two internal
-    signals ignored in the tool (fork_exec's docstring), and they stay so in whatever the
-    tool execs (iptables through `sh -c`, socat through setpriv), none of which is ever
-    in the agent's line: never use this for a program that leads to the agent.
-    Every other descriptor is closed by its close-on-exec flag: the holder closed all it
-    inherited (holderfork.forked), and opens its own close-on-exec.
-    """
-    actions = [(os.POSIX_SPAWN_DUP2, source, target) for target, source in streams.items()]
-    pid = os.posix_spawn(argv[0], list(argv), dict(env), file_actions=actions,
-                         setsid=setsid, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
-    return Child(pid)
-
-
 # The launcher-side processes of a session (bwrap, the jail holder once it is
 # bwrap) ignore these, so that the agent decides what they mean: a bwrap that
 # died of them would take the whole sandbox with it at once (--die-with-parent).
@@ -331,6 +312,15 @@ def join_cgroups(dirs: tuple[str, ...]) -> str | None:
                     f"max-pids and max-memory would not hold (cannot write to "
                     f"{directory}/cgroup.procs: {error.strerror})")
     return None
+
+
+def join_or_exit(dirs: tuple[str, ...]) -> None:
+    """In a forked child before its exec: join `dirs`, or say why in one line and end
+    with EXIT_UNAVAILABLE before anything uncapped runs (jail/tie.c does the same)."""
+    why = join_cgroups(dirs)
+    if why is not None:
+        os.write(2, f"{why}\n".encode())
+        os._exit(EXIT_UNAVAILABLE)
 
 
 def tie_to_parent(parent: int) -> bool:

@@ -77,9 +77,10 @@ def install_files(report: Report) -> None:
 
 # The programs built here from source, C and static: the command client of hardening =
 # brokered (docs/adr/0009-the-enforced-process-tree.md), the inner stage of hardening =
-# standard (docs/adr/0017-the-inner-stage-in-c.md) and the root-only walk's reader of
-# directory times (docs/adr/0019-the-directory-times-in-c.md). A compiler the installer
-# fetched for them is removed again.
+# standard (docs/adr/0017-the-inner-stage-in-c.md), the root-only walk's reader of
+# directory times (docs/adr/0019-the-directory-times-in-c.md) and the tie that starts
+# pasta and the relays without a fork (docs/adr/0004-launch-cost.md). A compiler the
+# installer fetched for them is removed again.
 BUILD_PACKAGES = ("gcc", "libc6-dev")
 COMMON_FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror")
 
@@ -114,6 +115,9 @@ PROGRAMS = (
     Built(SOURCE / "launch" / "facts" / "dirtimes.c", paths.DIR_TIMES,
           (*COMMON_FLAGS, "-pthread"),
           "root launches read the walk's directory times in Python instead, slower"),
+    Built(SOURCE / "jail" / "tie.c", paths.TIE, COMMON_FLAGS,
+          "pasta and the outside relays start from a fork of the launcher instead, "
+          "about 1.5 ms slower"),
 )
 
 

@@ -72,7 +72,7 @@ def _read_all(sock: _socket.socket) -> str:
 
 
 def _spawn(argv: list[str], streams: dict[int, int], setsid: bool) -> Child:
-    from claude_sandbox.core.process import spawn_tool
+    from claude_sandbox.core.spawn import spawn_tool
 
     return spawn_tool(argv, _TOOL_ENV, streams, setsid)
 

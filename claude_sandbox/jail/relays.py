@@ -22,14 +22,11 @@ import _socket
 import errno
 import os
 
-from claude_sandbox.core.process import Child, fork_exec
+from claude_sandbox.core.process import Child
 from claude_sandbox.core.record import record
+from claude_sandbox.core.spawn import spawn_tied
 from claude_sandbox.jail.spec import JailSpec
 from claude_sandbox.jail.start import TOOL_ENV
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 
 @record
@@ -88,13 +85,12 @@ def port_taken(port: int) -> bool:
     return False
 
 
-def spawn_outside(relay: Relay, socat: str, join: Callable[[], None] | None = None) -> Child:
-    """`join`: run before its exec (the launch's cgroup: socat forks one child a
+def spawn_outside(relay: Relay, socat: str, cgroup_dirs: tuple[str, ...] = ()) -> Child:
+    """`cgroup_dirs`: joined before its exec (the launch's cgroup: socat forks one child a
     connection the agent opens, and those count against the agent's caps)."""
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     try:
         argv = relay.argv(socat, inside=False)
-        return fork_exec(argv, TOOL_ENV, {0: null, 1: null, 2: null}, True, die_with_parent=True,
-                         before_exec=join)
+        return spawn_tied(argv, TOOL_ENV, {0: null, 1: null, 2: null}, cgroup_dirs)
     finally:
         os.close(null)

@@ -93,7 +93,7 @@ class Jail:
         self._dying: list[int] = []  # pidfds of what stop() ended, for close() to wait on
         self._restored = False  # the signals given back (stop(), else close())
         self._trace = early.trace.phase
-        self._join = early.join
+        self._cgroup_dirs = early.cgroup_dirs
         self.warnings: list[str] = []
         # Every process this launch started, for leak checks and the bench's memory figures.
         self.started: dict[str, int] = {"holder": early.holder.pid}
@@ -114,7 +114,7 @@ class Jail:
                 self._warn(f"callback-port {relay.port}: 127.0.0.1:{relay.port} is already "
                            "in use; relay skipped")
                 continue
-            proc = relays.spawn_outside(relay, socat, self._join)
+            proc = relays.spawn_outside(relay, socat, self._cgroup_dirs)
             self.started[f"outside-relay-{relay.kind}-{relay.port}"] = proc.pid
             self._outside.append((relay, proc))
         dirs.sweep_stale_dirs()

@@ -18,17 +18,14 @@ import time
 
 from claude_sandbox.core import engine, paths, wire
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
-from claude_sandbox.core.process import Child, Forward, fork_exec
+from claude_sandbox.core.process import Child, Forward
 from claude_sandbox.core.record import record
+from claude_sandbox.core.spawn import spawn_tied
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.jail import holder as jail_holder
 from claude_sandbox.jail import netfilter, reaping
 from claude_sandbox.jail.dirs import make_private_dir, remove_at_teardown
 from claude_sandbox.jail.holderfork import TAP_NAME, spawn_holder
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 # Flags shared with bench/bench_jail.py's floor, so the two measure the same
 # pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (measured).
@@ -161,17 +158,17 @@ def wait_netns(holder: Child, sock: _socket.socket,
 
 
 def spawn_pasta(holder: Child, directory: str,
-                join: Callable[[], None] | None = None) -> Child:
+                cgroup_dirs: tuple[str, ...] = ()) -> Child:
     """Start pasta's attach to the holder, in the foreground, as our child.
 
     With -f pasta neither forks nor daemonises: it writes its pid file once
     the namespace is configured (the "attached" signal session.py waits for) and
     stays this process's child, which ends it by pid and reaps it. And since
-    the kernel kills it when the launcher dies (die_with_parent), not even a
+    the kernel kills it when the launcher dies (spawn_tied), not even a
     SIGKILLed launcher leaves a pasta behind (a daemon would live on). Never
     on the terminal (docs/explanation/egress-jail.md): its streams are /dev/null and a log
-    in `directory`. `join`: run before its exec (the launch's cgroup: pasta carries the
-    agent's traffic, and its memory counts against the agent's cap).
+    in `directory`. `cgroup_dirs`: joined before its exec (the launch's cgroup: pasta
+    carries the agent's traffic, and its memory counts against the agent's cap).
     """
     pidfile = os.path.join(directory, "pasta.pid")
     argv = [paths.tool("pasta"), *PASTA_FLAGS, "-f", "-P", pidfile]
@@ -186,8 +183,7 @@ def spawn_pasta(holder: Child, directory: str,
     )
     null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return fork_exec(argv, TOOL_ENV, {0: null, 1: log, 2: log}, setsid=True,
-                         die_with_parent=True, before_exec=join)
+        return spawn_tied(argv, TOOL_ENV, {0: null, 1: log, 2: log}, cgroup_dirs)
     finally:
         os.close(log)
         os.close(null)
@@ -247,9 +243,9 @@ class Early:
     proxy_end: _socket.socket
     routing: _socket.socket  # a routing socket of the jail's namespace (wait_netns)
     trace: Trace  # CLAUDE_SANDBOX_TRACE: the jail's phases
-    # What each process started for the session runs before its exec: the launch's cgroup
-    # (the outside relays fork one child a connection the agent opens: capped too).
-    join: Callable[[], None] | None = None
+    # The launch's cgroup, which each process started for the session joins before its
+    # exec (the outside relays fork one child a connection the agent opens: capped too).
+    cgroup_dirs: tuple[str, ...] = ()
     was_subreaper: bool = True  # before begin() made this process one: never clear that
 
     def abandon(self) -> None:
@@ -288,11 +284,10 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
         reaping.stop_being_subreaper()
 
 
-def begin(trace: Trace, join: Callable[[], None] | None = None,
-          cgroup_dirs: tuple[str, ...] = ()) -> Early:
-    """Spawn the holder, prepare its namespace and start pasta's attach. `join`: what
-    pasta's and the relays' processes run before their exec (cgroups.Cgroup.join);
-    `cgroup_dirs`: the same cgroup, which the holder joins itself (spawn_holder).
+def begin(trace: Trace, cgroup_dirs: tuple[str, ...] = ()) -> Early:
+    """Spawn the holder, prepare its namespace and start pasta's attach. `cgroup_dirs`:
+    the launch's cgroup, which the holder joins itself (spawn_holder), and pasta and the
+    relays before their exec.
 
     On any failure everything started here is ended before the error leaves.
     """
@@ -321,7 +316,7 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
         directory = make_private_dir()
         userns_fd, routing = wait_netns(holder, sock, forward)
         trace.phase("holder namespace and tap device up")
-        pasta = spawn_pasta(holder, directory, join)
+        pasta = spawn_pasta(holder, directory, cgroup_dirs)
         trace.phase("pasta spawned")
         # The holder writes the packet filter now (or starts the nf_tables tools, whose
         # commit waits in the kernel while pasta attaches and the launcher plans); its
@@ -346,4 +341,4 @@ def begin(trace: Trace, join: Callable[[], None] | None = None,
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise
     return Early(holder, sock, forward, userns_fd, directory, pasta, proxy, proxy_end, routing,
-                 trace, join, was_subreaper)
+                 trace, cgroup_dirs, was_subreaper)

@@ -77,7 +77,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             # joins (a move between cgroups waits for an RCU grace period, 10-25 ms
             # measured each way) nor leaves.
             early = jail_start.begin(Trace(trace.enabled, "jail"),
-                                     cgroup.join if cgroup is not None else None,
                                      cgroup.dirs if cgroup is not None else ())
         else:
             engine.refuse_if_blocked()  # the jail's preflight asks the same

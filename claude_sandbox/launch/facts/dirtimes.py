@@ -16,9 +16,8 @@ fails, or cannot be made, leaves its half to be read here. No directory goes unr
 from __future__ import annotations
 
 import os
-import stat
 
-from claude_sandbox.core import process
+from claude_sandbox.core import process, spawn
 from claude_sandbox.core.paths import DIR_TIMES
 from claude_sandbox.core.record import record
 
@@ -114,14 +113,8 @@ def start(times_file: str) -> Reading | None:
     """Start the compiled reader on `times_file`; None where it is not installed or
     cannot be started (the caller then reads the times itself)."""
     reader = DIR_TIMES
-    try:
-        info = os.stat(reader, follow_symlinks=False)
-    except OSError:
-        return None
-    # Run as root on every root launch: only the installer's own program, as the
-    # bundle is read (root's, not a link, no one else may write it).
-    if (not stat.S_ISREG(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022
-            or not info.st_mode & 0o100):
+    # Run as root on every root launch: only the installer's own program.
+    if not spawn.installed_program(reader):
         return None
     try:
         read_end, write_end = os.pipe()

@@ -15,7 +15,7 @@ import resource
 import time
 
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
-from claude_sandbox.core.process import join_cgroups, pid_alive
+from claude_sandbox.core.process import join_or_exit, pid_alive
 from claude_sandbox.core.record import record
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -151,10 +151,7 @@ class Cgroup:
         execs the sandbox's first process (fork_exec's before_exec): a child whose move
         fails says why in one line and ends with EXIT_UNAVAILABLE, before it runs
         anything uncapped."""
-        why = join_cgroups(self.dirs)
-        if why is not None:
-            os.write(2, f"{why}\n".encode())
-            os._exit(EXIT_UNAVAILABLE)
+        join_or_exit(self.dirs)
 
     def kill_members(self) -> None:
         """SIGKILL every process still in the directories, for a launcher that died: its

@@ -1,0 +1,194 @@
+"""jail/tie.c and spawn.spawn_tied: pasta and the outside relays start without a fork
+of the launcher, and still end with it, in its cgroup, holding nothing it inherited."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from claude_sandbox.core import paths, process, spawn
+from claude_sandbox.install import placed
+
+TOP = str(Path(__file__).resolve().parents[2])
+
+
+@pytest.fixture(scope="module")
+def tie(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tie program, built from this checkout as the installer builds it."""
+    program = next(p for p in placed.PROGRAMS if p.target == paths.TIE)
+    built = tmp_path_factory.mktemp("tie") / "tie"
+    subprocess.run(["gcc", *program.flags, "-o", str(built), str(program.source)], check=True)
+    return str(built)
+
+
+def _spawn(tie: str, args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """tie run by this process (its parent is this process: the pid to name)."""
+    return subprocess.run([tie, *args], capture_output=True, text=True, check=False,
+                          **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def test_it_runs_the_program_with_its_arguments_and_environment(tie: str) -> None:
+    result = _spawn(tie, [str(os.getpid()), "--", "/bin/sh", "-c", 'echo "$1 $WHO"; exit 7',
+                          "sh", "argument"], env={"WHO": "env"})
+    assert (result.returncode, result.stdout) == (7, "argument env\n")
+
+
+def test_a_parent_it_was_not_told_runs_nothing(tie: str, tmp_path: Path) -> None:
+    """The launcher died before tie's prctl (its parent is now another process): the
+    signal would never come, so nothing runs."""
+    mark = tmp_path / "ran"
+    result = _spawn(tie, [str(os.getppid()), "--", "/bin/touch", str(mark)])
+    assert result.returncode == 127 and not mark.exists()
+
+
+def test_the_program_dies_with_a_sigkilled_parent(tie: str, tmp_path: Path) -> None:
+    """What check 49 relies on: the kernel kills the program when the launcher dies."""
+    pidfile = tmp_path / "pid"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        f"os.posix_spawn({tie!r}, [{tie!r}, str(os.getpid()), '--', '/bin/sh', '-c', "
+        f"'echo $$ > {pidfile}; exec sleep 60'], {{}})\n"
+        "time.sleep(60)\n")])
+    try:
+        deadline = time.monotonic() + 10
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert time.monotonic() < deadline, "the program never ran"
+            time.sleep(0.01)
+        sleeper = int(pidfile.read_text())
+        assert process.pid_alive(sleeper)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 5
+    while _running(sleeper):
+        assert time.monotonic() < deadline, "the program outlived its SIGKILLed parent"
+        time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for its reaper."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_a_cgroup_it_cannot_join_stops_it_before_the_program(tie: str, tmp_path: Path) -> None:
+    mark = tmp_path / "ran"
+    result = _spawn(tie, [str(os.getpid()), str(tmp_path / "no-cgroup"), "--", "/bin/touch",
+                          str(mark)])
+    assert result.returncode == 69 and not mark.exists()
+    assert result.stderr == (
+        "claude-sandbox: the launch stops: its cgroup cannot be joined, so max-pids and "
+        f"max-memory would not hold (cannot write to {tmp_path}/no-cgroup/cgroup.procs: "
+        "No such file or directory)\n")
+
+
+def test_it_writes_the_cgroup_join(tie: str, tmp_path: Path) -> None:
+    """"0" to each directory's cgroup.procs (here plain files: the write is the join)."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for directory in dirs:
+        directory.mkdir()
+        (directory / "cgroup.procs").write_text("")
+    result = _spawn(tie, [str(os.getpid()), *map(str, dirs), "--", "/bin/true"])
+    assert result.returncode == 0
+    assert [(d / "cgroup.procs").read_text() for d in dirs] == ["0", "0"]
+
+
+def test_nothing_inherited_above_stderr_reaches_the_program(tie: str) -> None:
+    """An inheritable descriptor of the starting process's, low and high, is closed."""
+    low = os.open("/dev/null", os.O_RDONLY)
+    high = os.dup2(low, 900)
+    os.set_inheritable(low, True)
+    try:
+        result = _spawn(tie, [str(os.getpid()), "--", "/bin/ls", "/proc/self/fd"],
+                        pass_fds=(low, high))
+    finally:
+        os.close(low)
+        os.close(high)
+    # 3: the listing's own descriptor, ls's
+    assert result.returncode == 0 and sorted(map(int, result.stdout.split())) == [0, 1, 2, 3]
+
+
+def test_glibcs_internal_signals_are_not_left_ignored(tie: str) -> None:
+    """posix_spawn leaves glibc's two internal signals ignored; tie gives the program
+    their defaults, as a fork would have left them."""
+    probe = (f"import os; os.posix_spawn({tie!r}, [{tie!r}, str(os.getpid()), '--', '/bin/grep', "
+             "'SigIgn', '/proc/self/status'], {}); os.wait()")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True)
+    ignored = int(result.stdout.split()[1], 16)
+    assert not ignored & (1 << 31 | 1 << 32), hex(ignored)
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["pid", "--", "/bin/true"],
+    ["1", "--", "/bin/true"],
+    ["{pid}", "--", "true"],
+    ["{pid}", "relative", "--", "/bin/true"],
+    ["{pid}", "/bin/true"],
+    ["{pid}", "--"],
+])
+def test_bad_arguments_run_nothing(tie: str, args: list[str]) -> None:
+    result = _spawn(tie, [a.format(pid=os.getpid()) for a in args])
+    assert result.returncode == 64 and result.stderr.startswith("claude-sandbox tie: ")
+
+
+ROOT = pytest.mark.skipif(os.getuid() != 0, reason="only a root-owned tie is run")
+
+
+@ROOT
+@pytest.mark.parametrize("installed", [True, False], ids=["tie", "fork"])
+def test_spawn_tied_ends_with_its_parent_either_way(tie: str, tmp_path: Path,
+                                                    installed: bool) -> None:
+    """Through the tie program where it is the installer's (root's, no one else may write
+    it), by a fork otherwise: in its own session, its streams given, dead with its parent."""
+    if installed:
+        os.chown(tie, 0, 0)
+        os.chmod(tie, 0o755)
+    where = tie if installed else str(tmp_path / "absent")
+    out = tmp_path / "out"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        f"import os, sys, time; sys.path.insert(0, {TOP!r})\n"
+        "from claude_sandbox.core import paths, spawn\n"
+        f"paths.TIE = {where!r}\n"
+        f"out = os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT, 0o600)\n"
+        "spawn.spawn_tied(['/bin/sh', '-c', 'read -r _ _ _ _ _ sid _ < /proc/$$/stat; "
+        "echo $$ $sid $PPID; exec sleep 60'], {'PATH': '/usr/bin:/bin'}, {1: out})\n"
+        "time.sleep(60)\n")])
+    try:
+        deadline = time.monotonic() + 10
+        while not out.exists() or not out.read_text().strip():
+            assert time.monotonic() < deadline, "the program never ran"
+            time.sleep(0.01)
+        pid, session, ppid = map(int, out.read_text().split())
+        assert session == pid and ppid == parent.pid
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 5
+    while _running(pid):
+        assert time.monotonic() < deadline, "the program outlived its SIGKILLed parent"
+        time.sleep(0.01)
+
+
+@ROOT
+def test_a_tie_others_may_write_is_not_run(tie: str) -> None:
+    os.chown(tie, 0, 0)
+    os.chmod(tie, 0o775)
+    try:
+        assert not spawn.installed_program(tie)
+        os.chmod(tie, 0o755)
+        assert spawn.installed_program(tie)
+        os.chown(tie, 1, 0)
+        assert not spawn.installed_program(tie)
+    finally:
+        os.chown(tie, 0, 0)
+        os.chmod(tie, 0o755)
