@@ -262,8 +262,6 @@ def _phases(env: dict[str, str], runs: int) -> dict[str, float]:
                     " ms)"):
                 continue
             name = f"{parts[1]}: {': '.join(parts[2:-1])}"
-            if name.startswith("trace: plan "):
-                name = "trace: plan"  # the plan's digest follows its name
             seen.setdefault(name, []).append(float(parts[-1].split()[0]))
     return {name: statistics.median(values) for name, values in seen.items()}
 

@@ -20,14 +20,22 @@ class Trace:
         self.part = part
         self._start = self._last = time.perf_counter()
 
-    def phase(self, name: str, detail: Callable[[], str] | None = None) -> None:
-        """The phase since the last one. `detail`: what follows its name, worked out after
-        the phase is timed, and its cost (a plan's digest: the whole plan rendered) left
-        out of the next phase: a launch that is not traced never pays it."""
+    def phase(self, name: str) -> None:
+        """The phase since the last one."""
         if not self.enabled:
             return
         now = time.perf_counter()
-        shown = f"{name} {detail()}" if detail is not None else name
-        sys.stderr.write(f"claude-sandbox: {self.part}: {shown}: {1000 * (now - self._last):.1f} "
+        sys.stderr.write(f"claude-sandbox: {self.part}: {name}: {1000 * (now - self._last):.1f} "
                          f"ms (total {1000 * (now - self._start):.1f} ms)\n")
-        self._last = now if detail is None else time.perf_counter()
+        self._last = now
+
+    def note(self, text: Callable[[], str]) -> None:
+        """A line without a duration, worked out only when traced (a plan's digest: the
+        whole plan rendered), and left out of the next phase. Said once the launch is
+        done: said where it is worked out, it delayed every phase after it, and hid how
+        long the launcher waits there for what runs beside it (pasta's attach)."""
+        if not self.enabled:
+            return
+        began = time.perf_counter()
+        sys.stderr.write(f"claude-sandbox: {self.part}: {text()}\n")
+        self._last += time.perf_counter() - began

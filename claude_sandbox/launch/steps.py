@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from claude_sandbox.launch.making import Prepared
+    from claude_sandbox.launch.planner.plan import Plan
     from claude_sandbox.launch.session.procmask import Helper
 
 
@@ -109,10 +110,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             helper = None
         gathered, broker, the_plan = decide.decide(configured, request, environ, keep_ignored,
                                                    store)
-        if trace.enabled:
-            from claude_sandbox.launch.planner import render
-
-            trace.phase("plan", lambda: render.digest(the_plan))
+        trace.phase("plan")
         if the_plan.jail is not None and early is not None:
             from claude_sandbox.jail import session  # only a jailed launch pays for it
 
@@ -163,6 +161,9 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
 
             egressrecord.prune(os.path.dirname(record[0]), record[0])
         trace.phase("workspace applied and reported")
+        # The plan's digest (`explain` prints the same), worked out only now that nothing
+        # waits on it (Trace.note).
+        trace.note(lambda: _digest(the_plan))
         return status
     finally:
         if record is not None:
@@ -180,6 +181,12 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         if cgroup is not None:
             cgroup.remove()
         _restore_terminal(modes)
+
+
+def _digest(the_plan: Plan) -> str:
+    from claude_sandbox.launch.planner import render  # a traced launch alone renders it
+
+    return f"plan digest {render.digest(the_plan)}"
 
 
 def _stop_helper(helper: Helper) -> None:

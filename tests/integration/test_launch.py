@@ -312,8 +312,8 @@ def test_explain_shows_the_plan_a_launch_runs(launcher: Launcher, jail: str) -> 
     ran = launcher.run(["/usr/local/bin/claude-sandbox", "shell", "--", *command],
                        env={**env, "CLAUDE_SANDBOX_TRACE": "1"}, config=config)
     assert ran.returncode == 0, ran.stderr
-    traced = [line.split()[3].rstrip(":") for line in ran.stderr.splitlines()
-              if line.startswith("claude-sandbox: trace: plan ")]
+    traced = [line.split()[4] for line in ran.stderr.splitlines()
+              if line.startswith("claude-sandbox: trace: plan digest ")]
     assert traced == [digest], ran.stderr
     plan = json.loads(launcher.run(["/usr/local/bin/claude-sandbox", "explain", "--json", "--",
                                     *command], env=env, config=config).stdout)

@@ -1,5 +1,5 @@
-"""CLAUDE_SANDBOX_TRACE=1's phases (core/trace.py): what a phase's detail costs to work
-out is no phase's, so the bench's per-phase budget reads the launch, not the tracer."""
+"""CLAUDE_SANDBOX_TRACE=1's phases (core/trace.py): what a note costs to work out is no
+phase's, so the bench's per-phase budget reads the launch, not the tracer."""
 
 from __future__ import annotations
 
@@ -16,24 +16,28 @@ def _phases(err: str) -> dict[str, float]:
     return {name: float(ms) for name, ms in found}
 
 
-def test_a_details_cost_is_left_out_of_the_next_phase(capsys: pytest.CaptureFixture[str],
-                                                      ) -> None:
+def test_a_notes_cost_is_left_out_of_the_next_phase(capsys: pytest.CaptureFixture[str],
+                                                    ) -> None:
     trace = Trace(True)
+    trace.phase("plan")
 
-    def slow_detail() -> str:
+    def slow_note() -> str:
         time.sleep(0.2)
-        return "d1gest"
+        return "plan digest d1gest"
 
-    trace.phase("plan", slow_detail)
+    trace.note(slow_note)
     trace.phase("next")
-    phases = _phases(capsys.readouterr().err)
-    assert set(phases) == {"plan d1gest", "next"}
-    assert phases["next"] < 100  # the detail's 200 ms is nobody's phase
+    err = capsys.readouterr().err
+    phases = _phases(err)
+    assert set(phases) == {"plan", "next"}
+    assert phases["next"] < 100  # the note's 200 ms is nobody's phase
+    assert "claude-sandbox: trace: plan digest d1gest\n" in err
 
 
-def test_a_disabled_trace_never_works_out_a_detail(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_disabled_trace_never_works_out_a_note(capsys: pytest.CaptureFixture[str]) -> None:
     def refuse() -> str:
         raise AssertionError("worked out")
 
-    Trace(False).phase("plan", refuse)
+    Trace(False).note(refuse)
+    Trace(False).phase("plan")
     assert capsys.readouterr().err == ""
