@@ -46,33 +46,18 @@ if TYPE_CHECKING:  # the same types, as typeshed describes ctypes' own
         c_ushort,
         c_void_p,
     )
-else:  # the `_type_` codes are the struct module's; on Linux's LP64 a long is 64 bits
-    class c_char(_ctypes._SimpleCData):
-        _type_ = "c"
+else:
+    def _simple(name: str, code: str) -> type:
+        """A C type as ctypes makes it: its `_type_` code (the struct module's; on
+        Linux's LP64 a long is 64 bits) on `_ctypes`'s base."""
+        return type(name, (_ctypes._SimpleCData,), {"_type_": code, "__module__": __name__})
 
-    class c_char_p(_ctypes._SimpleCData):
-        _type_ = "z"
-
-    class c_void_p(_ctypes._SimpleCData):
-        _type_ = "P"
-
-    class c_ushort(_ctypes._SimpleCData):
-        _type_ = "H"
-
-    class c_int(_ctypes._SimpleCData):
-        _type_ = "i"
-
-    class c_uint32(_ctypes._SimpleCData):
-        _type_ = "I"
-
-    class c_long(_ctypes._SimpleCData):
-        _type_ = "l"
-
-    class c_ulong(_ctypes._SimpleCData):
-        _type_ = "L"
-
-    class c_uint64(_ctypes._SimpleCData):
-        _type_ = "Q"
+    c_char, c_char_p, c_void_p = (_simple("c_char", "c"), _simple("c_char_p", "z"),
+                                  _simple("c_void_p", "P"))
+    c_ushort, c_int, c_uint32 = (_simple("c_ushort", "H"), _simple("c_int", "i"),
+                                 _simple("c_uint32", "I"))
+    c_long, c_ulong, c_uint64 = (_simple("c_long", "l"), _simple("c_ulong", "L"),
+                                 _simple("c_uint64", "Q"))
 
 
 def string_buffer(data: bytes, size: int) -> Array[c_char]:

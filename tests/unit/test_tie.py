@@ -55,17 +55,27 @@ def test_the_program_dies_with_a_sigkilled_parent(tie: str, tmp_path: Path) -> N
         f"'echo $$ > {pidfile}; exec sleep 60'], {{}})\n"
         "time.sleep(60)\n")])
     try:
-        deadline = time.monotonic() + 10
-        while not pidfile.exists() or not pidfile.read_text().strip():
-            assert time.monotonic() < deadline, "the program never ran"
-            time.sleep(0.01)
-        sleeper = int(pidfile.read_text())
+        sleeper = int(_written(pidfile))
         assert process.pid_alive(sleeper)
     finally:
         parent.kill()
         parent.wait()
+    _gone(sleeper)
+
+
+def _written(path: Path) -> str:
+    """What the program writes to `path` once it runs."""
+    deadline = time.monotonic() + 10
+    while not path.exists() or not path.read_text().strip():
+        assert time.monotonic() < deadline, "the program never ran"
+        time.sleep(0.01)
+    return path.read_text()
+
+
+def _gone(pid: int) -> None:
+    """`pid` ends soon after its parent was SIGKILLed."""
     deadline = time.monotonic() + 5
-    while _running(sleeper):
+    while _running(pid):
         assert time.monotonic() < deadline, "the program outlived its SIGKILLed parent"
         time.sleep(0.01)
 
@@ -164,19 +174,12 @@ def test_spawn_tied_ends_with_its_parent_either_way(tie: str, tmp_path: Path,
         "echo $$ $sid $PPID; exec sleep 60'], {'PATH': '/usr/bin:/bin'}, {1: out})\n"
         "time.sleep(60)\n")])
     try:
-        deadline = time.monotonic() + 10
-        while not out.exists() or not out.read_text().strip():
-            assert time.monotonic() < deadline, "the program never ran"
-            time.sleep(0.01)
-        pid, session, ppid = map(int, out.read_text().split())
+        pid, session, ppid = map(int, _written(out).split())
         assert session == pid and ppid == parent.pid
     finally:
         parent.kill()
         parent.wait()
-    deadline = time.monotonic() + 5
-    while _running(pid):
-        assert time.monotonic() < deadline, "the program outlived its SIGKILLed parent"
-        time.sleep(0.01)
+    _gone(pid)
 
 
 @ROOT
