@@ -14,7 +14,6 @@ import time
 
 from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE
-from claude_sandbox.core.libc import load_libc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -100,6 +99,8 @@ def fork_exec(
     the child last (joining a cgroup, ignoring the session's signals).
     """
     if die_with_parent:
+        from claude_sandbox.core.libc import load_libc
+
         load_libc()  # here, once: the child need not look prctl up
     parent = os.getpid()
     pid = os.fork()
@@ -326,6 +327,8 @@ def join_or_exit(dirs: tuple[str, ...]) -> None:
 def tie_to_parent(parent: int) -> bool:
     """SIGKILL this process when its parent ends (kept across exec); False if the
     kernel refused, or if `parent` is no longer the parent (it died before the prctl)."""
+    from claude_sandbox.core.libc import load_libc  # loaded: fork_exec did, before the fork
+
     if load_libc().prctl(kernel.PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
         return False
     return os.getppid() == parent

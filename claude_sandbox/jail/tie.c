@@ -23,13 +23,14 @@
  * - execs PROGRAM (an absolute path) with ARGs and its own environment.
  *
  * The streams, the session and SIGPIPE's and SIGXFSZ's defaults are posix_spawn's
- * (core/process.py spawn_tied). Anything not well formed ends with 64 and one line. Statically linked,
+ * (core/spawn.py spawn_tied). Anything not well formed ends with 64 and one line. Statically linked,
  * as the other programs.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,10 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef SYS_close_range
+#define SYS_close_range 436 /* the unified table's number, x86_64 and aarch64 alike */
+#endif
 
 #define EXIT_USAGE 64
 #define EXIT_UNAVAILABLE 69
@@ -84,13 +89,26 @@ static int join(const char *directory) {
     return wrote == 1 ? 0 : -1;
 }
 
+/* A process id in decimal digits alone, 1 to INT_MAX (1: a launcher that is its
+ * container's first process, which a container run without an init makes it); -1
+ * otherwise. */
+static long process_id(const char *text) {
+    long value = 0;
+    if (*text == '\0')
+        return -1;
+    for (; *text != '\0'; text++) {
+        if (*text < '0' || *text > '9' || value > (INT_MAX - (*text - '0')) / 10)
+            return -1;
+        value = value * 10 + (*text - '0');
+    }
+    return value >= 1 ? value : -1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4)
         return usage("usage: tie PARENT [CGROUP_DIR...] -- PROGRAM [ARG...]");
-    char *end;
-    errno = 0;
-    long parent = strtol(argv[1], &end, 10);
-    if (errno != 0 || *end != '\0' || end == argv[1] || parent <= 1)
+    long parent = process_id(argv[1]);
+    if (parent < 0)
         return usage("PARENT is not a process id");
     int program = 2;
     while (program < argc && strcmp(argv[program], "--") != 0) {
@@ -102,14 +120,20 @@ int main(int argc, char **argv) {
     if (program >= argc || argv[program][0] != '/')
         return usage("no PROGRAM, as an absolute path, after --");
 
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != (pid_t)parent)
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || (long)getppid() != parent)
         return EXIT_NOT_RUN;
-    /* glibc's posix_spawn leaves its two internal signals ignored, where a fork leaves
-     * them as the launcher has them (at their defaults). glibc's sigaction refuses them;
-     * the kernel's takes an all-zero action, whatever its layout: SIG_DFL, no flags. */
+    /* glibc's posix_spawn leaves its two internal signals (the kernel's first two
+     * real-time ones, 32 and 33) ignored, where a fork leaves them as the launcher has
+     * them: at their defaults. glibc's sigaction refuses them; the kernel's takes an
+     * all-zero action, whatever its layout: SIG_DFL, no flags, no mask. */
     unsigned long defaults[4] = {0};
-    for (int sig = SIGRTMIN - 2; sig < SIGRTMIN; sig++)
-        syscall(SYS_rt_sigaction, sig, defaults, NULL, sizeof(unsigned long));
+    for (int sig = 32; sig <= 33; sig++) {
+        if (syscall(SYS_rt_sigaction, sig, defaults, NULL, sizeof(unsigned long)) != 0) {
+            fprintf(stderr, "claude-sandbox tie: cannot reset signal %d: %s\n", sig,
+                    strerror(errno));
+            return EXIT_UNAVAILABLE;
+        }
+    }
     for (int i = 2; strcmp(argv[i], "--") != 0; i++) {
         if (join(argv[i]) != 0) {
             fprintf(stderr, "claude-sandbox: the launch stops: its cgroup cannot be joined, "
@@ -118,8 +142,10 @@ int main(int argc, char **argv) {
             return EXIT_UNAVAILABLE;
         }
     }
-    if (close_above_stderr() != 0)
-        return usage("cannot close the descriptors it inherited");
+    if (close_above_stderr() != 0) {
+        fputs("claude-sandbox tie: cannot close the descriptors it inherited\n", stderr);
+        return EXIT_UNAVAILABLE;
+    }
     execv(argv[program], &argv[program]);
     fprintf(stderr, "claude-sandbox tie: cannot run %s: %s\n", argv[program], strerror(errno));
     return EXIT_NOT_RUN;

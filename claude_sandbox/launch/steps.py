@@ -61,6 +61,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     early = None
     prepared: Prepared | None = None
     record: tuple[str, int] | None = None
+    made: list[Plan] = []  # the plan, once made: its digest is traced at the end
     modes = _terminal_modes()
     try:
         store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
@@ -110,6 +111,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             helper = None
         gathered, broker, the_plan = decide.decide(configured, request, environ, keep_ignored,
                                                    store)
+        made.append(the_plan)
         trace.phase("plan")
         if the_plan.jail is not None and early is not None:
             from claude_sandbox.jail import session  # only a jailed launch pays for it
@@ -161,9 +163,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
 
             egressrecord.prune(os.path.dirname(record[0]), record[0])
         trace.phase("workspace applied and reported")
-        # The plan's digest (`explain` prints the same), worked out only now that nothing
-        # waits on it (Trace.note).
-        trace.note(lambda: _digest(the_plan))
         return status
     finally:
         if record is not None:
@@ -181,6 +180,10 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         if cgroup is not None:
             cgroup.remove()
         _restore_terminal(modes)
+        # The plan's digest (`explain` prints the same), also for a launch that failed
+        # after its plan; worked out only now that nothing waits on it (Trace.note).
+        for the_plan in made:
+            trace.note(lambda: _digest(the_plan))  # noqa: B023  # called at once
 
 
 def _digest(the_plan: Plan) -> str:

@@ -39,11 +39,28 @@ def test_it_runs_the_program_with_its_arguments_and_environment(tie: str) -> Non
 
 
 def test_a_parent_it_was_not_told_runs_nothing(tie: str, tmp_path: Path) -> None:
-    """The launcher died before tie's prctl (its parent is now another process): the
-    signal would never come, so nothing runs."""
     mark = tmp_path / "ran"
     result = _spawn(tie, [str(os.getppid()), "--", "/bin/touch", str(mark)])
     assert result.returncode == 127 and not mark.exists()
+
+
+@pytest.mark.parametrize("dies", [True, False], ids=["launcher-dead", "launcher-alive"])
+def test_a_launcher_dead_before_its_prctl_leaves_nothing_running(tie: str, tmp_path: Path,
+                                                                 dies: bool) -> None:
+    """The launcher spawned tie naming itself, then died before tie set the signal: tie
+    finds itself reparented and runs nothing (the signal would never come). The process
+    that becomes tie sleeps first, as `sh`, so that the launcher is gone by then; the
+    same with a launcher that waits runs the program."""
+    mark = tmp_path / "ran"
+    middle = (
+        "import os, sys\n"
+        "pid = os.posix_spawn('/bin/sh', ['sh', '-c', 'sleep 0.3; exec \"$0\" \"$@\"', "
+        f"{tie!r}, str(os.getpid()), '--', '/bin/touch', {str(mark)!r}], {{}})\n"
+        f"if not {dies!r}:\n"
+        "    sys.exit(os.waitpid(pid, 0)[1] >> 8)\n")
+    assert subprocess.run([sys.executable, "-c", middle], check=False).returncode == 0
+    time.sleep(0.6 if dies else 0)
+    assert mark.exists() != dies
 
 
 def test_the_program_dies_with_a_sigkilled_parent(tie: str, tmp_path: Path) -> None:
@@ -140,7 +157,10 @@ def test_glibcs_internal_signals_are_not_left_ignored(tie: str) -> None:
 @pytest.mark.parametrize("args", [
     [],
     ["pid", "--", "/bin/true"],
-    ["1", "--", "/bin/true"],
+    ["0", "--", "/bin/true"],
+    ["+{pid}", "--", "/bin/true"],
+    [" {pid}", "--", "/bin/true"],
+    ["4294967297", "--", "/bin/true"],  # 2**32 + 1: no pid, not 1 modulo a cast
     ["{pid}", "--", "true"],
     ["{pid}", "relative", "--", "/bin/true"],
     ["{pid}", "/bin/true"],
