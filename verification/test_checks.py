@@ -19,6 +19,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -1263,6 +1264,42 @@ def test_80_udp_goes_nowhere(request: pytest.FixtureRequest) -> None:
                 pass
     assert not sent, f"UDP to {FAR} left on ports {sent}"
     note(request, "UDP other than DNS is refused at the sender (EPERM): QUIC falls back to TCP")
+
+
+def test_104_icmp_goes_nowhere(request: pytest.FixtureRequest) -> None:
+    if not jail_on(request):
+        return
+    echo = b"\x08\x00\xf7\xff\x00\x00\x00\x00"  # type 8, code 0, its checksum, id 0, seq 0
+    outcomes = []
+    for name, kind in (("ping socket", socket.SOCK_DGRAM), ("raw socket", socket.SOCK_RAW)):
+        try:
+            sock = socket.socket(socket.AF_INET, kind, socket.IPPROTO_ICMP)
+        except OSError as exc:
+            outcomes.append(f"{name}: not made ({exc.strerror})")
+            continue
+        with sock:
+            outcomes.append(f"{name}: {_echo_outcome(sock, kind, echo)}")
+    note(request, "; ".join(outcomes))
+
+
+def _echo_outcome(sock: socket.socket, kind: int, echo: bytes) -> str:
+    """Send `echo` to FAR and read for 2 s; fails on an echo reply (ICMP type 0)."""
+    try:
+        sock.sendto(echo, (FAR, 0))
+    except OSError as exc:
+        return f"refused at the sender ({exc.strerror})"
+    deadline = time.monotonic() + 2
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            got = sock.recv(512)
+        except OSError as exc:  # an ICMP error back, or the time is up
+            return exc.strerror or "no reply"
+        # A raw socket's datagram starts with the IP header (and may be the echo itself,
+        # seen going out); a ping socket's is the ICMP message alone.
+        icmp = got[(got[0] & 0x0F) * 4:] if kind == socket.SOCK_RAW else got
+        assert icmp[:1] != b"\x00", f"an echo to {FAR} was answered"
+    return "no reply"
 
 
 def test_81_proxy_out_of_reach(request: pytest.FixtureRequest) -> None:
