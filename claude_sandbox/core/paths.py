@@ -174,3 +174,19 @@ def tool(name: str) -> str:
             EXIT_UNAVAILABLE,
         )
     return found
+
+
+def root_owned(path: str) -> bool:
+    """Whether `path` (resolved) and every directory above it belong to root and are
+    writable by neither group nor others: no one but root could have put it there."""
+    current = os.path.realpath(path)
+    while True:
+        try:
+            info = os.lstat(current)
+        except OSError:
+            return False
+        if info.st_uid != 0 or info.st_mode & 0o022:  # S_IWGRP | S_IWOTH
+            return False
+        if current == "/":
+            return True
+        current = os.path.dirname(current)

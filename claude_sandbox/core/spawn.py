@@ -45,15 +45,16 @@ def spawn_tied(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int
 
 def installed_program(path: str) -> bool:
     """Whether `path` is a program the installer placed, and so one a launch may run
-    as its user, root included: a regular file, not a link, root's, that no one else may
-    write (as the bundle is read, core/bundle.py), and that this user may execute (one
-    an operator made 0700 is passed over, not a launch refused)."""
+    as its user, root included: a regular file, not a link, that no one but root could
+    have put there (paths.root_owned: it and every directory above it root's, writable
+    by no one else), and that this user may execute (one an operator made 0700 is
+    passed over, not a launch refused)."""
     try:
         info = os.stat(path, follow_symlinks=False)
     except OSError:
         return False
-    return (info.st_mode & 0o170000 == 0o100000 and info.st_uid == 0
-            and not info.st_mode & 0o022 and os.access(path, os.X_OK))
+    return (info.st_mode & 0o170000 == 0o100000 and paths.root_owned(path)
+            and os.access(path, os.X_OK))
 
 
 def spawn_tool(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int, int],

@@ -20,9 +20,9 @@ Any other argument, or any word added to these, launches the sandbox as always.
 from __future__ import annotations
 
 import os
-import stat
 
 from claude_sandbox.core import paths
+from claude_sandbox.core.paths import root_owned
 from claude_sandbox.jail import dirs
 
 TYPE_CHECKING = False
@@ -32,22 +32,6 @@ if TYPE_CHECKING:
 QUESTIONS = frozenset({("--version",), ("--help",)})
 # Root's own directories only: what `#!/usr/bin/env node` finds here is root's.
 FIXED_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-def root_owned(path: str) -> bool:
-    """Whether `path` (resolved) and every directory above it belong to root and are
-    writable by neither group nor others: no one but root could have put it there."""
-    current = os.path.realpath(path)
-    while True:
-        try:
-            info = os.lstat(current)
-        except OSError:
-            return False
-        if info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return False
-        if current == "/":
-            return True
-        current = os.path.dirname(current)
 
 
 def _interpreter(program: str) -> str | None:

@@ -9,8 +9,9 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -94,11 +95,19 @@ ROOT_ONLY = pytest.mark.skipif(os.getuid() != 0, reason="the reader runs only as
 
 
 @pytest.fixture(scope="module")
-def reader(tmp_path_factory: pytest.TempPathFactory) -> str:
+def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """As root, where only root could have put it (spawn.installed_program: a root-owned
+    0755 directory; the temporary directories are under /tmp, which everyone may write)."""
     program = next(p for p in placed.PROGRAMS if p.target == DIR_TIMES)
-    built = str(tmp_path_factory.mktemp("reader") / "dirtimes")
-    subprocess.run(["gcc", *program.flags, "-o", built, str(program.source)], check=True)
-    return built
+    directory = (tempfile.mkdtemp(prefix="csbx-dirtimes-", dir="/usr/local/lib")
+                 if os.getuid() == 0 else str(tmp_path_factory.mktemp("reader")))
+    try:
+        os.chmod(directory, 0o755)
+        built = os.path.join(directory, "dirtimes")
+        subprocess.run(["gcc", *program.flags, "-o", built, str(program.source)], check=True)
+        yield built
+    finally:
+        shutil.rmtree(directory)
 
 
 def _record(where: str, when: int) -> bytes:

@@ -4,9 +4,12 @@ of the launcher, and still end with it, in its cgroup, holding nothing it inheri
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -174,16 +177,29 @@ def test_bad_arguments_run_nothing(tie: str, args: list[str]) -> None:
 ROOT = pytest.mark.skipif(os.getuid() != 0, reason="only a root-owned tie is run")
 
 
+@pytest.fixture
+def tie_placed(tie: str) -> Iterator[str]:
+    """The built tie where only root could have put it: a root-owned 0755 directory
+    (the test's temporary directories are under /tmp, which everyone may write)."""
+    directory = tempfile.mkdtemp(prefix="csbx-tie-", dir="/usr/local/lib")
+    try:
+        os.chmod(directory, 0o755)
+        path = os.path.join(directory, "tie")
+        shutil.copy(tie, path)
+        os.chmod(path, 0o755)
+        yield path
+    finally:
+        shutil.rmtree(directory)
+
+
 @ROOT
 @pytest.mark.parametrize("installed", [True, False], ids=["tie", "fork"])
-def test_spawn_tied_ends_with_its_parent_either_way(tie: str, tmp_path: Path,
+def test_spawn_tied_ends_with_its_parent_either_way(tie_placed: str, tmp_path: Path,
                                                     installed: bool) -> None:
     """Through the tie program where it is the installer's (root's, no one else may write
     it), by a fork otherwise: in its own session, its streams given, dead with its parent."""
-    if installed:
-        os.chown(tie, 0, 0)
-        os.chmod(tie, 0o755)
-    where = tie if installed else str(tmp_path / "absent")
+    assert spawn.installed_program(tie_placed)
+    where = tie_placed if installed else str(tmp_path / "absent")
     out = tmp_path / "out"
     parent = subprocess.Popen([sys.executable, "-c", (
         f"import os, sys, time; sys.path.insert(0, {TOP!r})\n"
@@ -203,15 +219,14 @@ def test_spawn_tied_ends_with_its_parent_either_way(tie: str, tmp_path: Path,
 
 
 @ROOT
-def test_a_tie_others_may_write_is_not_run(tie: str) -> None:
-    os.chown(tie, 0, 0)
-    os.chmod(tie, 0o775)
-    try:
-        assert not spawn.installed_program(tie)
-        os.chmod(tie, 0o755)
-        assert spawn.installed_program(tie)
-        os.chown(tie, 1, 0)
-        assert not spawn.installed_program(tie)
-    finally:
-        os.chown(tie, 0, 0)
-        os.chmod(tie, 0o755)
+def test_a_tie_others_may_write_is_not_run(tie_placed: str) -> None:
+    os.chmod(tie_placed, 0o775)
+    assert not spawn.installed_program(tie_placed)
+    os.chmod(tie_placed, 0o755)
+    assert spawn.installed_program(tie_placed)
+    os.chown(tie_placed, 1, 0)
+    assert not spawn.installed_program(tie_placed)
+    os.chown(tie_placed, 0, 0)
+    # Where others may write the directory, another program could have been put there.
+    os.chmod(os.path.dirname(tie_placed), 0o777)
+    assert not spawn.installed_program(tie_placed)
