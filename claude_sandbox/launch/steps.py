@@ -182,8 +182,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         _restore_terminal(modes)
         # The plan's digest (`explain` prints the same), also for a launch that failed
         # after its plan; worked out only now that nothing waits on it (Trace.note).
-        for the_plan in made:
-            trace.note(lambda: _digest(the_plan))  # noqa: B023  # called at once
+        if made:
+            trace.note(lambda: _digest(made[0]))
 
 
 def _digest(the_plan: Plan) -> str:
