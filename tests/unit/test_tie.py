@@ -146,6 +146,31 @@ def test_nothing_inherited_above_stderr_reaches_the_program(tie: str) -> None:
     assert result.returncode == 0 and sorted(map(int, result.stdout.split())) == [0, 1, 2, 3]
 
 
+
+def test_without_close_range_what_proc_lists_is_closed(tie: str) -> None:
+    """A kernel or an engine's seccomp profile without close_range (Linux before 5.9;
+    ENOSYS): tie closes what /proc/self/fd lists instead, low and high alike."""
+    middle = (
+        "import errno, os, platform, sys\n"
+        "CLOSE_RANGE = 436  # the unified table: one number on every architecture\n"
+        "from claude_sandbox.core import bpf, kernel\n"
+        "from claude_sandbox.core.libc import get_errno, load_libc\n"
+        "libc = load_libc()\n"
+        "libc.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # which a filter needs\n"
+        "refusal = bpf.Refusal(CLOSE_RANGE, errno.ENOSYS)\n"
+        "assert bpf.load(bpf.assemble((refusal,), platform.machine()))\n"
+        "assert libc.syscall(CLOSE_RANGE, 3, 3, 0) == -1 and get_errno() == errno.ENOSYS\n"
+        "low = os.open('/dev/null', os.O_RDONLY)\n"
+        "high = os.dup2(low, 900)\n"
+        "os.set_inheritable(low, True)\n"
+        f"os.execv({tie!r}, [{tie!r}, str(os.getppid()), '--', '/bin/ls', '/proc/self/fd'])\n")
+    result = subprocess.run([sys.executable, "-c", middle], capture_output=True, text=True,
+                            check=False, env={"PYTHONPATH": TOP})
+    assert result.returncode == 0, result.stderr
+    # 3: the listing's own descriptor, ls's
+    assert sorted(map(int, result.stdout.split())) == [0, 1, 2, 3]
+
+
 def test_glibcs_internal_signals_are_not_left_ignored(tie: str) -> None:
     """posix_spawn leaves glibc's two internal signals ignored; tie gives the program
     their defaults, as a fork would have left them."""
