@@ -78,6 +78,7 @@ def fork_exec(
     die_with_parent: bool = False,
     pass_fds: Sequence[int] = (),
     before_exec: Callable[[], None] | None = None,
+    keep_fds: Sequence[int] = (),
 ) -> Child:
     """The one way the launch path starts a program: fork and exec, with `streams`
     (target fd: source fd) in place of 0, 1, 2, `pass_fds` kept open, and every
@@ -96,7 +97,8 @@ def fork_exec(
     `die_with_parent`: the kernel SIGKILLs the child when this process ends,
     even by SIGKILL, when nothing of ours can run to tear down (pasta and the
     outside relays: nothing else would ever end them). `before_exec` runs in
-    the child last (joining a cgroup, ignoring the session's signals).
+    the child last (joining a cgroup, ignoring the session's signals); `keep_fds`
+    stay open for it, close-on-exec (a root launch's views, attached there).
     """
     if die_with_parent:
         from claude_sandbox.core.libc import load_libc
@@ -115,7 +117,7 @@ def fork_exec(
                 os.setsid()
             for target, source in streams.items():
                 os.dup2(source, target)
-            close_all_but({0, 1, 2, *pass_fds})
+            close_all_but({0, 1, 2, *pass_fds, *keep_fds})
             for fd in pass_fds:
                 os.set_inheritable(fd, True)
             if before_exec is not None:

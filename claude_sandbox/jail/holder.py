@@ -261,6 +261,13 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
         os._exit(127)
 
 
+def _attach_views(args: list[str], fds: list[int]) -> list[str]:
+    from claude_sandbox.core import unowned
+
+    failed = unowned.attach_all(unowned.from_request(args), fds)
+    return ["ok"] if failed is None else ["err", failed]
+
+
 def serve(sock: _socket.socket) -> int:
     # `start` runs a tool while the holder goes on serving, and `finish` answers for it:
     # the packet filter's nf_tables commit waits in the kernel (an RCU grace period,
@@ -271,6 +278,10 @@ def serve(sock: _socket.socket) -> int:
         op, args = (message.fields or ("",))[0], list(message.fields[1:])
         if op == "proxy" and len(fds) == 1:
             wire.send(sock, start_proxy(sock, fds[0], started))
+            continue
+        if op == "views":  # a root launch's, in this holder's mount namespace (ADR 0020)
+            wire.send(sock, _attach_views(args, fds))
+            wire.close(fds)
             continue
         if op != "exec":
             wire.close(fds)

@@ -122,16 +122,17 @@ class Jail:
 
     def run(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = (),
             overlays: Sequence[tuple[str, str, str, str]] = (), record_fd: int = -1,
-            broker: Sequence[str] = (), close: bool = True) -> int:
+            broker: Sequence[str] = (), close: bool = True,
+            views: tuple[list[str], Sequence[int]] | None = None) -> int:
         """Lock the routes, run the session, tear down; the session's status. `close`:
         False to only begin the teardown once the session has ended (stop), and leave
         the waiting to the caller's close(), which the caller then must call.
 
         `fds`: descriptors the session inherits at the same numbers (bwrap's --seccomp FD,
         a gitconfig pipe), sent to the holder (SCM_RIGHTS). `record_fd`: the session's
-        egress record (egressrecord.create), or none (/dev/null). `broker`: the credential
-        broker's fields (egressinject.from_fields), real values included: they reach the
-        proxy over its control socket only, never an argument or a file.
+        egress record (egressrecord.create), or none (/dev/null). `views`: a root launch's
+        (core/unowned.request). `broker`: the credential broker's fields, real values
+        included, which reach the proxy over its control socket only (egressinject.py).
         """
         try:
             # The packet filter, written and read back already, or its tool started.
@@ -154,6 +155,8 @@ class Jail:
                 netfilter.check(reply)
             self._trace("packet filter programmed and verified")
             self._start_inside_relays()
+            if views is not None and (reply := self._ask(*views))[0] != "ok":  # ADR 0020
+                raise SandboxError(reply[1], EXIT_UNAVAILABLE)
             for overlay in overlays:  # (lower, upper, work, target): core/views.py
                 reply = self._ask(["overlay", *overlay])
                 if reply[0] != "ok":
@@ -191,8 +194,8 @@ class Jail:
         self.started["pasta"] = self._pasta.pid
         self._trace("pasta attached")
 
-    def _ask(self, fields: list[str]) -> list[str]:
-        channel.send(self._sock, fields)
+    def _ask(self, fields: list[str], fds: Sequence[int] = ()) -> list[str]:
+        channel.send(self._sock, fields, list(fds))
         return self._receive()
 
     def _receive(self) -> list[str]:

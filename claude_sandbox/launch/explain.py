@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from claude_sandbox import __version__
-from claude_sandbox.core import paths
+from claude_sandbox.core import paths, record
 from claude_sandbox.launch import decide, run
 from claude_sandbox.launch.facts import hostfacts
 from claude_sandbox.launch.planner import plan, render
@@ -27,13 +27,20 @@ def explain(agent: str, command: tuple[str, ...] | None = None, *,
     gathered, _, the_plan = decide.decide(configured, request, os.environ,
                                           run.inherited_ignored(), store, make=False)
     if as_json:
-        covered = None
-        if plan.masks(the_plan, "root-only"):  # this host's covers now: the launch's own walk
+        covered, viewed = None, None
+        if plan.masks(the_plan, "root-only"):  # as the launch would: views, else the walk's
+            from claude_sandbox.launch import making
             from claude_sandbox.launch.facts import rootonly
 
-            covered = rootonly.for_launch(store, gathered.facts, the_plan.layout,
-                                          the_plan.mounts, save_cache=False)
-        return render.explain_json(the_plan, covered)
+            walk = rootonly.plan_walk(store, gathered.facts, the_plan.layout, the_plan.mounts)
+            made = making.root_views(walk)
+            if made is not None:
+                viewed, walked = made[0].roots, made[2]
+                for fd in made[1]:
+                    os.close(fd)
+                walk = record.replace(walk, roots=tuple(walked))
+            covered = rootonly.covers(walk, save_cache=False) if walk.roots else {}
+        return render.explain_json(the_plan, covered, viewed)
     lines = [f"# claude-sandbox {__version__}: the sandbox for {profile.name}",
              f"# configuration: {paths.CONFIG_FILE}"]
     for key, where in sorted(cfg.origins.items()):

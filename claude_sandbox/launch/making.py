@@ -14,7 +14,7 @@ import sys
 
 from claude_sandbox.core import paths
 from claude_sandbox.core.process import data_descriptor
-from claude_sandbox.core.record import record
+from claude_sandbox.core.record import record, replace
 from claude_sandbox.inside import spec
 from claude_sandbox.launch.configure import config, profiles
 from claude_sandbox.launch.facts import hostfacts
@@ -24,6 +24,11 @@ from claude_sandbox.launch.session import state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from claude_sandbox.core.unowned import Mounter, Views
+    from claude_sandbox.launch.facts.rootonly import Walk
+    from claude_sandbox.launch.planner.mounts import Mount
     from claude_sandbox.launch.session.procmask import Helper
 
 
@@ -37,17 +42,30 @@ class Prepared:
     quarantine: gitcheck.Quarantine  # what the checks moved out, and the lines to say
     helper: Helper | None  # the late-mount helper (procmask.py)
     imported: tuple[str, ...] = ()  # what a first launch's import did, said again at the end
+    # A root launch's views of the trees it shows, and their detached mounts, attached where
+    # bwrap starts (core/unowned.py); None where the walk's covers hide root's files.
+    views: Views | None = None
+    view_fds: tuple[int, ...] = ()
 
 
 def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
-             store: str, helper: Helper | None) -> Prepared:
+             store: str, helper: Helper | None, mounter: Mounter | None = None) -> Prepared:
     """Make what the plan needs: the store, the scratch directory, overlays, descriptors.
     `helper`: the late-mount helper forked early (a root launch), ended here on failure,
-    or by undo()."""
+    or by undo(). `mounter`: a root launch's, forked ahead (steps.py)."""
     imported: list[str] = []
     opened: dict[str, int] = {}
+    views: Views | None = None
+    view_fds: list[int] = []
     quarantine = gitcheck.Quarantine(store)
+    walk = asked = None
     try:
+        if the_plan.inner.late_masks and plan.masks(the_plan, "root-only"):
+            from claude_sandbox.launch.facts import rootonly
+
+            # Asked first: the mounter makes the views while the rest is prepared.
+            walk = rootonly.plan_walk(store, facts, the_plan.layout, the_plan.mounts)
+            asked = ask_views(walk, mounter)
         bwrap_path = paths.tool("bwrap")
         state.ensure_home(store, the_plan.agent, facts.home,
                           profiles.get(the_plan.agent).imports, facts.uid,
@@ -67,15 +85,25 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
                        for name, content in the_plan.data})
         opened[render.SECCOMP] = seccomp.filter_fd(the_plan.inner.level,
                                                    the_plan.seccomp_flags)
+        if walk is not None:
+            from claude_sandbox.launch.facts import rootcache
+
+            made = root_views(walk, mounter, asked)
+            if made is not None:  # root's own files refused by class there: not walked
+                views, view_fds, walked = made
+                the_plan = replace(the_plan, mounts=through_views(the_plan.mounts, views))
+                walk = replace(walk, roots=tuple(walked)) if walked else None
+                if walk is None:  # no launch reads its times early again (run.py)
+                    rootcache.remove(os.path.join(store, rootcache.CACHE_NAME))
+            if walk is None and not plan.masks(the_plan, "outer-proc") and not plan.masks(
+                    the_plan, "noexec"):  # the views did all the helper would have
+                the_plan = replace(the_plan, inner=replace(the_plan.inner, late_masks=False))
         if the_plan.inner.late_masks:
-            from claude_sandbox.launch.facts import rootonly
             from claude_sandbox.launch.session import procmask
 
-            if helper is None:  # not a root launch: forked now
+            if helper is None:  # not a root launch, or no walk's cache to read early
                 helper = procmask.start_helper()
             opened["helper"] = helper.fd
-            walk = (rootonly.plan_walk(store, facts, the_plan.layout, the_plan.mounts)
-                    if plan.masks(the_plan, "root-only") else None)
             procmask.instruct(helper, plan.masks(the_plan, "outer-proc"),
                               plan.masks(the_plan, "noexec"), walk)
         elif helper is not None:  # nothing to mask after all
@@ -84,7 +112,7 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
         opened[render.INNER] = data_descriptor("inner", spec.encode(
             the_plan.inner, helper.fd if helper is not None else None))
     except BaseException:
-        for fd in opened.values():
+        for fd in (*opened.values(), *view_fds):
             os.close(fd)
         if helper is not None:
             stop_helper(helper, close="helper" not in opened)
@@ -94,11 +122,66 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
     # terminal allows beyond that, pushing input with TIOCSTI or TIOCLINUX, the
     # seccomp filter refuses (check 45; docs/explanation/terminal.md).
     argv = render.bwrap_argv(the_plan, bwrap_path, {k: str(v) for k, v in opened.items()})
-    return Prepared(argv, tuple(opened.values()), layers, quarantine, helper, tuple(imported))
+    return Prepared(argv, tuple(opened.values()), layers, quarantine, helper, tuple(imported),
+                    views, tuple(view_fds))
+
+
+def ask_views(walk: Walk, mounter: Mounter | None) -> tuple[list[str], list[str]]:
+    """The trees of `walk` a view can show and those left to the walk (unowned.split),
+    the first sent to `mounter` (steps.py forked it) to make their views now."""
+    from claude_sandbox.core import mountinfo, unowned
+
+    viewed, walked = unowned.split(walk.roots, walk.skip, mountinfo.read())
+    if viewed and mounter is not None:
+        mounter.ask(viewed)
+    return viewed, walked
+
+
+def root_views(walk: Walk, mounter: Mounter | None = None,
+               asked: tuple[list[str], list[str]] | None = None,
+               ) -> tuple[Views, list[int], list[str]] | None:
+    """The views of the trees a root launch shows, made by an id that owns nothing there
+    (ADR 0020), their descriptors, and the trees left to the walk (those with a mount
+    below them); None where there is no view to make or the kernel refuses one: the walk's
+    covers hide root's files in every tree then (ADR 0015). `asked`: what ask_views sent
+    `mounter`; without either, a mounter is started here (explain)."""
+    from claude_sandbox.core import unowned
+
+    viewed, walked = asked if asked is not None else ask_views(walk, None)
+    if not viewed:
+        return None
+    made = (mounter.answer(len(viewed)) if mounter is not None and asked is not None
+            else unowned.make(viewed))
+    if isinstance(made, str):
+        return None
+    own = tuple(place for place in (*walk.skip, *walk.shown)
+                if any(paths.under(place, root) for root in viewed))
+    return unowned.Views(tuple(viewed), own), made, walked
+
+
+def through_views(mounts: Sequence[Mount], views: Views) -> tuple[Mount, ...]:
+    """`mounts` with every read-only bind from a tree shown through a view bound from that
+    view: bwrap starts where the views are attached (core/unowned.py)."""
+    from claude_sandbox.core.unowned import staged
+
+    out = []
+    for mount in mounts:
+        place = staged(mount.source, views) if mount.kind in ("ro-bind", "ro-bind-try") else None
+        out.append(mount if place is None else replace(mount, source=place))
+    return tuple(out)
+
+
+def views_request(prepared: Prepared) -> tuple[list[str], Sequence[int]] | None:
+    from claude_sandbox.core import unowned
+
+    return None if prepared.views is None else unowned.request(prepared.views,
+                                                                prepared.view_fds)
 
 
 def undo(prepared: Prepared) -> None:
-    """After the session: the /proc helper reaped."""
+    """After the session: the views' descriptors closed, the /proc helper reaped."""
+    for fd in prepared.view_fds:
+        os.close(fd)
     if prepared.helper is not None:
         stop_helper(prepared.helper, close=False)  # its end went with prepared.fds
 

@@ -93,7 +93,10 @@ def _early_helper() -> Helper | None:
         if state.squatted_store(ours, 0) is not None or not os.path.isdir(ours):
             state_dir = None
     store = state.store_root(state_dir, hostfacts.login_home(), 0)
-    return procmask.start_helper(os.path.join(store, rootcache.CACHE_NAME))
+    cache = os.path.join(store, rootcache.CACHE_NAME)
+    # None where no tree is walked (ADR 0020: a launch that shows every tree through a
+    # view removes the cache): prepare() forks the helper where it has work.
+    return procmask.start_helper(cache) if os.path.exists(cache) else None
 
 
 def _state_dir_ahead() -> str | None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
+    from claude_sandbox.core.unowned import Mounter
     from claude_sandbox.launch.making import Prepared
     from claude_sandbox.launch.planner.plan import Plan
     from claude_sandbox.launch.session.procmask import Helper
@@ -59,6 +60,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         janitor.tell("cgroup", directory)
     jail = None
     early = None
+    mounter: Mounter | None = None
     prepared: Prepared | None = None
     record: tuple[str, int] | None = None
     made: list[Plan] = []  # the plan, once made: its digest is traced at the end
@@ -80,11 +82,13 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             # measured each way) nor leaves.
             early = jail_start.begin(Trace(trace.enabled, "jail"),
                                      cgroup.dirs if cgroup is not None else ())
+            mounter = _mounter()
         else:
             engine.refuse_if_blocked()  # the jail's preflight asks the same
             sys.stderr.write("claude-sandbox: warning: the egress jail is off (egress-jail = 0): "
                              "the agent shares this container's network, including private "
                              "networks, cloud metadata and services on 127.0.0.1\n")
+            mounter = _mounter()
         # Imported only now, with pasta attaching: the facts, the planner, the overlays
         # and git are most of the launcher's imports, and before the jail's start they
         # delayed pasta's attach, the longest wait, by as long (ADR 0004).
@@ -92,11 +96,10 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         from claude_sandbox.launch.planner import plan
 
         if plan.masks_root_only(os.getuid()):
-            # The plan will cover root's own files. Forked first (run.py), the helper reads
-            # the walk's cache and every cached directory's time while the rest is planned:
-            # most of what a root launch costs (ADR 0015). It read the store run.py found
-            # ahead of the configuration; where that is not this launch's, a new helper
-            # reads this one's.
+            # Where the walk has a cache (the trees no view shows, ADR 0020), the helper,
+            # forked first (run.py), reads it and every cached directory's time while the
+            # rest is planned (ADR 0015). It read the store run.py found ahead of the
+            # configuration; where that is not this launch's, a new helper reads this one's.
             from claude_sandbox.launch.facts.rootcache import CACHE_NAME
             from claude_sandbox.launch.session import procmask
 
@@ -104,7 +107,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             if helper is not None and helper.cache != cache:
                 _stop_helper(helper)
                 helper = None
-            if helper is None:
+            if helper is None and os.path.exists(cache):  # else the views may do it all
                 helper = procmask.start_helper(cache)
         elif helper is not None:  # run.py's rule and the planner's disagree: none early
             _stop_helper(helper)
@@ -123,7 +126,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             trace.phase("jail started")
         started = time.time_ns()
         forked, helper = helper, None  # prepare() ends it, whatever happens there
-        prepared = making.prepare(the_plan, cfg, gathered.facts, store, forked)
+        prepared = making.prepare(the_plan, cfg, gathered.facts, store, forked, mounter)
         if jail is not None:
             record = making.egress_record(store, the_plan, cfg)  # in the store prepare() made
         trace.phase("prepared")
@@ -136,10 +139,12 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             # Its teardown begins as the session ends and is waited for below, after the
             # workspace's exit: pasta's and the proxy's exits pass meanwhile.
             status = jail.run(prepared.argv, env, prepared.fds, overlays,
-                              record[1] if record else -1, broker, close=False)
+                              record[1] if record else -1, broker, close=False,
+                              views=making.views_request(prepared))
         else:
             status = limits.run_supervised(prepared.argv, env, cgroup, pass_fds=prepared.fds,
-                                           overlays=overlays)
+                                           overlays=overlays,
+                                           root_views=(prepared.views, prepared.view_fds))
         trace.phase("session ended")
         # The collector was off from the launch's start (__main__.py) through the session,
         # which the launcher spent in waitpid. The workspace's exit makes as much as the
@@ -177,6 +182,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             making.undo(prepared)  # first: the /proc helper is reaped before the cgroup goes
         if helper is not None:  # the launch stopped before it planned
             _stop_helper(helper)
+        if mounter is not None:  # not asked for views, or asked: ended either way
+            mounter.stop()
         if cgroup is not None:
             cgroup.remove()
         _restore_terminal(modes)
@@ -184,6 +191,17 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         # after its plan; worked out only now that nothing waits on it (Trace.note).
         if made:
             trace.note(lambda: _digest(made[0]))
+
+
+def _mounter() -> Mounter | None:
+    """On a root launch, the views' mounter (ADR 0020), forked right after the holder;
+    None where it could not start: the walk covers root's files then."""
+    if os.getuid() != 0:
+        return None
+    from claude_sandbox.core import unowned
+
+    started = unowned.start()
+    return None if isinstance(started, str) else started
 
 
 def _digest(the_plan: Plan) -> str:

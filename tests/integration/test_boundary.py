@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 
@@ -189,9 +190,10 @@ def test_outer_command_lines_are_hidden_where_the_engine_masks_proc(
 @pytest.mark.parametrize("store", ["home", "state-dir"])
 def test_a_root_only_file_made_after_a_launch_is_hidden_at_the_next(launcher: Launcher,
                                                                     store: str) -> None:
-    """Whichever store holds root's walk cache: the home's, which the late-mount helper
-    reads from the launch's start (run.py), or a state-dir's, for which the launch
-    starts another helper once the configuration names it (steps.py)."""
+    """Whichever store the configuration names, the home's or a state-dir's. /var is shown
+    through a view that refuses root's own files (ADR 0020); /etc too, or, where the
+    test's configuration is bound over /etc/claude-sandbox.conf (a mount below it), the
+    walk covers /etc/shadow, its cache in the store the configuration names."""
     if launcher.user != "root":
         pytest.skip("a root launch only")
     state_dir = tempfile.mkdtemp(prefix="csbx-state-", dir="/var/tmp")
@@ -207,9 +209,44 @@ def test_a_root_only_file_made_after_a_launch_is_hidden_at_the_next(launcher: La
         assert "csbx-secret" not in result.stdout and "root:" not in result.stdout, result
         assert os.path.exists(os.path.join(state_dir, "0", "root-only-10")) == (
             store == "state-dir")
+        if store == "home":  # every tree a view: the walk's cache removed
+            assert not os.path.exists("/root/.local/state/claude-sandbox/root-only-10")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def test_a_root_only_file_made_during_a_root_session_is_refused(launcher: Launcher) -> None:
+    """What no walk before the launch could find: root makes a 0600 file, and a link to
+    it, while the session runs; the agent waits for them and cannot read either."""
+    if launcher.user != "root":
+        pytest.skip("a root launch only")
+    directory = tempfile.mkdtemp(prefix="csbx-during-", dir="/var/lib")
+    os.chmod(directory, 0o755)
+
+    def make_them() -> None:
+        key = os.path.join(directory, "key")
+        with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
+            handle.write("csbx-secret\n")
+        os.link(key, os.path.join(directory, "linked"))
+        with open(os.path.join(launcher.workspace, "ready"), "w") as handle:
+            handle.write("ready\n")
+
+    timer = threading.Timer(1.0, make_them)
+    timer.start()
+    try:
+        # The marker is waited for in the workspace: a name looked up in a view and not
+        # found stays unfound in that session (ADR 0020, Consequences).
+        result = launcher.shell("/bin/sh", "-c", (
+            "n=0; while [ ! -e ready ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done; "
+            f"cat ready; cat {directory}/key; cat {directory}/linked; true"))
+        assert "ready" in result.stdout, result
+        assert "csbx-secret" not in result.stdout, result
+        assert result.stderr.count("Permission denied") == 2, result
+    finally:
+        timer.join()
+        shutil.rmtree(directory, ignore_errors=True)
+        os.unlink(os.path.join(launcher.workspace, "ready"))
 
 
 def test_a_fork_bomb_a_memory_hog_and_a_tmpfs_fill_hit_their_caps(launcher: Launcher) -> None:

@@ -387,21 +387,8 @@ def test_only_a_cache_nobody_else_may_write_is_loaded(tmp_path: os.PathLike[str]
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="root's own 0600 files are what is hidden")
-def test_a_launch_that_finds_nothing_changed_loads_no_directory_times(
-        tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reader found no directory changed and every tree shown was walked before: the
-    covers come from the cache's head alone. A tree shown for the first time loads the
-    times and is walked; a times part that is not the one written rebuilds the cache.
-    The covers are the same each time."""
-    base = str(tmp_path)
-    shown, more = os.path.join(base, "usr"), os.path.join(base, "opt")
-    secrets = []
-    for tree in (shown, more):
-        os.makedirs(os.path.join(tree, "lib"))
-        secrets.append(os.path.join(tree, "lib", "key"))
-        os.close(os.open(secrets[-1], os.O_WRONLY | os.O_CREAT, 0o600))
-    cache = os.path.join(base, "cache")
-    assert rootonly.private_paths(cache, [], [shown]) == {secrets[0]: False}
+def _counted_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A list that gets "times" each time a cache's directory times are loaded."""
     loads: list[str] = []
     directories = rootcache.directories
 
@@ -410,6 +397,32 @@ def test_a_launch_that_finds_nothing_changed_loads_no_directory_times(
         return directories(cached)
 
     monkeypatch.setattr(rootcache, "directories", counted)
+    return loads
+
+
+def _trees_with_a_key(base: str, *names: str) -> tuple[list[str], list[str]]:
+    """Trees below `base`, each with a mode-600 lib/key: the trees, and their keys."""
+    trees, secrets = [], []
+    for name in names:
+        trees.append(os.path.join(base, name))
+        os.makedirs(os.path.join(trees[-1], "lib"))
+        secrets.append(os.path.join(trees[-1], "lib", "key"))
+        os.close(os.open(secrets[-1], os.O_WRONLY | os.O_CREAT, 0o600))
+    return trees, secrets
+
+
+def test_a_launch_that_finds_nothing_changed_loads_no_directory_times(
+        tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader found no directory changed and every tree shown was walked before: the
+    covers come from the cache's head alone. A tree shown for the first time loads the
+    times and is walked; a times part that is not the one written rebuilds the cache.
+    The covers are the same each time."""
+    base = str(tmp_path)
+    (shown, more), secrets = _trees_with_a_key(base, "usr", "opt")
+    cache = os.path.join(base, "cache")
+    assert rootonly.private_paths(cache, [], [shown]) == {secrets[0]: False}
+    directories = rootcache.directories
+    loads = _counted_loads(monkeypatch)
 
     def unchanged() -> rootcache.Prefetched:  # the reader's answer: nothing changed
         return rootcache.Prefetched(cache, rootcache.read(cache), frozenset())
@@ -432,6 +445,26 @@ def test_a_launch_that_finds_nothing_changed_loads_no_directory_times(
     early = rootcache.Prefetched(cache, damaged, frozenset({os.path.join(shown, "lib")}))
     assert rootonly.private_paths(cache, [], [shown, more], early=early) == both
     assert rootcache.load(cache) is not None  # written anew
+
+
+def test_a_tree_no_longer_walked_is_dropped_from_the_cache(
+        tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tree a root launch now shows through a view (ADR 0020) leaves the walk: the next
+    launch drops what the cache holds of it, and the launches after it read its times no
+    more, early or late."""
+    base = str(tmp_path)
+    (kept, viewed), secrets = _trees_with_a_key(base, "etc", "usr")
+    cache = os.path.join(base, "cache")
+    assert set(rootonly.private_paths(cache, [], [kept, viewed])) == set(secrets)
+    assert rootonly.private_paths(cache, [], [kept]) == {secrets[0]: False}
+    cached = rootcache.read(cache)
+    assert cached is not None and cached.walked == {kept}
+    times = rootcache.directories(cached)
+    assert times is not None and not any(d.startswith(viewed) for d in times)
+    loads = _counted_loads(monkeypatch)
+    unchanged = rootcache.Prefetched(cache, rootcache.read(cache), frozenset())
+    assert rootonly.private_paths(cache, [], [kept], early=unchanged) == {secrets[0]: False}
+    assert loads == []
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="a directory another user owns is made by root")

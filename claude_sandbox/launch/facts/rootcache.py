@@ -281,6 +281,19 @@ def prefetch(path: str) -> Prefetched:
                       dirs)
 
 
+def remove(path: str) -> None:
+    """The cache at `path`, its times and its memos, where a root launch walks no tree
+    (ADR 0020): a launch finds none to read early then (run.py)."""
+    for name in (path, path + TIMES):
+        if os.path.lexists(name):
+            os.unlink(name)
+    memos = f"{path}.d"
+    if os.path.isdir(memos) and not os.path.islink(memos):
+        for entry in os.scandir(memos):
+            os.unlink(entry.path)  # flat: one memo a directory (rootmemo.py)
+        os.rmdir(memos)
+
+
 def remove_old(store: str) -> None:
     """The caches of earlier versions, with their memos and times files."""
     import shutil

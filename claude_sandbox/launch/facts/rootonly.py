@@ -239,8 +239,11 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
     # The times of every directory are loaded only where this launch uses them: a change
     # to re-list, a tree not walked before, a times file to write again (rootcache.py).
     dirs = None
+    # A tree shown through a view now (ADR 0020) is not the walk's: a cache that holds one
+    # is loaded, to drop it (below).
     if cached is not None and fresh and (known is None or known or not set(roots)
-                                          <= cached.walked or (stale and save_cache)):
+                                          <= cached.walked or (stale and save_cache)
+                                          or not cached.walked <= set(roots)):
         dirs = early.dirs if early is not None and early.dirs is not None else (
             rootcache.directories(cached))
         fresh = dirs is not None
@@ -255,6 +258,13 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
         dirs, made = {}, time.time()
     else:
         hidden, made = dict(cached.hidden), cached.made
+    dropped = cached is not None and fresh and not cached.walked <= set(roots)
+    if dropped and dirs is not None:
+        # What the cache holds of a tree no longer walked is dropped, so that no launch
+        # reads its times again (the early reading included: rootcache.prefetch).
+        dirs = {d: t for d, t in dirs.items() if _under(d, roots)}
+        hidden = {p: d for p, d in hidden.items() if _under(p, roots)}
+        known = None if known is None else frozenset(d for d in known if _under(d, roots))
     if dirs is None:  # nothing changed, and every tree shown was walked before
         return hidden
     changed = refresh(hidden, dirs, skip, groups, listings, own, known) if fresh else False
@@ -266,7 +276,7 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
         return hidden
     if cached is None or not fresh:
         rebuild.prune()
-    if changed or cached is None:
+    if changed or dropped or cached is None:
         save(cache, hidden, dirs, made, roots)
     elif stale:
         try:  # for the times file alone: a store that cannot take it costs time only
@@ -339,7 +349,8 @@ def covers(walk: Walk, *, save_cache: bool = True,
     private = private_paths(walk.cache, walk.skip, walk.roots, walk.own,
                             save_cache=save_cache, early=early)
     return {path: is_dir for path, is_dir in private.items()
-            if _under(path, walk.bound) or not _under(path, walk.shown)}
+            if _under(path, walk.roots)
+            and (_under(path, walk.bound) or not _under(path, walk.shown))}
 
 
 def for_launch(store: str, facts: HostFacts, layout: Writable, mounts: Iterable[Mount], *,

@@ -35,6 +35,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from claude_sandbox.core.unowned import Views
+
 # Caps every sandbox gets unless the operator sets its own (ADR 0006): half of
 # the processes the container may still start, at most DEFAULT_PIDS, and three
 # quarters of its memory. A runaway agent then hits its own wall first, and the
@@ -120,6 +122,7 @@ def plan_limits(
 def run_supervised(
     argv: Sequence[str], env: Mapping[str, str], cgroup: Cgroup | None,
     pass_fds: Sequence[int] = (), overlays: Sequence[tuple[str, str, str, str]] = (),
+    root_views: tuple[Views | None, Sequence[int]] = (None, ()),
 ) -> int:
     """For an unjailed launch: fork, cap, exec, wait; the caller then cleans up (the
     cgroup too, once it has read what the caps did).
@@ -135,10 +138,12 @@ def run_supervised(
         if cgroup is not None:
             cgroup.join()
         ignore_session_signals()
-        if overlays:  # without the jail, the child makes the mount namespace itself
-            from claude_sandbox.core import views
+        if overlays or root_views[0] is not None:  # without the jail, the child makes the
+            from claude_sandbox.core import unowned, views  # mount namespace itself
 
             failed = views.own_mount_namespace(os.getuid(), os.getgid())
+            if failed is None and root_views[0] is not None:  # a root launch's (ADR 0020)
+                failed = unowned.attach_all(root_views[0], root_views[1])
             for lower, upper, work, target in overlays if failed is None else ():
                 failed = views.mount_overlay(lower, upper, work, target)
                 if failed is not None:
@@ -151,7 +156,7 @@ def run_supervised(
 
     # The session dies with the launcher, even a SIGKILLed one (die_with_parent).
     child = fork_exec(argv, env, {}, setsid=False, die_with_parent=True, pass_fds=pass_fds,
-                      before_exec=before_exec)
+                      before_exec=before_exec, keep_fds=root_views[1])
     for fd in pass_fds:
         os.close(fd)
     forward = Forward(child.pid)

@@ -161,7 +161,10 @@ def late_masks(uid: int, proc_mountable: bool, *, noexec: bool) -> tuple[LateMas
     if masks_root_only(uid):
         rows.append(LateMask(
             "root-only", "a root launch",
-            "an empty file or directory over each root-only entry of the trees shown read-only",
+            "each tree shown read-only through a view mounted by an id that owns nothing "
+            "there, which refuses what root's own modes keep from others (in a tree with a "
+            "mount below it, or where the kernel refuses a view, an empty file or "
+            "directory over each such entry)",
             "root is not a skeleton key: what root's own modes keep from others stays unread",
             "59"))
     if not proc_mountable:

@@ -15,7 +15,7 @@ from claude_sandbox.launch.planner.plan import Plan, masks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
 # Descriptor names beyond the data mounts': the seccomp filter, the inner record.
 SECCOMP, INNER = "seccomp", "inner"
@@ -64,11 +64,13 @@ def as_json(plan: Plan) -> str:
     return json.dumps(plain, indent=1)
 
 
-def explain_json(plan: Plan, root_only: Mapping[str, bool] | None = None) -> str:
+def explain_json(plan: Plan, root_only: Mapping[str, bool] | None = None,
+                 views: Sequence[str] | None = None) -> str:
     """`explain --json`: the plan, and beside it what is applied outside bwrap's argv, each
-    from the code that applies it: the seccomp and Landlock rules, the late masks (the
-    root-only covers of this host, `root_only`, on a root launch), and the jail's routes
-    (for pasta's usual addresses) and packet filter."""
+    from the code that applies it: the seccomp and Landlock rules, the late masks (on a
+    root launch, the trees shown through views, `views`, or where the kernel refuses one,
+    the root-only covers of this host, `root_only`), and the jail's routes (for pasta's
+    usual addresses) and packet filter."""
     import json
     from errno import errorcode
 
@@ -90,6 +92,7 @@ def explain_json(plan: Plan, root_only: Mapping[str, bool] | None = None) -> str
     whole["late_masks"] = {
         "outer_proc": masks(plan, "outer-proc"),
         "root_only": sorted(root_only or {}),
+        "root_only_views": list(views or ()),
         "noexec": list(plan.inner.writable) if masks(plan, "noexec") else [],
     }
     if plan.jail is not None:

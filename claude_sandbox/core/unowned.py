@@ -1,0 +1,371 @@
+"""Views of the trees a root launch shows, made by an id that owns nothing there
+(docs/adr/0020-root-only-files-by-an-unprivileged-mounter.md).
+
+overlayfs checks every access twice: the reader's credentials against the overlay's
+inode, and its mounter's credentials against the inode below. A read-only overlay
+whose mounter is UNOWNED (uid and gid 65534, no supplementary group, in a user
+namespace where root's id is not mapped, so that no capability of it applies to root's
+files) lets a reader through only where the other class of the file's mode would: a
+file root keeps from others (mode 0600 or 0640, root's) is refused, whoever reads it,
+uid 0 included, and whenever it was made. No walk finds such files first.
+
+The mounter is a forked child of the launcher, which is root's; it makes each view as a
+detached mount (fsopen, fsconfig, fsmount: no mount point, nothing seen anywhere) and
+sends the descriptors back. Whoever holds one attaches it with `attach` in a mount
+namespace of its own (the jail's holder, or the child that execs bwrap).
+"""
+
+from __future__ import annotations
+
+import _socket
+import os
+import sys
+
+from claude_sandbox.core import kernel, paths
+from claude_sandbox.core.libc import get_errno, load_libc
+from claude_sandbox.core.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+# The overflow id: what an unmapped owner shows as. A file it owns is read through the
+# owner class by the mounter and through the other class by the reader, so that it
+# too is read by its other class alone.
+UNOWNED = 65534
+
+# asm-generic/unistd.h, the unified table; linux/mount.h.
+SYS_MOVE_MOUNT = 429
+SYS_FSOPEN = 430
+SYS_FSCONFIG = 431
+SYS_FSMOUNT = 432
+FSOPEN_CLOEXEC = 0x1
+FSCONFIG_SET_STRING = 1
+FSCONFIG_CMD_CREATE = 6
+FSMOUNT_CLOEXEC = 0x1
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+
+# Nothing of a lower layer may point the overlay elsewhere: a user owns the attributes of
+# its own files below a shown tree. Without `userxattr` the overlay reads only trusted.*
+# attributes, which its mounter cannot; these say so again (`redirect_dir=off` needs the
+# trusted attributes, and a user namespace is refused it).
+OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"))
+
+EMPTY = paths.EMPTY_DIR  # in the mounter's namespace, an empty tmpfs (_views)
+_MAX_VIEWS = 64  # SCM_RIGHTS carries at most 253 descriptors; a launch shows a dozen trees
+
+
+def _escaped(path: str) -> str:
+    # overlayfs splits lowerdir at ":" and its options at ","; a backslash escapes both.
+    return path.replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
+
+
+class Mounter:
+    """A mounter forked ahead of the plan (`start`), right after the jail's holder: the
+    launcher's pages are shared with the holder already, so that the fork adds few copies
+    to the launcher's later writes; it makes the views once the plan names the trees
+    (`views`). It ends when its socket closes, whatever happens to the launcher."""
+
+    def __init__(self, pid: int, sock: _socket.socket) -> None:
+        self.pid = pid
+        self.sock: _socket.socket | None = sock
+
+    def views(self, trees: Sequence[str]) -> list[int] | str:
+        """A detached, read-only view of each of `trees` (directories, absolute), in order;
+        or why they could not be made, in a few words. The mounter is done then."""
+        self.ask(trees)
+        made = self.answer(len(trees))
+        self.stop()
+        return made
+
+    def ask(self, trees: Sequence[str]) -> None:
+        """Send the mounter `trees`, to make while the launcher goes on (`answer`)."""
+        if self.sock is None:
+            return
+        data = "\0".join(trees).encode("utf-8", "surrogateescape")
+        if len(trees) > _MAX_VIEWS:
+            data = b""  # an empty list: the mounter refuses it
+        try:
+            self.sock.sendall(len(data).to_bytes(4, "big") + data)
+        except OSError:
+            pass  # gone: `answer` says so
+
+    def answer(self, count: int) -> list[int] | str:
+        """The views `ask` asked for, or why not; the socket is closed then, the mounter
+        reaped by `stop`."""
+        if self.sock is None:
+            return "the mounter was stopped"
+        try:
+            message, fds, _, _ = _socket_recv_fds(self.sock, count)
+        except OSError as error:
+            return f"the mounter is gone ({error.strerror})"
+        finally:
+            self.sock.close()
+            self.sock = None
+        if message != b"ok" or len(fds) != count:
+            for fd in fds:
+                os.close(fd)
+            return message.decode("utf-8", "replace").lstrip("!") or "the mounter ended"
+        return fds
+
+    def stop(self) -> None:
+        """The socket closed (the mounter ends on it) and the mounter reaped."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.pid:
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+
+
+def start() -> Mounter | str:
+    """Fork the mounter and map its user namespace; or why not. Run as root,
+    single-threaded."""
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's work is proved by what it sends
+        ours.close()
+        _mounter(theirs)
+    theirs.close()
+    mounter = Mounter(pid, ours)
+    if ours.recv(1) != b"u":
+        reason = _failure(ours)
+        mounter.stop()
+        return reason
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {UNOWNED} 1\n"),
+                           ("gid_map", f"0 {UNOWNED} 1\n")):
+            with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
+                handle.write(text)
+        ours.sendall(b"g")
+    except OSError as error:
+        mounter.stop()
+        return f"cannot map the mounter's user namespace ({error.strerror})"
+    return mounter
+
+
+def make(trees: Sequence[str]) -> list[int] | str:
+    """`start` and `views` at once (explain, the tests)."""
+    mounter = start()
+    return mounter if isinstance(mounter, str) else mounter.views(trees)
+
+
+def _socket_recv_fds(sock: _socket.socket, count: int) -> tuple[bytes, list[int], int, None]:
+    message, ancillary, flags, _ = sock.recvmsg(4096, _socket.CMSG_SPACE(count * _INT))
+    fds = []
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += [int.from_bytes(data[at:at + _INT], sys.byteorder, signed=True)
+                    for at in range(0, len(data) - len(data) % _INT, _INT)]
+    return message, fds, flags, None
+
+
+def _failure(sock: _socket.socket) -> str:
+    rest = b""
+    while chunk := sock.recv(4096):
+        rest += chunk
+    return rest.decode("utf-8", "replace").lstrip("!") or "the mounter ended"
+
+
+def _mounter(sock: _socket.socket) -> None:  # pragma: no cover
+    """The child: never returns."""
+    try:
+        views = _views(sock)
+        sock.sendmsg([b"ok"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                _ints(views))])
+        os._exit(0)
+    except _Refused as refused:
+        try:
+            sock.sendall(b"!" + str(refused).encode("utf-8", "replace"))
+        finally:
+            os._exit(1)
+    except BaseException:
+        os._exit(1)
+
+
+def _trees(sock: _socket.socket) -> list[str]:  # pragma: no cover
+    """The launcher's list of trees: a length, then the paths, NUL-separated."""
+    data = b""
+    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+        chunk = sock.recv(65536)
+        if not chunk or len(data) > 1 << 20:
+            raise _Refused("the launcher sent no trees")  # stopped: the launch needs none
+        data += chunk
+    if len(data) == 4:
+        raise _Refused(f"more than {_MAX_VIEWS} trees to show")
+    return data[4:].decode("utf-8", "surrogateescape").split("\0")
+
+
+class _Refused(Exception):
+    pass
+
+
+_INT = 4  # a descriptor in SCM_RIGHTS: a C int (`array`, socket.send_fds's way, imports
+# collections, 4-6 ms of a launch)
+
+
+def _ints(fds: list[int]) -> bytes:
+    return b"".join(fd.to_bytes(_INT, sys.byteorder, signed=True) for fd in fds)
+
+
+def _views(sock: _socket.socket) -> list[int]:  # pragma: no cover
+    libc = load_libc()
+
+    def refused(what: str) -> _Refused:
+        return _Refused(f"{what}: {os.strerror(get_errno())}")
+
+    os.setgroups([])  # in the first namespace: no group of root's reaches the mounter
+    if libc.unshare(kernel.CLONE_NEWUSER) != 0:
+        raise refused("unshare a user namespace")
+    sock.sendall(b"u")
+    if sock.recv(1) != b"g":
+        raise _Refused("the launcher did not map the mounter")
+    if libc.unshare(kernel.CLONE_NEWNS) != 0:
+        raise refused("unshare a mount namespace")
+    if libc.mount(b"none", b"/", None, kernel.MS_REC | kernel.MS_PRIVATE, None) != 0:
+        raise refused("make the mounts private")
+    # The layer below each tree: empty, and in no tree (overlayfs refuses layers that
+    # overlap, and the package's own empty directory is in /usr), a tmpfs of this
+    # namespace's over it.
+    if libc.mount(b"tmpfs", EMPTY.encode(), b"tmpfs", kernel.MS_RDONLY | kernel.MS_NOSUID
+                  | kernel.MS_NODEV | kernel.MS_NOEXEC, b"mode=0755") != 0:
+        raise refused("mount an empty layer")
+    trees = _trees(sock)
+    # Opened while this process is still root's uid: a tree below a directory only root
+    # may search (/root/.rustup) is then named through its descriptor.
+    held = []
+    for tree in trees:
+        try:
+            held.append(os.open(tree, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        except OSError as error:
+            raise _Refused(f"{tree}: {error.strerror}") from None
+    os.setresgid(0, 0, 0)  # UNOWNED, as the maps say
+    os.setresuid(0, 0, 0)
+    views = []
+    for tree, fd in zip(trees, held, strict=True):
+        views.append(_view(tree, f"/proc/self/fd/{fd}"))
+    return views
+
+
+def _view(tree: str, lower: str) -> int:  # pragma: no cover
+    call = load_libc().syscall
+    fs = call(SYS_FSOPEN, b"overlay", FSOPEN_CLOEXEC)
+    if fs < 0:
+        raise _Refused(f"overlayfs: {os.strerror(get_errno())}")
+    try:
+        settings = (("lowerdir", f"{_escaped(lower)}:{_escaped(EMPTY)}"), *OPTIONS)
+        for key, value in settings:
+            if call(SYS_FSCONFIG, fs, FSCONFIG_SET_STRING, key.encode(),
+                    value.encode("utf-8", "surrogateescape"), 0) != 0:
+                raise _Refused(f"{tree}: overlayfs refuses {key}: {_log(fs)}")
+        if call(SYS_FSCONFIG, fs, FSCONFIG_CMD_CREATE, None, None, 0) != 0:
+            raise _Refused(f"{tree}: overlayfs refuses it: {_log(fs)}")
+        mount = call(SYS_FSMOUNT, fs, FSMOUNT_CLOEXEC,
+                     kernel.MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+        if mount < 0:
+            raise _Refused(f"{tree}: fsmount: {os.strerror(get_errno())}")
+        return int(mount)
+    finally:
+        os.close(int(fs))
+
+
+def _log(fs: int) -> str:
+    """The file system's own message, where it left one, else errno's."""
+    why = os.strerror(get_errno())
+    try:
+        text = os.read(fs, 512).decode("utf-8", "replace").strip()
+    except OSError:
+        return why
+    return text.split(" ", 1)[-1] if text else why
+
+
+def attach(view: int, target: str) -> str | None:
+    """Attach a detached view at `target`, in this process's mount namespace (which it
+    must own); None, or why not."""
+    if load_libc().syscall(SYS_MOVE_MOUNT, view, b"", kernel.AT_FDCWD,
+                           target.encode("utf-8", "surrogateescape"),
+                           MOVE_MOUNT_F_EMPTY_PATH) != 0:
+        return os.strerror(get_errno())
+    return None
+
+
+# Where the views are attached, in the mount namespace bwrap starts in: a tmpfs mounted
+# over the package's empty directory there, one numbered directory per view. bwrap's
+# read-only binds of the shown trees take their sources from it (`staged`); the trees'
+# real paths stay as they are, for the binds that write (a workspace under /opt).
+STAGING = paths.EMPTY_DIR
+
+
+@record
+class Views:
+    """The trees a root launch shows through views, in the order the views were made:
+    the first at STAGING/0, and so on."""
+
+    roots: tuple[str, ...]
+    # Places within them that are the sandbox's own (the workspace under /opt, /var/tmp's
+    # private tmpfs): a bind from there keeps its real source.
+    own: tuple[str, ...] = ()
+
+    def place(self, index: int) -> str:
+        return f"{STAGING}/{index}"
+
+
+def split(roots: Sequence[str], skip: Sequence[str], mountinfo_text: str,
+          ) -> tuple[list[str], list[str]]:
+    """`roots` (the trees the walk would cover) as (those a view can show, the rest). A
+    tree with a mount below it is the walk's: in the mounter's namespace that mount is
+    locked (the kernel keeps a less privileged namespace from uncovering what lies under
+    it), and overlayfs refuses a layer with a locked mount inside; an engine's /etc/hosts
+    makes /etc one, a small tree. `skip`: the sandbox's own places, whose mounts do not
+    count (nothing of the host is shown there)."""
+    from claude_sandbox.core import mountinfo
+
+    below = [m.mountpoint for m in mountinfo.parse(mountinfo_text)
+             if not paths.under_any(m.mountpoint, skip)]
+    viewed: list[str] = []
+    walked: list[str] = []
+    for root in roots:
+        mounted = any(point != root and paths.under(point, root) for point in below)
+        (walked if mounted else viewed).append(root)
+    return viewed, walked
+
+
+def staged(path: str, views: Views) -> str | None:
+    """Where `path`, in a tree shown through a view, is under STAGING; else None (and
+    for a path in one of the sandbox's own places there)."""
+    if paths.under_any(path, views.own):
+        return None
+    for index, root in enumerate(views.roots):
+        if paths.under(path, root):
+            return f"{views.place(index)}{path[len(root.rstrip('/')):]}"
+    return None
+
+
+def attach_all(views: Views, fds: Sequence[int]) -> str | None:
+    """In a mount namespace this process owns (mounts private): STAGING made a tmpfs and
+    each view attached at its place. None, or why not."""
+    if len(fds) != len(views.roots):
+        return "a root launch's views were lost on the way"
+    libc = load_libc()
+    if libc.mount(b"tmpfs", STAGING.encode(), b"tmpfs",
+                  kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC, b"mode=0755") != 0:
+        return f"cannot mount a tmpfs on {STAGING}: {os.strerror(get_errno())}"
+    for index, (fd, root) in enumerate(zip(fds, views.roots, strict=True)):
+        os.mkdir(views.place(index), 0o755)
+        failed = attach(fd, views.place(index))
+        if failed is not None:
+            return f"cannot show {root} without root's own files ({failed})"
+    return None
+
+
+def request(views: Views, fds: Sequence[int]) -> tuple[list[str], Sequence[int]]:
+    """The jail holder's request to attach `views` (holder.py), and its descriptors."""
+    return ["views", *views.roots], fds
+
+
+def from_request(args: Sequence[str]) -> Views:
+    """`request`'s fields back (after "views")."""
+    return Views(tuple(args))
