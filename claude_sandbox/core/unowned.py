@@ -23,6 +23,7 @@ import sys
 
 from claude_sandbox.core import kernel, paths
 from claude_sandbox.core.libc import get_errno, load_libc
+from claude_sandbox.core.process import close_all_but
 from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
@@ -127,7 +128,9 @@ def start() -> Mounter | str:
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's work is proved by what it sends
-        ours.close()
+        # Nothing of the launcher's but its socket: the jail's channel, whose end the
+        # launcher closes to end the holder, and what the launcher inherited (check 102).
+        close_all_but({0, 1, 2, theirs.fileno()})
         _mounter(theirs)
     theirs.close()
     mounter = Mounter(pid, ours)

@@ -170,6 +170,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         trace.phase("workspace applied and reported")
         return status
     finally:
+        if mounter is not None:  # not asked for views, or asked: ended either way
+            mounter.stop()
         if record is not None:
             os.close(record[1])
         if jail is not None:
@@ -182,8 +184,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             making.undo(prepared)  # first: the /proc helper is reaped before the cgroup goes
         if helper is not None:  # the launch stopped before it planned
             _stop_helper(helper)
-        if mounter is not None:  # not asked for views, or asked: ended either way
-            mounter.stop()
         if cgroup is not None:
             cgroup.remove()
         _restore_terminal(modes)

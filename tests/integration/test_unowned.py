@@ -144,3 +144,20 @@ def test_a_tree_with_a_mount_below_it_is_refused_a_view(tree: str) -> None:
                             text=True, check=False, env={"PYTHONPATH": _REPO})
     assert result.stdout.strip() == f"{tree}: overlayfs refuses it: Invalid argument", (
         result.stdout + result.stderr)
+
+
+def test_the_mounter_holds_nothing_of_the_launchers_but_its_socket() -> None:
+    """Forked from the launcher while the jail's channel is open: that end and whatever
+    the launcher inherited are closed in the mounter (check 102's rule), so that an end
+    the launcher closes is closed."""
+    extra = os.open("/dev/null", os.O_RDONLY)
+    mounter = unowned.start()
+    try:
+        assert not isinstance(mounter, str), mounter
+        held = sorted(int(name) for name in os.listdir(f"/proc/{mounter.pid}/fd"))
+        assert len(held) == 4 and held[:3] == [0, 1, 2], held  # and its socket
+        assert os.readlink(f"/proc/{mounter.pid}/fd/{held[3]}").startswith("socket:")
+    finally:
+        os.close(extra)
+        if not isinstance(mounter, str):
+            mounter.stop()
