@@ -31,6 +31,9 @@ INSIDE_MARKER = f"{LIBEXEC}/inside"
 EMPTY_FILE = f"{LIBEXEC}/empty"
 # An empty root-owned directory, 0555: bound over outer processes' /proc entries.
 EMPTY_DIR = f"{LIBEXEC}/empty-dir"
+# Where a root launch's views are attached before bwrap binds them (core/unowned.py): an
+# empty directory of its own, since EMPTY_DIR is a cover's source.
+VIEWS_DIR = f"{LIBEXEC}/views"
 CONFIG_FILE = "/etc/claude-sandbox.conf"
 # Claude Code's managed-settings drop-in for unwrapped sessions only (integrity.py):
 # inside the sandbox EMPTY_SETTINGS, an empty object, is bound over it, so a

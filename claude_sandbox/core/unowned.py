@@ -3,16 +3,17 @@
 
 overlayfs checks every access twice: the reader's credentials against the overlay's
 inode, and its mounter's credentials against the inode below. A read-only overlay
-whose mounter is UNOWNED (uid and gid 65534, no supplementary group, in a user
-namespace where root's id is not mapped, so that no capability of it applies to root's
-files) lets a reader through only where the other class of the file's mode would: a
+whose mounter has an id no user or group of the system has (uid and gid, no
+supplementary group, in a user namespace where root's id is not mapped, so that no
+capability of it applies to root's files) lets a reader through only where the other
+class of the file's mode would (or an ACL entry naming no one): a
 file root keeps from others (mode 0600 or 0640, root's) is refused, whoever reads it,
 uid 0 included, and whenever it was made. No walk finds such files first.
 
 The mounter is a forked child of the launcher, which is root's; it makes each view as a
 detached mount (fsopen, fsconfig, fsmount: no mount point, nothing seen anywhere) and
-sends the descriptors back. Whoever holds one attaches it with `attach` in a mount
-namespace of its own (the jail's holder, or the child that execs bwrap).
+sends the descriptors back. Whoever holds one attaches it in a mount namespace of its own
+(the jail's holder, or the child that execs bwrap: core/viewplaces.py).
 """
 
 from __future__ import annotations
@@ -20,24 +21,24 @@ from __future__ import annotations
 import _socket
 import os
 import sys
+import time
 
 from claude_sandbox.core import kernel, paths
 from claude_sandbox.core.libc import get_errno, load_libc
 from claude_sandbox.core.process import close_all_but
-from claude_sandbox.core.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-# The overflow id: what an unmapped owner shows as. A file it owns is read through the
-# owner class by the mounter and through the other class by the reader, so that it
-# too is read by its other class alone.
-UNOWNED = 65534
+# The mounter's uid and gid outside: an id no user and no group of this system has
+# (unused_id), below 65536 (a rootless engine maps no more). Were it one, a root-owned
+# 0640 file of that group, or an ACL naming it (nobody's, 65534: a daemon's key), would
+# pass the mounter's group or user class while the reader passes as the owner.
+FIRST_ID = 65533
 
 # asm-generic/unistd.h, the unified table; linux/mount.h.
-SYS_MOVE_MOUNT = 429
 SYS_FSOPEN = 430
 SYS_FSCONFIG = 431
 SYS_FSMOUNT = 432
@@ -45,9 +46,10 @@ FSOPEN_CLOEXEC = 0x1
 FSCONFIG_SET_STRING = 1
 FSCONFIG_CMD_CREATE = 6
 FSMOUNT_CLOEXEC = 0x1
-MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
+MSG_CMSG_CLOEXEC = 0x40000000
+ANSWER_TIMEOUT = 10.0  # seconds; a mounter that has not answered by then is not waited for
 
 # Nothing of a lower layer may point the overlay elsewhere: a user owns the attributes of
 # its own files below a shown tree. Without `userxattr` the overlay reads only trusted.*
@@ -78,9 +80,7 @@ class Mounter:
         """A detached, read-only view of each of `trees` (directories, absolute), in order;
         or why they could not be made, in a few words. The mounter is done then."""
         self.ask(trees)
-        made = self.answer(len(trees))
-        self.stop()
-        return made
+        return self.answer(len(trees))
 
     def ask(self, trees: Sequence[str]) -> None:
         """Send the mounter `trees`, to make while the launcher goes on (`answer`)."""
@@ -100,12 +100,12 @@ class Mounter:
         if self.sock is None:
             return "the mounter was stopped"
         try:
+            self.sock.settimeout(ANSWER_TIMEOUT)
             message, fds, _, _ = _socket_recv_fds(self.sock, count)
-        except OSError as error:
-            return f"the mounter is gone ({error.strerror})"
+        except OSError as error:  # a timeout among them: it is killed (stop)
+            return f"the mounter did not answer ({error.strerror or 'timed out'})"
         finally:
-            self.sock.close()
-            self.sock = None
+            self.stop()
         if message != b"ok" or len(fds) != count:
             for fd in fds:
                 os.close(fd)
@@ -113,18 +113,48 @@ class Mounter:
         return fds
 
     def stop(self) -> None:
-        """The socket closed (the mounter ends on it) and the mounter reaped."""
+        """The socket closed (the mounter ends on it) and the mounter reaped: killed first
+        where it has not ended (a mounter stopped by a signal would never read the EOF)."""
         if self.sock is not None:
             self.sock.close()
             self.sock = None
         if self.pid:
-            os.waitpid(self.pid, 0)
+            if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                time.sleep(0.001)  # the EOF's usual end: it exits at once
+                if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                    os.kill(self.pid, 9)
+                    os.waitpid(self.pid, 0)
             self.pid = 0
+
+
+def unused_id(passwd: str, group: str) -> int | None:
+    """The first id down from FIRST_ID that no line of `passwd` nor `group` names."""
+    taken = set()
+    for text in (passwd, group):
+        for line in text.splitlines():
+            fields = line.split(":")
+            if len(fields) > 2 and fields[2].isdigit():
+                taken.add(int(fields[2]))
+    return next((n for n in range(FIRST_ID, FIRST_ID - 1024, -1) if n not in taken), None)
+
+
+def _system_unused_id() -> int | None:
+    texts = []
+    for name in ("/etc/passwd", "/etc/group"):
+        try:
+            with open(name, encoding="utf-8", errors="replace") as handle:
+                texts.append(handle.read())
+        except OSError:
+            return None  # nothing to tell an unused id by: no views
+    return unused_id(*texts)
 
 
 def start() -> Mounter | str:
     """Fork the mounter and map its user namespace; or why not. Run as root,
     single-threaded."""
+    unowned = _system_unused_id()
+    if unowned is None:
+        return "no id is free for the views' mounter"
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's work is proved by what it sends
@@ -139,8 +169,8 @@ def start() -> Mounter | str:
         mounter.stop()
         return reason
     try:
-        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {UNOWNED} 1\n"),
-                           ("gid_map", f"0 {UNOWNED} 1\n")):
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {unowned} 1\n"),
+                           ("gid_map", f"0 {unowned} 1\n")):
             with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
                 handle.write(text)
         ours.sendall(b"g")
@@ -157,7 +187,10 @@ def make(trees: Sequence[str]) -> list[int] | str:
 
 
 def _socket_recv_fds(sock: _socket.socket, count: int) -> tuple[bytes, list[int], int, None]:
-    message, ancillary, flags, _ = sock.recvmsg(4096, _socket.CMSG_SPACE(count * _INT))
+    # Close-on-exec as they arrive: a view's descriptor reaches no program (bwrap, the
+    # sandbox), where it would open the tree below every mount bwrap puts over it.
+    message, ancillary, flags, _ = sock.recvmsg(4096, _socket.CMSG_SPACE(count * _INT),
+                                                MSG_CMSG_CLOEXEC)
     fds = []
     for level, kind, data in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
@@ -245,7 +278,7 @@ def _views(sock: _socket.socket) -> list[int]:  # pragma: no cover
             held.append(os.open(tree, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
         except OSError as error:
             raise _Refused(f"{tree}: {error.strerror}") from None
-    os.setresgid(0, 0, 0)  # UNOWNED, as the maps say
+    os.setresgid(0, 0, 0)  # the unused id, as the maps say
     os.setresuid(0, 0, 0)
     views = []
     for tree, fd in zip(trees, held, strict=True):
@@ -283,92 +316,3 @@ def _log(fs: int) -> str:
     except OSError:
         return why
     return text.split(" ", 1)[-1] if text else why
-
-
-def attach(view: int, target: str) -> str | None:
-    """Attach a detached view at `target`, in this process's mount namespace (which it
-    must own); None, or why not."""
-    if load_libc().syscall(SYS_MOVE_MOUNT, view, b"", kernel.AT_FDCWD,
-                           target.encode("utf-8", "surrogateescape"),
-                           MOVE_MOUNT_F_EMPTY_PATH) != 0:
-        return os.strerror(get_errno())
-    return None
-
-
-# Where the views are attached, in the mount namespace bwrap starts in: a tmpfs mounted
-# over the package's empty directory there, one numbered directory per view. bwrap's
-# read-only binds of the shown trees take their sources from it (`staged`); the trees'
-# real paths stay as they are, for the binds that write (a workspace under /opt).
-STAGING = paths.EMPTY_DIR
-
-
-@record
-class Views:
-    """The trees a root launch shows through views, in the order the views were made:
-    the first at STAGING/0, and so on."""
-
-    roots: tuple[str, ...]
-    # Places within them that are the sandbox's own (the workspace under /opt, /var/tmp's
-    # private tmpfs): a bind from there keeps its real source.
-    own: tuple[str, ...] = ()
-
-    def place(self, index: int) -> str:
-        return f"{STAGING}/{index}"
-
-
-def split(roots: Sequence[str], skip: Sequence[str], mountinfo_text: str,
-          ) -> tuple[list[str], list[str]]:
-    """`roots` (the trees the walk would cover) as (those a view can show, the rest). A
-    tree with a mount below it is the walk's: in the mounter's namespace that mount is
-    locked (the kernel keeps a less privileged namespace from uncovering what lies under
-    it), and overlayfs refuses a layer with a locked mount inside; an engine's /etc/hosts
-    makes /etc one, a small tree. `skip`: the sandbox's own places, whose mounts do not
-    count (nothing of the host is shown there)."""
-    from claude_sandbox.core import mountinfo
-
-    below = [m.mountpoint for m in mountinfo.parse(mountinfo_text)
-             if not paths.under_any(m.mountpoint, skip)]
-    viewed: list[str] = []
-    walked: list[str] = []
-    for root in roots:
-        mounted = any(point != root and paths.under(point, root) for point in below)
-        (walked if mounted else viewed).append(root)
-    return viewed, walked
-
-
-def staged(path: str, views: Views) -> str | None:
-    """Where `path`, in a tree shown through a view, is under STAGING; else None (and
-    for a path in one of the sandbox's own places there)."""
-    if paths.under_any(path, views.own):
-        return None
-    for index, root in enumerate(views.roots):
-        if paths.under(path, root):
-            return f"{views.place(index)}{path[len(root.rstrip('/')):]}"
-    return None
-
-
-def attach_all(views: Views, fds: Sequence[int]) -> str | None:
-    """In a mount namespace this process owns (mounts private): STAGING made a tmpfs and
-    each view attached at its place. None, or why not."""
-    if len(fds) != len(views.roots):
-        return "a root launch's views were lost on the way"
-    libc = load_libc()
-    if libc.mount(b"tmpfs", STAGING.encode(), b"tmpfs",
-                  kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC, b"mode=0755") != 0:
-        return f"cannot mount a tmpfs on {STAGING}: {os.strerror(get_errno())}"
-    for index, (fd, root) in enumerate(zip(fds, views.roots, strict=True)):
-        os.mkdir(views.place(index), 0o755)
-        failed = attach(fd, views.place(index))
-        if failed is not None:
-            return f"cannot show {root} without root's own files ({failed})"
-    return None
-
-
-def request(views: Views, fds: Sequence[int]) -> tuple[list[str], Sequence[int]]:
-    """The jail holder's request to attach `views` (holder.py), and its descriptors."""
-    return ["views", *views.roots], fds
-
-
-def from_request(args: Sequence[str]) -> Views:
-    """`request`'s fields back (after "views")."""
-    return Views(tuple(args))

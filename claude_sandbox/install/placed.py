@@ -71,8 +71,9 @@ def install_files(report: Report) -> None:
                     functools.partial(write, mount_point, "", 0o644))
     report.step(f"empty file {paths.EMPTY_FILE}", differs(paths.EMPTY_FILE, "", 0o444),
                 lambda: write(paths.EMPTY_FILE, "", 0o444))
-    report.step(f"empty directory {paths.EMPTY_DIR}", not _empty_dir_ok(paths.EMPTY_DIR),
-                functools.partial(_make_empty_dir, paths.EMPTY_DIR))
+    for directory in (paths.EMPTY_DIR, paths.VIEWS_DIR):
+        report.step(f"empty directory {directory}", not _empty_dir_ok(directory),
+                    functools.partial(_make_empty_dir, directory))
 
 
 # The programs built here from source, C and static: the command client of hardening =

@@ -262,9 +262,9 @@ def exec_session(sock: _socket.socket, argv: list[str], env: list[str]) -> None:
 
 
 def _attach_views(args: list[str], fds: list[int]) -> list[str]:
-    from claude_sandbox.core import unowned
+    from claude_sandbox.core import viewplaces
 
-    failed = unowned.attach_all(unowned.from_request(args), fds)
+    failed = viewplaces.attach_all(viewplaces.from_request(args), fds)
     return ["ok"] if failed is None else ["err", failed]
 
 

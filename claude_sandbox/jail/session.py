@@ -131,7 +131,7 @@ class Jail:
         `fds`: descriptors the session inherits at the same numbers (bwrap's --seccomp FD,
         a gitconfig pipe), sent to the holder (SCM_RIGHTS). `record_fd`: the session's
         egress record (egressrecord.create), or none (/dev/null). `views`: a root launch's
-        (core/unowned.request). `broker`: the credential broker's fields, real values
+        (core/viewplaces.request). `broker`: the credential broker's fields, real values
         included, which reach the proxy over its control socket only (egressinject.py).
         """
         try:

@@ -26,7 +26,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from claude_sandbox.core.unowned import Mounter, Views
+    from claude_sandbox.core.unowned import Mounter
+    from claude_sandbox.core.viewplaces import Views
     from claude_sandbox.launch.facts.rootonly import Walk
     from claude_sandbox.launch.planner.mounts import Mount
     from claude_sandbox.launch.session.procmask import Helper
@@ -65,7 +66,9 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
 
             # Asked first: the mounter makes the views while the rest is prepared.
             walk = rootonly.plan_walk(store, facts, the_plan.layout, the_plan.mounts)
-            asked = ask_views(walk, mounter)
+            asked = ask_views(walk, mounter, writable_sources(the_plan))
+        if asked is None and mounter is not None:  # nothing for it to make
+            mounter.stop()
         bwrap_path = paths.tool("bwrap")
         state.ensure_home(store, the_plan.agent, facts.home,
                           profiles.get(the_plan.agent).imports, facts.uid,
@@ -94,7 +97,10 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
                 the_plan = replace(the_plan, mounts=through_views(the_plan.mounts, views))
                 walk = replace(walk, roots=tuple(walked)) if walked else None
                 if walk is None:  # no launch reads its times early again (run.py)
-                    rootcache.remove(os.path.join(store, rootcache.CACHE_NAME))
+                    try:
+                        rootcache.remove(os.path.join(store, rootcache.CACHE_NAME))
+                    except OSError:
+                        pass  # another launch's removal, a store that cannot: time only
             if walk is None and not plan.masks(the_plan, "outer-proc") and not plan.masks(
                     the_plan, "noexec"):  # the views did all the helper would have
                 the_plan = replace(the_plan, inner=replace(the_plan.inner, late_masks=False))
@@ -126,12 +132,24 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
                     views, tuple(view_fds))
 
 
-def ask_views(walk: Walk, mounter: Mounter | None) -> tuple[list[str], list[str]]:
-    """The trees of `walk` a view can show and those left to the walk (unowned.split),
-    the first sent to `mounter` (steps.py forked it) to make their views now."""
-    from claude_sandbox.core import mountinfo, unowned
+def ask_views(walk: Walk, mounter: Mounter | None,
+              writable: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """The trees of `walk` a view can show and those left to the walk, the first sent to
+    `mounter` (steps.py forked it) to make their views now. A tree in one of the
+    sandbox's own places (~/.config/gh under the home) is neither: nothing of it was ever
+    covered, and its files are the agent's to read. A tree with a mount below it
+    (viewplaces.split) or a place bound writable from it (a git directory outside the
+    workspace: the real one, not a view, below the session's overlay) is walked."""
+    from claude_sandbox.core import mountinfo, viewplaces
 
-    viewed, walked = unowned.split(walk.roots, walk.skip, mountinfo.read())
+    roots = [root for root in walk.roots if paths.under_any(root, walk.bound)
+             or not paths.under_any(root, walk.shown)]
+    viewed, walked = viewplaces.split(roots, mountinfo.read())
+    held = [root for root in viewed if any(paths.under(source, root)
+                                            and not paths.under_any(source, walk.shown)
+                                            for source in writable)]
+    viewed = [root for root in viewed if root not in held]
+    walked += held
     if viewed and mounter is not None:
         mounter.ask(viewed)
     return viewed, walked
@@ -145,9 +163,11 @@ def root_views(walk: Walk, mounter: Mounter | None = None,
     below them); None where there is no view to make or the kernel refuses one: the walk's
     covers hide root's files in every tree then (ADR 0015). `asked`: what ask_views sent
     `mounter`; without either, a mounter is started here (explain)."""
-    from claude_sandbox.core import unowned
+    from claude_sandbox.core import unowned, viewplaces
 
     viewed, walked = asked if asked is not None else ask_views(walk, None)
+    if not viewed and mounter is not None:
+        mounter.stop()
     if not viewed:
         return None
     made = (mounter.answer(len(viewed)) if mounter is not None and asked is not None
@@ -156,13 +176,21 @@ def root_views(walk: Walk, mounter: Mounter | None = None,
         return None
     own = tuple(place for place in (*walk.skip, *walk.shown)
                 if any(paths.under(place, root) for root in viewed))
-    return unowned.Views(tuple(viewed), own), made, walked
+    bound = tuple(place for place in walk.bound if paths.under_any(place, viewed))
+    return viewplaces.Views(tuple(viewed), own, bound), made, walked
+
+
+def writable_sources(the_plan: plan.Plan) -> list[str]:
+    """What the session writes from the host: its writable binds' sources and the places
+    its overlays show (git directories, control directories)."""
+    return [*(m.source for m in the_plan.mounts if m.kind == "bind"),
+            *(view.target for view in the_plan.views)]
 
 
 def through_views(mounts: Sequence[Mount], views: Views) -> tuple[Mount, ...]:
     """`mounts` with every read-only bind from a tree shown through a view bound from that
     view: bwrap starts where the views are attached (core/unowned.py)."""
-    from claude_sandbox.core.unowned import staged
+    from claude_sandbox.core.viewplaces import staged
 
     out = []
     for mount in mounts:
@@ -172,9 +200,9 @@ def through_views(mounts: Sequence[Mount], views: Views) -> tuple[Mount, ...]:
 
 
 def views_request(prepared: Prepared) -> tuple[list[str], Sequence[int]] | None:
-    from claude_sandbox.core import unowned
+    from claude_sandbox.core import viewplaces
 
-    return None if prepared.views is None else unowned.request(prepared.views,
+    return None if prepared.views is None else viewplaces.request(prepared.views,
                                                                 prepared.view_fds)
 
 

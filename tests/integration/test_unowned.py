@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from claude_sandbox.core import unowned
+from claude_sandbox.core import unowned, viewplaces
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="views are a root launch's")
 
@@ -42,24 +42,24 @@ def tree() -> Iterator[str]:
     shutil.rmtree(top, ignore_errors=True)
 
 
-def _outcomes(views: unowned.Views, fds: list[int], names: list[str], then: str = "",
+def _outcomes(views: viewplaces.Views, fds: list[int], names: list[str], then: str = "",
               ) -> dict[str, str]:
     """In a process of its own (its own mount namespace): attach `views`, run `then` (a
     shell command, as root with every capability), and read each of `names` (relative to
     the first view) as uid 0 without a capability."""
     script = (
         "import os, sys, subprocess\n"
-        "from claude_sandbox.core import kernel, unowned\n"
+        "from claude_sandbox.core import kernel, viewplaces\n"
         "from claude_sandbox.core.libc import load_libc\n"
         "libc = load_libc()\n"
         "assert libc.unshare(kernel.CLONE_NEWNS) == 0\n"
         "assert libc.mount(b'none', b'/', None, kernel.MS_REC | kernel.MS_PRIVATE, None) == 0\n"
-        f"views = unowned.Views({views.roots!r})\n"
-        f"failed = unowned.attach_all(views, {fds!r})\n"
+        f"views = viewplaces.Views({views.roots!r})\n"
+        f"failed = viewplaces.attach_all(views, {fds!r})\n"
         "assert failed is None, failed\n"
         f"subprocess.run(['sh', '-c', {then!r} or ':'], check=True)\n"
         "os.execvp('setpriv', ['setpriv', '--inh-caps=-all', '--bounding-set=-all', 'sh', "
-        f"'-c', {READ!r}, 'sh', *(f'{{unowned.STAGING}}/0/{{n}}' for n in {names!r})])\n")
+        f"'-c', {READ!r}, 'sh', *(f'{{viewplaces.STAGING}}/0/{{n}}' for n in {names!r})])\n")
     # -S: this checkout by PYTHONPATH, whatever an editable install maps the package to.
     result = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True,
                             check=False, pass_fds=fds, env={"PYTHONPATH": _REPO})
@@ -74,8 +74,8 @@ def _outcomes(views: unowned.Views, fds: list[int], names: list[str], then: str 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _made(trees: list[str]) -> tuple[unowned.Views, list[int]]:
-    views = unowned.Views(tuple(trees))
+def _made(trees: list[str]) -> tuple[viewplaces.Views, list[int]]:
+    views = viewplaces.Views(tuple(trees))
     made = unowned.make(views.roots)
     assert not isinstance(made, str), made
     for fd in made:
@@ -129,7 +129,7 @@ def test_what_overlayfs_refuses_is_said() -> None:
 
 
 def test_a_tree_with_a_mount_below_it_is_refused_a_view(tree: str) -> None:
-    """Why such a tree is left to the walk (unowned.split): in the mounter's namespace the
+    """Why such a tree is left to the walk (viewplaces.split): in the mounter's namespace the
     mount below is locked, and overlayfs will not take a layer it would uncover."""
     script = (
         "import os, subprocess\n"

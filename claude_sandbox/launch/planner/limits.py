@@ -35,7 +35,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from claude_sandbox.core.unowned import Views
+    from claude_sandbox.core.viewplaces import Views
 
 # Caps every sandbox gets unless the operator sets its own (ADR 0006): half of
 # the processes the container may still start, at most DEFAULT_PIDS, and three
@@ -139,11 +139,13 @@ def run_supervised(
             cgroup.join()
         ignore_session_signals()
         if overlays or root_views[0] is not None:  # without the jail, the child makes the
-            from claude_sandbox.core import unowned, views  # mount namespace itself
+            from claude_sandbox.core import viewplaces, views  # mount namespace itself
 
             failed = views.own_mount_namespace(os.getuid(), os.getgid())
             if failed is None and root_views[0] is not None:  # a root launch's (ADR 0020)
-                failed = unowned.attach_all(root_views[0], root_views[1])
+                failed = viewplaces.attach_all(root_views[0], root_views[1])
+                for fd in root_views[1]:  # attached: bwrap gets none (close-on-exec too)
+                    os.close(fd)
             for lower, upper, work, target in overlays if failed is None else ():
                 failed = views.mount_overlay(lower, upper, work, target)
                 if failed is not None:
