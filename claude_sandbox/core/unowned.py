@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import _socket
 import os
-import sys
 import time
 
-from claude_sandbox.core import kernel, paths
+from claude_sandbox.core import kernel, paths, wire
 from claude_sandbox.core.libc import get_errno, load_libc
 from claude_sandbox.core.process import close_all_but
 
@@ -58,7 +57,7 @@ ANSWER_TIMEOUT = 10.0  # seconds; a mounter that has not answered by then is not
 OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"))
 
 EMPTY = paths.EMPTY_DIR  # in the mounter's namespace, an empty tmpfs (_views)
-_MAX_VIEWS = 64  # SCM_RIGHTS carries at most 253 descriptors; a launch shows a dozen trees
+_LIMIT = 1 << 20  # a message's bytes: the trees' paths, or a reason
 
 
 def _escaped(path: str) -> str:
@@ -86,12 +85,9 @@ class Mounter:
         """Send the mounter `trees`, to make while the launcher goes on (`answer`)."""
         if self.sock is None:
             return
-        data = "\0".join(trees).encode("utf-8", "surrogateescape")
-        if len(trees) > _MAX_VIEWS:
-            data = b""  # an empty list: the mounter refuses it
         try:
-            self.sock.sendall(len(data).to_bytes(4, "big") + data)
-        except OSError:
+            wire.send(self.sock, list(trees))  # over MAX_FDS: the mounter refuses them
+        except (OSError, wire.WireError):
             pass  # gone: `answer` says so
 
     def answer(self, count: int) -> list[int] | str:
@@ -101,16 +97,19 @@ class Mounter:
             return "the mounter was stopped"
         try:
             self.sock.settimeout(ANSWER_TIMEOUT)
-            message, fds, _, _ = _socket_recv_fds(self.sock, count)
-        except OSError as error:  # a timeout among them: it is killed (stop)
-            return f"the mounter did not answer ({error.strerror or 'timed out'})"
+            # Its descriptors close-on-exec as they arrive (wire.receive): one would open
+            # its tree below every mount bwrap puts over it, were it inherited.
+            message = wire.receive(self.sock, _LIMIT)
+        except (OSError, wire.WireError) as error:  # a timeout among them: killed (stop)
+            return f"the mounter did not answer ({error})"
         finally:
             self.stop()
-        if message != b"ok" or len(fds) != count:
-            for fd in fds:
-                os.close(fd)
-            return message.decode("utf-8", "replace").lstrip("!") or "the mounter ended"
-        return fds
+        if message is None:
+            return "the mounter ended"
+        if list(message.fields) != ["ok"] or len(message.fds) != count:
+            wire.close(message.fds)
+            return message.fields[-1] if message.fields else "the mounter ended"
+        return list(message.fds)
 
     def stop(self) -> None:
         """The socket closed (the mounter ends on it) and the mounter reaped: killed first
@@ -164,16 +163,19 @@ def start() -> Mounter | str:
         _mounter(theirs)
     theirs.close()
     mounter = Mounter(pid, ours)
-    if ours.recv(1) != b"u":
-        reason = _failure(ours)
+    try:
+        said = wire.receive_fields(ours, _LIMIT)
+    except (OSError, wire.WireError) as error:
+        said = ["err", str(error)]
+    if said != ["u"]:
         mounter.stop()
-        return reason
+        return said[-1] if said else "the mounter ended"
     try:
         for name, text in (("setgroups", "deny"), ("uid_map", f"0 {unowned} 1\n"),
                            ("gid_map", f"0 {unowned} 1\n")):
             with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
                 handle.write(text)
-        ours.sendall(b"g")
+        wire.send(ours, ["g"])
     except OSError as error:
         mounter.stop()
         return f"cannot map the mounter's user namespace ({error.strerror})"
@@ -186,36 +188,14 @@ def make(trees: Sequence[str]) -> list[int] | str:
     return mounter if isinstance(mounter, str) else mounter.views(trees)
 
 
-def _socket_recv_fds(sock: _socket.socket, count: int) -> tuple[bytes, list[int], int, None]:
-    # Close-on-exec as they arrive: a view's descriptor reaches no program (bwrap, the
-    # sandbox), where it would open the tree below every mount bwrap puts over it.
-    message, ancillary, flags, _ = sock.recvmsg(4096, _socket.CMSG_SPACE(count * _INT),
-                                                MSG_CMSG_CLOEXEC)
-    fds = []
-    for level, kind, data in ancillary:
-        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-            fds += [int.from_bytes(data[at:at + _INT], sys.byteorder, signed=True)
-                    for at in range(0, len(data) - len(data) % _INT, _INT)]
-    return message, fds, flags, None
-
-
-def _failure(sock: _socket.socket) -> str:
-    rest = b""
-    while chunk := sock.recv(4096):
-        rest += chunk
-    return rest.decode("utf-8", "replace").lstrip("!") or "the mounter ended"
-
-
 def _mounter(sock: _socket.socket) -> None:  # pragma: no cover
     """The child: never returns."""
     try:
-        views = _views(sock)
-        sock.sendmsg([b"ok"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                                _ints(views))])
+        wire.send(sock, ["ok"], _views(sock))
         os._exit(0)
     except _Refused as refused:
         try:
-            sock.sendall(b"!" + str(refused).encode("utf-8", "replace"))
+            wire.send(sock, ["err", str(refused)])
         finally:
             os._exit(1)
     except BaseException:
@@ -223,28 +203,20 @@ def _mounter(sock: _socket.socket) -> None:  # pragma: no cover
 
 
 def _trees(sock: _socket.socket) -> list[str]:  # pragma: no cover
-    """The launcher's list of trees: a length, then the paths, NUL-separated."""
-    data = b""
-    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
-        chunk = sock.recv(65536)
-        if not chunk or len(data) > 1 << 20:
-            raise _Refused("the launcher sent no trees")  # stopped: the launch needs none
-        data += chunk
-    if len(data) == 4:
-        raise _Refused(f"more than {_MAX_VIEWS} trees to show")
-    return data[4:].decode("utf-8", "surrogateescape").split("\0")
+    """The launcher's trees, at most MAX_FDS (a view each goes back in one message)."""
+    try:
+        trees = wire.receive_fields(sock, _LIMIT)
+    except (OSError, wire.WireError):
+        trees = None
+    if trees is None:
+        raise _Refused("the launcher sent no trees")  # stopped: the launch needs none
+    if not trees or len(trees) > wire.MAX_FDS:
+        raise _Refused(f"{len(trees)} trees to show, not 1 to {wire.MAX_FDS}")
+    return trees
 
 
 class _Refused(Exception):
     pass
-
-
-_INT = 4  # a descriptor in SCM_RIGHTS: a C int (`array`, socket.send_fds's way, imports
-# collections, 4-6 ms of a launch)
-
-
-def _ints(fds: list[int]) -> bytes:
-    return b"".join(fd.to_bytes(_INT, sys.byteorder, signed=True) for fd in fds)
 
 
 def _views(sock: _socket.socket) -> list[int]:  # pragma: no cover
@@ -256,8 +228,8 @@ def _views(sock: _socket.socket) -> list[int]:  # pragma: no cover
     os.setgroups([])  # in the first namespace: no group of root's reaches the mounter
     if libc.unshare(kernel.CLONE_NEWUSER) != 0:
         raise refused("unshare a user namespace")
-    sock.sendall(b"u")
-    if sock.recv(1) != b"g":
+    wire.send(sock, ["u"])
+    if wire.receive_fields(sock, _LIMIT) != ["g"]:
         raise _Refused("the launcher did not map the mounter")
     if libc.unshare(kernel.CLONE_NEWNS) != 0:
         raise refused("unshare a mount namespace")
