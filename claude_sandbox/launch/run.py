@@ -77,7 +77,7 @@ def _early_helper() -> Helper | None:
     if os.getuid() != 0:  # plan.masks_root_only, before the planner is imported
         return None
     from claude_sandbox.launch.facts import hostfacts, rootcache
-    from claude_sandbox.launch.session import procmask, state
+    from claude_sandbox.launch.session import state
 
     state_dir = _state_dir_ahead()
     if state_dir is not None:
@@ -95,8 +95,13 @@ def _early_helper() -> Helper | None:
     store = state.store_root(state_dir, hostfacts.login_home(), 0)
     cache = os.path.join(store, rootcache.CACHE_NAME)
     # None where no tree is walked (ADR 0020: a launch that shows every tree through a
-    # view removes the cache): prepare() forks the helper where it has work.
-    return procmask.start_helper(cache) if os.path.exists(cache) else None
+    # view removes the cache): prepare() forks the helper where it has work. The helper's
+    # module is imported only where one is forked.
+    if not os.path.exists(cache):
+        return None
+    from claude_sandbox.launch.session import procmask
+
+    return procmask.start_helper(cache)
 
 
 def _state_dir_ahead() -> str | None:

@@ -101,13 +101,14 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             # rest is planned (ADR 0015). It read the store run.py found ahead of the
             # configuration; where that is not this launch's, a new helper reads this one's.
             from claude_sandbox.launch.facts.rootcache import CACHE_NAME
-            from claude_sandbox.launch.session import procmask
 
             cache = os.path.join(store, CACHE_NAME)
             if helper is not None and helper.cache != cache:
                 _stop_helper(helper)
                 helper = None
             if helper is None and os.path.exists(cache):  # else the views may do it all
+                from claude_sandbox.launch.session import procmask
+
                 helper = procmask.start_helper(cache)
         elif helper is not None:  # run.py's rule and the planner's disagree: none early
             _stop_helper(helper)

@@ -34,16 +34,14 @@ helper as soon as the launch knows it runs as root, while the launcher plans
 
 from __future__ import annotations
 
+import binascii
 import marshal
-import math
 import os
 import stat
 import sys
 import time
-import zlib
 
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.facts import dirtimes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -92,7 +90,8 @@ class Cache:
 def fresh(made: float, now: float) -> bool:
     """Whether a cache made at `made` may be refreshed at `now` rather than rebuilt: made
     within MAX_AGE, and not in the future (a clock set back would keep it forever)."""
-    return math.isfinite(made) and 0 <= now - made <= MAX_AGE
+    # A time that is not a number, or infinite, fails the comparison.
+    return 0 <= now - made <= MAX_AGE
 
 
 def read_own(path: str, limit: int = -1) -> bytes | None:
@@ -129,7 +128,7 @@ def read(path: str) -> Cache | None:
         size = int.from_bytes(data[at:at + 8], "big")
         crc, times_crc = data[at + 8:at + 12], int.from_bytes(data[at + 12:_HEAD], "big")
         head = data[_HEAD:_HEAD + size]
-        if size != len(head) or int.from_bytes(crc, "big") != zlib.crc32(head):
+        if size != len(head) or int.from_bytes(crc, "big") != binascii.crc32(head):
             return None
         made, hidden, count, walked, token, encoding = marshal.loads(head)
     except (OSError, ValueError, TypeError, EOFError, MemoryError):
@@ -147,7 +146,7 @@ def read(path: str) -> Cache | None:
 def directories(cache: Cache) -> dict[str, int] | None:
     """Every directory's time, as the cache holds them; None where that part is not the
     one its head was written with (the cache is then rebuilt)."""
-    if zlib.crc32(cache.times) != cache.crc:
+    if binascii.crc32(cache.times) != cache.crc:
         return None
     try:
         dirs = marshal.loads(cache.times)
@@ -162,6 +161,8 @@ def directories(cache: Cache) -> dict[str, int] | None:
 
 def _times(dirs: dict[str, int], token: str) -> bytes | None:
     """The times file's bytes; None where a time does not fit its 8 bytes of seconds."""
+    from claude_sandbox.launch.facts import dirtimes  # the walk's alone (ADR 0020)
+
     records = []
     try:
         for where, when in dirs.items():
@@ -189,8 +190,8 @@ def save(path: str, hidden: dict[str, bool], dirs: dict[str, int], made: float,
     body = marshal.dumps(dirs)
     times = _times(dirs, token)
     _remove(path + TIMES)
-    write_new(path, _MAGIC + len(head).to_bytes(8, "big") + zlib.crc32(head).to_bytes(4, "big")
-              + zlib.crc32(body).to_bytes(4, "big") + head + body)
+    write_new(path, _MAGIC + len(head).to_bytes(8, "big") + binascii.crc32(head).to_bytes(4, "big")
+              + binascii.crc32(body).to_bytes(4, "big") + head + body)
     if times is not None:
         try:
             write_new(path + TIMES, times)
@@ -256,6 +257,8 @@ def prefetch(path: str) -> Prefetched:
     rootonly.private_paths would do first, whatever the plan says. The compiled reader
     reads the times while the cache's head loads; where it could not, they are read
     here. Where the reader found nothing changed, the cache's own times are not loaded."""
+    from claude_sandbox.launch.facts import dirtimes  # the walk's alone (ADR 0020)
+
     reading = dirtimes.start(path + TIMES) if os.path.exists(path + TIMES) else None
     cache = read(path)
     if cache is None or not cache.count or not fresh(cache.made, time.time()):

@@ -38,13 +38,14 @@ import time
 
 from claude_sandbox.core import mountinfo, paths
 from claude_sandbox.core.record import record
-from claude_sandbox.launch.facts import dirtimes, rootcache, rootmemo
+from claude_sandbox.launch.facts import rootcache
 from claude_sandbox.launch.facts.rootcache import CACHE_NAME, Prefetched, save
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from claude_sandbox.launch.facts import rootmemo
     from claude_sandbox.launch.facts.hostfacts import HostFacts
     from claude_sandbox.launch.planner.mounts import Mount, Writable
 
@@ -54,6 +55,8 @@ PSEUDO_FS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue",
                        "fusectl", "hugetlbfs", "binfmt_misc", "autofs", "nsfs", "efivarfs",
                        "selinuxfs", "rpc_pipefs"})
 HIDE, DESCEND, SKIP = "hide", "descend", "skip"
+# The walk's own modules (dirtimes, rootmemo) are imported where it walks: a launch whose
+# trees are all views (ADR 0020) plans with this module and never walks.
 
 
 def _roots_bits(info: os.stat_result, groups: frozenset[int]) -> int:
@@ -150,6 +153,8 @@ def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
           dirs: dict[str, int], groups: frozenset[int], listings: rootmemo.Listings | None = None,
           ) -> None:
     """Walk `directory`: record what to hide (not descending into it) and dir times."""
+    from claude_sandbox.launch.facts.dirtimes import stamp
+
     stack = [directory]
     while stack:
         current = stack.pop()
@@ -159,7 +164,7 @@ def _scan(directory: str, skip: frozenset[str], hidden: dict[str, bool],
             # owner may set the latter back (utimensat) once root has made a file in it,
             # and the refresh would then not list it again; only the kernel sets the
             # former, on every entry made, removed or renamed there, and on utimensat.
-            dirs[current] = dirtimes.stamp(info)
+            dirs[current] = stamp(info)
             entries = list(os.scandir(current))
         except OSError:
             continue
@@ -195,6 +200,8 @@ def refresh(hidden: dict[str, bool], dirs: dict[str, int], skip: Iterable[str],
     system tree (/usr/src/app) then costs its own launches nothing, however many
     directories the agent makes in it. `known`: the changed directories among all of
     `dirs`, read before (rootcache.prefetch), `own`'s then left out."""
+    from claude_sandbox.launch.facts import dirtimes
+
     ours = tuple(o for o in own if o in dirs)  # only a place the walk went into
     prefixes = tuple(o.rstrip("/") + "/" for o in ours)
     candidates = [d for d in (dirs if known is None else known)
@@ -230,6 +237,8 @@ def private_paths(cache: str, skip: Iterable[str], roots: Iterable[str],
     sandbox shows) it does not hold walked anew, whatever their parents' modes, minus
     `skip` (and below). `early`: the cache and its changed directories, read before
     the plan (rootcache.prefetch)."""
+    from claude_sandbox.launch.facts import rootmemo
+
     groups = _groups()
     roots = list(roots)
     cached = early.cache if early is not None else rootcache.read(cache)
