@@ -2,7 +2,8 @@
 
 `subprocess` imports threading, selectors and locale (about 10 ms, ADR 0004),
 and glibc's posix_spawn leaves signals ignored in the child; the launch path
-forks and execs itself instead, here and nowhere else.
+forks and execs itself instead, here and nowhere else, but for the programs
+posix_spawned (below) says may be spawned.
 """
 
 from __future__ import annotations
@@ -128,10 +129,31 @@ def fork_exec(
     return Child(pid)
 
 
+# Whether cloexec_inherited has marked every descriptor this process inherited: from then
+# on a tool whose answer is read (capture) is spawned, not forked.
+_inherited_marked = False
+
+
 def cloexec_inherited() -> bool:
     """Mark close-on-exec every descriptor above 2 (the inherited ones lack it: Python
     opens its own so): no program spawned gets one. False where /proc cannot list them."""
-    return _each_listed(lambda fd: fd > 2, lambda fd: os.set_inheritable(fd, False))
+    global _inherited_marked
+    _inherited_marked = _each_listed(lambda fd: fd > 2,
+                                     lambda fd: os.set_inheritable(fd, False))
+    return _inherited_marked
+
+
+def posix_spawned(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int, int],
+                  *, setsid: bool) -> Child:
+    """`argv` started by glibc's posix_spawn, with `streams` (target fd: source fd) in place
+    of 0, 1, 2 and SIGPIPE and SIGXFSZ at their defaults; every other descriptor it gets
+    is one without close-on-exec (a caller's to rule out). The memory is shared until the
+    exec, not copied (fork_exec's cost: docs/adr/0004-launch-cost.md), and glibc's two
+    internal signals stay ignored in the program (fork_exec's docstring): never for a
+    program in the agent's line."""
+    actions = [(os.POSIX_SPAWN_DUP2, source, target) for target, source in streams.items()]
+    return Child(os.posix_spawn(argv[0], list(argv), dict(env), file_actions=actions,
+                                setsid=setsid, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ)))
 
 
 def _each_listed(which: Callable[[int], bool], do: Callable[[int], None]) -> bool:
@@ -346,9 +368,14 @@ def capture(argv: list[str], env: dict[str, str], *, stdin: int | None = None,
     """
     read_end, write_end = os.pipe()
     null = os.open(os.devnull, os.O_RDWR)
+    streams = {0: null if stdin is None else stdin, 1: write_end, 2: null}
     try:
-        child = fork_exec(argv, env, {0: null if stdin is None else stdin, 1: write_end,
-                                      2: null}, setsid=False)
+        # Spawned where every inherited descriptor is close-on-exec (the launcher marks
+        # them at its start): git's config read forked a process the launcher's size, 2 ms
+        # of a launch and a fault on each page it wrote afterwards. Forked otherwise, so
+        # that the child closes what it inherited.
+        child = (posix_spawned(argv, env, streams, setsid=False) if _inherited_marked
+                 else fork_exec(argv, env, streams, setsid=False))
     finally:
         os.close(write_end)
         os.close(null)

@@ -8,11 +8,10 @@ stands in for that (process.fork_exec is the form with a fork).
 
 from __future__ import annotations
 
-import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.process import Child, fork_exec, join_or_exit
+from claude_sandbox.core.process import Child, fork_exec, join_or_exit, posix_spawned
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,11 +35,8 @@ def spawn_tied(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int
     if not installed_program(paths.TIE):
         return fork_exec(argv, env, streams, setsid=True, die_with_parent=True,
                          before_exec=(lambda: join_or_exit(cgroup_dirs)) if cgroup_dirs else None)
-    actions = [(os.POSIX_SPAWN_DUP2, source, target) for target, source in streams.items()]
-    tie = [paths.TIE, str(os.getpid()), *cgroup_dirs, "--", *argv]
-    pid = os.posix_spawn(paths.TIE, tie, dict(env), file_actions=actions, setsid=True,
-                         setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
-    return Child(pid)
+    return posix_spawned([paths.TIE, str(os.getpid()), *cgroup_dirs, "--", *argv], env,
+                         streams, setsid=True)
 
 
 def installed_program(path: str) -> bool:
@@ -71,7 +67,4 @@ def spawn_tool(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int
     Every other descriptor is closed by its close-on-exec flag: the holder closed all it
     inherited (holderfork.forked), and opens its own close-on-exec.
     """
-    actions = [(os.POSIX_SPAWN_DUP2, source, target) for target, source in streams.items()]
-    pid = os.posix_spawn(argv[0], list(argv), dict(env), file_actions=actions,
-                         setsid=setsid, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
-    return Child(pid)
+    return posix_spawned(argv, env, streams, setsid=setsid)

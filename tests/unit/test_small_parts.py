@@ -186,9 +186,10 @@ def test_a_private_directory_that_cannot_be_removed_is_one_warning(tmp_path: pat
 
 
 def test_an_inherited_descriptor_is_marked_close_on_exec_and_no_spawned_program_gets_it(
-) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from claude_sandbox.core import process
 
+    monkeypatch.setattr(process, "_inherited_marked", False)  # put back after the test
     read, write = os.pipe()
     try:
         os.set_inheritable(read, True)  # as a descriptor the launcher inherited is
@@ -199,6 +200,40 @@ def test_an_inherited_descriptor_is_marked_close_on_exec_and_no_spawned_program_
         assert str(read) not in shown
         for fd in (0, 1, 2):  # the standard streams stay as they are
             assert os.get_inheritable(fd)
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_captured_tool_is_spawned_once_inherited_descriptors_are_marked_and_gets_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """git's answers are read through capture: spawned, not forked, once the launcher has
+    marked what it inherited (a fork of the launcher cost 2 ms a launch), and then no
+    inherited descriptor reaches the tool either way."""
+    from claude_sandbox.core import process
+
+    real_fork_exec = process.fork_exec
+    forked: list[object] = []
+
+    def counted(*args: object, **kwargs: object) -> process.Child:
+        forked.append(args)
+        return real_fork_exec(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(process, "fork_exec", counted)
+    monkeypatch.setattr(process, "_inherited_marked", False)
+    read, write = os.pipe()
+    try:
+        os.set_inheritable(read, True)  # as a descriptor the launcher inherited is
+        status, listed = process.capture(["/bin/ls", "/proc/self/fd"], {})
+        assert status == 0 and str(read) not in listed.split() and len(forked) == 1
+        os.set_inheritable(read, True)
+        assert process.cloexec_inherited()
+        status, listed = process.capture(["/bin/ls", "/proc/self/fd"], {})
+        assert status == 0 and str(read) not in listed.split() and len(forked) == 1
+        assert process.capture(["/bin/sh", "-c", "head -c 3000000 /dev/zero"], {},
+                               limit=1 << 20) == (-1, "")
+        assert process.capture(["/bin/sh", "-c", "kill -PIPE $$; echo no"], {}) == (
+            -13, "")  # SIGPIPE at its default in the tool, as fork_exec leaves it
     finally:
         os.close(read)
         os.close(write)
