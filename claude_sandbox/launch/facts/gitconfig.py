@@ -15,6 +15,7 @@ import os
 from claude_sandbox.core import paths
 from claude_sandbox.core.process import capture
 from claude_sandbox.core.record import record
+from claude_sandbox.launch.facts import gitglobal
 
 FORGES: tuple[tuple[str, str], ...] = (
     ("github.com", "gh"),
@@ -84,12 +85,12 @@ def _git_identity(git: str, home: str) -> dict[str, str]:
 
 def identity(user: str, home: str) -> Identity:
     """The launching user's git identity, or git's own fallback guess."""
-    git = paths.find_tool("git")
-    # No global file, no identity to read: skip starting git (a few ms a launch).
-    # git reads exactly these two with HOME set and XDG_CONFIG_HOME unset.
-    configured = any(os.path.exists(os.path.join(home, rel))
-                     for rel in (".gitconfig", ".config/git/config"))
-    found = _git_identity(git, home) if git and configured else {}
+    # Read without starting git where git's global file (HOME set, XDG_CONFIG_HOME unset)
+    # is of the forms gitglobal knows, or there is none; git is started for any other.
+    found = gitglobal.read(home)
+    if found is None:
+        git = paths.find_tool("git")
+        found = _git_identity(git, home) if git else {}
     return Identity(
         found.get("user.name") or user, found.get("user.email") or f"{user}@{os.uname().nodename}"
     )
