@@ -68,12 +68,47 @@ def _escaped(path: str) -> str:
 class Mounter:
     """A mounter forked ahead of the plan (`start`), right after the jail's holder: the
     launcher's pages are shared with the holder already, so that the fork adds few copies
-    to the launcher's later writes; it makes the views once the plan names the trees
-    (`views`). It ends when its socket closes, whatever happens to the launcher."""
+    to the launcher's later writes. While the launcher plans it finds its id and makes its
+    user namespace; the launcher maps that namespace when it asks for the views (`ready`),
+    so that neither waits for the other before then. It makes the views once the plan
+    names the trees (`views`), and ends when its socket closes, whatever happens to the
+    launcher."""
 
     def __init__(self, pid: int, sock: _socket.socket) -> None:
         self.pid = pid
         self.sock: _socket.socket | None = sock
+        self.failed: str | None = None
+        self.mapped = False
+
+    def ready(self) -> str | None:
+        """Map the user namespace the mounter made: None once it is, else why not (the
+        mounter is stopped then, and `answer` says why)."""
+        if self.failed is None and not self.mapped:
+            self.failed = self._map()
+            self.mapped = self.failed is None
+            if self.failed is not None:
+                self.stop()
+        return self.failed
+
+    def _map(self) -> str | None:
+        if self.sock is None:
+            return "the mounter was stopped"
+        try:
+            self.sock.settimeout(ANSWER_TIMEOUT)
+            said = wire.receive_fields(self.sock, _LIMIT)
+        except (OSError, wire.WireError) as error:
+            said = ["err", str(error)]
+        if said is None or len(said) != 2 or said[0] != "u" or not said[1].isdigit():
+            return said[-1] if said else "the mounter ended"
+        try:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"0 {said[1]} 1\n"),
+                               ("gid_map", f"0 {said[1]} 1\n")):
+                with open(f"/proc/{self.pid}/{name}", "w", encoding="ascii") as handle:
+                    handle.write(text)
+            wire.send(self.sock, ["g"])
+        except (OSError, wire.WireError) as error:
+            return f"cannot map the mounter's user namespace ({error})"
+        return None
 
     def views(self, trees: Sequence[str]) -> list[int] | str:
         """A detached, read-only view of each of `trees` (directories, absolute), in order;
@@ -83,7 +118,7 @@ class Mounter:
 
     def ask(self, trees: Sequence[str]) -> None:
         """Send the mounter `trees`, to make while the launcher goes on (`answer`)."""
-        if self.sock is None:
+        if self.ready() is not None or self.sock is None:
             return
         try:
             wire.send(self.sock, list(trees))  # over MAX_FDS: the mounter refuses them
@@ -93,6 +128,8 @@ class Mounter:
     def answer(self, count: int) -> list[int] | str:
         """The views `ask` asked for, or why not; the socket is closed then, the mounter
         reaped by `stop`."""
+        if self.failed is not None:
+            return self.failed
         if self.sock is None:
             return "the mounter was stopped"
         try:
@@ -148,12 +185,9 @@ def _system_unused_id() -> int | None:
     return unused_id(*texts)
 
 
-def start() -> Mounter | str:
-    """Fork the mounter and map its user namespace; or why not. Run as root,
-    single-threaded."""
-    unowned = _system_unused_id()
-    if unowned is None:
-        return "no id is free for the views' mounter"
+def start() -> Mounter:
+    """Fork the mounter, which goes on to make its user namespace (`Mounter.ready` maps
+    it). Run as root, single-threaded."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's work is proved by what it sends
@@ -162,30 +196,12 @@ def start() -> Mounter | str:
         close_all_but({0, 1, 2, theirs.fileno()})
         _mounter(theirs)
     theirs.close()
-    mounter = Mounter(pid, ours)
-    try:
-        said = wire.receive_fields(ours, _LIMIT)
-    except (OSError, wire.WireError) as error:
-        said = ["err", str(error)]
-    if said != ["u"]:
-        mounter.stop()
-        return said[-1] if said else "the mounter ended"
-    try:
-        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {unowned} 1\n"),
-                           ("gid_map", f"0 {unowned} 1\n")):
-            with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
-                handle.write(text)
-        wire.send(ours, ["g"])
-    except OSError as error:
-        mounter.stop()
-        return f"cannot map the mounter's user namespace ({error.strerror})"
-    return mounter
+    return Mounter(pid, ours)
 
 
 def make(trees: Sequence[str]) -> list[int] | str:
     """`start` and `views` at once (explain, the tests)."""
-    mounter = start()
-    return mounter if isinstance(mounter, str) else mounter.views(trees)
+    return start().views(trees)
 
 
 def _mounter(sock: _socket.socket) -> None:  # pragma: no cover
@@ -225,10 +241,13 @@ def _views(sock: _socket.socket) -> list[int]:  # pragma: no cover
     def refused(what: str) -> _Refused:
         return _Refused(f"{what}: {os.strerror(get_errno())}")
 
+    unowned = _system_unused_id()  # here, not in the launcher: it plans meanwhile
+    if unowned is None:
+        raise _Refused("no id is free for the views' mounter")
     os.setgroups([])  # in the first namespace: no group of root's reaches the mounter
     if libc.unshare(kernel.CLONE_NEWUSER) != 0:
         raise refused("unshare a user namespace")
-    wire.send(sock, ["u"])
+    wire.send(sock, ["u", str(unowned)])  # the id the launcher maps uid and gid 0 to
     if wire.receive_fields(sock, _LIMIT) != ["g"]:
         raise _Refused("the launcher did not map the mounter")
     if libc.unshare(kernel.CLONE_NEWNS) != 0:

@@ -196,13 +196,12 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
 
 def _mounter() -> Mounter | None:
     """On a root launch, the views' mounter (ADR 0020), forked right after the holder;
-    None where it could not start: the walk covers root's files then."""
+    where it cannot make them, it says so when asked, and the walk covers root's files."""
     if os.getuid() != 0:
         return None
     from claude_sandbox.core import unowned
 
-    started = unowned.start()
-    return None if isinstance(started, str) else started
+    return unowned.start()
 
 
 def _digest(the_plan: Plan) -> str:
