@@ -49,26 +49,40 @@ class Prepared:
     view_fds: tuple[int, ...] = ()
 
 
+# A root launch's walk and the trees sent to its mounter (ask_first).
+First = tuple["Walk | None", "tuple[list[str], list[str]] | None"]
+
+
+def ask_first(the_plan: plan.Plan, facts: hostfacts.HostFacts, store: str,
+              mounter: Mounter | None) -> First:
+    """On a root launch, the walk's plan, and its trees sent to `mounter`, which makes
+    their views while the jail starts and the rest is prepared (`prepare` takes them);
+    the mounter stopped where it has nothing to make."""
+    walk = asked = None
+    if the_plan.inner.late_masks and plan.masks(the_plan, "root-only"):
+        from claude_sandbox.launch.facts import rootonly
+
+        walk = rootonly.plan_walk(store, facts, the_plan.layout, the_plan.mounts)
+        asked = ask_views(walk, mounter, writable_sources(the_plan))
+    if asked is None and mounter is not None:  # nothing for it to make
+        mounter.stop()
+    return walk, asked
+
+
 def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
-             store: str, helper: Helper | None, mounter: Mounter | None = None) -> Prepared:
+             store: str, helper: Helper | None, mounter: Mounter | None = None,
+             first: First = (None, None)) -> Prepared:
     """Make what the plan needs: the store, the scratch directory, overlays, descriptors.
     `helper`: the late-mount helper forked early (a root launch), ended here on failure,
-    or by undo(). `mounter`: a root launch's, forked ahead (steps.py)."""
+    or by undo(). `mounter`: a root launch's, forked ahead (steps.py), and `first` what
+    it was asked (ask_first)."""
     imported: list[str] = []
     opened: dict[str, int] = {}
     views: Views | None = None
     view_fds: list[int] = []
     quarantine = gitcheck.Quarantine(store)
-    walk = asked = None
+    walk, asked = first
     try:
-        if the_plan.inner.late_masks and plan.masks(the_plan, "root-only"):
-            from claude_sandbox.launch.facts import rootonly
-
-            # Asked first: the mounter makes the views while the rest is prepared.
-            walk = rootonly.plan_walk(store, facts, the_plan.layout, the_plan.mounts)
-            asked = ask_views(walk, mounter, writable_sources(the_plan))
-        if asked is None and mounter is not None:  # nothing for it to make
-            mounter.stop()
         bwrap_path = paths.tool("bwrap")
         state.ensure_home(store, the_plan.agent, facts.home,
                           profiles.get(the_plan.agent).imports, facts.uid,

@@ -117,6 +117,9 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
                                                    store)
         made.append(the_plan)
         trace.phase("plan")
+        # A root launch's views are asked for now: its mounter makes them while the jail
+        # starts and the rest is prepared.
+        first = making.ask_first(the_plan, gathered.facts, store, mounter)
         if the_plan.jail is not None and early is not None:
             from claude_sandbox.jail import session  # only a jailed launch pays for it
 
@@ -127,7 +130,8 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
             trace.phase("jail started")
         started = time.time_ns()
         forked, helper = helper, None  # prepare() ends it, whatever happens there
-        prepared = making.prepare(the_plan, cfg, gathered.facts, store, forked, mounter)
+        prepared = making.prepare(the_plan, cfg, gathered.facts, store, forked, mounter,
+                                  first)
         if jail is not None:
             record = making.egress_record(store, the_plan, cfg)  # in the store prepare() made
         trace.phase("prepared")
