@@ -91,6 +91,9 @@ def test_the_home_file_is_read_where_there_is_one_else_the_xdg_file_as_in_git(
     os.unlink(os.path.join(home, ".gitconfig"))
     assert gitglobal.read(home) == _git(home) == {"user.name": "Xdg",
                                                   "user.email": "xdg@example.org"}
+    os.symlink("nowhere", os.path.join(home, ".gitconfig"))  # git passes over it too
+    assert gitglobal.read(home) == _git(home) == {"user.name": "Xdg",
+                                                  "user.email": "xdg@example.org"}
 
 
 def test_no_file_is_no_identity_and_a_fifo_or_a_directory_is_left_to_git(

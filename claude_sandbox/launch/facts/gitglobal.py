@@ -39,8 +39,8 @@ def read(home: str) -> dict[str, str] | None:
         text = _text(os.path.join(home, relative))
         if text is None or not _parse(text, found):
             return None
-        if text or os.path.lexists(os.path.join(home, relative)):
-            break  # an empty ~/.gitconfig is still the one git reads
+        if text or os.path.exists(os.path.join(home, relative)):
+            break  # an empty ~/.gitconfig is still the one git reads; a dangling link not
     return found
 
 
