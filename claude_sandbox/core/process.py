@@ -3,15 +3,13 @@
 `subprocess` imports threading, selectors and locale (about 10 ms, ADR 0004),
 and glibc's posix_spawn leaves signals ignored in the child; the launch path
 forks and execs itself instead, here and nowhere else, but for the programs
-posix_spawned (below) says may be spawned.
+core/spawn.py says may be spawned.
 """
 
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
-import select
-import time
 
 from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE
@@ -130,7 +128,7 @@ def fork_exec(
 
 
 # Whether cloexec_inherited has marked every descriptor this process inherited: from then
-# on a tool whose answer is read (capture) is spawned, not forked.
+# on a tool whose answer is read (spawn.capture) is spawned, not forked.
 _inherited_marked = False
 
 
@@ -143,17 +141,9 @@ def cloexec_inherited() -> bool:
     return _inherited_marked
 
 
-def posix_spawned(argv: Sequence[str], env: Mapping[str, str], streams: Mapping[int, int],
-                  *, setsid: bool) -> Child:
-    """`argv` started by glibc's posix_spawn, with `streams` (target fd: source fd) in place
-    of 0, 1, 2 and SIGPIPE and SIGXFSZ at their defaults; every other descriptor it gets
-    is one without close-on-exec (a caller's to rule out). The memory is shared until the
-    exec, not copied (fork_exec's cost: docs/adr/0004-launch-cost.md), and glibc's two
-    internal signals stay ignored in the program (fork_exec's docstring): never for a
-    program in the agent's line."""
-    actions = [(os.POSIX_SPAWN_DUP2, source, target) for target, source in streams.items()]
-    return Child(os.posix_spawn(argv[0], list(argv), dict(env), file_actions=actions,
-                                setsid=setsid, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ)))
+def inherited_marked() -> bool:
+    """Whether cloexec_inherited has marked every descriptor this process inherited."""
+    return _inherited_marked
 
 
 def _each_listed(which: Callable[[int], bool], do: Callable[[int], None]) -> bool:
@@ -356,52 +346,3 @@ def tie_to_parent(parent: int) -> bool:
     if load_libc().prctl(kernel.PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
         return False
     return os.getppid() == parent
-
-
-def capture(argv: list[str], env: dict[str, str], *, stdin: int | None = None,
-            timeout: float = 5.0, limit: int = 1 << 30) -> tuple[int, str]:
-    """Run `argv` with stdin from the descriptor `stdin` (/dev/null if None); (exit status,
-    stdout). Status -1: it hung (past `timeout` seconds) or wrote more than `limit` bytes
-    (it is killed: the answer is not read into memory whatever its size).
-
-    stderr is discarded: the callers want an answer, not the tool's diagnostics.
-    """
-    read_end, write_end = os.pipe()
-    null = os.open(os.devnull, os.O_RDWR)
-    streams = {0: null if stdin is None else stdin, 1: write_end, 2: null}
-    try:
-        # Spawned where every inherited descriptor is close-on-exec (the launcher marks
-        # them at its start): git's config read forked a process the launcher's size, 2 ms
-        # of a launch and a fault on each page it wrote afterwards. Forked otherwise, so
-        # that the child closes what it inherited.
-        child = (posix_spawned(argv, env, streams, setsid=False) if _inherited_marked
-                 else fork_exec(argv, env, streams, setsid=False))
-    finally:
-        os.close(write_end)
-        os.close(null)
-    chunks = []
-    size = 0
-    deadline = time.monotonic() + timeout
-    os.set_blocking(read_end, False)
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                child.kill()
-                child.wait()
-                return -1, ""
-            ready, _, _ = select.select([read_end], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(read_end, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                child.kill()
-                child.wait()
-                return -1, ""
-    finally:
-        os.close(read_end)
-    return child.wait(), b"".join(chunks).decode("utf-8", "surrogateescape")

@@ -622,7 +622,7 @@ def test_packs_past_the_budget_are_kept_back(repo: Path, tmp_path: Path,
 
 
 def test_capture_stops_an_answer_past_its_limit() -> None:
-    from claude_sandbox.core.process import capture
+    from claude_sandbox.core.spawn import capture
 
     assert capture(["/bin/sh", "-c", "head -c 3000000 /dev/zero"], {}, limit=1 << 20) == (
         -1, "")

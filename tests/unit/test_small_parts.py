@@ -210,29 +210,29 @@ def test_a_captured_tool_is_spawned_once_inherited_descriptors_are_marked_and_ge
     """git's answers are read through capture: spawned, not forked, once the launcher has
     marked what it inherited (a fork of the launcher cost 2 ms a launch), and then no
     inherited descriptor reaches the tool either way."""
-    from claude_sandbox.core import process
+    from claude_sandbox.core import process, spawn
 
-    real_fork_exec = process.fork_exec
+    real_fork_exec = spawn.fork_exec
     forked: list[object] = []
 
     def counted(*args: object, **kwargs: object) -> process.Child:
         forked.append(args)
         return real_fork_exec(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(process, "fork_exec", counted)
+    monkeypatch.setattr(spawn, "fork_exec", counted)
     monkeypatch.setattr(process, "_inherited_marked", False)
     read, write = os.pipe()
     try:
         os.set_inheritable(read, True)  # as a descriptor the launcher inherited is
-        status, listed = process.capture(["/bin/ls", "/proc/self/fd"], {})
+        status, listed = spawn.capture(["/bin/ls", "/proc/self/fd"], {})
         assert status == 0 and str(read) not in listed.split() and len(forked) == 1
         os.set_inheritable(read, True)
         assert process.cloexec_inherited()
-        status, listed = process.capture(["/bin/ls", "/proc/self/fd"], {})
+        status, listed = spawn.capture(["/bin/ls", "/proc/self/fd"], {})
         assert status == 0 and str(read) not in listed.split() and len(forked) == 1
-        assert process.capture(["/bin/sh", "-c", "head -c 3000000 /dev/zero"], {},
+        assert spawn.capture(["/bin/sh", "-c", "head -c 3000000 /dev/zero"], {},
                                limit=1 << 20) == (-1, "")
-        assert process.capture(["/bin/sh", "-c", "kill -PIPE $$; echo no"], {}) == (
+        assert spawn.capture(["/bin/sh", "-c", "kill -PIPE $$; echo no"], {}) == (
             -13, "")  # SIGPIPE at its default in the tool, as fork_exec leaves it
     finally:
         os.close(read)

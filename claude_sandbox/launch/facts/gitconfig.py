@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.process import capture
 from claude_sandbox.core.record import record
+from claude_sandbox.core.spawn import capture
 from claude_sandbox.launch.facts import gitglobal
 
 FORGES: tuple[tuple[str, str], ...] = (

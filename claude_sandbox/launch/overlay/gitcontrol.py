@@ -32,7 +32,7 @@ import os
 import time
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.process import capture
+from claude_sandbox.core.spawn import capture
 from claude_sandbox.launch.overlay import gitrepo
 
 TYPE_CHECKING = False

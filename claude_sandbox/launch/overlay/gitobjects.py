@@ -24,7 +24,7 @@ import os
 import time
 
 from claude_sandbox.core import paths
-from claude_sandbox.core.process import capture
+from claude_sandbox.core.spawn import capture
 from claude_sandbox.launch.overlay import gitcontrol
 from claude_sandbox.launch.overlay.gitbudget import OUT_OF_TIME, ExitBudget
 
