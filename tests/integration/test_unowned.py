@@ -160,3 +160,25 @@ def test_the_mounter_holds_nothing_of_the_launchers_but_its_socket() -> None:
     finally:
         os.close(extra)
         mounter.stop()
+
+
+def test_an_answered_mounter_is_gone_once_stopped_and_a_stopped_one_answers_why(
+        tree: str) -> None:
+    """The launch does not wait for the mounter's exit when it answers (its namespaces'
+    teardown); `stop`, as the launch ends, reaps it: no process is left. A mounter
+    stopped before it was asked makes no view and says so."""
+    mounter = unowned.start()
+    made = mounter.views([tree])
+    assert not isinstance(made, str), made
+    for fd in made:
+        os.close(fd)
+    pid = mounter.pid
+    mounter.stop()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    stopped = unowned.start()
+    pid = stopped.pid
+    stopped.stop()
+    assert stopped.views([tree]) == "the mounter was stopped"
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
