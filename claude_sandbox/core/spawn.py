@@ -105,6 +105,9 @@ def capture(argv: list[str], env: dict[str, str], *, stdin: int | None = None,
         # that the child closes what it inherited.
         child = (posix_spawned(argv, env, streams, setsid=False) if inherited_marked()
                  else fork_exec(argv, env, streams, setsid=False))
+    except OSError:  # posix_spawn's exec failed: what a forked child's failed exec says
+        os.close(read_end)
+        return 127, ""
     finally:
         os.close(write_end)
         os.close(null)

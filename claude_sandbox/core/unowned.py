@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 # 0640 file of that group, or an ACL naming it (nobody's, 65534: a daemon's key), would
 # pass the mounter's group or user class while the reader passes as the owner.
 FIRST_ID = 65533
+ID_RANGE = 1024  # the ids looked at, down from FIRST_ID; the launcher maps no other
 
 # asm-generic/unistd.h, the unified table; linux/mount.h.
 SYS_FSOPEN = 430
@@ -98,8 +99,11 @@ class Mounter:
             said = wire.receive_fields(self.sock, _LIMIT)
         except (OSError, wire.WireError) as error:
             said = ["err", str(error)]
-        if said is None or len(said) != 2 or said[0] != "u" or not said[1].isdigit():
+        if said is None or len(said) != 2 or said[0] != "u":
             return said[-1] if said else "the mounter ended"
+        if not (said[1].isascii() and said[1].isdigit()
+                and FIRST_ID - ID_RANGE < int(said[1]) <= FIRST_ID):
+            return f"the mounter named an id outside its range ({said[1][:16]!r})"
         try:
             for name, text in (("setgroups", "deny"), ("uid_map", f"0 {said[1]} 1\n"),
                                ("gid_map", f"0 {said[1]} 1\n")):
@@ -175,7 +179,7 @@ def unused_id(passwd: str, group: str) -> int | None:
             fields = line.split(":")
             if len(fields) > 2 and fields[2].isdigit():
                 taken.add(int(fields[2]))
-    return next((n for n in range(FIRST_ID, FIRST_ID - 1024, -1) if n not in taken), None)
+    return next((n for n in range(FIRST_ID, FIRST_ID - ID_RANGE, -1) if n not in taken), None)
 
 
 def _system_unused_id() -> int | None:

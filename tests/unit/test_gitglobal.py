@@ -47,6 +47,7 @@ LEFT = [
     "[user]\n\tname = continued \\\n on\n",
     "[user.legacy]\n\tname = x\n",
     "\ufeff[user]\n\tname = bom\n",
+    "[user]\n\tname = Jane\tDoe\n",  # a space in git before 2.45, a tab after
 ]
 ALPHABET = '"\\#;=[] \t\nabcXYZ-.é'
 

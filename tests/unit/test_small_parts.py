@@ -234,6 +234,10 @@ def test_a_captured_tool_is_spawned_once_inherited_descriptors_are_marked_and_ge
                                limit=1 << 20) == (-1, "")
         assert spawn.capture(["/bin/sh", "-c", "kill -PIPE $$; echo no"], {}) == (
             -13, "")  # SIGPIPE at its default in the tool, as fork_exec leaves it
+        # A program that cannot be run: 127 either way, as a shell says, no exception.
+        assert spawn.capture(["/nonexistent-csbx/git"], {}) == (127, "")
+        monkeypatch.setattr(process, "_inherited_marked", False)
+        assert spawn.capture(["/nonexistent-csbx/git"], {}) == (127, "")
     finally:
         os.close(read)
         os.close(write)

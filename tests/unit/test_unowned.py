@@ -3,6 +3,7 @@ each is attached, and the plan's read-only binds taken from them (ADR 0020)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -107,3 +108,27 @@ def test_the_holders_request_carries_the_views_back_whole(roots: list[str]) -> N
     fields, fds = viewplaces.request(views, [7] * len(roots))
     assert fields[0] == "views" and list(fds) == [7] * len(roots)
     assert viewplaces.from_request(fields[1:]) == views
+
+
+@pytest.mark.parametrize("said", [["u", "0"], ["u", "65534"], ["u", "١٢"], ["u", "-1"],
+                                  ["u", str(unowned.FIRST_ID - unowned.ID_RANGE)],
+                                  ["u"], ["err", "no id is free for the views' mounter"]])
+def test_the_launcher_maps_no_id_outside_the_mounters_range(said: list[str]) -> None:
+    """The mounter names the id it found; the launcher writes a map only for an id of
+    the range unused_id looks in (0 would map root to root, and its views would show
+    root's files unguarded), and otherwise stops it, and says why."""
+    import _socket
+
+    from claude_sandbox.core import wire
+
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        wire.send(theirs, said)
+        mounter = unowned.Mounter(0, ours)  # no process: a map written would fail anyway
+        why = mounter.ready()
+        assert why is not None and mounter.sock is None
+        assert mounter.answer(1) == why
+        if said[-1].startswith("no id"):
+            assert why == said[-1]
+    finally:
+        theirs.close()

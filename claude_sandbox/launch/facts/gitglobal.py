@@ -7,9 +7,10 @@ process and 2-3 ms (docs/adr/0004-launch-cost.md). The reader is strict, not com
 git's answer stays the one a launch uses for anything this reader does not know the
 form of: an include, a section header with anything after it, a key that is not a plain
 name, an escape other than git's five, a line continued by a backslash, an unclosed
-quote, a control character, bytes that are not UTF-8, a byte order mark, a file that is
-not a regular file or is larger than LIMIT. tests/unit/test_gitglobal.py compares its
-answers with git's on a corpus and on files mutated at random.
+quote, a tab after text outside quotes, a control character, bytes that are not UTF-8,
+a byte order mark, a file that is not a regular file or is larger than LIMIT.
+tests/unit/test_gitglobal.py compares its answers with git's on a corpus and on files
+mutated at random.
 
 The file is the one `git config --global` reads: $HOME/.gitconfig where there is one,
 else $HOME/.config/git/config (git's XDG file, as XDG_CONFIG_HOME is unset for it).
@@ -55,7 +56,12 @@ def _text(path: str) -> str | None:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > LIMIT:
             return None
-        data = os.read(fd, LIMIT + 1)
+        data = b""
+        while len(data) <= LIMIT:  # a read may return less than asked (a FUSE file)
+            chunk = os.read(fd, LIMIT + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
     except OSError:
         return None
     finally:
@@ -121,9 +127,10 @@ def _section(header: str) -> str | None:
 
 
 def _value(raw: str) -> str | None:
-    """A value as git reads it: leading and trailing blanks outside quotes dropped, the
-    others read as spaces, quotes removed, escapes replaced, a comment cut off; None
-    where git would refuse it or the line goes on to the next."""
+    """A value as git reads it: leading and trailing blanks outside quotes dropped,
+    quotes removed, escapes replaced, a comment cut off; None where git would refuse it,
+    the line goes on to the next, or a tab follows text outside quotes (git's versions
+    read that differently)."""
     chars: list[str] = []
     trailing = 0  # blanks outside quotes at the end of `chars`: dropped if nothing follows
     quoted = False
@@ -142,9 +149,12 @@ def _value(raw: str) -> str | None:
             trailing = 0
         elif not quoted and c in "#;":
             break
+        elif not quoted and c == "\t" and chars:
+            # git before 2.45 reads it as a space, later ones keep it: git's to say.
+            return None
         elif not quoted and c in _SPACE:
-            if chars:  # leading blanks are not kept; the others are spaces, tabs too
-                chars.append(" ")
+            if chars:  # leading blanks are not kept
+                chars.append(c)
                 trailing += 1
         else:
             chars.append(c)
