@@ -105,7 +105,7 @@ def capture(argv: list[str], env: dict[str, str], *, stdin: int | None = None,
         # that the child closes what it inherited.
         child = (posix_spawned(argv, env, streams, setsid=False) if inherited_marked()
                  else fork_exec(argv, env, streams, setsid=False))
-    except OSError:  # posix_spawn's exec failed: what a forked child's failed exec says
+    except OSError:  # not started (no such program, no fork): as a failed exec ends
         os.close(read_end)
         return 127, ""
     finally:

@@ -18,6 +18,7 @@ sends the descriptors back. Whoever holds one attaches it in a mount namespace o
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import _socket
 import os
 import time
@@ -48,7 +49,6 @@ FSCONFIG_CMD_CREATE = 6
 FSMOUNT_CLOEXEC = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
-MSG_CMSG_CLOEXEC = 0x40000000
 ANSWER_TIMEOUT = 10.0  # seconds; a mounter that has not answered by then is not waited for
 
 # Nothing of a lower layer may point the overlay elsewhere: a user owns the attributes of
@@ -166,7 +166,7 @@ class Mounter:
             if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
                 time.sleep(0.001)  # the EOF's usual end: it exits at once
                 if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
-                    os.kill(self.pid, 9)
+                    os.kill(self.pid, _signal.SIGKILL)
                     os.waitpid(self.pid, 0)
             self.pid = 0
 
