@@ -219,9 +219,12 @@ def test_the_launch_path_is_served_from_the_bundle(launcher: Launcher) -> None:
     code = (f"import sys; sys.path.append({site!r}); import claude_sandbox.launch.steps, "
             "claude_sandbox.jail.session, claude_sandbox.inside.enter; print(*sorted({"
             "type(m.__loader__).__name__ for n, m in sys.modules.items() "
-            f"if n.startswith('claude_sandbox.') and n not in {before!r}}}))")
+            f"if n.startswith('claude_sandbox.') and n not in {before!r}}}), "
+            "__import__.__qualname__)")
     result = launcher.run([f"{CORE_VENV}/bin/python", "-I", "-S", "-c", code])
-    assert result.returncode == 0 and result.stdout.split() == ["Finder"], result
+    # Made by the bundle's own __import__, not the import system's steps (bundle.importer).
+    assert result.returncode == 0, result
+    assert result.stdout.split() == ["Finder", "importer.<locals>.import_"], result
     assert bundle.current("/usr/libexec/claude-sandbox/launch-bundle",
                           Path(site) / "claude_sandbox")
 

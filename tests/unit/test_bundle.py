@@ -144,3 +144,106 @@ def test_an_installed_package_is_served_and_a_checkout_never(monkeypatch: pytest
 
 def test_the_bundle_lies_in_the_installed_tree() -> None:
     assert f"{paths.LIBEXEC}/launch-bundle" == bundle.BUNDLE
+
+
+
+_IMPORTS = """
+import _thread, json, sys, time
+sys.path.insert(0, {site!r})
+import claude_sandbox
+made = []
+finder = type(sys.meta_path[0])
+if finder.__name__ == "Finder":
+    load = finder.load
+    def counted(self, name):
+        module = load(self, name)
+        if module is not None:
+            made.append(name)
+        return module
+    finder.load = counted
+from claude_sandbox.core import answer
+import claude_sandbox.core.sub.leaf as leaf
+from claude_sandbox.core.sub import leaf as same, twig
+try:
+    import claude_sandbox.core.broken
+except RuntimeError:
+    pass
+import claude_sandbox.core.stale
+import claude_sandbox.core.racing
+while not claude_sandbox.core.racing.SEEN or not _thread._count():
+    time.sleep(0.01)  # the thread racing started has its answer, and still runs
+import claude_sandbox.core.late
+names = [n for n in sys.modules if n.startswith("claude_sandbox.core.")
+         and n != "claude_sandbox.core.bundle"]
+print(json.dumps({{
+    "values": [answer.VALUE, answer.OTHER, leaf is same, twig.TWIG,
+               "claude_sandbox.core.broken" in sys.modules,
+               claude_sandbox.core.sub.leaf is leaf, claude_sandbox.core.racing.SEEN],
+    "made": made,
+    "modules": {{n: [type(m.__loader__).__name__, m.__file__, m.__package__,
+                    getattr(m, "__path__", None), m.__spec__.name, m.__spec__.origin]
+                for n, m in sorted((n, sys.modules[n]) for n in names)}},
+}}))
+"""
+
+# A module whose making starts a thread that imports it: the thread must find it made.
+_RACING = """import _thread, time
+SEEN = []
+def _look():
+    import claude_sandbox.core.racing as me
+    SEEN.append(hasattr(me, "DONE"))
+    time.sleep(1)  # alive while the next import is made
+_thread.start_new_thread(_look, ())
+time.sleep(0.3)
+DONE = True
+"""
+
+
+def test_an_import_makes_the_bundles_modules_as_the_import_system_does(
+        tmp_path: Path, package: Path) -> None:
+    """The bundle's `__import__` (bundle.importer) gives a module the attributes, the
+    place in sys.modules and on its parent, and the errors the import system gives it;
+    it leaves a stale module to the import system, and every import once a second
+    thread runs; and a thread started while a module is made finds it made."""
+    import json
+    import shutil
+    import subprocess
+
+    core = package / "core"
+    shutil.copy(bundle.__file__, core / "bundle.py")
+    (core / "answer.py").write_text("from claude_sandbox.core import other\n"
+                                    "VALUE = 42\nOTHER = other.OTHER\n")
+    (core / "other.py").write_text("OTHER = 'other'\n")
+    (core / "sub").mkdir()
+    (core / "sub" / "__init__.py").write_text("")
+    (core / "sub" / "leaf.py").write_text("")
+    (core / "sub" / "twig.py").write_text("TWIG = 1\n")
+    (core / "broken.py").write_text("from claude_sandbox.core import other\n"
+                                    "raise RuntimeError('a module that fails')\n")
+    (core / "stale.py").write_text("")
+    (core / "racing.py").write_text(_RACING)
+    (core / "late.py").write_text("")
+    path = _written(tmp_path, package)
+    (core / "stale.py").write_text("CHANGED = True\n")
+    script = _IMPORTS.format(site=str(package.parent))
+    seen = {}
+    for served in (True, False):
+        (package / "__init__.py").write_text(
+            "from claude_sandbox.core import bundle\n"
+            f"bundle.BUNDLE = {path if served else str(tmp_path / 'none')!r}\n"
+            "bundle.install(__path__[0])\n")
+        ran = subprocess.run([sys.executable, "-I", "-S", "-c", script],
+                             capture_output=True, text=True, check=True)
+        seen[served] = json.loads(ran.stdout)
+    assert (seen[True]["values"] == seen[False]["values"]
+            == [42, "other", True, 1, False, True, [True]])
+    bundled, imported = seen[True]["modules"], seen[False]["modules"]
+    assert set(bundled) == set(imported)
+    for name, (loader, *attributes) in bundled.items():
+        assert attributes == imported[name][1:], name
+        assert loader == ("SourceFileLoader" if name.endswith(".stale") else "Finder"), name
+    # Made here: all but the stale one (the import system's own), the one that failed,
+    # and the one imported while a thread ran (the import system's, served by the finder).
+    assert sorted(seen[True]["made"]) == sorted(
+        f"claude_sandbox.core.{name}" for name in
+        ("answer", "other", "sub", "sub.leaf", "sub.twig", "racing"))
