@@ -13,7 +13,7 @@ No imports beyond the byte packing: the inner stage loads the agent's filter.
 
 from __future__ import annotations
 
-import struct
+import _struct as struct  # struct.py only re-exports it: a module less to find (ADR 0004)
 
 from claude_sandbox.core.record import record
 

@@ -12,7 +12,7 @@ read as served (checks 75, 79).
 from __future__ import annotations
 
 import _socket
-import struct
+import _struct as struct  # struct.py only re-exports it: a module less to find (ADR 0004)
 import time
 
 from claude_sandbox.core.paths import CONFIG_FILE
