@@ -43,3 +43,9 @@ SYS_MOUNT_SETATTR = 442
 SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
+
+# asm-generic/resource.h: setrlimit(2) resources (the resource module's, without loading
+# its extension at every launch).
+RLIMIT_DATA = 2
+RLIMIT_CORE = 4
+RLIMIT_NPROC = 6

@@ -241,3 +241,14 @@ def test_a_captured_tool_is_spawned_once_inherited_descriptors_are_marked_and_ge
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_the_kernels_resource_numbers_are_the_resource_modules() -> None:
+    """The plan's caps name resources by core/kernel.py's numbers, which the inner stage
+    hands to setrlimit: the same as this interpreter's resource module."""
+    import resource
+
+    from claude_sandbox.core import kernel
+
+    assert (kernel.RLIMIT_DATA, kernel.RLIMIT_CORE, kernel.RLIMIT_NPROC) == (
+        resource.RLIMIT_DATA, resource.RLIMIT_CORE, resource.RLIMIT_NPROC)

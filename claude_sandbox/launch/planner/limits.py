@@ -22,7 +22,6 @@ memfd_create, whose pages no per-process cap counts; check 91).
 from __future__ import annotations
 
 import os
-import resource
 
 from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
@@ -83,7 +82,7 @@ def plan_limits(
     auto_memory = facts.memory_limit * MEMORY_SHARE[0] // MEMORY_SHARE[1]
     max_memory = max_memory if explicit_memory else (auto_memory or None)
     cgroup: list[CgroupWrite] = []
-    rlimits: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]  # always: no core files
+    rlimits: list[tuple[int, int]] = [(kernel.RLIMIT_CORE, 0)]  # always: no core files
     warnings: list[str] = []
     if facts.v2 or facts.v1_pids:
         cgroup.append(CgroupWrite(facts.v2 or facts.v1_pids, "pids.max", str(pids)))
@@ -94,7 +93,7 @@ def plan_limits(
             EXIT_UNAVAILABLE,
         )
     elif uid != 0:
-        rlimits.append((resource.RLIMIT_NPROC, pids))
+        rlimits.append((kernel.RLIMIT_NPROC, pids))
     if max_memory is not None:
         if facts.v2:
             cgroup.append(CgroupWrite(facts.v2, "memory.max", str(max_memory)))
@@ -106,7 +105,7 @@ def plan_limits(
             # because the kernel requires memsw >= limit at every step.
             cgroup.append(CgroupWrite(base, "memory.memsw.limit_in_bytes", value, optional=True))
         else:
-            rlimits.append((resource.RLIMIT_DATA, max_memory))
+            rlimits.append((kernel.RLIMIT_DATA, max_memory))
             if explicit_memory:
                 warnings.append(
                     "max-memory holds per process (RLIMIT_DATA), with the sandbox's tmpfs "
@@ -171,8 +170,8 @@ def run_supervised(
 
 def describe(plan: LimitPlan) -> list[str]:
     lines = ["resource caps: core dumps off (RLIMIT_CORE 0)"]
-    names = {resource.RLIMIT_NPROC: "RLIMIT_NPROC (this sandbox's user namespace)",
-             resource.RLIMIT_DATA: "RLIMIT_DATA (per process)"}  # fmt: skip
+    names = {kernel.RLIMIT_NPROC: "RLIMIT_NPROC (this sandbox's user namespace)",
+             kernel.RLIMIT_DATA: "RLIMIT_DATA (per process)"}  # fmt: skip
     for write in plan.cgroup:
         lines.append(f"  cgroup {write.base}/claude-sandbox-PID: {write.file} = {write.value}")
     for which, value in plan.rlimits:
@@ -180,7 +179,7 @@ def describe(plan: LimitPlan) -> list[str]:
             lines.append(f"  {names[which]} = {value}")
     enforced = {write.file for write in plan.cgroup} | {which for which, _ in plan.rlimits}
     if "max-pids" in plan.defaults:
-        held = "pids.max" in enforced or resource.RLIMIT_NPROC in enforced
+        held = "pids.max" in enforced or kernel.RLIMIT_NPROC in enforced
         lines.append("  max-pids: the default" + ("" if held else
                      ": nothing here can enforce it (root, no pids cgroup)"))
     if "max-memory" in plan.defaults:
