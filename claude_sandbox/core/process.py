@@ -320,8 +320,8 @@ def join_cgroups(dirs: tuple[str, ...]) -> str | None:
     it could not, in one line for the refusal: the caps would not hold."""
     for directory in dirs:
         try:
-            with open(f"{directory}/cgroup.procs", "w", encoding="ascii") as handle:
-                handle.write("0")  # "0": the writing process
+            with open(f"{directory}/cgroup.procs", "wb") as handle:
+                handle.write(b"0")  # "0": the writing process
         except OSError as error:
             return (f"claude-sandbox: the launch stops: its cgroup cannot be joined, so "
                     f"max-pids and max-memory would not hold (cannot write to "

@@ -107,8 +107,8 @@ class Mounter:
         try:
             for name, text in (("setgroups", "deny"), ("uid_map", f"0 {said[1]} 1\n"),
                                ("gid_map", f"0 {said[1]} 1\n")):
-                with open(f"/proc/{self.pid}/{name}", "w", encoding="ascii") as handle:
-                    handle.write(text)
+                with open(f"/proc/{self.pid}/{name}", "wb") as handle:
+                    handle.write(text.encode())
             wire.send(self.sock, ["g"])
         except (OSError, wire.WireError) as error:
             return f"cannot map the mounter's user namespace ({error})"

@@ -79,8 +79,8 @@ def own_namespaces(extra: int, inside: tuple[int, int], outside: tuple[int, int]
         # setgroups is denied before the group map, as an unprivileged writer must.
         for name, text in (("uid_map", f"{inside[0]} {outside[0]} 1\n"), ("setgroups", "deny"),
                            ("gid_map", f"{inside[1]} {outside[1]} 1\n")):
-            with open(f"/proc/self/{name}", "w", encoding="ascii") as handle:
-                handle.write(text)
+            with open(f"/proc/self/{name}", "wb") as handle:
+                handle.write(text.encode())
     except OSError as error:
         return f"cannot write the user namespace's maps: {error.strerror}"
     # A change here must never propagate back to the container's mounts.

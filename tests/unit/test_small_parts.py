@@ -252,3 +252,21 @@ def test_the_kernels_resource_numbers_are_the_resource_modules() -> None:
 
     assert (kernel.RLIMIT_DATA, kernel.RLIMIT_CORE, kernel.RLIMIT_NPROC) == (
         resource.RLIMIT_DATA, resource.RLIMIT_CORE, resource.RLIMIT_NPROC)
+
+
+@pytest.mark.parametrize("soft", [None, 5000])
+def test_the_soft_limit_read_through_libc_is_getrlimits(soft: int | None) -> None:
+    """The pids cap's soft RLIMIT_NPROC, read through libc (cgroups._soft_limit), is the
+    resource module's, unlimited (all ones) or not."""
+    code = ("import resource, sys; from claude_sandbox.core import kernel; "
+            "from claude_sandbox.launch.session import cgroups; "
+            f"soft = {soft!r}; "
+            "soft is None or resource.setrlimit(resource.RLIMIT_NPROC, "
+            "(soft, resource.getrlimit(resource.RLIMIT_NPROC)[1])); "
+            "expected = resource.getrlimit(resource.RLIMIT_NPROC)[0]; "
+            "got = cgroups._soft_limit(kernel.RLIMIT_NPROC); "
+            "print(got == (cgroups.RLIM_INFINITY if expected == resource.RLIM_INFINITY "
+            "else expected), got)")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert ran.stdout.startswith("True"), ran.stdout

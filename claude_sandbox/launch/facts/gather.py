@@ -204,8 +204,8 @@ def _host_addresses() -> tuple[str, ...]:
     texts = []
     for name in ("/proc/net/fib_trie", "/proc/net/route"):
         try:
-            with open(name, encoding="ascii", errors="replace") as handle:
-                texts.append(handle.read())
+            with open(name, "rb") as handle:
+                texts.append(handle.read().decode("ascii", "replace"))
         except OSError as error:
             raise SandboxError(f"egress jail: cannot read {name} ({error.strerror}): the "
                                "host's addresses must be known to block them", EXIT_JAIL) from None

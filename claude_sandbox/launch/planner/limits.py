@@ -60,8 +60,8 @@ def prefer_for_oom() -> None:
     Where /proc is read-only here the write fails and the caps above stand alone.
     """
     try:
-        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as handle:
-            handle.write("1000")
+        with open("/proc/self/oom_score_adj", "wb") as handle:
+            handle.write(b"1000")
     except OSError:
         pass
 

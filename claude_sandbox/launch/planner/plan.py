@@ -14,9 +14,8 @@ model.
 from __future__ import annotations
 
 import os
-import resource
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import kernel, paths
 from claude_sandbox.core.record import record, replace
 from claude_sandbox.inside.spec import Inner
 from claude_sandbox.jail import egresspolicy
@@ -99,15 +98,15 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
         trust = dict.fromkeys(TRUST_VARIABLES, gathered.trust[0]) if gathered.trust else {}
         env = tuple(sorted({**dict(env), **dict(gathered.credentials.env), **trust}.items()))
     rlimits = dict(limits.rlimits)  # what no cgroup enforces, the inner stage sets
-    per_process = "max-memory" not in limits.defaults and resource.RLIMIT_DATA in rlimits
+    per_process = "max-memory" not in limits.defaults and kernel.RLIMIT_DATA in rlimits
     if per_process:
-        mount_list = _tmpfs_within(mount_list, rlimits[resource.RLIMIT_DATA])
+        mount_list = _tmpfs_within(mount_list, rlimits[kernel.RLIMIT_DATA])
     writable = tuple(dict.fromkeys(m.dest for m in mount_list if m.kind in ("bind", "tmpfs")))
     late = late_masks(facts.uid, facts.proc_mountable, noexec=cfg.hardening == "harsh")
     inner = Inner(
         level=cfg.hardening,
-        max_pids=rlimits.get(resource.RLIMIT_NPROC),
-        max_memory=rlimits.get(resource.RLIMIT_DATA),
+        max_pids=rlimits.get(kernel.RLIMIT_NPROC),
+        max_memory=rlimits.get(kernel.RLIMIT_DATA),
         # Writable inside: read-write binds and tmpfs mounts.
         writable=writable,
         # Programs bound read-only, perhaps inside writable trees: harsh keeps them runnable.

@@ -11,9 +11,10 @@ launcher left behind.
 from __future__ import annotations
 
 import os
-import resource
+import sys
 import time
 
+from claude_sandbox.core import kernel, libc
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError
 from claude_sandbox.core.process import join_or_exit, pid_alive
 from claude_sandbox.core.record import record
@@ -88,7 +89,7 @@ def probe_cgroups() -> CgroupFacts:
 def _number(path: str) -> int:
     """A cgroup limit file's value; 0 for "max", absent or unreadable."""
     try:
-        with open(path, encoding="ascii") as handle:
+        with open(path, "rb") as handle:
             text = handle.read().strip()
     except OSError:
         return 0
@@ -117,10 +118,22 @@ def _pids_limit(proc_cgroup: str) -> int:
     values = [_number(f"{d}/pids.max") for d in
               _ancestors(CGROUP_ROOT, _own_cgroup("", proc_cgroup)) +
               _ancestors(f"{CGROUP_ROOT}/pids", _own_cgroup("pids", proc_cgroup))]
-    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
-    if soft != resource.RLIM_INFINITY and os.getuid() != 0:
+    soft = _soft_limit(kernel.RLIMIT_NPROC)
+    if soft != RLIM_INFINITY and os.getuid() != 0:
         values.append(soft)
     return _tightest(values)
+
+
+RLIM_INFINITY = (1 << 64) - 1  # rlim_t's all ones, on the 64-bit kernels the package runs
+
+
+def _soft_limit(resource: int) -> int:
+    """getrlimit's soft limit, through libc: the resource module's extension would be
+    loaded at every launch for this one call (ADR 0004)."""
+    limits = libc.string_buffer(b"", 16)  # struct rlimit: rlim_cur, rlim_max
+    if libc.load_libc().getrlimit(resource, limits) != 0:
+        return RLIM_INFINITY  # not known: no cap from it
+    return int.from_bytes(limits.raw[:8], sys.byteorder)
 
 
 def _memory_limit(proc_cgroup: str) -> int:
@@ -129,9 +142,9 @@ def _memory_limit(proc_cgroup: str) -> int:
     values += [_number(f"{d}/memory.limit_in_bytes") for d in
                _ancestors(f"{CGROUP_ROOT}/memory", _own_cgroup("memory", proc_cgroup))]
     try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
+        with open("/proc/meminfo", "rb") as handle:
             for line in handle:
-                if line.startswith("MemTotal:"):
+                if line.startswith(b"MemTotal:"):
                     values.append(int(line.split()[1]) * 1024)
                     break
     except (OSError, ValueError):
@@ -185,12 +198,12 @@ class Cgroup:
                                      ("memory.oom_control", "oom_kill", "oom_kill"),
                                      ("pids.events", "pids_max", "max")):
                 try:
-                    with open(os.path.join(directory, name), encoding="ascii") as handle:
+                    with open(os.path.join(directory, name), "rb") as handle:
                         for line in handle:
-                            words = line.split()
+                            words = line.decode("ascii").split()
                             if len(words) == 2 and words[0] == field and words[1].isdigit():
                                 found[key] += int(words[1])
-                except OSError:
+                except (OSError, ValueError):  # ValueError: not ASCII, as text mode read it
                     continue
         return found
 
@@ -218,7 +231,7 @@ class Cgroup:
 
 def _members(directory: str) -> list[int]:
     try:
-        with open(f"{directory}/cgroup.procs", encoding="ascii") as handle:
+        with open(f"{directory}/cgroup.procs", "rb") as handle:
             return [int(line) for line in handle.read().split()]
     except (OSError, ValueError):
         return []
@@ -226,8 +239,8 @@ def _members(directory: str) -> list[int]:
 
 def _write(path: str, value: str) -> None:
     try:
-        with open(path, "w", encoding="ascii") as f:
-            f.write(value)
+        with open(path, "wb") as f:
+            f.write(value.encode("ascii"))
     except OSError as exc:
         raise SandboxError(
             f"cannot write {value!r} to {path}: {exc.strerror}", EXIT_UNAVAILABLE

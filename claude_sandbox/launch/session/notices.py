@@ -9,10 +9,9 @@ lines that would have allowed the session. Never a secret's value.
 from __future__ import annotations
 
 import os
-import resource
 import sys
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import kernel, paths
 from claude_sandbox.launch.configure import config, profiles
 from claude_sandbox.launch.facts.hostfacts import HostFacts
 from claude_sandbox.launch.planner import environment
@@ -101,7 +100,7 @@ def caps(events: dict[str, int], status: int, limit_plan: LimitPlan) -> None:
     if events.get("pids_max"):
         sys.stderr.write(f"claude-sandbox: the process cap (max-pids) refused "
                          f"{events['pids_max']} new process(es) in the session\n")
-    per_process = dict(limit_plan.rlimits).get(resource.RLIMIT_DATA)
+    per_process = dict(limit_plan.rlimits).get(kernel.RLIMIT_DATA)
     if per_process and status in (128 + 6, 128 + 11) and not events.get("oom_kill"):
         sys.stderr.write(f"claude-sandbox: the session ended by signal {status - 128}; "
                          f"max-memory holds per process here (RLIMIT_DATA {per_process}), "

@@ -76,9 +76,9 @@ _WALK_LISTS = ("skip", "roots", "own", "bound", "shown")
 def _outer(pid: str) -> bool:
     """Whether `pid` lives outside the sandbox: one NSpid level in the outer procfs."""
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+        with open(f"/proc/{pid}/status", "rb") as handle:
             for line in handle:
-                if line.startswith("NSpid:"):
+                if line.startswith(b"NSpid:"):
                     return len(line.split()) == 2
     except OSError:
         return False
