@@ -27,6 +27,10 @@ from claude_sandbox.jail import netfilter, reaping
 from claude_sandbox.jail.dirs import make_private_dir, remove_at_teardown
 from claude_sandbox.jail.holderfork import TAP_NAME, spawn_holder
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 # Flags shared with bench/bench_jail.py's floor, so the two measure the same
 # pasta. --no-map-gw: otherwise "the gateway" is the host's 127.0.0.1 (measured).
 # -t/-u/-T/-U none: no port forwarding in either direction, which also
@@ -288,10 +292,13 @@ def _end(sock: _socket.socket, forward: Forwarder, children: tuple[Child | None,
         reaping.stop_being_subreaper()
 
 
-def begin(trace: Trace, cgroup_dirs: tuple[str, ...] = ()) -> Early:
+def begin(trace: Trace, cgroup_dirs: tuple[str, ...] = (),
+          check: Callable[[], None] | None = None) -> Early:
     """Spawn the holder, prepare its namespace and start pasta's attach. `cgroup_dirs`:
     the launch's cgroup, which the holder joins itself (spawn_holder), and pasta and the
-    relays before their exec.
+    relays before their exec. `check`: the host's preflight, run while the holder makes
+    its namespaces, before its answer is read: a refusal there is the launch's, told as
+    it would have been before the holder started, and the holder is ended.
 
     On any failure everything started here is ended before the error leaves.
     """
@@ -317,6 +324,8 @@ def begin(trace: Trace, cgroup_dirs: tuple[str, ...] = ()) -> Early:
     routing: _socket.socket | None = None
     try:
         trace.phase("holder spawned")
+        if check is not None:
+            check()
         directory = make_private_dir()
         userns_fd, routing = wait_netns(holder, sock, forward)
         trace.phase("holder namespace and tap device up")

@@ -24,9 +24,8 @@ from claude_sandbox.core import engine, libc
 from claude_sandbox.core.trace import Trace
 from claude_sandbox.launch.configure.request import Request
 from claude_sandbox.launch.configured import configure
-from claude_sandbox.launch.facts import hostfacts
 from claude_sandbox.launch.planner import limits
-from claude_sandbox.launch.session import cgroups, notices, state
+from claude_sandbox.launch.session import cgroups
 from claude_sandbox.launch.session.janitor import Janitor
 
 TYPE_CHECKING = False
@@ -47,7 +46,6 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         configured = configure(request.agent, environ)
         profile, cfg, limit_plan = configured.profile, configured.cfg, configured.limit_plan
         limits.prefer_for_oom()
-        notices.at_start(profile, cfg, environ, limit_plan, agent=request.command is None)
         trace.phase("config")
         cgroup = cgroups.create(limit_plan.cgroup)  # None unless a cap needs one
     except BaseException:
@@ -64,22 +62,22 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
     made: list[Plan] = []  # the plan, once made: its digest is traced at the end
     modes = _terminal_modes()
     try:
-        store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
-        if cfg.state_dir is not None:
-            notices.squatted_store(cfg.state_dir, store)
         if cfg.egress_jail:
             from claude_sandbox.jail import preflight
             from claude_sandbox.jail import start as jail_start
 
-            preflight.preflight(needs_socat=bool(cfg.local_ports or cfg.callback_ports))
+            def host_ready() -> None:
+                preflight.preflight(needs_socat=bool(cfg.local_ports or cfg.callback_ports))
+
             # Started first: the holder's namespace and pasta's attach are the longest
             # wait, and the facts and the plan are made meanwhile. The holder joins the
             # cgroup itself before it serves anything, and pasta before its exec, so that
             # they, the egress proxy and the session inherit the caps; the launcher never
             # joins (a move between cgroups waits for an RCU grace period, 10-25 ms
-            # measured each way) nor leaves.
+            # measured each way) nor leaves. The host's preflight runs while the holder
+            # makes its namespaces, and its refusal is the launch's (start.begin).
             early = jail_start.begin(Trace(trace.enabled, "jail"),
-                                     cgroup.dirs if cgroup is not None else ())
+                                     cgroup.dirs if cgroup is not None else (), host_ready)
             mounter = _mounter()
         else:
             engine.refuse_if_blocked()  # the jail's preflight asks the same
@@ -91,7 +89,14 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         # and git are most of the launcher's imports, and before the jail's start they
         # delayed pasta's attach, the longest wait, by as long (ADR 0004).
         from claude_sandbox.launch import decide, making
+        from claude_sandbox.launch.facts import hostfacts
         from claude_sandbox.launch.planner import plan
+        from claude_sandbox.launch.session import notices, state
+
+        notices.at_start(profile, cfg, environ, limit_plan, agent=request.command is None)
+        store = state.store_root(cfg.state_dir, hostfacts.login_home(), os.getuid())
+        if cfg.state_dir is not None:
+            notices.squatted_store(cfg.state_dir, store)
 
         if plan.masks_root_only(os.getuid()):
             # Where the walk has a cache (the trees no view shows, ADR 0020), the helper,

@@ -463,6 +463,46 @@ def test_preflight_refuses_in_one_line(setup: str, expect: str, tmp_path: os.Pat
     assert not os.path.exists(marker)
 
 
+BEGIN_CHECKED = """
+import glob, os, sys
+from claude_sandbox.core.errors import SandboxError
+from claude_sandbox.core.trace import Trace
+from claude_sandbox.jail import preflight
+from claude_sandbox.jail import start as jail_start
+try:
+    jail_start.begin(Trace(False, "jail"), (), lambda: preflight.preflight(needs_socat=False))
+except SandboxError as e:
+    print(e.status, e.message)
+children = [pid for task in os.listdir("/proc/self/task")
+            for pid in open(f"/proc/self/task/{task}/children").read().split()]
+print("children:", children)
+"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "expect"),
+    [
+        ("mount -t tmpfs none /dev/net", "/dev/net/tun is missing"),
+        ("mount --bind /dev/null /dev/net/tun", "/dev/net/tun is not the tun device"),
+        ("mount --bind /dev/null /usr/bin/pasta", "pasta not found"),
+    ],
+)
+def test_the_preflight_run_beside_the_holders_start_refuses_first(setup: str,
+                                                                    expect: str) -> None:
+    """The launch runs the host's preflight while the holder makes its namespaces
+    (start.begin's check, steps.py): a missing primitive still refuses in the preflight's
+    one line, not in the holder's words, and no holder or pasta is left running."""
+    script = f'{setup} && exec "$0" -c "$1"'
+    out = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+         sys.executable, BEGIN_CHECKED],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    lines = out.strip().splitlines()
+    assert lines[0].startswith(f"{EXIT_UNAVAILABLE} ") and expect in lines[0], out
+    assert lines[1:] == ["children: []"], out
+
+
 def test_a_system_error_while_the_jail_starts_is_one_line(tmp_path: os.PathLike[str]) -> None:
     """/tmp read-only, in a private mount namespace: the private directory cannot be
     made. The launch stops with the jail's status and one line, not a traceback."""
