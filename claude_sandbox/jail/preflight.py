@@ -1,7 +1,8 @@
 """The egress jail's preflight: each missing primitive refuses the launch in one line.
 
-Run before anything is started, so that a host without tun, user namespaces
-or a tool says what is wrong and how to fix it (docs/how-to/image.md).
+Run while the holder makes its namespaces, before its answer is read (start.begin),
+so that a host without tun, user namespaces or a tool says what is wrong and how to
+fix it in these words, not the holder's (docs/how-to/image.md); the holder is ended.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _check_userns() -> None:
 
 
 def preflight(*, needs_socat: bool) -> None:
-    """Fail closed before anything starts: each missing primitive is one line."""
+    """Fail closed before the jail is used: each missing primitive is one line."""
     for name in ("pasta", "iptables-restore", "iptables-save"):
         paths.tool(name)
     if needs_socat:
