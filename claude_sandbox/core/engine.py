@@ -6,7 +6,7 @@ Dev containers run on engines whose defaults differ. Docker's seccomp profile re
 (`docker-default`) refuses `mount`; Ubuntu 23.10 and later take capabilities away from
 user namespaces an unconfined program makes; gVisor has no pasta-compatible network. Each
 would otherwise end a launch with a raw message from bwrap or unshare, or a guess. Both
-the launch (before anything starts) and doctor ask `blocker()`.
+the launch (before the sandbox is used: jail/preflight.py) and doctor ask `blocker()`.
 
 Everything here reads /proc or makes one system call that changes nothing: `unshare(0)`
 asks the seccomp filter about `unshare` itself, whatever the flags (0 unshares nothing).
