@@ -133,29 +133,33 @@ class Finder:
     def load(self, name: str) -> ModuleType | None:
         """The module `name` made and run as the import system makes and runs it from
         this finder's spec, without the import system's own steps; None where the
-        bundle does not serve it. Its parent package is already imported."""
-        spec = self.find_spec(name)
-        if spec is None:
-            return None
-        # The event the import system raises for every module it finds, for any audit hook.
-        sys.audit("import", name, None, sys.path, sys.meta_path, sys.path_hooks)
-        module = type(sys)(name)
-        # What the import system sets on a module made from such a spec, no more.
-        module.__dict__.update(__spec__=spec, __loader__=self, __file__=spec.origin,
-                               __cached__=self.path, __package__=spec.parent)
-        if spec.submodule_search_locations is not None:
-            module.__path__ = spec.submodule_search_locations
-        # A thread started an instant ago that imports this module through the import
-        # system finds it in sys.modules while it is made: marked so, it waits for the
-        # import system's lock, held here until the module is made (importer()).
+        bundle does not serve it, or a second thread runs (importer()). Its parent
+        package is already imported."""
+        # The import system's global lock first, then the count of threads: a thread
+        # counted by then is the import system's to serve (it may hold a module's lock
+        # this import would wait for), and one that starts running later finds this lock
+        # held and waits at its first import until the module is made.
         _imp.acquire_lock()
         try:
-            sys.modules[name] = module
+            spec = None if _thread._count() else self.find_spec(name)
+            if spec is None:
+                return None
+            # The event the import system raises for each module it finds, for audit hooks.
+            sys.audit("import", name, None, sys.path, sys.meta_path, sys.path_hooks)
+            module = type(sys)(name)
+            # What the import system sets on a module made from such a spec, no more.
+            module.__dict__.update(__spec__=spec, __loader__=self, __file__=spec.origin,
+                                   __cached__=self.path, __package__=spec.parent)
+            if spec.submodule_search_locations is not None:
+                module.__path__ = spec.submodule_search_locations
+            # Marked before it is in sys.modules: a thread that finds it there while it
+            # is made waits for the lock held here.
             spec._initializing = True  # type: ignore[attr-defined]
+            sys.modules[name] = module
             try:
                 self.exec_module(module)
             except BaseException:
-                del sys.modules[name]  # as the import system: no half-made module stays
+                sys.modules.pop(name, None)  # as the import system: no half-made module
                 raise
             finally:
                 spec._initializing = False  # type: ignore[attr-defined]
@@ -175,6 +179,9 @@ def _current(entry: Entry) -> bool:
             and info.st_mtime_ns == entry[3])
 
 
+_ABSENT: ModuleType = type(sys)("absent")  # not in sys.modules (None there blocks a name)
+
+
 def importer(finder: Finder, original: Callable[..., ModuleType]) -> Callable[..., ModuleType]:
     """An `__import__` that makes the bundle's modules itself (Finder.load), and leaves
     every other import to `original`, the import system's.
@@ -183,25 +190,25 @@ def importer(finder: Finder, original: Callable[..., ModuleType]) -> Callable[..
     sys.meta_path, the spec's attributes, the module's place in sys.modules), written in
     Python, took about 3.6 ms of the 90 modules a jailed launch imports (ADR 0004). What
     is served, and when, is the finder's decision as before: a module it refuses, or a
-    stale one, goes to the import system. A process in which a second thread runs
-    imports through the import system only, whose per-module locks keep one thread from
-    seeing a module another is still making. A thread counts once it runs, not when it
-    is started: one that starts while a module is made here finds the import system's
-    lock held (Finder.load), and waits for it.
+    stale one, goes to the import system, and so does a name sys.modules blocks (None
+    there), which it refuses. A process in which a second thread runs imports through
+    the import system only, whose per-module locks keep one thread from seeing a module
+    another is still making: Finder.load holds the import system's global lock while it
+    makes a module, so a module made here must not wait for another thread.
     """
     index = finder.index
     modules = sys.modules
 
     def made(name: str) -> ModuleType | None:
-        module = modules.get(name)
-        if module is None:
+        module = modules.get(name, _ABSENT)
+        if module is _ABSENT:
             parent = name.rpartition(".")[0]
-            if parent and parent not in modules and made(parent) is None:
+            if parent and made(parent) is None:
                 return None
-            module = modules.get(name)  # its parent's import may have made it
-            if module is None:
-                module = finder.load(name)
-        return module
+            module = modules.get(name, _ABSENT)  # its parent's import may have made it
+            if module is _ABSENT:
+                return finder.load(name)
+        return module  # None: blocked in sys.modules, for the import system to refuse
 
     def import_(name: str, globals: object = None, locals: object = None,
                 fromlist: tuple[str, ...] | list[str] | None = (), level: int = 0,

@@ -14,6 +14,7 @@ import _socket
 import fcntl
 import gc
 import os
+import stat
 import sys
 
 from claude_sandbox.core import kernel, streams, wire
@@ -98,6 +99,12 @@ def make_tap() -> _socket.socket:
     try:
         tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
         try:
+            # The launcher's preflight says so first, but it runs beside this: no other
+            # device mounted there is ever sent the tun device's requests.
+            info = os.fstat(tun)
+            if not stat.S_ISCHR(info.st_mode) or (os.major(info.st_rdev),
+                                                  os.minor(info.st_rdev)) != (10, 200):
+                raise OSError("/dev/net/tun is not the tun device (10:200)")
             fcntl.ioctl(tun, _TUNSETIFF, ifreq)
             fcntl.ioctl(tun, _TUNSETPERSIST, 1)
         finally:

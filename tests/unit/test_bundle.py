@@ -169,6 +169,14 @@ try:
 except RuntimeError:
     pass
 import claude_sandbox.core.stale
+sys.modules["claude_sandbox.core.blocked"] = None  # blocked: the import refuses it
+try:
+    import claude_sandbox.core.blocked
+except ModuleNotFoundError:
+    blocked = "refused"
+else:
+    blocked = "imported"
+del sys.modules["claude_sandbox.core.blocked"]
 import claude_sandbox.core.racing
 while not claude_sandbox.core.racing.SEEN or not _thread._count():
     time.sleep(0.01)  # the thread racing started has its answer, and still runs
@@ -178,7 +186,8 @@ names = [n for n in sys.modules if n.startswith("claude_sandbox.core.")
 print(json.dumps({{
     "values": [answer.VALUE, answer.OTHER, leaf is same, twig.TWIG,
                "claude_sandbox.core.broken" in sys.modules,
-               claude_sandbox.core.sub.leaf is leaf, claude_sandbox.core.racing.SEEN],
+               claude_sandbox.core.sub.leaf is leaf, claude_sandbox.core.racing.SEEN,
+               blocked, hasattr(__builtins__, "BLOCKED_RAN")],
     "made": made,
     "modules": {{n: [type(m.__loader__).__name__, m.__file__, m.__package__,
                     getattr(m, "__path__", None), m.__spec__.name, m.__spec__.origin]
@@ -204,7 +213,8 @@ def test_an_import_makes_the_bundles_modules_as_the_import_system_does(
     """The bundle's `__import__` (bundle.importer) gives a module the attributes, the
     place in sys.modules and on its parent, and the errors the import system gives it;
     it leaves a stale module to the import system, and every import once a second
-    thread runs; and a thread started while a module is made finds it made."""
+    thread runs; a name sys.modules blocks is refused, never run; and a thread started
+    while a module is made finds it made."""
     import json
     import shutil
     import subprocess
@@ -222,6 +232,7 @@ def test_an_import_makes_the_bundles_modules_as_the_import_system_does(
                                     "raise RuntimeError('a module that fails')\n")
     (core / "stale.py").write_text("")
     (core / "racing.py").write_text(_RACING)
+    (core / "blocked.py").write_text("import builtins\nbuiltins.BLOCKED_RAN = True\n")
     (core / "late.py").write_text("")
     path = _written(tmp_path, package)
     (core / "stale.py").write_text("CHANGED = True\n")
@@ -236,7 +247,7 @@ def test_an_import_makes_the_bundles_modules_as_the_import_system_does(
                              capture_output=True, text=True, check=True)
         seen[served] = json.loads(ran.stdout)
     assert (seen[True]["values"] == seen[False]["values"]
-            == [42, "other", True, 1, False, True, [True]])
+            == [42, "other", True, 1, False, True, [True], "refused", False])
     bundled, imported = seen[True]["modules"], seen[False]["modules"]
     assert set(bundled) == set(imported)
     for name, (loader, *attributes) in bundled.items():
