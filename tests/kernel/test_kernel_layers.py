@@ -16,6 +16,7 @@ import uuid
 import pytest
 from conftest import USER, Sandbox
 
+from claude_sandbox.core import kernel
 from claude_sandbox.inside import landlock
 from claude_sandbox.inside.spec import Inner
 from claude_sandbox.launch.planner import limits
@@ -186,14 +187,14 @@ def _caps(sandbox: Sandbox, max_pids: int | None, max_memory: int | None):  # ty
     facts = cgroups.probe_cgroups() if sandbox.user == "root" else cgroups.CgroupFacts()
     uid = 0 if sandbox.user == "root" else 1
     plan = limits.plan_limits(max_pids, max_memory, facts, uid)
-    cgroup = cgroups.create(plan.cgroup)
     rl = dict(plan.rlimits)
     settings = Inner(
         "standard",
-        max_pids=rl.get(limits.resource.RLIMIT_NPROC),
-        max_memory=rl.get(limits.resource.RLIMIT_DATA),
+        max_pids=rl.get(kernel.RLIMIT_NPROC),
+        max_memory=rl.get(kernel.RLIMIT_DATA),
         writable=(str(sandbox.work),),
     )
+    cgroup = cgroups.create(plan.cgroup)  # last: the tests remove it, whatever happens after
     return plan, cgroup, settings
 
 
