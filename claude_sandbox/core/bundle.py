@@ -214,6 +214,9 @@ def importer(finder: Finder, original: Callable[..., ModuleType]) -> Callable[..
                 fromlist: tuple[str, ...] | list[str] | None = (), level: int = 0,
                 ) -> ModuleType:
         module = None
+        # Counted here too, not only in Finder.load: with a second thread running, a
+        # module in sys.modules may be one that thread is still making, which only the
+        # import system's per-module locks wait for.
         if not level and name in index and not _thread._count():
             module = made(name)
         if module is None:

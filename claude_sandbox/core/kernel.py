@@ -49,3 +49,4 @@ SYS_LANDLOCK_RESTRICT_SELF = 446
 RLIMIT_DATA = 2
 RLIMIT_CORE = 4
 RLIMIT_NPROC = 6
+RLIM_INFINITY = (1 << 64) - 1  # rlim_t's all ones: 64 bits on x86_64 and aarch64

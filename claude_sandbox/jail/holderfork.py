@@ -75,6 +75,13 @@ def _standard_streams_as_exec_leaves_them(channel: int) -> None:
             streams.null_at(fd)
 
 
+def is_tun(info: os.stat_result) -> bool:
+    """Whether /dev/net/tun's node is the tun device (10:200): a bind of /dev/null or of a
+    file over it opens fine but is no tun."""
+    return stat.S_ISCHR(info.st_mode) and (os.major(info.st_rdev),
+                                           os.minor(info.st_rdev)) == (10, 200)
+
+
 def make_tap() -> _socket.socket:
     """Create the jail's tap device, persistent, before pasta attaches to it, and return
     a routing socket (NETLINK_ROUTE) of the jail's namespace, through which the launcher
@@ -101,9 +108,7 @@ def make_tap() -> _socket.socket:
         try:
             # The launcher's preflight says so first, but it runs beside this: no other
             # device mounted there is ever sent the tun device's requests.
-            info = os.fstat(tun)
-            if not stat.S_ISCHR(info.st_mode) or (os.major(info.st_rdev),
-                                                  os.minor(info.st_rdev)) != (10, 200):
+            if not is_tun(os.fstat(tun)):
                 raise OSError("/dev/net/tun is not the tun device (10:200)")
             fcntl.ioctl(tun, _TUNSETIFF, ifreq)
             fcntl.ioctl(tun, _TUNSETPERSIST, 1)

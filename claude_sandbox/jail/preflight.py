@@ -8,10 +8,10 @@ fix it in these words, not the holder's (docs/how-to/image.md); the holder is en
 from __future__ import annotations
 
 import os
-import stat
 
 from claude_sandbox.core import engine, paths
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
+from claude_sandbox.jail.holderfork import is_tun
 
 
 def _refused(why: str) -> SandboxError:
@@ -31,8 +31,7 @@ def _check_tun() -> None:
         st = os.fstat(fd)
     finally:
         os.close(fd)
-    # A bind of /dev/null or a file over the node opens fine but is no tun.
-    if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != 10 or os.minor(st.st_rdev) != 200:
+    if not is_tun(st):
         raise _refused(f"/dev/net/tun is not the tun device (10:200); {fix}")
 
 

@@ -265,7 +265,7 @@ def test_the_soft_limit_read_through_libc_is_getrlimits(soft: int | None) -> Non
             "(soft, resource.getrlimit(resource.RLIMIT_NPROC)[1])); "
             "expected = resource.getrlimit(resource.RLIMIT_NPROC)[0]; "
             "got = cgroups._soft_limit(kernel.RLIMIT_NPROC); "
-            "print(got == (cgroups.RLIM_INFINITY if expected == resource.RLIM_INFINITY "
+            "print(got == (kernel.RLIM_INFINITY if expected == resource.RLIM_INFINITY "
             "else expected), got)")
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

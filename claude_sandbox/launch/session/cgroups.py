@@ -119,12 +119,9 @@ def _pids_limit(proc_cgroup: str) -> int:
               _ancestors(CGROUP_ROOT, _own_cgroup("", proc_cgroup)) +
               _ancestors(f"{CGROUP_ROOT}/pids", _own_cgroup("pids", proc_cgroup))]
     soft = _soft_limit(kernel.RLIMIT_NPROC)
-    if soft != RLIM_INFINITY and os.getuid() != 0:
+    if soft != kernel.RLIM_INFINITY and os.getuid() != 0:
         values.append(soft)
     return _tightest(values)
-
-
-RLIM_INFINITY = (1 << 64) - 1  # rlim_t's all ones, on the 64-bit kernels the package runs
 
 
 def _soft_limit(resource: int) -> int:
@@ -132,7 +129,7 @@ def _soft_limit(resource: int) -> int:
     loaded at every launch for this one call (ADR 0004)."""
     limits = libc.string_buffer(b"", 16)  # struct rlimit: rlim_cur, rlim_max
     if libc.load_libc().getrlimit(resource, limits) != 0:
-        return RLIM_INFINITY  # not known: no cap from it
+        return kernel.RLIM_INFINITY  # not known: no cap from it
     return int.from_bytes(limits.raw[:8], sys.byteorder)
 
 
@@ -203,7 +200,7 @@ class Cgroup:
                             words = line.decode("ascii").split()
                             if len(words) == 2 and words[0] == field and words[1].isdigit():
                                 found[key] += int(words[1])
-                except (OSError, ValueError):  # ValueError: not ASCII, as text mode read it
+                except (OSError, ValueError):  # ValueError: not ASCII, no count read
                     continue
         return found
 
