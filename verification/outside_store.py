@@ -1,10 +1,18 @@
-"""Check 101, run outside: the egress records a workspace's sessions leave in the user's
-state store stay bounded (jail/egressrecord.py's prune; docs/explanation/egress-by-name.md).
+"""Checks 101 and 105, run outside: what the agent's and the launch's state stores hold.
+
+101: the egress records a workspace's sessions leave in the user's state store stay
+bounded (jail/egressrecord.py's prune; docs/explanation/egress-by-name.md).
 
 One agent's flood is cut at a size limit per session; without a bound on the sessions,
 an agent started again and again (a loop in a script, a scheduled task) would still fill
 the disk the user's home is on, a record at a time. The runner plants more records than
 are kept, as sessions long ended, then launches once in that workspace.
+
+105: a link left in the agent's store where the sandbox mounts something is never followed
+by a later launch (launch/session/mountpoints.py). bwrap makes its mount points while the
+host is still reachable at /oldroot, so a link there would make a file wherever it leads.
+The runner leaves the link itself, at ~/.netrc of the store (every launch mounts an empty
+file there), as a session leaves one below a directory of its home it moved aside.
 """
 
 from __future__ import annotations
@@ -56,3 +64,36 @@ def check_101_egress_records_bounded(shim: str, agent: str, store_root: str,
                       f"session (the session's own: {len(own)}); want the newest {kept}")
     return Result("101", "PASS", f"of {PLANTED} ended sessions' records and one session, the "
                   f"newest {kept} are left, the session's own among them")
+
+
+def check_105_store_links_not_followed(shim: str, agent: str, store_home: str,
+                                       environ: Mapping[str, str]) -> Result:
+    """A link at the store's ~/.netrc into a directory of the runner's, through /oldroot:
+    the next launch is refused with 77 and makes nothing there."""
+    target = tempfile.mkdtemp(prefix="csbx-verify-mountpoint105-", dir="/var/tmp")
+    workspace = tempfile.mkdtemp(prefix="csbx-verify-store105-", dir="/var/tmp")
+    point = os.path.join(store_home, ".netrc")
+    kept = point + ".csbx-verify-105"
+    try:
+        if not os.path.isdir(store_home):
+            _launch_in(shim, agent, workspace, environ, "true")  # the store, made
+        if os.path.lexists(point):
+            os.rename(point, kept)
+        os.symlink(f"/oldroot{target}/made", point)
+        ran = _launch_in(shim, agent, workspace, environ, "true")
+        made = os.listdir(target)
+    finally:
+        if os.path.islink(point):
+            os.unlink(point)
+        if os.path.lexists(kept):
+            os.rename(kept, point)
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(workspace, ignore_errors=True)
+    if made:
+        return Result("105", "FAIL", f"the launch followed a link in the store: it made "
+                      f"{made} outside it")
+    if ran.returncode != 77 or "symbolic link" not in ran.stderr:
+        return Result("105", "FAIL", f"a link at the store's ~/.netrc: status {ran.returncode}, "
+                      f"not 77 ({ran.stderr[-300:]})")
+    return Result("105", "PASS", "a link at a mount point in the store: the launch refused "
+                  "(77) and made nothing where it leads")

@@ -21,7 +21,8 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
      "/dev/net/tun, user namespaces, an engine setting)"),
     (EXIT_JAIL, "the egress jail could not be built or its read-back differs from the plan"),
     (EXIT_REFUSED, "the launch was refused by policy (entry-point guard, nesting, a control "
-     "path that is a link out of the workspace, a .git that is a link)"),
+     "path that is a link out of the workspace, a .git that is a link, a link in the agent's "
+     "state store where the sandbox mounts something)"),
     (EXIT_CONFIG, "the configuration is invalid, or a path may not be writable (the "
      "workspace, an allow-write path); the message names FILE:LINE or the variable"),
 )

@@ -20,7 +20,7 @@ from claude_sandbox.launch.configure import config, profiles
 from claude_sandbox.launch.facts import hostfacts
 from claude_sandbox.launch.overlay import controlexit, controlfiles, gitcheck, gitrepo, gitsession
 from claude_sandbox.launch.planner import plan, render, seccomp
-from claude_sandbox.launch.session import state
+from claude_sandbox.launch.session import mountpoints, state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -87,6 +87,9 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
         state.ensure_home(store, the_plan.agent, facts.home,
                           profiles.get(the_plan.agent).imports, facts.uid,
                           default_root=cfg.state_dir is None, said=imported)
+        # Before bwrap, which would follow a link the agent left in its store on the way
+        # to a mount point and make that point wherever the link leads (mountpoints.py).
+        mountpoints.make(facts.store_home, facts.home, the_plan.mounts, the_plan.agent)
         if facts.agent_tmp:
             state.private_dir(facts.agent_tmp, facts.uid,
                               f"{the_plan.agent}'s scratch directory")

@@ -171,7 +171,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
     outside_module = importlib.import_module("outside")  # verification/outside.py
     users_module = importlib.import_module("outside_users")  # probes as another user
     git_module = importlib.import_module("outside_git")  # checks 98 to 100
-    store_module = importlib.import_module("outside_store")  # check 101
+    store_module = importlib.import_module("outside_store")  # checks 101 and 105
     fds_module = importlib.import_module("outside_fds")  # checks 102 and 103
 
     sys.path.remove(directory)
@@ -216,6 +216,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                     SHIM, agent, facts["home"], base_env))
                 results.append(store_module.check_101_egress_records_bounded(
                     SHIM, agent, facts["store_root"], base_env, bool(facts["egress_jail"])))
+                results.append(store_module.check_105_store_links_not_followed(
+                    SHIM, agent, state.agent_home(facts["store_root"], agent), base_env))
                 results.append(fds_module.check_102_no_inherited_descriptor_outside(
                     SHIM, agent, workdir, base_env))
                 results.append(fds_module.check_103_sigchld_ignored_launcher(
@@ -258,7 +260,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                 results += [outside_module.Result(number, "SKIP", "outside checks not run")
                             for number in ("27", "48", "49", "60", "35", "53", "70", "71",
                                            "73", "74", "77", "78", "82", "85", "86", "87",
-                                           "94", "98", "99", "100", "101", "102", "103",
+                                           "94", "98", "99", "100", "101", "102", "103", "105",
                                            "A66", "A67", "A72")]
             results += post_checks(inside, facts, run_agents)
         finally:

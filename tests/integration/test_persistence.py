@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -106,6 +107,30 @@ def test_state_import_and_reset(launcher: Launcher, fresh_store: str,
     assert launcher.run([cli, "state", "reset", "--yes"]).returncode == 0
     assert not os.path.exists(fresh_store)
 
+
+
+@pytest.mark.parametrize("plant", ["leaf", "above"])
+def test_a_link_left_in_the_store_is_not_followed_by_the_next_launch(
+        launcher: Launcher, fresh_store: str, plant: str) -> None:
+    """A session moves ~/.local aside and leaves a link where the sandbox mounts the agent's
+    ~/.local/bin/claude: at it (`leaf`), or at ~/.local above it (`above`), leading out
+    through /oldroot, where bwrap still sees the host. The next launch refuses, and nothing
+    is made where the link leads (check 105)."""
+    target = tempfile.mkdtemp(prefix="csbx-test-mountpoint-", dir="/var/tmp")
+    os.chown(target, launcher.uid, launcher.uid)
+    home = launcher.home
+    link = (f"mkdir -p {home}/.local/bin && ln -s /oldroot{target}/made {home}/.local/bin/claude"
+            if plant == "leaf" else f"ln -s /oldroot{target} {home}/.local")
+    try:
+        planted = launcher.shell("/bin/sh", "-c", f"mv {home}/.local {home}/.local.moved && {link}")
+        assert planted.returncode == 0, planted.stderr
+        refused = launcher.shell("/bin/true")
+        assert refused.returncode == 77, refused.stderr
+        assert "state store is a symbolic link" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert os.listdir(target) == []
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
 
 def _git(launcher: Launcher, *argv: str) -> None:
     subprocess.run(["git", "-c", "safe.directory=*", "-C", launcher.workspace, *argv],

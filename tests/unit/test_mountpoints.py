@@ -1,0 +1,107 @@
+"""The mount points below $HOME are made in the store without following a link (mountpoints.py).
+
+Each refusal test also asserts what the user relies on: nothing was made where the link
+leads, outside the store.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.launch.planner.mounts import Mount
+from claude_sandbox.launch.session import mountpoints
+
+HOME = "/home/u"
+
+
+def _store(tmp_path: Path) -> tuple[Path, Path, Path]:
+    store, outside, source = tmp_path / "store", tmp_path / "outside", tmp_path / "source"
+    for directory in (store, outside, source):
+        directory.mkdir()
+    (source / "file").write_text("x")
+    return store, outside, source
+
+
+def _make(store: Path, *mounts: Mount) -> None:
+    mountpoints.make(str(store), HOME, mounts, "claude")
+
+
+def test_missing_points_are_made_as_bwrap_would_find_them(tmp_path: Path) -> None:
+    store, _, source = _store(tmp_path)
+    _make(store,
+          Mount("ro-bind", f"{HOME}/.local/bin/claude", "r", source=str(source / "file")),
+          Mount("ro-bind", f"{HOME}/.config/gh", "r", source=str(source)),
+          Mount("data", f"{HOME}/.netrc", "r", source="netrc"),
+          Mount("tmpfs", f"{HOME}/.cache/t", "r"),
+          Mount("symlink", f"{HOME}/.a/b/link", "r", source="/target"))
+    assert (store / ".local/bin/claude").is_file()
+    assert (store / ".config/gh").is_dir()
+    assert (store / ".netrc").is_file()
+    assert (store / ".cache/t").is_dir()
+    assert (store / ".a/b").is_dir() and not (store / ".a/b/link").exists()  # bwrap's to make
+
+
+def test_what_is_there_already_stands(tmp_path: Path) -> None:
+    store, _, source = _store(tmp_path)
+    (store / ".local/bin").mkdir(parents=True)
+    (store / ".local/bin/claude").write_text("kept")
+    _make(store, Mount("ro-bind", f"{HOME}/.local/bin/claude", "r", source=str(source / "file")))
+    assert (store / ".local/bin/claude").read_text() == "kept"
+
+
+def test_mounts_elsewhere_and_missing_sources_make_nothing(tmp_path: Path) -> None:
+    store, _, source = _store(tmp_path)
+    _make(store, Mount("ro-bind", "/etc/x", "r", source=str(source / "file")),
+          Mount("ro-bind-try", f"{HOME}/.nope/x", "r", source=str(source / "missing")),
+          Mount("remount-ro", f"{HOME}/.ro/x", "r"), Mount("bind", HOME, "r", source=str(store)))
+    assert os.listdir(store) == []
+
+
+def test_a_link_above_a_mount_point_is_refused_and_not_followed(tmp_path: Path) -> None:
+    store, outside, source = _store(tmp_path)
+    (store / ".local").symlink_to(outside)  # the agent's plant: ~/.local leads out
+    with pytest.raises(SandboxError) as refused:
+        _make(store, Mount("ro-bind", f"{HOME}/.local/bin/claude", "r",
+                           source=str(source / "file")))
+    assert refused.value.status == EXIT_REFUSED
+    assert "~/.local in claude's state store is a symbolic link" in str(refused.value)
+    assert "state reset --agent claude" in str(refused.value)
+    assert os.listdir(outside) == []
+
+
+@pytest.mark.parametrize("kind", ["ro-bind", "data"])
+def test_a_link_at_a_file_mount_point_is_refused_and_not_followed(tmp_path: Path,
+                                                                  kind: str) -> None:
+    store, outside, source = _store(tmp_path)
+    (store / ".local/bin").mkdir(parents=True)
+    (store / ".local/bin/claude").symlink_to(outside / "made")  # dangling: O_CREAT would make it
+    with pytest.raises(SandboxError, match="is a symbolic link"):
+        _make(store, Mount(kind, f"{HOME}/.local/bin/claude", "r",
+                           source=str(source / "file") if kind == "ro-bind" else "d"))
+    assert os.listdir(outside) == []
+
+
+def test_a_link_at_a_directory_mount_point_is_refused(tmp_path: Path) -> None:
+    store, outside, source = _store(tmp_path)
+    (store / ".config").mkdir()
+    (store / ".config/gh").symlink_to(outside)
+    said = re.escape("~/.config/gh in claude's state store is a symbolic")
+    with pytest.raises(SandboxError, match=said):
+        _make(store, Mount("ro-bind", f"{HOME}/.config/gh", "r", source=str(source)))
+
+
+def test_the_wrong_kind_is_refused(tmp_path: Path) -> None:
+    store, _, source = _store(tmp_path)
+    (store / ".local").write_text("a file where a directory goes")
+    with pytest.raises(SandboxError, match="is not what the sandbox mounts there"):
+        _make(store, Mount("ro-bind", f"{HOME}/.local/bin/claude", "r",
+                           source=str(source / "file")))
+    (store / ".netrc").mkdir()
+    said = re.escape("~/.netrc in claude's state store is not what")
+    with pytest.raises(SandboxError, match=said):
+        _make(store, Mount("data", f"{HOME}/.netrc", "r", source="d"))
