@@ -1,4 +1,4 @@
-"""Checks 98 and 99, run outside.
+"""Checks 98, 99, 100 and 106, run outside.
 
 Check 98: in a live session the agent plants what the user's own git would run (ADR
 0010's amendments of 2026-12-06), and git run outside afterwards runs none.
@@ -24,6 +24,11 @@ through the user's own git (ADR 0010's amendment of 2026-12-06, second; gitcontr
 Check 100: no ref the session moved is written naming objects the repository lacks
 (ADR 0010's amendment of 2026-12-06, third; gitbase.py's History.complete), so that
 git fsck, gc and for-each-ref outside keep working.
+
+Check 106: a link a session leaves on the way to a git directory the workspace's `.git`
+file names (the directory above it renamed, a link to another repository in its place)
+leads neither the session's end nor the next launch there (gitsession.finish,
+gitrepo.link_on_the_way).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 
-from outside import Result, _git, _launch_in
+from outside import Result, _git, _launch_in, _scratch_repository
 
 _PLANTS = r'''
 import hashlib, os, struct, subprocess, sys
@@ -277,3 +282,36 @@ def check_100_refs_name_only_objects_held(shim: str, agent: str, home: str,
     return Result("100", "PASS", "a branch at a made-up id and a commit missing its blob "
                   "moved no ref, while a whole commit's new branch came out; every ref's "
                   "history is whole, fsck passes, and the launch named both values")
+
+
+def check_106_git_directory_not_reached_through_a_link(shim: str, agent: str, home: str,
+                                                       environ: Mapping[str, str]) -> Result:
+    """A workspace whose .git file names meta/.git; the session sets its remote's URL,
+    renames meta and links another repository there: that repository's config is
+    unchanged, and the next launch there is refused with 77."""
+    other = _scratch_repository(home)
+    workspace = tempfile.mkdtemp(prefix="csbx-verify-git106-", dir="/var/tmp")
+    try:
+        os.mkdir(os.path.join(workspace, "meta"))
+        for argv in (["init", "-q", "-b", "main", f"--separate-git-dir={workspace}/meta/.git"],
+                     ["remote", "add", "origin", "https://example.com/own.git"]):
+            _git(argv, workspace, home)
+        config = _read(os.path.join(other, ".git", "config"))
+        session = _launch_in(shim, agent, workspace, environ,
+                             "git remote set-url origin https://evil.example.com/x.git && "
+                             f"mv meta meta.moved && ln -s {other} meta")
+        changed = _read(os.path.join(other, ".git", "config")) != config
+        again = _launch_in(shim, agent, workspace, environ, "true")
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
+    if session.returncode != 0:
+        return Result("106", "FAIL", f"the session failed: {session.stderr[-300:]}")
+    if changed:
+        return Result("106", "FAIL", "the session's end wrote another repository's config "
+                      "through a link the session left on the way to its git directory")
+    if again.returncode != 77:
+        return Result("106", "FAIL", f"the next launch, with the link there, ended "
+                      f"{again.returncode}, not refused (77): {again.stderr[-300:]}")
+    return Result("106", "PASS", "a link on the way to the git directory: nothing applied "
+                  "through it, and the next launch refused (77)")

@@ -170,7 +170,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
     sys.path.insert(0, directory)
     outside_module = importlib.import_module("outside")  # verification/outside.py
     users_module = importlib.import_module("outside_users")  # probes as another user
-    git_module = importlib.import_module("outside_git")  # checks 98 to 100
+    git_module = importlib.import_module("outside_git")  # checks 98 to 100 and 106
     store_module = importlib.import_module("outside_store")  # checks 101 and 105
     fds_module = importlib.import_module("outside_fds")  # checks 102 and 103
 
@@ -213,6 +213,8 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                 results.append(git_module.check_99_control_files_do_not_come_out_through_git(
                     SHIM, agent, facts["home"], base_env))
                 results.append(git_module.check_100_refs_name_only_objects_held(
+                    SHIM, agent, facts["home"], base_env))
+                results.append(git_module.check_106_git_directory_not_reached_through_a_link(
                     SHIM, agent, facts["home"], base_env))
                 results.append(store_module.check_101_egress_records_bounded(
                     SHIM, agent, facts["store_root"], base_env, bool(facts["egress_jail"])))
@@ -261,7 +263,7 @@ def run_suite(agent: str, *, directory: str = INSTALLED_CHECKS,
                             for number in ("27", "48", "49", "60", "35", "53", "70", "71",
                                            "73", "74", "77", "78", "82", "85", "86", "87",
                                            "94", "98", "99", "100", "101", "102", "103", "105",
-                                           "A66", "A67", "A72")]
+                                           "106", "A66", "A67", "A72")]
             results += post_checks(inside, facts, run_agents)
         finally:
             fixtures.close()

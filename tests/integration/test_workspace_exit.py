@@ -206,3 +206,33 @@ def test_a_launch_from_a_subdirectory_finds_the_repository(
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == repo
     assert "from-sub" in outside(launcher, "log", "--oneline").stdout
+
+
+def test_a_link_on_the_way_to_the_git_directory_leads_nowhere_else(launcher: Launcher) -> None:
+    """The workspace's .git file names a git directory two levels down (`git init
+    --separate-git-dir`). A session renames the directory above it and leaves a link to
+    another repository in its place: its git writes are not applied through the link,
+    the other repository is unchanged, and the next launch refuses (77) rather than show
+    that repository inside."""
+    victim = tempfile.mkdtemp(prefix="cs-victim-", dir="/var/tmp")
+    os.chown(victim, launcher.uid, launcher.uid)
+    try:
+        outside(launcher, "init", "-q", "-b", "main", cwd=victim)
+        outside(launcher, "remote", "add", "origin", "https://example.com/victim.git",
+                cwd=victim)
+        config = open(os.path.join(victim, ".git/config")).read()  # noqa: SIM115
+        os.mkdir(os.path.join(launcher.workspace, "meta"))
+        os.chown(os.path.join(launcher.workspace, "meta"), launcher.uid, launcher.uid)
+        outside(launcher, "init", "-q", "-b", "main",
+                f"--separate-git-dir={launcher.workspace}/meta/.git")
+        outside(launcher, "remote", "add", "origin", "https://example.com/own.git")
+        session = inside(launcher, "git remote set-url origin https://evil.example.com/x.git"
+                         f" && mv meta meta.moved && ln -s {victim} meta")
+        assert "not applied: a symbolic link now stands on the way" in session.stderr
+        assert open(os.path.join(victim, ".git/config")).read() == config  # noqa: SIM115
+        refused = launcher.shell("/bin/true")
+        assert refused.returncode == 77, refused.stderr
+        assert "names a git directory through" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    finally:
+        subprocess.run(["rm", "-rf", victim], check=False)

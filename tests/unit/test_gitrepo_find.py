@@ -155,3 +155,33 @@ def test_no_git_entry_or_a_git_file_git_cannot_use_is_no_repository(tmp_path: Pa
     assert gitrepo.find(str(workspace)) == ()
     (workspace / ".git").write_text(f"gitdir: {tmp_path / 'nowhere'}\n")
     assert gitrepo.find(str(workspace)) == ()
+
+
+def test_a_link_in_the_workspace_on_the_way_to_the_git_directory_refuses(
+        tmp_path: Path) -> None:
+    """A link a session left where the .git file's path passes (meta -> another
+    repository) would lead the launch, and the session's end, there."""
+    other = _repository(tmp_path)
+    workspace = tmp_path / "ws"
+    (workspace / "meta.moved").mkdir(parents=True)
+    (workspace / "meta").symlink_to(other)
+    for written in ("meta/.git", f"{workspace}/meta/.git", "sub/../meta/.git"):
+        (workspace / ".git").write_text(f"gitdir: {written}\n")
+        (workspace / "sub").mkdir(exist_ok=True)
+        with pytest.raises(SandboxError) as refused:
+            gitrepo.find(str(workspace))
+        assert refused.value.status == EXIT_REFUSED
+        assert f"through {workspace}/meta, a symbolic link in the workspace" in str(
+            refused.value)
+
+
+def test_links_outside_the_workspace_and_plain_paths_are_followed(tmp_path: Path) -> None:
+    """An operator's link outside the workspace (a home on another disk) is not the
+    agent's: the git directory behind it is found as git finds it."""
+    main = _repository(tmp_path)
+    (tmp_path / "elsewhere").symlink_to(main)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / ".git").write_text(f"gitdir: {tmp_path}/elsewhere/.git\n")
+    assert gitrepo.link_on_the_way(str(workspace / ".git"), str(workspace)) is None
+    assert [r.gitdir for r in gitrepo.find(str(workspace))] == [str(main / ".git")]

@@ -107,6 +107,29 @@ def gitfile_target(path: str) -> str | None:
     return os.path.realpath(os.path.join(os.path.dirname(path), target))
 
 
+def link_on_the_way(dotgit: str, workspace: str) -> str | None:
+    """The first symbolic link below `workspace` on the way the `.git` file `dotgit`
+    names, as written (gitfile_target resolves it): only a session could have put one
+    there, and a link the agent made leads the launch wherever the agent chose. A link
+    outside the workspace (an operator's /home on another disk) is not the agent's."""
+    text = read_small(dotgit)
+    if text is None or not text.startswith("gitdir: "):
+        return None
+    current = os.path.dirname(dotgit)
+    written = text[len("gitdir: "):].rstrip("\r\n")
+    if written.startswith("/"):
+        current = "/"
+    for part in written.split("/"):
+        if part in ("", "."):
+            continue
+        # Textual `..` is the kernel's own until a link was passed, and the first link
+        # below the workspace ends the walk.
+        current = os.path.dirname(current) if part == ".." else os.path.join(current, part)
+        if (current + "/").startswith(workspace.rstrip("/") + "/") and os.path.islink(current):
+            return current
+    return None
+
+
 def names_gitdir(dotgit: str, gitdir: str) -> bool:
     """Whether the `.git` entry at `dotgit` is still what leads to `gitdir`: that
     directory itself (not a link), or a regular `.git` file that names it or a linked
@@ -225,6 +248,15 @@ def _at_entry(entry: str, info: os.stat_result, directory: str,
     target = gitfile_target(entry)
     if target is None:
         return ()  # git refuses a .git file it cannot parse: it writes nothing there
+    link = link_on_the_way(entry, workspace)
+    if link is not None:
+        raise SandboxError(
+            f"refusing to launch: {entry} names a git directory through {link}, a symbolic "
+            f"link in the workspace (to {os.path.realpath(link)}); a session could have "
+            "left it there to lead the launch to another repository, which the sandbox "
+            "would then show and the session's end write; replace the link with the "
+            "directory it stands for, or point the .git file at the git directory itself",
+            EXIT_REFUSED)
     if common_dir(target) != target:
         common = _worktree_common(entry, target)
         return ((Repository(common, directory, f"the repository of {where} linked worktree"),)

@@ -173,9 +173,18 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
             continue
         directory = os.path.dirname(layer.upper)
         try:
-            result = gitapply.apply(layer.upper, layer.view.target, layer.base, workspace,
-                                    controls=controls, held=held, spend=spend)
-            gitcheck.check(layer.view.target, quarantine)
+            # The target was a real path at launch (gitrepo.find). A link the session left
+            # on its way since (a directory above it renamed, a link in its place) would
+            # lead every write below into another repository: nothing is applied then.
+            moved = os.path.realpath(layer.view.target) != layer.view.target
+            result = (gitapply.Result((f"{layer.view.target}: not applied: a symbolic link "
+                                       "now stands on the way to it, which the session left "
+                                       "(the git directory moved while it ran)",), True)
+                      if moved else
+                      gitapply.apply(layer.upper, layer.view.target, layer.base, workspace,
+                                     controls=controls, held=held, spend=spend))
+            if not moved:
+                gitcheck.check(layer.view.target, quarantine)
         except Exception as error:  # one layer's failure stops no other, nor the exit
             # Never half-applied in silence: what is left stays in the store, named.
             result = gitapply.Result((f"{layer.view.target}: the session's git changes could "
