@@ -55,3 +55,13 @@ def flush() -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
+
+
+def terminal_safe(text: str) -> str:
+    """`text` as one line a terminal shows and nothing more: a control character or an
+    invisible code point (an escape sequence, a carriage return, a right-to-left
+    override), which a name the agent chose may hold, is written as its escape."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(c if c.isascii() and c.isprintable()
+                   else c.encode("unicode_escape").decode("ascii") for c in text)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from claude_sandbox.core import paths
+from claude_sandbox.core import paths, streams
 from claude_sandbox.core.process import data_descriptor
 from claude_sandbox.core.record import record, replace
 from claude_sandbox.inside import spec
@@ -253,8 +253,10 @@ def egress_record(store: str, the_plan: plan.Plan, cfg: config.Config) -> tuple[
 
 
 def say(quarantine: gitcheck.Quarantine) -> None:
+    """What the git checks found, a line each; a name in it is the session's to choose, so
+    nothing in it reaches the terminal as a control sequence."""
     for line in quarantine.lines:
-        sys.stderr.write(f"claude-sandbox: {line}\n")
+        sys.stderr.write(f"claude-sandbox: {streams.terminal_safe(line)}\n")
     quarantine.lines.clear()
 
 
@@ -314,4 +316,4 @@ def workspace_exit(cfg: config.Config, the_plan: plan.Plan, prepared: Prepared,
     say(quarantine)
     report = os.path.join(the_plan.workspace_store, "last-session.txt")
     for line in aftermath.report_lines(findings, report):
-        sys.stderr.write(f"claude-sandbox: {line}\n")
+        sys.stderr.write(f"claude-sandbox: {streams.terminal_safe(line)}\n")

@@ -236,3 +236,12 @@ def test_a_link_on_the_way_to_the_git_directory_leads_nowhere_else(launcher: Lau
         assert "Traceback" not in refused.stderr
     finally:
         subprocess.run(["rm", "-rf", victim], check=False)
+
+
+def test_a_name_the_session_chose_reaches_the_terminal_escaped(launcher: Launcher,
+                                                                repo: str) -> None:
+    """A file the session leaves in .git, named with a terminal's control sequences: the
+    launcher's lines about it carry them escaped, never as the bytes a terminal obeys."""
+    result = inside(launcher, "touch \".git/z$(printf '\\033]0;OWNED\\007\\033[1A\\r')\"")
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr, result.stderr
+    assert "\\x1b]0;OWNED\\x07" in result.stderr

@@ -270,3 +270,11 @@ def test_the_soft_limit_read_through_libc_is_getrlimits(soft: int | None) -> Non
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert ran.stdout.startswith("True"), ran.stdout
+
+
+def test_terminal_safe_escapes_what_a_terminal_would_obey() -> None:
+    from claude_sandbox.core.streams import terminal_safe
+
+    assert terminal_safe("plain text: ok") == "plain text: ok"
+    assert terminal_safe("a\x1b]0;x\x07b\r\u202e") == "a\\x1b]0;x\\x07b\\r\\u202e"
+    assert terminal_safe(terminal_safe("\x1b[2K")) == "\\x1b[2K"  # once is enough
