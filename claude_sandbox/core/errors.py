@@ -39,6 +39,14 @@ class SandboxError(Exception):
         self.status = status
 
 
+def no_process(error: OSError) -> SandboxError:
+    """A fork or a spawn refused for want of processes (EAGAIN: the user's RLIMIT_NPROC,
+    or a pids cgroup above the launch)."""
+    return SandboxError(f"cannot start a process ({error.strerror}): the user's process "
+                        "limit is reached; raise it (`ulimit -u`) or end some of this "
+                        "user's processes", EXIT_UNAVAILABLE)
+
+
 def jail_error(why: str, status: int = EXIT_JAIL) -> SandboxError:
     """A refusal of the egress jail's: every one reads `egress jail: WHY`."""
     return SandboxError(f"egress jail: {why}", status)

@@ -17,7 +17,13 @@ import select
 import time
 
 from claude_sandbox.core import engine, paths, wire
-from claude_sandbox.core.errors import EXIT_UNAVAILABLE, SandboxError, jail_error
+from claude_sandbox.core.errors import (
+    EXIT_JAIL,
+    EXIT_UNAVAILABLE,
+    SandboxError,
+    jail_error,
+    no_process,
+)
 from claude_sandbox.core.process import Child, Forward
 from claude_sandbox.core.record import record
 from claude_sandbox.core.spawn import spawn_tied
@@ -113,8 +119,10 @@ def _stopped(signum: int) -> SandboxError:
 def holder_ended(code: int, status: int) -> SandboxError:
     """The holder ended in set-up, not by the user (the OOM killer, another's kill)."""
     how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+    # A holder that exited by itself failed a step of the jail's (a fork its tools or the
+    # egress proxy needed): the jail's status, not the holder's own number.
     return jail_error(f"the jail's holder ended before the session started ({how}); the "
-                      "agent did not run", status)
+                      "agent did not run", status if code < 0 else EXIT_JAIL)
 
 
 def _ended(forward: Forwarder) -> SandboxError:
@@ -310,11 +318,13 @@ def begin(trace: Trace, cgroup_dirs: tuple[str, ...] = (),
     was_subreaper = reaping.become_subreaper()  # the holder's orphans are ours to reap
     try:
         holder, sock = spawn_holder(cgroup_dirs)
-    except BaseException:
+    except BaseException as exc:
         for signum, handler in ignored.items():
             _signal.signal(signum, handler)
         if not was_subreaper:
             reaping.stop_being_subreaper()
+        if isinstance(exc, BlockingIOError):  # fork's EAGAIN: no process left to the user
+            raise no_process(exc) from None
         raise
     forward = Forwarder(holder, ignored)
     userns_fd = -1
@@ -350,6 +360,8 @@ def begin(trace: Trace, cgroup_dirs: tuple[str, ...] = (),
             forward.check()
             if gone:
                 raise _ended(forward) from None
+            if isinstance(exc, BlockingIOError):  # pasta's spawn, the tie program's fork
+                raise no_process(exc) from None
             where = f": {exc.filename}" if exc.filename else ""
             raise jail_error(f"{exc.strerror or exc}{where}") from None
         raise

@@ -476,3 +476,26 @@ def test_a_refusal_while_planning_leaves_no_jail_behind(launcher: Launcher) -> N
     assert "command not found" in result.stderr
     assert set(glob.glob(f"/tmp/claude-sandbox-jail.{launcher.uid}.*")) <= before[0]
     assert ours() <= before[1]
+
+
+@pytest.mark.parametrize("jail", ["0", "1"])
+def test_a_low_process_limit_refuses_in_one_line_or_caps_within_it(launcher: Launcher,
+                                                                    jail: str) -> None:
+    """Under a user's RLIMIT_NPROC too low for a launch, one line and 69, never a traceback
+    or bwrap's own message; under one lower than the default cap's floor (64), the session
+    runs, its cap within the user's limit (the inner stage could not raise it)."""
+    env = {"CLAUDE_SANDBOX_EGRESS_JAIL": jail}
+    if launcher.user == "root":
+        pytest.skip("root is never held by RLIMIT_NPROC")
+    shim = "/usr/local/bin/claude-sandbox"
+    for limit in ("2", "4"):
+        refused = launcher.run(["prlimit", f"--nproc={limit}", shim, "shell", "--", "true"],
+                               env=env)
+        assert refused.returncode == 69, refused.stderr
+        assert "process limit" in refused.stderr
+        assert "Traceback" not in refused.stderr and "bwrap:" not in refused.stderr
+    ran = launcher.run(["prlimit", "--nproc=40", shim, "shell", "--", "cat",
+                        "/proc/self/limits"], env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert any(line.split()[2:4] == ["40", "40"] for line in ran.stdout.splitlines()
+               if line.startswith("Max processes"))

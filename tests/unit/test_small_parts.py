@@ -278,3 +278,20 @@ def test_terminal_safe_escapes_what_a_terminal_would_obey() -> None:
     assert terminal_safe("plain text: ok") == "plain text: ok"
     assert terminal_safe("a\x1b]0;x\x07b\r\u202e") == "a\\x1b]0;x\\x07b\\r\\u202e"
     assert terminal_safe(terminal_safe("\x1b[2K")) == "\\x1b[2K"  # once is enough
+
+
+def test_the_pids_cap_never_exceeds_the_users_own_process_limit() -> None:
+    """The inner stage sets the cap as soft and hard limit; above the user's own it is
+    refused (EPERM), so a default's floor of 64 refused every launch under `ulimit -u 63`."""
+    from claude_sandbox.core import kernel
+    from claude_sandbox.launch.planner import limits
+    from claude_sandbox.launch.session.cgroups import CgroupFacts
+
+    def nproc(facts: CgroupFacts, max_pids: int | None = None) -> int:
+        plan = limits.plan_limits(max_pids, None, facts, 1000)
+        return dict(plan.rlimits)[kernel.RLIMIT_NPROC]
+
+    assert nproc(CgroupFacts(pids_limit=63, nproc=63)) == 63
+    assert nproc(CgroupFacts(pids_limit=63, nproc=63), max_pids=500) == 63
+    assert nproc(CgroupFacts(pids_limit=10000, nproc=10000)) == limits.DEFAULT_PIDS
+    assert nproc(CgroupFacts()) == limits.DEFAULT_PIDS  # no limit of the user's

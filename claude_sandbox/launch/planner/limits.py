@@ -93,7 +93,10 @@ def plan_limits(
             EXIT_UNAVAILABLE,
         )
     elif uid != 0:
-        rlimits.append((kernel.RLIMIT_NPROC, pids))
+        # Never above the user's own soft limit: the inner stage sets soft and hard alike,
+        # and raising either past the hard one is refused (EPERM), which refused every
+        # launch where the default's floor of 64 exceeded it. Lower holds more tightly.
+        rlimits.append((kernel.RLIMIT_NPROC, min(pids, facts.nproc) if facts.nproc else pids))
     if max_memory is not None:
         if facts.v2:
             cgroup.append(CgroupWrite(facts.v2, "memory.max", str(max_memory)))

@@ -33,6 +33,7 @@ class CgroupFacts:
     v1_memory: str = ""
     pids_limit: int = 0  # the tightest pids.max above us, or RLIMIT_NPROC
     memory_limit: int = 0  # the tightest memory limit above us, or MemTotal
+    nproc: int = 0  # a user's own soft RLIMIT_NPROC (0: none, or root, whom it never holds)
 
 
 @record
@@ -82,8 +83,10 @@ def probe_cgroups() -> CgroupFacts:
             if own_v1 and os.path.exists(f"{hierarchy}/cgroup.procs")
             else ""
         )
+    soft = _soft_limit(kernel.RLIMIT_NPROC)
+    nproc = soft if soft != kernel.RLIM_INFINITY and os.getuid() != 0 else 0
     return CgroupFacts(v2, v1["pids"], v1["memory"], _pids_limit(proc_cgroup),
-                       _memory_limit(proc_cgroup))
+                       _memory_limit(proc_cgroup), nproc)
 
 
 def _number(path: str) -> int:
@@ -284,3 +287,33 @@ def create(writes: tuple[CgroupWrite, ...]) -> Cgroup | None:
                                EXIT_UNAVAILABLE) from None
         raise
     return made
+
+
+# The processes a launch still starts once the launcher and the janitor run (counted among
+# the user's tasks then), measured: bwrap's monitor, its init and the session's first
+# process; with the jail pasta and the egress proxy too (the holder becomes the monitor).
+LAUNCH_PROCESSES = {True: 5, False: 3}
+_COUNTED_BELOW = 1024  # a soft limit this high leaves room: the user's tasks are not counted
+
+
+def refuse_without_room(jailed: bool) -> None:
+    """Refuse, in one line, a launch the user's soft RLIMIT_NPROC leaves too few processes
+    for: it would fail later at a fork of bwrap's, whose own message reaches the user. The
+    kernel counts a user's tasks, threads included; root is never held by the limit."""
+    soft = _soft_limit(kernel.RLIMIT_NPROC)
+    if os.getuid() == 0 or soft >= _COUNTED_BELOW:  # RLIM_INFINITY is above it too
+        return
+    used = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == os.getuid():
+                    used += len(os.listdir(f"/proc/{name}/task"))
+            except OSError:
+                continue  # gone meanwhile, or hidden (hidepid): counted by the kernel alone
+    needed = LAUNCH_PROCESSES[jailed]
+    if soft - used < needed:
+        raise SandboxError(
+            f"the user's process limit leaves {max(soft - used, 0)} more processes ({used} of "
+            f"`ulimit -u` {soft} in use), and a launch starts {needed}: raise the limit, or "
+            "end some of this user's processes", EXIT_UNAVAILABLE)

@@ -25,7 +25,7 @@ import os
 import sys
 
 from claude_sandbox.core import paths, process, wire
-from claude_sandbox.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError
+from claude_sandbox.core.errors import EXIT_USAGE, SandboxError, no_process
 
 TOLD_LIMIT = 1 << 16  # a pipe's buffer: what the launch can tell without waiting
 _ATOMIC = 4096  # PIPE_BUF: a write this long goes into a pipe whole, or not at all
@@ -45,8 +45,7 @@ class Janitor:
         except OSError as error:
             for fd in (self._alive, self._told):
                 os.close(fd)
-            raise SandboxError(f"cannot start a process ({error.strerror}): the user's "
-                               "process limit is reached", EXIT_UNAVAILABLE) from None
+            raise no_process(error) from None
         finally:
             os.close(alive_read)
             os.close(told_read)
