@@ -18,7 +18,8 @@ EXIT_CONFIG = 78  # a configuration error, naming FILE:LINE or the variable
 EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EXIT_USAGE, "bad command-line arguments"),
     (EXIT_UNAVAILABLE, "a host primitive the sandbox needs is missing (bwrap, pasta, "
-     "/dev/net/tun, user namespaces, an engine setting)"),
+     "/dev/net/tun, user namespaces, an engine setting), or a process or open-files limit "
+     "is too low for a launch"),
     (EXIT_JAIL, "the egress jail could not be built or its read-back differs from the plan"),
     (EXIT_REFUSED, "the launch was refused by policy (entry-point guard, nesting, a control "
      "path that is a link out of the workspace, a .git that is a link, a link in the agent's "

@@ -166,7 +166,11 @@ def kill_namespace(userns: os.stat_result, named: str) -> tuple[list[int], list[
     killed: set[int] = set()
     for _ in range(KILL_PASSES):
         before = len(killed)
-        for name in os.listdir("/proc"):
+        try:
+            listed = os.listdir("/proc")
+        except OSError:  # no descriptor left (EMFILE): the teardown goes on with the rest
+            break
+        for name in listed:
             if not name.isdigit() or int(name) == me or int(name) in killed:
                 continue
             pid = int(name)

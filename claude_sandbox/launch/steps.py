@@ -46,6 +46,7 @@ def run(request: Request, environ: Mapping[str, str], trace: Trace, janitor: Jan
         configured = configure(request.agent, environ)
         profile, cfg, limit_plan = configured.profile, configured.cfg, configured.limit_plan
         limits.prefer_for_oom()
+        cgroups.refuse_without_files(cfg.egress_jail)
         cgroups.refuse_without_room(cfg.egress_jail)
         trace.phase("config")
         cgroup = cgroups.create(limit_plan.cgroup)  # None unless a cap needs one

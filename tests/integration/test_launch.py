@@ -499,3 +499,18 @@ def test_a_low_process_limit_refuses_in_one_line_or_caps_within_it(launcher: Lau
     assert ran.returncode == 0, ran.stderr
     assert any(line.split()[2:4] == ["40", "40"] for line in ran.stdout.splitlines()
                if line.startswith("Max processes"))
+
+
+@pytest.mark.parametrize("jail", ["0", "1"])
+def test_a_low_open_files_limit_refuses_in_one_line(launcher: Launcher, jail: str) -> None:
+    """Under a soft RLIMIT_NOFILE too low for a launch (pasta alone opens a pool of
+    sockets), one line and 69, never a traceback, and nothing left in /tmp."""
+    before = set(os.listdir("/tmp"))
+    for limit in (8, 16, 24):
+        refused = launcher.run(["/bin/sh", "-c", f'ulimit -n {limit}; exec "$@"', "sh",
+                                f"{SHIM_DIR}/claude-sandbox", "shell", "--", "true"],
+                               env={"CLAUDE_SANDBOX_EGRESS_JAIL": jail})
+        assert refused.returncode == 69, refused.stderr
+        assert "open-files limit" in refused.stderr and "Traceback" not in refused.stderr
+    assert not {name for name in set(os.listdir("/tmp")) - before
+                if name.startswith("claude-sandbox-")}

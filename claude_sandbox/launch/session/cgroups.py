@@ -317,3 +317,19 @@ def refuse_without_room(jailed: bool) -> None:
             f"the user's process limit leaves {max(soft - used, 0)} more processes ({used} of "
             f"`ulimit -u` {soft} in use), and a launch starts {needed}: raise the limit, or "
             "end some of this user's processes", EXIT_UNAVAILABLE)
+
+
+# Descriptors a launch holds at once, measured: pasta opens a pool of sockets at its start
+# and failed under 96 (`ulimit -n`); without the jail the launcher ran under 16.
+LAUNCH_FILES = {True: 128, False: 32}
+
+
+def refuse_without_files(jailed: bool) -> None:
+    """Refuse, in one line, a launch the soft RLIMIT_NOFILE is too low for: it would fail
+    at whichever descriptor came last, a traceback of ours or pasta's "PID file open"."""
+    soft = _soft_limit(kernel.RLIMIT_NOFILE)
+    needed = LAUNCH_FILES[jailed]
+    if soft < needed:
+        raise SandboxError(f"the open-files limit (`ulimit -n`) is {soft}, and a launch needs "
+                           f"{needed}{' (pasta opens a pool of sockets)' if jailed else ''}: "
+                           "raise it", EXIT_UNAVAILABLE)

@@ -25,10 +25,18 @@ import os
 import sys
 
 from claude_sandbox.core import paths, process, wire
-from claude_sandbox.core.errors import EXIT_USAGE, SandboxError, no_process
+from claude_sandbox.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, SandboxError, no_process
 
 TOLD_LIMIT = 1 << 16  # a pipe's buffer: what the launch can tell without waiting
 _ATOMIC = 4096  # PIPE_BUF: a write this long goes into a pipe whole, or not at all
+
+
+def _pipe() -> tuple[int, int]:
+    try:
+        return os.pipe()
+    except OSError as error:  # EMFILE: a soft limit of a few descriptors (`ulimit -n 8`)
+        raise SandboxError(f"cannot open a pipe ({error.strerror}): raise the open-files "
+                           "limit (`ulimit -n`)", EXIT_UNAVAILABLE) from None
 
 
 class Janitor:
@@ -37,8 +45,13 @@ class Janitor:
     def __init__(self, spawnable: bool) -> None:
         """`spawnable`: the launcher's inherited descriptors are marked close-on-exec
         (process.cloexec_inherited), so that a spawned janitor gets none of them."""
-        alive_read, self._alive = os.pipe()
-        told_read, self._told = os.pipe()
+        alive_read, self._alive = _pipe()
+        try:
+            told_read, self._told = _pipe()
+        except SandboxError:
+            for fd in (alive_read, self._alive):
+                os.close(fd)
+            raise
         os.set_blocking(self._told, False)  # a full pipe drops a line, never stops a launch
         try:
             self.pid = _start(alive_read, told_read, os.getpid(), spawnable)
