@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
 import os
+import time
 
 from claude_sandbox.core import kernel
 from claude_sandbox.core.errors import EXIT_UNAVAILABLE
@@ -191,6 +192,7 @@ SESSION_IGNORED = (_signal.SIGINT, _signal.SIGQUIT, _signal.SIGHUP, _signal.SIGT
 # How long the agent has to end by itself after a TERM or a hang-up before the
 # launcher ends the sandbox: a session is gone within this and a second.
 GRACE = 1.0
+RETRY = 0.005  # how soon a signal no process of the session took yet is sent again
 
 
 def ignore_session_signals() -> None:
@@ -242,13 +244,20 @@ class Forward:
     (SESSION_IGNORED), the agent and its children get it as they would
     without the sandbox. After TERM or a hang-up the agent has GRACE seconds
     to end; then the sandbox is killed, and the status is 128 + the signal.
+
+    A signal that arrives while the session starts finds no process that takes it: bwrap
+    and the inner stage ignore it until the inner stage gives the agent the defaults back
+    (enter.c reset_signals), and a signal ignored is lost. It is owed then, and sent again
+    every RETRY to the processes that take it by then, until GRACE has passed.
     """
 
     def __init__(self, pid: int, signals: tuple[int, ...] = SESSION_IGNORED) -> None:
         self.pid = pid
         self.pidfd = os.pidfd_open(pid)  # the grace kill can never hit a reused pid
         self.signalled = 0
-        self.previous = {_signal.SIGALRM: _signal.signal(_signal.SIGALRM, self._expired)}
+        self.owed: dict[int, float] = {}  # signal: until when it is tried again
+        self.deadline = 0.0  # the grace kill's time (monotonic), 0 for none
+        self.previous = {_signal.SIGALRM: _signal.signal(_signal.SIGALRM, self._tick)}
         self.handle(signals)
 
     def handle(self, signals: tuple[int, ...]) -> None:
@@ -257,22 +266,48 @@ class Forward:
 
     def __call__(self, signum: int, _frame: object) -> None:
         terminal = signum in (_signal.SIGINT, _signal.SIGQUIT)
-        if terminal and _terminal_told_the_group():
-            return
-        for pid in (self.pid, *session_processes(self.pid)):
-            try:
-                os.kill(pid, signum)
-            except OSError:  # gone meanwhile, or not ours to signal
-                continue
+        told = terminal and _terminal_told_the_group()  # the agent got it from the terminal
+        processes = session_processes(self.pid)
+        # Read before the signal is sent: a process that took it would read alike after.
+        if not any(takes(pid, signum) for pid in processes):
+            self.owed[signum] = time.monotonic() + GRACE
+        if not told:
+            for pid in (self.pid, *processes):
+                try:
+                    os.kill(pid, signum)
+                except OSError:  # gone meanwhile, or not ours to signal
+                    continue
         if not terminal:
             self.signalled = self.signalled or signum
-            _signal.setitimer(_signal.ITIMER_REAL, GRACE)
+            self.deadline = time.monotonic() + GRACE
+        self._arm()
 
-    def _expired(self, _signum: int, _frame: object) -> None:
-        try:
-            _signal.pidfd_send_signal(self.pidfd, _signal.SIGKILL)
-        except OSError:
-            pass
+    def _tick(self, _signum: int, _frame: object) -> None:
+        now = time.monotonic()
+        for signum, until in list(self.owed.items()):
+            ready = [pid for pid in session_processes(self.pid) if takes(pid, signum)]
+            for pid in ready:
+                try:
+                    os.kill(pid, signum)
+                except OSError:
+                    continue
+            if ready or now >= until:
+                del self.owed[signum]
+        if self.deadline and now >= self.deadline:
+            self.deadline = 0.0
+            try:
+                _signal.pidfd_send_signal(self.pidfd, _signal.SIGKILL)
+            except OSError:
+                pass
+        self._arm()
+
+    def _arm(self) -> None:
+        """The timer for the next retry of an owed signal, or for the grace kill."""
+        now = time.monotonic()
+        due = [now + RETRY] if self.owed else []
+        if self.deadline:
+            due.append(self.deadline)
+        _signal.setitimer(_signal.ITIMER_REAL, max(min(due) - now, 1e-4) if due else 0)
 
     def status(self, code: int) -> int:
         """The shell's form of the session's exit code (negative: a signal)."""
@@ -285,6 +320,21 @@ class Forward:
         for signum, handler in self.previous.items():
             _signal.signal(signum, handler)
         os.close(self.pidfd)
+
+
+def takes(pid: int, signum: int) -> bool:
+    """Whether `pid` is a process of the session's own (in the sandbox's pid namespace,
+    not its init) that does not ignore `signum`: one that gets it now acts on it, or holds
+    it pending while it blocks it. /proc/PID/status, which anyone may read."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            fields = dict(line.split(b":", 1) for line in handle.read().splitlines()
+                          if b":" in line)
+        levels = fields[b"NSpid"].split()
+        ignored = int(fields[b"SigIgn"], 16)
+    except (OSError, KeyError, ValueError):
+        return False
+    return len(levels) > 1 and levels[-1] != b"1" and not ignored >> (signum - 1) & 1
 
 
 def pass_stop_on(pid: int) -> None:

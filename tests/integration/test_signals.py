@@ -17,6 +17,7 @@ import pwd
 import random
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -382,3 +383,38 @@ def test_a_holder_killed_during_set_up_is_said(workspace: tuple[str, str], when:
     assert status == 128 + signal.SIGKILL, (status, session.seen[-1500:])
     assert b"holder ended before the session started" in session.seen, session.seen[-1500:]
     assert b"READY" not in session.seen
+
+
+# Traps TERM and HUP as an agent may, to save its work: its status says it got one.
+TRAPPING = ("import signal, sys, time\n"
+            "for s in (signal.SIGTERM, signal.SIGHUP):\n"
+            "    signal.signal(s, lambda n, f: (print('GOT', n, flush=True), sys.exit(3)))\n"
+            "time.sleep(3); print('MISSED', flush=True)\n")
+
+
+@pytest.mark.parametrize("workspace", USERS, indirect=True)
+@pytest.mark.parametrize("jail", ["0", "1"])
+@pytest.mark.parametrize("name", ["TERM", "HUP"])
+def test_a_signal_as_the_session_starts_is_not_lost(
+        workspace: tuple[str, str], jail: str, name: str) -> None:
+    """TERM or a hang-up sent to the launcher as the session starts, while bwrap and the
+    inner stage still ignore it, reaches the agent once it can take it (process.Forward's
+    owed signals): the launch ends at once, with the agent's trap having run (3) or, where
+    the signal came before the agent, by the signal; never after the grace kill,
+    never with the agent's own end as if nothing was sent."""
+    user, path = workspace
+    env = {k: v for k, v in _env(user, jail).items() if k != "CLAUDE_SANDBOX_TRACE"}
+    argv = _user_argv(user, [SHIM, "shell", "--", "python3", "-c", TRAPPING])
+    for delay in [0.04 + 0.006 * step for step in range(14)]:
+        launched = subprocess.Popen(argv, cwd=path, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        time.sleep(delay)
+        os.kill(launched.pid, SIGNALS[name])  # setpriv execs: this is the launcher
+        sent = time.monotonic()
+        out = launched.communicate(timeout=30)[0].decode()
+        took = time.monotonic() - sent
+        assert "MISSED" not in out, (delay, out)
+        # -N: the launcher itself, before the session, ended by the signal's default (the
+        # jail off sets no handler until then; the janitor sweeps what it made).
+        assert launched.returncode in (3, 128 + SIGNALS[name], -SIGNALS[name]), (delay, out)
+        assert took < 0.8, (delay, took, out)  # the grace kill comes after 1 s
