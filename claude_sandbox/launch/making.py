@@ -89,7 +89,8 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
                           default_root=cfg.state_dir is None, said=imported)
         # Before bwrap, which would follow a link the agent left in its store on the way
         # to a mount point and make that point wherever the link leads (mountpoints.py).
-        mountpoints.make(facts.store_home, facts.home, the_plan.mounts, the_plan.agent)
+        opened.update(mountpoints.make(facts.store_home, facts.home, the_plan.mounts,
+                                       the_plan.agent))
         if facts.agent_tmp:
             state.private_dir(facts.agent_tmp, facts.uid,
                               f"{the_plan.agent}'s scratch directory")

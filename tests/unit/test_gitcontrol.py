@@ -462,7 +462,9 @@ def test_a_crash_in_one_repository_is_named_and_stops_nothing_else(
     upper = tmp_path / "layer" / "upper"
     upper.mkdir(parents=True)
     view = View("git", str(repo / ".git"), str(tmp_path / "layer"), "test")
-    layer = gitsession.Layer(view, str(upper), str(tmp_path / "layer" / "work"), None, None)
+    found = os.stat(repo / ".git")
+    layer = gitsession.Layer(view, str(upper), str(tmp_path / "layer" / "work"), None, None,
+                             identity=(found.st_dev, found.st_ino))
     gitsession.finish([layer], str(repo), quarantine)
     assert any("could not all be applied (maximum recursion" in line
                for line in quarantine.lines)
@@ -646,3 +648,32 @@ def test_an_index_moving_a_submodule_to_such_a_commit_is_not_applied(
     assert git(repo, "ls-files", "-s", "sub").split()[1] == first
     assert any("stages control files (sub/.envrc)" in line for line in result.lines), \
         result.lines
+
+
+def test_a_git_directory_replaced_in_the_session_gets_nothing_and_is_stripped(
+        repo: Path, tmp_path: Path) -> None:
+    """The session renamed the directory holding the git directory and made a repository
+    of its own in its place, hooks and fsmonitor included: nothing is applied there, and
+    what git outside would run from it is taken."""
+    from claude_sandbox.launch.overlay import gitcheck, gitsession
+    from claude_sandbox.launch.planner.overlays import View
+
+    found = os.stat(repo / ".git")
+    upper = tmp_path / "layer" / "upper"
+    upper.mkdir(parents=True)
+    view = View("git", str(repo / ".git"), str(tmp_path / "layer"), "test")
+    layer = gitsession.Layer(view, str(upper), str(tmp_path / "layer" / "work"), None, None,
+                             identity=(found.st_dev, found.st_ino))
+    os.rename(repo / ".git", repo / "moved.git")
+    planted = repo / ".git"
+    for part in ("objects", "refs", "hooks"):
+        (planted / part).mkdir(parents=True)
+    (planted / "HEAD").write_text("ref: refs/heads/main\n")
+    (planted / "config").write_text("[core]\n\tfsmonitor = touch /tmp/x\n")
+    (planted / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    quarantine = gitcheck.Quarantine(str(tmp_path / "store"))
+    gitsession.finish([layer], str(repo), quarantine)
+    assert any("not applied: another directory now stands in its place" in line
+               for line in quarantine.lines)
+    assert not (planted / "hooks" / "pre-commit").exists()
+    assert "fsmonitor" not in (planted / "config").read_text()

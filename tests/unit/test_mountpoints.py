@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.launch.planner import pins
 from claude_sandbox.launch.planner.mounts import Mount
 from claude_sandbox.launch.session import mountpoints
 
@@ -27,8 +28,13 @@ def _store(tmp_path: Path) -> tuple[Path, Path, Path]:
     return store, outside, source
 
 
-def _make(store: Path, *mounts: Mount) -> None:
-    mountpoints.make(str(store), HOME, mounts, "claude")
+def _make(store: Path, *mounts: Mount) -> dict[str, int]:
+    """As a launch makes them: $HOME's bind first, the store bound there."""
+    made = mountpoints.make(str(store), HOME, (Mount("bind", HOME, "r", source=str(store)),
+                                                *mounts), "claude")
+    for fd in made.values():
+        os.close(fd)
+    return made
 
 
 def test_missing_points_are_made_as_bwrap_would_find_them(tmp_path: Path) -> None:
@@ -58,8 +64,38 @@ def test_mounts_elsewhere_and_missing_sources_make_nothing(tmp_path: Path) -> No
     store, _, source = _store(tmp_path)
     _make(store, Mount("ro-bind", "/etc/x", "r", source=str(source / "file")),
           Mount("ro-bind-try", f"{HOME}/.nope/x", "r", source=str(source / "missing")),
-          Mount("remount-ro", f"{HOME}/.ro/x", "r"), Mount("bind", HOME, "r", source=str(store)))
+          Mount("remount-ro", f"{HOME}/.ro/x", "r"))
     assert os.listdir(store) == []
+
+
+def test_a_mount_below_another_bind_is_not_the_stores(tmp_path: Path) -> None:
+    """The workspace under $HOME: its own mount point is the store's, what is mounted
+    below it is made in the workspace, which bwrap has bound there by then."""
+    store, _, source = _store(tmp_path)
+    made = _make(store, Mount("bind", f"{HOME}/src/ws", "r", source=str(source)),
+                 Mount("ro-bind", f"{HOME}/src/ws/.vscode", "r", source=str(source)))
+    assert (store / "src/ws").is_dir() and not (store / "src/ws/.vscode").exists()
+    assert list(made) == [pins.pin_name(f"{HOME}/src")]
+
+
+def test_the_directories_above_mount_points_are_pinned_shallow_first(tmp_path: Path) -> None:
+    store, _, source = _store(tmp_path)
+    mounts = (Mount("bind", HOME, "r", source=str(store)),
+              Mount("ro-bind", f"{HOME}/.local/bin/claude", "r", source=str(source / "file")),
+              Mount("ro-bind", f"{HOME}/.config/gh", "r", source=str(source)),
+              Mount("data", f"{HOME}/.netrc", "r", source="d"))
+    assert pins.pinned(HOME, mounts) == [f"{HOME}/.config", f"{HOME}/.local",
+                                                f"{HOME}/.local/bin"]
+    made = mountpoints.make(str(store), HOME, mounts, "claude")
+    try:
+        assert sorted(made) == sorted(pins.pin_name(d)
+                                      for d in pins.pinned(HOME, mounts))
+        for name, fd in made.items():  # each the store's directory, opened where it is
+            relative = name[len(pins.pin_name(HOME)) + 1:]
+            assert os.path.samestat(os.fstat(fd), os.stat(store / relative))
+    finally:
+        for fd in made.values():
+            os.close(fd)
 
 
 def test_a_link_above_a_mount_point_is_refused_and_not_followed(tmp_path: Path) -> None:

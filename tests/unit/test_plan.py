@@ -95,7 +95,8 @@ def build(
 
 
 def flat(made: plan.Plan) -> list[str]:
-    return render.bwrap_argv(made, "/usr/bin/bwrap", FDS)
+    pinned = {m.source: "4" for m in made.mounts if m.kind == "pin"}  # mountpoints.make's
+    return render.bwrap_argv(made, "/usr/bin/bwrap", {**FDS, **pinned})
 
 
 def index_of(argv: list[str], *sequence: str) -> int:
@@ -462,7 +463,9 @@ def test_toolchains_of_the_home_come_back_read_only_and_their_credentials_empty(
                  ("--ro-bind", f"{HOME_USER}/.pyenv", f"{HOME_USER}/.pyenv"),
                  ("--ro-bind", paths.EMPTY_FILE, f"{HOME_USER}/.pyenv/versions/3.12.1/pip.conf"))
     assert f"{HOME_USER}/.cargo/bin" in made.inner.exec_files  # harsh lets them run
-    assert f"{HOME_USER}/.cargo" not in argv  # cargo's login stays out
+    # cargo's login stays out: ~/.cargo is only the store's own, pinned (planner/pins.py)
+    assert [argv[i - 2] for i, arg in enumerate(argv) if arg == f"{HOME_USER}/.cargo"] == [
+        "--bind-fd"]
     # A toolchain on PATH ahead of the shims is read-only: no guard bind (none could be
     # made in it either).
     guarded = replace(host, guard=(GuardEntry(f"{HOME_USER}/.cargo/bin", "claude",

@@ -53,6 +53,7 @@ class Layer:
     base: gitbase.Snapshot | None  # a git view's real directory at launch
     lock: int | None  # a git view's session lock, held until it is applied
     since_ns: int = 0  # when the layer was made: the session's start
+    identity: tuple[int, int] = (0, 0)  # a git view's real directory at launch: device, inode
 
 
 def _new_session(view: View) -> tuple[str, int]:
@@ -141,7 +142,26 @@ def _prepare_one(view: View, quarantine: gitcheck.Quarantine) -> Layer:
     upper, work = os.path.join(directory, "upper"), os.path.join(directory, "work")
     for path in (upper, work):
         os.makedirs(path, mode=0o700, exist_ok=True)
-    return Layer(view, upper, work, base, lock)
+    found = os.stat(view.target, follow_symlinks=False) if view.kind == "git" else None
+    return Layer(view, upper, work, base, lock,
+                 identity=(found.st_dev, found.st_ino) if found is not None else (0, 0))
+
+
+def _replaced(layer: Layer) -> str | None:
+    """Why the git directory is no longer the one the launch overlaid, or None. The
+    session can rename a directory above it (a mount point's parent can be renamed) and
+    leave a link, or a repository of its own with hooks and config, in its place: every
+    write would then go there, and the user's git outside would run what it holds."""
+    target = layer.view.target
+    if os.path.realpath(target) != target:
+        return "a symbolic link now stands on the way to it"
+    try:
+        found = os.stat(target, follow_symlinks=False)
+    except OSError:
+        return "it is gone from where it was"
+    if (found.st_dev, found.st_ino) != layer.identity:
+        return "another directory now stands in its place"
+    return None
 
 
 def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarantine,
@@ -173,18 +193,20 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
             continue
         directory = os.path.dirname(layer.upper)
         try:
-            # The target was a real path at launch (gitrepo.find). A link the session left
-            # on its way since (a directory above it renamed, a link in its place) would
-            # lead every write below into another repository: nothing is applied then.
-            moved = os.path.realpath(layer.view.target) != layer.view.target
-            result = (gitapply.Result((f"{layer.view.target}: not applied: a symbolic link "
-                                       "now stands on the way to it, which the session left "
-                                       "(the git directory moved while it ran)",), True)
-                      if moved else
-                      gitapply.apply(layer.upper, layer.view.target, layer.base, workspace,
-                                     controls=controls, held=held, spend=spend))
-            if not moved:
+            replaced = _replaced(layer)
+            if replaced is None:
+                result = gitapply.apply(layer.upper, layer.view.target, layer.base, workspace,
+                                        controls=controls, held=held, spend=spend)
                 gitcheck.check(layer.view.target, quarantine)
+            else:
+                result = gitapply.Result((f"{layer.view.target}: the session's git changes "
+                                          f"were not applied: {replaced} (the session moved "
+                                          "the git directory while it ran)",), True)
+                if gitrepo.real_dir(layer.view.target):
+                    # The session's own repository: checked as one it made, every hook
+                    # and config in it the session's (since 0).
+                    gitcheck.check(layer.view.target, quarantine)
+                    strip_made(layer.view.target, 0, quarantine)
         except Exception as error:  # one layer's failure stops no other, nor the exit
             # Never half-applied in silence: what is left stays in the store, named.
             result = gitapply.Result((f"{layer.view.target}: the session's git changes could "

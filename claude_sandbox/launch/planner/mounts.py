@@ -51,7 +51,7 @@ TOOLCHAIN_SECRETS = (".nvm/versions/node/*/etc/npmrc", ".pyenv/versions/*/pip.co
 GITCONFIG, CODEX_CONFIG, RESOLV_CONF = "gitconfig", "codex-config", "resolv-conf"
 # The closed set of mount kinds: bwrap's own, and "data" (a descriptor bound read-only).
 MOUNT_KINDS = ("bind", "ro-bind", "ro-bind-try", "tmpfs", "proc", "dev", "symlink",
-               "remount-ro", "data")
+               "remount-ro", "data", "pin")  # pin: planner/pins.py
 
 
 @record
@@ -59,11 +59,11 @@ class Mount:
     """One mount inside the sandbox, and why.
 
     `kind`: bwrap's bind, ro-bind, ro-bind-try, tmpfs, proc, dev, symlink (`source` is
-    the link's text) or remount-ro, or "data"; "bind" and "tmpfs" are writable inside.
-    For "data", `source` names a descriptor of the plan (plan.py), whose content is
-    bound read-only. `runs`:
-    a program (or a tree of them) bound read-only that must stay executable
-    where its surroundings are writable (harsh).
+    the link's text) or remount-ro, or "data", or "pin"; "bind" and "tmpfs" are writable.
+    For "data", `source` names a descriptor of the plan (plan.py), whose content is bound
+    read-only; for "pin", the store's directory's descriptor (pins.py). `runs`: a program
+    (or a tree of them) bound read-only that must stay executable where its surroundings
+    are writable (harsh).
     """
 
     kind: str

@@ -24,7 +24,7 @@ from claude_sandbox.launch.configure.config import Config
 from claude_sandbox.launch.configure.profiles import Profile
 from claude_sandbox.launch.facts.credentials import TRUST_VARIABLES, Credential
 from claude_sandbox.launch.facts.gather import Gathered
-from claude_sandbox.launch.planner import brokered, environment, mounts, overlays, seccomp
+from claude_sandbox.launch.planner import brokered, environment, mounts, overlays, pins, seccomp
 from claude_sandbox.launch.planner.limits import LimitPlan
 from claude_sandbox.launch.planner.mounts import (
     CODEX_CONFIG,
@@ -35,6 +35,21 @@ from claude_sandbox.launch.planner.mounts import (
     Writable,
 )
 from claude_sandbox.launch.planner.overlays import View
+
+
+def _pinned(mount_list: tuple[Mount, ...], home: str) -> tuple[Mount, ...]:
+    """The directories above each mount point in the agent's store, bound onto themselves
+    right after $HOME's bind: no session can rename one while it runs (session/mountpoints.py)."""
+    pinned = pins.pinned(home, mount_list)
+    at = next((i + 1 for i, m in enumerate(mount_list) if m.dest == home), None)
+    if not pinned or at is None:
+        return mount_list
+    reason = ("a directory above a mount point in the store, bound onto itself: no session "
+              "can rename it or put a link in its place while it runs (check 105)")
+    return (*mount_list[:at],
+            *(Mount(pins.PIN, d, reason, source=pins.pin_name(d)) for d in pinned),
+            *mount_list[at:])
+
 
 # The kinds of late mask, each what bwrap cannot make cheaply or at all.
 LATE_KINDS = ("root-only", "outer-proc", "noexec")
@@ -87,6 +102,7 @@ def make(profile: Profile, cfg: Config, gathered: Gathered, limits: LimitPlan) -
     contents = {GITCONFIG: gathered.gitconfig, CODEX_CONFIG: gathered.codex_config or "",
                 RESOLV_CONF: resolv_conf(gathered.resolv_conf)}
     mount_list, brokered_data = _credential_mounts(mount_list, gathered)
+    mount_list = _pinned(mount_list, facts.home)
     contents.update(brokered_data)
     # Only what a mount binds: a descriptor nothing consumes would reach the agent.
     used = [m.source for m in mount_list if m.kind == "data"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from claude_sandbox.core import paths
 from claude_sandbox.jail.egresspolicy import WEB_PORTS, Rule
+from claude_sandbox.launch.planner import pins
 from claude_sandbox.launch.planner.mounts import Mount
 from claude_sandbox.launch.planner.plan import Plan, masks
 
@@ -30,6 +31,8 @@ def mount_args(mount: Mount, fds: Mapping[str, str]) -> tuple[str, ...]:
         return (f"--{mount.kind}", mount.dest)
     if mount.kind == "data":
         return ("--ro-bind-data", fds[mount.source], mount.dest)
+    if mount.kind == pins.PIN:  # a directory of the store, bound from the descriptor checked
+        return ("--bind-fd", fds[mount.source], mount.dest)
     return (f"--{mount.kind}", mount.source, mount.dest)
 
 
@@ -122,7 +125,8 @@ def _plain(value: object) -> object:
 
 def named_fds(plan: Plan) -> dict[str, str]:
     """Descriptor numbers as a person reads them: `<gitconfig>`, `<inner>`."""
-    names = [name for name, _ in plan.data] + [SECCOMP, INNER]
+    names = ([name for name, _ in plan.data] + [SECCOMP, INNER]
+             + [mount.source for mount in plan.mounts if mount.kind == pins.PIN])
     return {name: f"<{name}>" for name in names}
 
 

@@ -1,4 +1,5 @@
-"""The sandbox's mount points below $HOME, made in the agent's store without following a link.
+"""The sandbox's mount points in the agent's store, made without following a link, and
+the directories above them pinned.
 
 $HOME inside is the agent's state store, which the agent writes. bwrap makes the mount
 point of each mount it is given (the directories above it, then the file or the
@@ -9,10 +10,17 @@ make that launch create an empty file or directory wherever the link points, as 
 launching user, root on a root launch: outside the store, and so outside the sandbox
 (docs/explanation/threat-model.md, check 105).
 
-So before bwrap starts, the launcher makes every mount point below the store's home
-itself, one component at a time from a descriptor of that home (`openat` with
-O_NOFOLLOW, `mkdirat`, O_CREAT with O_EXCL), and refuses the launch where a component is
-a link or of the wrong kind. bwrap then finds each one made and creates nothing.
+So before bwrap starts, the launcher makes every mount point in the store itself, one
+component at a time from a descriptor of the store's home (`openat` with O_NOFOLLOW,
+`mkdirat`, O_CREAT with O_EXCL), and refuses the launch where a component is a link or
+of the wrong kind. bwrap then finds each one made and creates nothing.
+
+A session of the same agent running meanwhile could still swap a directory on such a
+path for a link between that check and bwrap's walk. So every directory between $HOME
+and a mount point is pinned: bound onto itself from the descriptor the check opened
+(`--bind-fd`), which makes it a mount point inside, and the kernel refuses to rename or
+remove a mount point (EBUSY). A running session cannot move any directory on the path
+to a mount point its own plan has.
 """
 
 from __future__ import annotations
@@ -22,10 +30,11 @@ import os
 import stat
 
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
+from claude_sandbox.launch.planner.pins import in_store, pin_name, pinned
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Sequence
 
     from claude_sandbox.launch.planner.mounts import Mount
 
@@ -35,21 +44,25 @@ _DIRECTORY = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIRECTORY_KINDS = ("tmpfs", "dir")
 _BIND_KINDS = ("bind", "ro-bind", "ro-bind-try", "dev-bind")
-
-
-def make(store_home: str, home: str, mounts: Iterable[Mount], agent: str) -> None:
-    """Make the mount point of each of `mounts` whose destination lies below `home`, in
-    `store_home`, which is bound at `home` inside; refuse a link on any of their paths."""
+def make(store_home: str, home: str, mounts: Sequence[Mount], agent: str) -> dict[str, int]:
+    """Make the mount point of each mount in the store (`store_home`, bound at `home`
+    inside); refuse a link on any of their paths. The pinned directories' descriptors,
+    by pin_name, are the caller's to close."""
+    pins = {directory[len(home) + 1:] for directory in pinned(home, mounts)}
+    kept: dict[str, int] = {}
     top = os.open(store_home, _DIRECTORY)  # the launcher's own (state.ensure_home)
     try:
-        for mount in mounts:
-            if not mount.dest.startswith(home + "/"):
-                continue
+        for mount in in_store(home, mounts):
             leaf = _leaf(mount)
             if leaf != "none":
-                _make_one(top, mount.dest[len(home) + 1:], leaf, agent)
+                _make_one(top, mount.dest[len(home) + 1:], leaf, agent, pins, kept)
+    except BaseException:
+        for fd in kept.values():
+            os.close(fd)
+        raise
     finally:
         os.close(top)
+    return {pin_name(os.path.join(home, relative)): fd for relative, fd in kept.items()}
 
 
 def _leaf(mount: Mount) -> str:
@@ -70,20 +83,24 @@ def _leaf(mount: Mount) -> str:
     return "none"
 
 
-def _make_one(top: int, relative: str, leaf: str, agent: str) -> None:
+def _make_one(top: int, relative: str, leaf: str, agent: str, pins: set[str],
+              kept: dict[str, int]) -> None:
     parts = relative.split("/")
     directories = parts if leaf == "dir" else parts[:-1]
     current = top
     try:
         for depth, name in enumerate(directories):
-            opened = _directory(current, name, "/".join(parts[:depth + 1]), relative, agent)
-            if current != top:
+            path = "/".join(parts[:depth + 1])
+            opened = _directory(current, name, path, relative, agent)
+            if current != top and current not in kept.values():
                 os.close(current)
             current = opened
+            if path in pins and path not in kept:
+                kept[path] = current  # kept open: bwrap binds it onto itself
         if leaf == "file":
             _file(current, parts[-1], relative, agent)
     finally:
-        if current != top:
+        if current != top and current not in kept.values():
             os.close(current)
 
 
