@@ -27,7 +27,8 @@ git fsck, gc and for-each-ref outside keep working.
 
 Check 106: a link a session leaves on the way to a git directory the workspace's `.git`
 file names (the directory above it renamed, a link to another repository in its place)
-leads neither the session's end nor the next launch there (gitsession.finish,
+leads neither the session's end nor the next launch there, and a repository the session
+puts in its place runs nothing of its own outside (gitsession.finish,
 gitrepo.link_on_the_way).
 """
 
@@ -313,5 +314,35 @@ def check_106_git_directory_not_reached_through_a_link(shim: str, agent: str, ho
     if again.returncode != 77:
         return Result("106", "FAIL", f"the next launch, with the link there, ended "
                       f"{again.returncode}, not refused (77): {again.stderr[-300:]}")
+    ran = _replaced_repository_runs(shim, agent, home, environ)
+    if ran:
+        return Result("106", "FAIL", f"a repository the session put in the git directory's "
+                      f"place: git outside ran {ran}")
     return Result("106", "PASS", "a link on the way to the git directory: nothing applied "
-                  "through it, and the next launch refused (77)")
+                  "through it, and the next launch refused (77); a repository put in its "
+                  "place: git outside ran neither its hook nor its fsmonitor")
+
+
+def _replaced_repository_runs(shim: str, agent: str, home: str,
+                              environ: Mapping[str, str]) -> list[str]:
+    """A session renames meta and makes a repository of its own at meta/.git, with a
+    pre-commit hook and core.fsmonitor; what of them `git status` and `git commit`
+    outside ran."""
+    workspace = tempfile.mkdtemp(prefix="csbx-verify-git106b-", dir="/var/tmp")
+    marks = tempfile.mkdtemp(prefix="csbx-verify-marks106-", dir="/var/tmp")
+    try:
+        os.mkdir(os.path.join(workspace, "meta"))
+        _git(["init", "-q", "-b", "main", f"--separate-git-dir={workspace}/meta/.git"],
+             workspace, home)
+        _launch_in(shim, agent, workspace, environ,
+                   "mv meta meta.x && mkdir meta && git init -q --bare meta/.git && "
+                   "git -C meta/.git config core.bare false && "
+                   f"git -C meta/.git config core.fsmonitor 'touch {marks}/fsmonitor; false'"
+                   f" && printf '#!/bin/sh\\ntouch {marks}/hook\\n' > "
+                   "meta/.git/hooks/pre-commit && chmod +x meta/.git/hooks/pre-commit")
+        _git(["status"], workspace, home)
+        _git(["commit", "-q", "--allow-empty", "-m", "after"], workspace, home)
+        return sorted(os.listdir(marks))
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+        shutil.rmtree(marks, ignore_errors=True)

@@ -245,3 +245,29 @@ def test_a_name_the_session_chose_reaches_the_terminal_escaped(launcher: Launche
     result = inside(launcher, "touch \".git/z$(printf '\\033]0;OWNED\\007\\033[1A\\r')\"")
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr, result.stderr
     assert "\\x1b]0;OWNED\\x07" in result.stderr
+
+
+def test_a_repository_put_in_the_git_directorys_place_runs_nothing_outside(
+        launcher: Launcher) -> None:
+    """The session renames the directory holding the git directory a .git file names and
+    makes a repository of its own in its place, with a hook and core.fsmonitor: nothing
+    is applied there, and the user's git outside afterwards runs neither."""
+    marks = tempfile.mkdtemp(prefix="cs-marks-", dir="/var/tmp")
+    os.chown(marks, launcher.uid, launcher.uid)
+    try:
+        os.mkdir(os.path.join(launcher.workspace, "meta"))
+        os.chown(os.path.join(launcher.workspace, "meta"), launcher.uid, launcher.uid)
+        outside(launcher, "init", "-q", "-b", "main",
+                f"--separate-git-dir={launcher.workspace}/meta/.git")
+        session = inside(
+            launcher, "mv meta meta.x && mkdir meta && git init -q --bare meta/.git && "
+            "git -C meta/.git config core.bare false && "
+            f"git -C meta/.git config core.fsmonitor 'touch {marks}/fsmonitor; false' && "
+            f"printf '#!/bin/sh\\ntouch {marks}/hook\\n' > meta/.git/hooks/pre-commit && "
+            "chmod +x meta/.git/hooks/pre-commit")
+        assert "another directory now stands in its place" in session.stderr
+        outside(launcher, "status", check=False)
+        outside(launcher, "commit", "-q", "--allow-empty", "-m", "after", check=False)
+        assert os.listdir(marks) == []
+    finally:
+        subprocess.run(["rm", "-rf", marks], check=False)
