@@ -193,6 +193,7 @@ SESSION_IGNORED = (_signal.SIGINT, _signal.SIGQUIT, _signal.SIGHUP, _signal.SIGT
 # launcher ends the sandbox: a session is gone within this and a second.
 GRACE = 1.0
 RETRY = 0.005  # how soon a signal no process of the session took yet is sent again
+_INHERITABLE = (_signal.SIGHUP, _signal.SIGTERM)  # never ignored by the launcher itself
 
 
 def ignore_session_signals() -> None:
@@ -262,6 +263,11 @@ class Forward:
 
     def handle(self, signals: tuple[int, ...]) -> None:
         for signum in signals:
+            # TERM or HUP ignored here was inherited so (nohup): the launch, as the agent
+            # (run.inherited_ignored), keeps it ignored. The launcher itself ignores only
+            # INT and QUIT, which it forwards once the session starts.
+            if signum in _INHERITABLE and _signal.getsignal(signum) == _signal.SIG_IGN:
+                continue
             self.previous.setdefault(signum, _signal.signal(signum, self))
 
     def __call__(self, signum: int, _frame: object) -> None:

@@ -418,3 +418,22 @@ def test_a_signal_as_the_session_starts_is_not_lost(
         # jail off sets no handler until then; the janitor sweeps what it made).
         assert launched.returncode in (3, 128 + SIGNALS[name], -SIGNALS[name]), (delay, out)
         assert took < 0.8, (delay, took, out)  # the grace kill comes after 1 s
+
+
+@pytest.mark.parametrize("workspace", USERS, indirect=True)
+@pytest.mark.parametrize("jail", ["0", "1"])
+def test_a_launch_under_nohup_lives_through_a_hang_up(
+        workspace: tuple[str, str], jail: str) -> None:
+    """Started with HUP ignored (nohup), the launch keeps it ignored as the agent does:
+    a hang-up sent to the launcher ends nothing, and the agent's own status comes back."""
+    user, path = workspace
+    env = {k: v for k, v in _env(user, jail).items() if k != "CLAUDE_SANDBOX_TRACE"}
+    launched = subprocess.Popen(
+        _user_argv(user, [SHIM, "shell", "--", "sh", "-c", "sleep 0.8; echo done; exit 4"]),
+        cwd=path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    time.sleep(0.4)
+    os.kill(launched.pid, signal.SIGHUP)
+    out = launched.communicate(timeout=30)[0].decode()
+    assert launched.returncode == 4 and "done" in out, out
