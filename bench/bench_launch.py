@@ -177,6 +177,7 @@ class PlanFloor:
         store = state.store_root(cfg.state_dir, gather.hostfacts.login_home(), os.getuid())
         facts = gather.gather(profile, cfg, request, env, (), store)
         self.plan = plan.make(profile, cfg, facts, caps)
+        self.home = (facts.facts.store_home, facts.facts.home)
         self.env = dict(self.plan.env)
         self.bwrap = paths.tool("bwrap")
 
@@ -184,10 +185,12 @@ class PlanFloor:
         from claude_sandbox.core.process import data_descriptor
         from claude_sandbox.inside import spec
         from claude_sandbox.launch.planner import render, seccomp
+        from claude_sandbox.launch.session import mountpoints
 
         opened = {name: data_descriptor(name, text.encode()) for name, text in self.plan.data}
         opened[render.SECCOMP] = seccomp.filter_fd(self.plan.inner.level)
         opened[render.INNER] = data_descriptor("inner", spec.encode(self.plan.inner, None))
+        opened.update(mountpoints.make(*self.home, self.plan.mounts, "claude"))  # the pins
         argv = render.bwrap_argv(self.plan, self.bwrap, {k: str(v) for k, v in opened.items()})
         if not enter:
             argv = [*argv[: argv.index("--") + 1], "/bin/true"]
