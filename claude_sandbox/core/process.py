@@ -1,9 +1,8 @@
 """Starting child processes on the launch path, without subprocess.
 
-`subprocess` imports threading, selectors and locale (about 10 ms, ADR 0004),
-and glibc's posix_spawn leaves signals ignored in the child; the launch path
-forks and execs itself instead, here and nowhere else, but for the programs
-core/spawn.py says may be spawned.
+`subprocess` imports threading, selectors and locale (about 10 ms, ADR 0004), and glibc's
+posix_spawn leaves signals ignored in the child; the launch path forks and execs itself
+instead, here and nowhere else, but for the programs core/spawn.py says may be spawned.
 """
 
 from __future__ import annotations
@@ -246,10 +245,9 @@ class Forward:
     without the sandbox. After TERM or a hang-up the agent has GRACE seconds
     to end; then the sandbox is killed, and the status is 128 + the signal.
 
-    A signal that arrives while the session starts finds no process that takes it: bwrap
-    and the inner stage ignore it until the inner stage gives the agent the defaults back
-    (enter.c reset_signals), and a signal ignored is lost. It is owed then, and sent again
-    every RETRY to the processes that take it by then, until GRACE has passed.
+    As the session starts, bwrap and the inner stage ignore it until the inner stage gives
+    the agent the defaults back (enter.c reset_signals): a signal no process takes yet is
+    owed, and sent again every RETRY to those that take it by then, until GRACE.
     """
 
     def __init__(self, pid: int, signals: tuple[int, ...] = SESSION_IGNORED) -> None:
@@ -263,9 +261,8 @@ class Forward:
 
     def handle(self, signals: tuple[int, ...]) -> None:
         for signum in signals:
-            # TERM or HUP ignored here was inherited so (nohup): the launch, as the agent
-            # (run.inherited_ignored), keeps it ignored. The launcher itself ignores only
-            # INT and QUIT, which it forwards once the session starts.
+            # TERM or HUP ignored here was inherited so (nohup), the launcher ignores only
+            # INT and QUIT itself: kept ignored, as the agent keeps it (run.py).
             if signum in _INHERITABLE and _signal.getsignal(signum) == _signal.SIG_IGN:
                 continue
             self.previous.setdefault(signum, _signal.signal(signum, self))
@@ -329,9 +326,8 @@ class Forward:
 
 
 def takes(pid: int, signum: int) -> bool:
-    """Whether `pid` is a process of the session's own (in the sandbox's pid namespace,
-    not its init) that does not ignore `signum`: one that gets it now acts on it, or holds
-    it pending while it blocks it. /proc/PID/status, which anyone may read."""
+    """Whether `pid`, a process of the sandbox's pid namespace but its init, does not
+    ignore `signum` (it acts on it, or holds it pending): /proc/PID/status, world-readable."""
     try:
         with open(f"/proc/{pid}/status", "rb") as handle:
             fields = dict(line.split(b":", 1) for line in handle.read().splitlines()

@@ -87,13 +87,13 @@ def prepare(the_plan: plan.Plan, cfg: config.Config, facts: hostfacts.HostFacts,
         state.ensure_home(store, the_plan.agent, facts.home,
                           profiles.get(the_plan.agent).imports, facts.uid,
                           default_root=cfg.state_dir is None, said=imported)
+        if facts.agent_tmp:  # first: its bind's source, which may lie below $HOME
+            state.private_dir(facts.agent_tmp, facts.uid,
+                              f"{the_plan.agent}'s scratch directory")
         # Before bwrap, which would follow a link the agent left in its store on the way
         # to a mount point and make that point wherever the link leads (mountpoints.py).
         opened.update(mountpoints.make(facts.store_home, facts.home, the_plan.mounts,
                                        the_plan.agent))
-        if facts.agent_tmp:
-            state.private_dir(facts.agent_tmp, facts.uid,
-                              f"{the_plan.agent}'s scratch directory")
         if in_review_mode(the_plan):
             # The overlay keeps the session's git writes from the real repositories, which
             # the launcher still checks: review apply and the user's git read them.

@@ -112,18 +112,29 @@ def test_state_import_and_reset(launcher: Launcher, fresh_store: str,
 @pytest.mark.parametrize("plant", ["leaf", "above"])
 def test_a_link_left_in_the_store_is_not_followed_by_the_next_launch(
         launcher: Launcher, fresh_store: str, plant: str) -> None:
-    """A session moves ~/.local aside and leaves a link where the sandbox mounts the agent's
-    ~/.local/bin/claude: at it (`leaf`), or at ~/.local above it (`above`), leading out
-    through /oldroot, where bwrap still sees the host. The next launch refuses, and nothing
-    is made where the link leads (check 105)."""
+    """A link in the store where the sandbox mounts the agent's ~/.local/bin/claude: at it
+    (`leaf`), or at ~/.local above it (`above`), leading out through /oldroot, where bwrap
+    still sees the host. A session cannot put it there itself: every directory above a
+    mount point is pinned, and renaming ~/.local fails. So it is left from outside, as a
+    session whose plan mounted nothing there could have. The next launch refuses, and
+    nothing is made where the link leads (check 105)."""
     target = tempfile.mkdtemp(prefix="csbx-test-mountpoint-", dir="/var/tmp")
     os.chown(target, launcher.uid, launcher.uid)
     home = launcher.home
-    link = (f"mkdir -p {home}/.local/bin && ln -s /oldroot{target}/made {home}/.local/bin/claude"
-            if plant == "leaf" else f"ln -s /oldroot{target} {home}/.local")
     try:
-        planted = launcher.shell("/bin/sh", "-c", f"mv {home}/.local {home}/.local.moved && {link}")
-        assert planted.returncode == 0, planted.stderr
+        pinned = launcher.shell("/bin/sh", "-c", f"mv {home}/.local {home}/.local.moved")
+        assert pinned.returncode != 0 and "busy" in pinned.stderr, pinned.stderr
+        local = os.path.join(fresh_store, "home", ".local")
+        os.rename(local, local + ".moved")
+        if plant == "leaf":
+            os.makedirs(os.path.join(local, "bin"))
+            for directory in (local, os.path.join(local, "bin")):
+                os.chown(directory, launcher.uid, launcher.uid)
+            os.symlink(f"/oldroot{target}/made", os.path.join(local, "bin", "claude"))
+            os.lchown(os.path.join(local, "bin", "claude"), launcher.uid, launcher.uid)
+        else:
+            os.symlink(f"/oldroot{target}", local)
+            os.lchown(local, launcher.uid, launcher.uid)
         refused = launcher.shell("/bin/true")
         assert refused.returncode == 77, refused.stderr
         assert "state store is a symbolic link" in refused.stderr

@@ -60,12 +60,24 @@ def test_what_is_there_already_stands(tmp_path: Path) -> None:
     assert (store / ".local/bin/claude").read_text() == "kept"
 
 
-def test_mounts_elsewhere_and_missing_sources_make_nothing(tmp_path: Path) -> None:
+def test_mounts_elsewhere_make_nothing_and_missing_sources_only_their_parents(
+        tmp_path: Path) -> None:
+    """A bind whose source is missing is bwrap's to skip or refuse: its point is not made,
+    but the directories above it are, which the plan pins whatever is below them (a
+    scratch directory made after the plan once left a pin without its descriptor)."""
     store, _, source = _store(tmp_path)
-    _make(store, Mount("ro-bind", "/etc/x", "r", source=str(source / "file")),
-          Mount("ro-bind-try", f"{HOME}/.nope/x", "r", source=str(source / "missing")),
-          Mount("remount-ro", f"{HOME}/.ro/x", "r"))
-    assert os.listdir(store) == []
+    mounts = (Mount("bind", HOME, "r", source=str(store)),
+              Mount("ro-bind", "/etc/x", "r", source=str(source / "file")),
+              Mount("ro-bind-try", f"{HOME}/.nope/x", "r", source=str(source / "missing")),
+              Mount("remount-ro", f"{HOME}/.ro/x", "r"))
+    made = mountpoints.make(str(store), HOME, mounts, "claude")
+    try:
+        assert sorted(os.listdir(store)) == [".nope", ".ro"]
+        assert os.listdir(store / ".nope") == [] and os.listdir(store / ".ro") == []
+        assert sorted(made) == sorted(pins.pin_name(d) for d in pins.pinned(HOME, mounts))
+    finally:
+        for fd in made.values():
+            os.close(fd)
 
 
 def test_a_mount_below_another_bind_is_not_the_stores(tmp_path: Path) -> None:

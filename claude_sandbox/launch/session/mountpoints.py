@@ -53,9 +53,9 @@ def make(store_home: str, home: str, mounts: Sequence[Mount], agent: str) -> dic
     top = os.open(store_home, _DIRECTORY)  # the launcher's own (state.ensure_home)
     try:
         for mount in in_store(home, mounts):
-            leaf = _leaf(mount)
-            if leaf != "none":
-                _make_one(top, mount.dest[len(home) + 1:], leaf, agent, pins, kept)
+            # The directories above even a point bwrap leaves alone (a missing source):
+            # the plan pins them whatever is mounted below, and each pin needs its own.
+            _make_one(top, mount.dest[len(home) + 1:], _leaf(mount), agent, pins, kept)
     except BaseException:
         for fd in kept.values():
             os.close(fd)
@@ -66,9 +66,9 @@ def make(store_home: str, home: str, mounts: Sequence[Mount], agent: str) -> dic
 
 
 def _leaf(mount: Mount) -> str:
-    """What bwrap makes at the mount's destination: "dir", "file", "parents" (a link,
-    which symlink(2) makes without following its last component), or "none" (nothing:
-    a remount, or a bind whose source is missing, which bwrap skips or refuses)."""
+    """What bwrap makes at the mount's destination: "dir", "file", or "parents": only the
+    directories above it (a link, which symlink(2) makes without following its last
+    component; a remount; a bind whose source is missing, which bwrap skips or refuses)."""
     if mount.kind == "symlink":
         return "parents"
     if mount.kind in _DIRECTORY_KINDS:
@@ -79,8 +79,8 @@ def _leaf(mount: Mount) -> str:
         try:
             return "dir" if stat.S_ISDIR(os.stat(mount.source).st_mode) else "file"
         except OSError:
-            return "none"
-    return "none"
+            return "parents"
+    return "parents"
 
 
 def _make_one(top: int, relative: str, leaf: str, agent: str, pins: set[str],
