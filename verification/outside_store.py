@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Mapping
 
@@ -95,5 +96,29 @@ def check_105_store_links_not_followed(shim: str, agent: str, store_home: str,
     if ran.returncode != 77 or "symbolic link" not in ran.stderr:
         return Result("105", "FAIL", f"a link at the store's ~/.netrc: status {ran.returncode}, "
                       f"not 77 ({ran.stderr[-300:]})")
+    moved = _pinned_moved(shim, agent, workspace, environ)
+    if moved:
+        return Result("105", "FAIL", moved)
     return Result("105", "PASS", "a link at a mount point in the store: the launch refused "
-                  "(77) and made nothing where it leads")
+                  "(77) and made nothing where it leads; a pinned directory cannot be "
+                  "renamed in a session")
+
+
+def _pinned_moved(shim: str, agent: str, workspace: str, environ: Mapping[str, str]) -> str:
+    """What is wrong where a session renames a directory the plan pins (`--bind-fd` in
+    `explain`): it must fail (EBUSY). "" where it fails, or where nothing is pinned."""
+    shown = subprocess.run([shim, "explain", "--agent", agent], env=dict(environ), text=True,
+                           capture_output=True, check=False, timeout=120).stdout
+    pinned = [line.split("#")[0].split()[-1] for line in shown.splitlines()
+              if line.strip().startswith("--bind-fd ")]
+    if not pinned:
+        return ""
+    os.makedirs(workspace, exist_ok=True)
+    try:
+        ran = _launch_in(shim, agent, workspace, environ,
+                         f"mv {pinned[0]} {pinned[0]}.csbx-verify-105 || echo REFUSED")
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    if "REFUSED" not in ran.stdout:
+        return f"a session renamed {pinned[0]}, a directory the plan pins"
+    return ""

@@ -677,3 +677,34 @@ def test_a_git_directory_replaced_in_the_session_gets_nothing_and_is_stripped(
                for line in quarantine.lines)
     assert not (planted / "hooks" / "pre-commit").exists()
     assert "fsmonitor" not in (planted / "config").read_text()
+
+
+def test_another_repository_behind_a_link_is_left_as_it_is(repo: Path, tmp_path: Path) -> None:
+    """The session renamed the directory above the git directory and linked another
+    repository in its place: nothing is applied there, nor is anything of it checked or
+    stripped; its hooks and config are another repository's, not the session's."""
+    from claude_sandbox.launch.overlay import gitcheck, gitsession
+    from claude_sandbox.launch.planner.overlays import View
+
+    meta = repo / "meta"
+    meta.mkdir()
+    os.rename(repo / ".git", meta / ".git")
+    found = os.stat(meta / ".git")
+    upper = tmp_path / "layer" / "upper"
+    upper.mkdir(parents=True)
+    view = View("git", str(meta / ".git"), str(tmp_path / "layer"), "test")
+    layer = gitsession.Layer(view, str(upper), str(tmp_path / "layer" / "work"), None, None,
+                             identity=(found.st_dev, found.st_ino))
+    other = tmp_path / "other"
+    for part in ("objects", "refs", "hooks"):
+        (other / ".git" / part).mkdir(parents=True)
+    (other / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (other / ".git" / "config").write_text("[core]\n\tfsmonitor = theirs\n")
+    (other / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    os.rename(meta, repo / "meta.moved")
+    os.symlink(other, meta)
+    quarantine = gitcheck.Quarantine(str(tmp_path / "store"))
+    gitsession.finish([layer], str(repo), quarantine)
+    assert any("a symbolic link now stands on the way" in line for line in quarantine.lines)
+    assert (other / ".git" / "hooks" / "pre-commit").exists()
+    assert "fsmonitor = theirs" in (other / ".git" / "config").read_text()

@@ -16,6 +16,8 @@ import re
 import stat
 import struct
 
+from claude_sandbox.core import streams
+
 SKIP_WORKTREE = "skip-worktree"
 ASSUME_UNCHANGED = "assume-unchanged"
 
@@ -312,7 +314,4 @@ def refused(data: bytes) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def shown(path: str) -> str:
-    """`path` safe and unambiguous in a terminal: an invisible code point is the point."""
-    return "".join(c if c.isascii() and c.isprintable()
-                   else c.encode("unicode_escape").decode("ascii") for c in path)
+shown = streams.terminal_safe  # a path safe and unambiguous in a terminal

@@ -147,13 +147,18 @@ def _prepare_one(view: View, quarantine: gitcheck.Quarantine) -> Layer:
                  identity=(found.st_dev, found.st_ino) if found is not None else (0, 0))
 
 
+def _through_a_link(layer: Layer) -> bool:
+    """The git directory's path, real at launch (gitrepo.find), now passes a link."""
+    return os.path.realpath(layer.view.target) != layer.view.target
+
+
 def _replaced(layer: Layer) -> str | None:
     """Why the git directory is no longer the one the launch overlaid, or None. The
     session can rename a directory above it (a mount point's parent can be renamed) and
     leave a link, or a repository of its own with hooks and config, in its place: every
     write would then go there, and the user's git outside would run what it holds."""
     target = layer.view.target
-    if os.path.realpath(target) != target:
+    if _through_a_link(layer):
         return "a symbolic link now stands on the way to it"
     try:
         found = os.stat(target, follow_symlinks=False)
@@ -202,9 +207,10 @@ def finish(layers: Iterable[Layer], workspace: str, quarantine: gitcheck.Quarant
                 result = gitapply.Result((f"{layer.view.target}: the session's git changes "
                                           f"were not applied: {replaced} (the session moved "
                                           "the git directory while it ran)",), True)
-                if gitrepo.real_dir(layer.view.target):
+                if gitrepo.real_dir(layer.view.target) and not _through_a_link(layer):
                     # The session's own repository: checked as one it made, every hook
-                    # and config in it the session's (since 0).
+                    # and config in it the session's (since 0). Never through a link: what
+                    # is behind one is another repository, which nothing here may write.
                     gitcheck.check(layer.view.target, quarantine)
                     strip_made(layer.view.target, 0, quarantine)
         except Exception as error:  # one layer's failure stops no other, nor the exit

@@ -34,8 +34,13 @@ def in_store(home: str, mounts: Sequence[Mount]) -> list[Mount]:
 
 def pinned(home: str, mounts: Sequence[Mount]) -> list[str]:
     """The directories between `home` and each mount point in the store, shallow first."""
+    return above(home, in_store(home, mounts))
+
+
+def above(home: str, stored: Sequence[Mount]) -> list[str]:
+    """The directories between `home` and each of `stored` (in_store), shallow first."""
     found: set[str] = set()
-    for mount in in_store(home, mounts):
+    for mount in stored:
         parts = mount.dest[len(home) + 1:].split("/")[:-1]
         found.update(os.path.join(home, *parts[:depth]) for depth in range(1, len(parts) + 1))
     return sorted(found, key=lambda path: (path.count("/"), path))

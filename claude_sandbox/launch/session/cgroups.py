@@ -85,7 +85,7 @@ def probe_cgroups() -> CgroupFacts:
         )
     soft = _soft_limit(kernel.RLIMIT_NPROC)
     nproc = soft if soft != kernel.RLIM_INFINITY and os.getuid() != 0 else 0
-    return CgroupFacts(v2, v1["pids"], v1["memory"], _pids_limit(proc_cgroup),
+    return CgroupFacts(v2, v1["pids"], v1["memory"], _pids_limit(proc_cgroup, nproc),
                        _memory_limit(proc_cgroup), nproc)
 
 
@@ -117,14 +117,12 @@ def _tightest(values: list[int]) -> int:
     return min(positive) if positive else 0
 
 
-def _pids_limit(proc_cgroup: str) -> int:
+def _pids_limit(proc_cgroup: str, nproc: int) -> int:
+    """The tightest pids.max above us, or `nproc`, a user's own soft RLIMIT_NPROC."""
     values = [_number(f"{d}/pids.max") for d in
               _ancestors(CGROUP_ROOT, _own_cgroup("", proc_cgroup)) +
               _ancestors(f"{CGROUP_ROOT}/pids", _own_cgroup("pids", proc_cgroup))]
-    soft = _soft_limit(kernel.RLIMIT_NPROC)
-    if soft != kernel.RLIM_INFINITY and os.getuid() != 0:
-        values.append(soft)
-    return _tightest(values)
+    return _tightest([*values, nproc] if nproc else values)
 
 
 def _soft_limit(resource: int) -> int:

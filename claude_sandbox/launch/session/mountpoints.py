@@ -30,7 +30,7 @@ import os
 import stat
 
 from claude_sandbox.core.errors import EXIT_REFUSED, SandboxError
-from claude_sandbox.launch.planner.pins import in_store, pin_name, pinned
+from claude_sandbox.launch.planner.pins import above, in_store, pin_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,14 +48,17 @@ def make(store_home: str, home: str, mounts: Sequence[Mount], agent: str) -> dic
     """Make the mount point of each mount in the store (`store_home`, bound at `home`
     inside); refuse a link on any of their paths. The pinned directories' descriptors,
     by pin_name, are the caller's to close."""
-    pins = {directory[len(home) + 1:] for directory in pinned(home, mounts)}
+    stored = in_store(home, mounts)
+    pins = [directory[len(home) + 1:] for directory in above(home, stored)]
     kept: dict[str, int] = {}
     top = os.open(store_home, _DIRECTORY)  # the launcher's own (state.ensure_home)
     try:
-        for mount in in_store(home, mounts):
-            # The directories above even a point bwrap leaves alone (a missing source):
-            # the plan pins them whatever is mounted below, and each pin needs its own.
-            _make_one(top, mount.dest[len(home) + 1:], _leaf(mount), agent, pins, kept)
+        # Each pin first, shallow first: the plan binds each one from its descriptor,
+        # whatever bwrap then makes or leaves alone below it (a missing source).
+        for relative in pins:
+            _make_one(top, relative, "dir", agent, set(pins), kept)
+        for mount in stored:
+            _make_one(top, mount.dest[len(home) + 1:], _leaf(mount), agent, set(), kept)
     except BaseException:
         for fd in kept.values():
             os.close(fd)
