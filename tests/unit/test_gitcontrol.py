@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from claude_sandbox.core import paths
-from claude_sandbox.launch.overlay import gitapply, gitbase, gitcontrol
+from claude_sandbox.launch.overlay import gitapply, gitbase, gitcontrol, gitsession
 
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
        "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
@@ -650,27 +650,38 @@ def test_an_index_moving_a_submodule_to_such_a_commit_is_not_applied(
         result.lines
 
 
+def _git_layer(gitdir: Path, tmp_path: Path) -> gitsession.Layer:
+    """A git layer over `gitdir` as the launch made it: its identity that of the launch."""
+    from claude_sandbox.launch.planner.overlays import View
+
+    found = os.stat(gitdir)
+    (tmp_path / "layer" / "upper").mkdir(parents=True)
+    view = View("git", str(gitdir), str(tmp_path / "layer"), "test")
+    return gitsession.Layer(view, str(tmp_path / "layer" / "upper"),
+                            str(tmp_path / "layer" / "work"), None, None,
+                            identity=(found.st_dev, found.st_ino))
+
+
+def _planted_repository(gitdir: Path, fsmonitor: str) -> None:
+    """A git directory with a pre-commit hook and core.fsmonitor."""
+    for part in ("objects", "refs", "hooks"):
+        (gitdir / part).mkdir(parents=True)
+    (gitdir / "HEAD").write_text("ref: refs/heads/main\n")
+    (gitdir / "config").write_text(f"[core]\n\tfsmonitor = {fsmonitor}\n")
+    (gitdir / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+
+
 def test_a_git_directory_replaced_in_the_session_gets_nothing_and_is_stripped(
         repo: Path, tmp_path: Path) -> None:
     """The session renamed the directory holding the git directory and made a repository
     of its own in its place, hooks and fsmonitor included: nothing is applied there, and
     what git outside would run from it is taken."""
     from claude_sandbox.launch.overlay import gitcheck, gitsession
-    from claude_sandbox.launch.planner.overlays import View
 
-    found = os.stat(repo / ".git")
-    upper = tmp_path / "layer" / "upper"
-    upper.mkdir(parents=True)
-    view = View("git", str(repo / ".git"), str(tmp_path / "layer"), "test")
-    layer = gitsession.Layer(view, str(upper), str(tmp_path / "layer" / "work"), None, None,
-                             identity=(found.st_dev, found.st_ino))
+    layer = _git_layer(repo / ".git", tmp_path)
     os.rename(repo / ".git", repo / "moved.git")
     planted = repo / ".git"
-    for part in ("objects", "refs", "hooks"):
-        (planted / part).mkdir(parents=True)
-    (planted / "HEAD").write_text("ref: refs/heads/main\n")
-    (planted / "config").write_text("[core]\n\tfsmonitor = touch /tmp/x\n")
-    (planted / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    _planted_repository(planted, "touch /tmp/x")
     quarantine = gitcheck.Quarantine(str(tmp_path / "store"))
     gitsession.finish([layer], str(repo), quarantine)
     assert any("not applied: another directory now stands in its place" in line
@@ -684,23 +695,13 @@ def test_another_repository_behind_a_link_is_left_as_it_is(repo: Path, tmp_path:
     repository in its place: nothing is applied there, nor is anything of it checked or
     stripped; its hooks and config are another repository's, not the session's."""
     from claude_sandbox.launch.overlay import gitcheck, gitsession
-    from claude_sandbox.launch.planner.overlays import View
 
     meta = repo / "meta"
     meta.mkdir()
     os.rename(repo / ".git", meta / ".git")
-    found = os.stat(meta / ".git")
-    upper = tmp_path / "layer" / "upper"
-    upper.mkdir(parents=True)
-    view = View("git", str(meta / ".git"), str(tmp_path / "layer"), "test")
-    layer = gitsession.Layer(view, str(upper), str(tmp_path / "layer" / "work"), None, None,
-                             identity=(found.st_dev, found.st_ino))
+    layer = _git_layer(meta / ".git", tmp_path)
     other = tmp_path / "other"
-    for part in ("objects", "refs", "hooks"):
-        (other / ".git" / part).mkdir(parents=True)
-    (other / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (other / ".git" / "config").write_text("[core]\n\tfsmonitor = theirs\n")
-    (other / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    _planted_repository(other / ".git", "theirs")
     os.rename(meta, repo / "meta.moved")
     os.symlink(other, meta)
     quarantine = gitcheck.Quarantine(str(tmp_path / "store"))
